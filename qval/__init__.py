@@ -1,0 +1,1 @@
+"""QVal core: dataset schema, environments, labelling, metrics and scoring (no Django)."""

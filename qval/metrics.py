@@ -1,0 +1,528 @@
+"""The numeric scoring engine: correlations, ranking and selection metrics, bootstrap CIs.
+
+Pointwise metrics follow the QVal v1.0 reference implementation (checked number for number
+against its published summary files, see :mod:`qval.reference`):
+
+* a pair is dropped when either value is NaN; ``num_points`` counts the pairs that remain;
+* ``spearman``, ``kendall_tau`` (tau-b) and ``pearson`` are :func:`scipy.stats.spearmanr`,
+  :func:`scipy.stats.kendalltau` and :func:`scipy.stats.pearsonr` with their default
+  two-sided p-values;
+* a constant input (labels or predictions) has no correlation: value and p-value are ``None``;
+* ``sign_agreement`` is the fraction of pairs with ``numpy.sign(label) == numpy.sign(score)``
+  (so 0 agrees with 0), its p-value the two-sided ``scipy.stats.binomtest(k, n, 0.5)``;
+* fewer than ``min_points`` pairs (default :data:`MIN_USABLE_POINTS`) is *insufficient*: the
+  value and p-value are ``None``;
+* aggregates and ranking summaries use the sample standard deviation (``ddof=1``).
+
+Values must be finite or NaN; an infinite value is rejected with :class:`ValueError`.
+Only numpy and scipy are used; nothing here knows about Django.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats
+
+MIN_USABLE_POINTS: int = 50
+"""Fewest pairs a pointwise correlation is reported on (the reference's
+``min_usable_correlation_points``)."""
+
+POINT_METRICS: tuple[str, ...] = ("spearman", "kendall_tau", "pearson", "sign_agreement")
+"""Every pointwise metric, in the order they are reported."""
+
+_CORRELATION_METRICS: frozenset[str] = frozenset({"spearman", "kendall_tau", "pearson"})
+"""Metrics that are undefined (``None``) when either side is constant."""
+
+BOOTSTRAP_CHUNK_ELEMENTS: int = 1 << 21
+"""Resampled pairs held in memory at once by the vectorised bootstrap (per array)."""
+
+BOOTSTRAP_MAX_WORK: int = 100_000_000
+"""Cap on resamples x pairs for the vectorised bootstrap metrics (pearson, spearman,
+sign_agreement); beyond it fewer resamples are drawn, but never fewer than
+:data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES`."""
+
+KENDALL_BOOTSTRAP_MAX_WORK: int = 10_000_000
+"""The same cap for ``kendall_tau``, which is computed one resample at a time."""
+
+BOOTSTRAP_MIN_CAPPED_RESAMPLES: int = 100
+"""Resamples drawn at least when a work cap applies (unless fewer were requested)."""
+
+FloatArray = NDArray[np.float64]
+
+
+def significance_marks(p_value: float | None) -> str:
+    """The paper's significance marks: ``***`` p<.001, ``**`` p<.01, ``*`` p<.10, else ``""``.
+
+    ``None`` or NaN gives ``""``.
+    """
+    if p_value is None or math.isnan(p_value):
+        return ""
+    if p_value < 0.001:
+        return "***"
+    if p_value < 0.01:
+        return "**"
+    if p_value < 0.10:
+        return "*"
+    return ""
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """One pointwise metric of (labels, scores).
+
+    ``value``/``p_value`` are ``None`` when the metric is undefined (a constant input) or
+    when ``insufficient`` (fewer than ``min_points`` pairs).  ``num_points`` is the number of
+    pairs used after dropping the ``num_dropped`` pairs that had a NaN on either side.
+    """
+
+    metric: str
+    value: float | None
+    p_value: float | None
+    num_points: int
+    num_dropped: int
+    insufficient: bool
+
+    def significance(self) -> str:
+        """Significance marks of :attr:`p_value` (see :func:`significance_marks`)."""
+        return significance_marks(self.p_value)
+
+
+def _finite_or_nan(values: ArrayLike, name: str) -> FloatArray:
+    """``values`` as a 1-D float64 array; ``ValueError`` if it is not 1-D or holds ±inf."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    if np.isinf(array).any():
+        raise ValueError(f"{name} contains an infinite value at index {int(np.flatnonzero(np.isinf(array))[0])}")
+    return array
+
+
+def _paired(labels: ArrayLike, scores: ArrayLike) -> tuple[FloatArray, FloatArray, int]:
+    """Labels and scores with every pair holding a NaN removed, and how many were removed."""
+    x = _finite_or_nan(labels, "labels")
+    y = _finite_or_nan(scores, "scores")
+    if x.shape != y.shape:
+        raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    dropped = int(x.size - np.count_nonzero(keep))
+    if dropped:
+        return x[keep], y[keep], dropped
+    return x, y, 0
+
+
+def _is_constant(values: FloatArray) -> bool:
+    """Whether every entry equals the first (what scipy calls a constant input)."""
+    return bool(values.size == 0 or values.min() == values.max())
+
+
+def _optional(value: float) -> float | None:
+    """``value`` as a Python float, or ``None`` when it is NaN."""
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in POINT_METRICS:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(POINT_METRICS)}")
+
+
+def _check_min_points(min_points: int) -> None:
+    if min_points < 2:
+        raise ValueError(f"min_points must be at least 2, got {min_points}")
+
+
+def _statistic(x: FloatArray, y: FloatArray, metric: str) -> tuple[float | None, float | None]:
+    """(value, p-value) of ``metric`` on NaN-free pairs (at least two of them)."""
+    if metric == "sign_agreement":
+        agree = int(np.count_nonzero(np.sign(x) == np.sign(y)))
+        return agree / x.size, float(stats.binomtest(agree, x.size, 0.5).pvalue)
+    if _is_constant(x) or _is_constant(y):
+        return None, None
+    if metric == "spearman":
+        result = stats.spearmanr(x, y)
+    elif metric == "kendall_tau":
+        result = stats.kendalltau(x, y)
+    else:
+        result = stats.pearsonr(x, y)
+    value = _optional(result.statistic)
+    return value, (None if value is None else _optional(result.pvalue))
+
+
+def _correlation(x: FloatArray, y: FloatArray, metric: str, num_dropped: int, min_points: int) -> Correlation:
+    if x.size < min_points:
+        return Correlation(metric, None, None, int(x.size), num_dropped, insufficient=True)
+    value, p_value = _statistic(x, y, metric)
+    return Correlation(metric, value, p_value, int(x.size), num_dropped, insufficient=False)
+
+
+def correlate(
+    labels: ArrayLike, scores: ArrayLike, metric: str, *, min_points: int = MIN_USABLE_POINTS
+) -> Correlation:
+    """One pointwise metric (one of :data:`POINT_METRICS`) of ``scores`` against ``labels``.
+
+    Pairs with a NaN on either side are dropped first.  ``min_points`` must be at least 2.
+    """
+    _check_metric(metric)
+    _check_min_points(min_points)
+    x, y, dropped = _paired(labels, scores)
+    return _correlation(x, y, metric, dropped, min_points)
+
+
+def point_metrics(
+    labels: ArrayLike,
+    scores: ArrayLike,
+    *,
+    metrics: Sequence[str] = POINT_METRICS,
+    min_points: int = MIN_USABLE_POINTS,
+) -> dict[str, Correlation]:
+    """Several pointwise metrics at once, keyed by metric name in the order given.
+
+    NaN pairs are dropped once and each metric is a single vectorised scipy call, so a
+    million points take about a second.
+    """
+    for metric in metrics:
+        _check_metric(metric)
+    _check_min_points(min_points)
+    x, y, dropped = _paired(labels, scores)
+    return {metric: _correlation(x, y, metric, dropped, min_points) for metric in metrics}
+
+
+# -- ranking within states --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankingSummary:
+    """Per-state ranking Spearman values and their summary (the reference's rule 7).
+
+    ``mean`` is ``None`` without valid states, ``std`` (sample, ``ddof=1``) with fewer than
+    two.  ``num_points`` is the number of states, valid or skipped; ``per_state`` holds each
+    state's value, ``None`` for a skipped state.
+    """
+
+    mean: float | None
+    std: float | None
+    num_valid: int
+    num_skipped: int
+    num_points: int
+    per_state: list[float | None]
+
+
+def state_ranking_spearman(labels: ArrayLike, scores: ArrayLike) -> float | None:
+    """Spearman between one state's candidate labels and predicted scores.
+
+    Candidates with a NaN label or score are dropped first.  ``None`` (skipped): fewer than
+    two candidates remain, or all their labels are equal.  If every remaining candidate got
+    the same score the method abstained and the result is ``0.0`` (not skipped, so
+    abstaining cannot raise a mean).  Otherwise the value equals
+    ``scipy.stats.spearmanr(labels, scores).statistic``: the Pearson correlation of the
+    average ranks.
+    """
+    x, y, _ = _paired(labels, scores)
+    if x.size < 2 or _is_constant(x):
+        return None
+    if _is_constant(y):
+        return 0.0
+    rx = stats.rankdata(x)
+    ry = stats.rankdata(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    rho = float(np.dot(rx, ry) / math.sqrt(float(np.dot(rx, rx)) * float(np.dot(ry, ry))))
+    return min(1.0, max(-1.0, rho))
+
+
+def _valid(values: Sequence[float | None]) -> FloatArray:
+    """The entries of ``values`` that are neither ``None`` nor NaN, as float64."""
+    array = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+    return array[~np.isnan(array)]
+
+
+def ranking_summary(per_state: Sequence[float | None]) -> RankingSummary:
+    """Mean and sample std of the non-``None`` per-state values (the reference's rule 7).
+
+    NaN counts as ``None``.
+    """
+    valid = _valid(per_state)
+    return RankingSummary(
+        mean=float(valid.mean()) if valid.size else None,
+        std=float(valid.std(ddof=1)) if valid.size >= 2 else None,
+        num_valid=int(valid.size),
+        num_skipped=len(per_state) - int(valid.size),
+        num_points=len(per_state),
+        per_state=[None if v is None or math.isnan(v) else float(v) for v in per_state],
+    )
+
+
+def ranking_spearman(groups: Iterable[tuple[ArrayLike, ArrayLike]]) -> RankingSummary:
+    """:func:`state_ranking_spearman` of every ``(labels, scores)`` state, summarised."""
+    return ranking_summary([state_ranking_spearman(labels, scores) for labels, scores in groups])
+
+
+# -- aggregates over samples ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Summary of several samples' values (the reference's rule 6).
+
+    Statistics are over the non-``None`` values: ``None`` when there are none (``std``, the
+    sample standard deviation with ``ddof=1``, when there are fewer than two).
+    ``num_samples`` counts the non-``None`` values, ``num_nan`` the ``None`` (or NaN) ones.
+    """
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    median: float | None
+    num_samples: int
+    num_nan: int
+
+
+def aggregate(values: Sequence[float | None]) -> Aggregate:
+    """:class:`Aggregate` of ``values`` (``None`` and NaN are missing)."""
+    valid = _valid(values)
+    if not valid.size:
+        return Aggregate(None, None, None, None, None, 0, len(values))
+    return Aggregate(
+        mean=float(valid.mean()),
+        std=float(valid.std(ddof=1)) if valid.size >= 2 else None,
+        min=float(valid.min()),
+        max=float(valid.max()),
+        median=float(np.median(valid)),
+        num_samples=int(valid.size),
+        num_nan=len(values) - int(valid.size),
+    )
+
+
+# -- selection --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How well a method's scores pick and order candidate actions.
+
+    ``top1_accuracy``: fraction of states where the top-scored candidate has the state's
+    best label.  ``regret_at_1``: mean of (best label - label of the top-scored candidate).
+    ``pairwise_accuracy``: over all candidate pairs with different labels (pooled across
+    states), the fraction ordered like their labels, a tied score counting 0.5.
+    ``num_states``: states evaluated; ``num_pairs``: pairs behind ``pairwise_accuracy``.
+    A metric is ``None`` when there is nothing to average.
+    """
+
+    top1_accuracy: float | None
+    regret_at_1: float | None
+    pairwise_accuracy: float | None
+    num_states: int
+    num_pairs: int
+
+
+def selection_metrics(groups: Iterable[tuple[ArrayLike, ArrayLike]]) -> Selection:
+    """Top-1 accuracy, regret@1 and pairwise accuracy over ``(labels, scores)`` states.
+
+    Rules:
+
+    * candidates with a NaN label are ignored; a state whose remaining candidates all have a
+      NaN score is skipped (not counted in ``num_states``);
+    * the chosen candidate is the one with the highest score among the scored candidates;
+      ties go to the lowest index among the tied;
+    * the state's best label is the maximum over all its labelled candidates, scored or not,
+      so leaving candidates unscored cannot make a choice look better;
+    * pairs only involve candidates that have both a label and a score.
+    """
+    correct = 0
+    regret = 0.0
+    num_states = 0
+    pair_credit = 0.0
+    num_pairs = 0
+    for labels, scores in groups:
+        x = _finite_or_nan(labels, "labels")
+        y = _finite_or_nan(scores, "scores")
+        if x.shape != y.shape:
+            raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
+        labelled = ~np.isnan(x)
+        x, y = x[labelled], y[labelled]
+        scored = ~np.isnan(y)
+        if not scored.any():
+            continue
+        num_states += 1
+        best = float(x.max())
+        chosen = float(x[scored][int(np.argmax(y[scored]))])
+        correct += chosen == best
+        regret += best - chosen
+        xs, ys = x[scored], y[scored]
+        upper = np.triu_indices(xs.size, k=1)
+        label_diff = np.sign((xs[:, None] - xs[None, :])[upper])
+        score_diff = np.sign((ys[:, None] - ys[None, :])[upper])
+        differ = label_diff != 0
+        num_pairs += int(np.count_nonzero(differ))
+        pair_credit += float(np.count_nonzero(differ & (label_diff == score_diff)))
+        pair_credit += 0.5 * float(np.count_nonzero(differ & (score_diff == 0)))
+    return Selection(
+        top1_accuracy=correct / num_states if num_states else None,
+        regret_at_1=regret / num_states if num_states else None,
+        pairwise_accuracy=pair_credit / num_pairs if num_pairs else None,
+        num_states=num_states,
+        num_pairs=num_pairs,
+    )
+
+
+# -- bootstrap confidence intervals -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A percentile bootstrap interval.
+
+    ``low``/``high`` are ``None`` when the statistic cannot be bootstrapped (too few values,
+    undefined on the full sample, or undefined on every resample).  ``resamples`` is the
+    number of resamples drawn, which a work cap may make smaller than requested.
+    """
+
+    low: float | None
+    high: float | None
+    level: float
+    resamples: int
+
+
+def _check_bootstrap(resamples: int, level: float) -> None:
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+
+
+def _percentile_interval(statistics: FloatArray, level: float, resamples: int) -> Interval:
+    """Percentile interval of the defined (non-NaN) resample statistics."""
+    defined = statistics[~np.isnan(statistics)]
+    if not defined.size:
+        return Interval(None, None, level, resamples)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(defined, [tail, 1.0 - tail])
+    return Interval(float(low), float(high), level, resamples)
+
+
+def _capped(resamples: int, n: int, max_work: int) -> int:
+    """Resamples to draw for ``n`` values under a resamples x values budget of ``max_work``."""
+    return min(resamples, max(BOOTSTRAP_MIN_CAPPED_RESAMPLES, max_work // max(n, 1)))
+
+
+def _row_pearson(a: FloatArray, b: FloatArray) -> FloatArray:
+    """Pearson correlation of each row of ``a`` with the same row of ``b`` (NaN if constant)."""
+    constant = (a.min(axis=1) == a.max(axis=1)) | (b.min(axis=1) == b.max(axis=1))
+    a = a - a.mean(axis=1, keepdims=True)
+    b = b - b.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.einsum("ij,ij->i", a, b) / np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
+    r[constant] = np.nan
+    return np.clip(r, -1.0, 1.0)
+
+
+def _resample_ranks(dense: NDArray[np.intp], num_groups: int, idx: NDArray[np.intp]) -> FloatArray:
+    """Average ranks (1-based, ties averaged) of the values drawn in each row of ``idx``.
+
+    ``dense[i]`` is the dense rank (0-based) of value ``i`` among ``num_groups`` distinct
+    values.  Counting how often each distinct value was drawn gives every rank without
+    sorting a resample: a value's average rank is the number of drawn values below it plus
+    (its count + 1) / 2.
+    """
+    rows, n = idx.shape
+    drawn = dense[idx] + (np.arange(rows) * num_groups)[:, None]
+    counts = np.bincount(drawn.ravel(), minlength=rows * num_groups).astype(np.float64)
+    counts = counts.reshape(rows, num_groups)
+    average = np.cumsum(counts, axis=1) - (counts - 1.0) / 2.0
+    return average.ravel()[drawn]
+
+
+def _resample_statistic(x: FloatArray, y: FloatArray, metric: str) -> Callable[[NDArray[np.intp]], FloatArray]:
+    """A function giving ``metric`` on each resample ``(x[idx[r]], y[idx[r]])`` of an index
+    matrix ``idx``, NaN where it is undefined (a constant side)."""
+    if metric == "sign_agreement":
+        agree = (np.sign(x) == np.sign(y)).astype(np.float64)
+        return lambda idx: agree[idx].mean(axis=1)
+    if metric == "pearson":
+        return lambda idx: _row_pearson(x[idx], y[idx])
+    if metric == "spearman":
+        x_dense = stats.rankdata(x, method="dense").astype(np.intp) - 1
+        y_dense = stats.rankdata(y, method="dense").astype(np.intp) - 1
+        x_groups, y_groups = int(x_dense.max()) + 1, int(y_dense.max()) + 1
+        return lambda idx: _row_pearson(
+            _resample_ranks(x_dense, x_groups, idx), _resample_ranks(y_dense, y_groups, idx)
+        )
+
+    def kendall(idx: NDArray[np.intp]) -> FloatArray:
+        out = np.full(idx.shape[0], np.nan)
+        for row, draw in enumerate(idx):
+            xs, ys = x[draw], y[draw]
+            if not (_is_constant(xs) or _is_constant(ys)):
+                out[row] = stats.kendalltau(xs, ys).statistic
+        return out
+
+    return kendall
+
+
+def bootstrap_point_ci(
+    labels: ArrayLike,
+    scores: ArrayLike,
+    metric: str,
+    *,
+    resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Seeded percentile-bootstrap interval of a pointwise metric, resampling pairs.
+
+    NaN pairs are dropped first; each resample draws that many pairs with replacement.
+    Resamples on which the metric is undefined (a constant side) are left out of the
+    percentiles.  Pearson, Spearman and sign agreement are vectorised over resamples;
+    Kendall's tau is computed one resample at a time.  Work is capped at
+    :data:`BOOTSTRAP_MAX_WORK` (:data:`KENDALL_BOOTSTRAP_MAX_WORK` for Kendall) resampled
+    pairs, never going below :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES` resamples.  The same
+    inputs and ``seed`` always give the same interval.
+    """
+    _check_metric(metric)
+    _check_bootstrap(resamples, level)
+    x, y, _ = _paired(labels, scores)
+    n = int(x.size)
+    if n < 2 or (metric in _CORRELATION_METRICS and (_is_constant(x) or _is_constant(y))):
+        return Interval(None, None, level, 0)
+    max_work = KENDALL_BOOTSTRAP_MAX_WORK if metric == "kendall_tau" else BOOTSTRAP_MAX_WORK
+    total = _capped(resamples, n, max_work)
+    statistic = _resample_statistic(x, y, metric)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, BOOTSTRAP_CHUNK_ELEMENTS // n)
+    parts = [
+        statistic(rng.integers(0, n, size=(min(chunk, total - start), n))) for start in range(0, total, chunk)
+    ]
+    return _percentile_interval(np.concatenate(parts), level, total)
+
+
+def bootstrap_ranking_ci(
+    per_state: Sequence[float | None],
+    *,
+    resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Seeded percentile-bootstrap interval of the mean ranking Spearman, resampling states.
+
+    Skipped states (``None`` or NaN) are left out first; fewer than two valid states give
+    ``None`` bounds.
+    """
+    _check_bootstrap(resamples, level)
+    valid = _valid(per_state)
+    n = int(valid.size)
+    if n < 2:
+        return Interval(None, None, level, 0)
+    total = _capped(resamples, n, BOOTSTRAP_MAX_WORK)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, BOOTSTRAP_CHUNK_ELEMENTS // n)
+    means = [
+        valid[rng.integers(0, n, size=(min(chunk, total - start), n))].mean(axis=1)
+        for start in range(0, total, chunk)
+    ]
+    return _percentile_interval(np.concatenate(means), level, total)

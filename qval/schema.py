@@ -1,0 +1,260 @@
+"""The QVal dataset schema: states, candidate actions and their reference labels.
+
+A dataset is a list of *states* sampled from agent trajectories.  Every state carries a
+small set of *candidate actions*; exactly one of them is the action the collecting actor
+took.  That gives two kinds of evaluation point per state:
+
+* the **pointwise** point: the actor's candidate (target ``q``) or the state itself
+  (target ``v``);
+* the **ranking** point: all candidates of the state, ranked within the state.
+
+Labels are kept apart from inputs: ``q_labels`` maps every candidate id to its reference
+Q-value, ``v_labels`` maps every state id to its reference V-value.  On disk a dataset is a
+directory of JSON Lines files plus a manifest (see :meth:`Dataset.write`), and its
+*fingerprint* is a SHA-256 over a canonical serialisation of inputs, labels and the
+building configuration, so two builds with the same configuration have the same
+fingerprint.
+
+This module is Django-free: the CLI, the workers and method containers use it directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+SPLITS: tuple[str, ...] = ("train", "dev", "test")
+"""Split names. ``train`` and ``dev`` labels are public, ``test`` labels are hidden."""
+
+PUBLIC_SPLITS: frozenset[str] = frozenset({"train", "dev"})
+
+TARGETS: tuple[str, ...] = ("q", "v")
+"""``q``: a score per candidate action; ``v``: a score per state."""
+
+SCHEMA_VERSION = 1
+
+
+class SchemaError(ValueError):
+    """A dataset directory or record that does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate action of a state."""
+
+    id: str
+    state_id: str
+    index: int
+    action: str
+    next_state: str
+    is_actor: bool
+    next_image: str | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """One sampled state of a trajectory with its candidate actions."""
+
+    id: str
+    split: str
+    trajectory: int
+    step: int
+    task: str
+    observation: str
+    history: tuple[str, ...]
+    candidates: tuple[Candidate, ...]
+    image: str | None = None
+
+    @property
+    def actor_candidate(self) -> Candidate:
+        """The candidate the collecting actor took (exactly one per state)."""
+        actors = [c for c in self.candidates if c.is_actor]
+        if len(actors) != 1:
+            raise SchemaError(f"state {self.id}: expected exactly one actor candidate, found {len(actors)}")
+        return actors[0]
+
+
+@dataclass
+class Manifest:
+    """Provenance and labelling settings of a dataset version."""
+
+    slug: str
+    name: str
+    version: str
+    environment: str
+    description: str
+    modalities: list[str]
+    labelling: dict[str, Any]
+    config: dict[str, Any]
+    schema_version: int = SCHEMA_VERSION
+    fingerprint: str = ""
+    build_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``slug@version``, the dataset's public name."""
+        return f"{self.slug}@{self.version}"
+
+
+@dataclass
+class Dataset:
+    """A whole dataset: manifest, states (with candidates) and labels."""
+
+    manifest: Manifest
+    states: list[State]
+    q_labels: dict[str, float]
+    v_labels: dict[str, float]
+
+    # -- views -------------------------------------------------------------------------
+    def states_in(self, split: str) -> list[State]:
+        """States of one split, in dataset order."""
+        return [s for s in self.states if s.split == split]
+
+    def point_ids(self, split: str, target: str) -> list[str]:
+        """The pointwise evaluation ids of a split, in dataset order.
+
+        Target ``q``: the actor candidate of every state; target ``v``: every state.
+        This is the order the QVal reference JSON format's ``values`` list follows.
+        """
+        if target == "q":
+            return [s.actor_candidate.id for s in self.states_in(split)]
+        if target == "v":
+            return [s.id for s in self.states_in(split)]
+        raise SchemaError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+
+    def labels_for(self, target: str) -> dict[str, float]:
+        """The label mapping of a target."""
+        if target == "q":
+            return self.q_labels
+        if target == "v":
+            return self.v_labels
+        raise SchemaError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+
+    # -- fingerprint -------------------------------------------------------------------
+    def compute_fingerprint(self) -> str:
+        """SHA-256 over manifest settings, inputs and labels (not build timings)."""
+        h = hashlib.sha256()
+        head = {
+            "schema_version": self.manifest.schema_version,
+            "slug": self.manifest.slug,
+            "version": self.manifest.version,
+            "environment": self.manifest.environment,
+            "labelling": self.manifest.labelling,
+            "config": self.manifest.config,
+        }
+        h.update(_canonical(head))
+        for state in self.states:
+            h.update(_canonical(_state_record(state)))
+            for cand in state.candidates:
+                h.update(_canonical(asdict(cand)))
+        h.update(_canonical(sorted(self.q_labels.items())))
+        h.update(_canonical(sorted(self.v_labels.items())))
+        return h.hexdigest()
+
+    # -- I/O ---------------------------------------------------------------------------
+    def write(self, directory: str | Path) -> Path:
+        """Write the dataset to ``directory`` and return it.
+
+        Files: ``manifest.json``, ``states.jsonl``, ``candidates.jsonl`` and
+        ``labels.jsonl`` (``{"id", "target", "value"}``; kept apart so inputs can be
+        handed out without labels).
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.manifest.fingerprint = self.compute_fingerprint()
+        _write_jsonl(directory / "states.jsonl", (_state_record(s) for s in self.states))
+        _write_jsonl(
+            directory / "candidates.jsonl",
+            (asdict(c) for s in self.states for c in s.candidates),
+        )
+        labels = [{"id": k, "target": "q", "value": v} for k, v in self.q_labels.items()]
+        labels += [{"id": k, "target": "v", "value": v} for k, v in self.v_labels.items()]
+        _write_jsonl(directory / "labels.jsonl", labels)
+        (directory / "manifest.json").write_text(
+            json.dumps(asdict(self.manifest), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        return directory
+
+    @classmethod
+    def read(cls, directory: str | Path) -> "Dataset":
+        """Read a dataset written by :meth:`write`, checking its fingerprint."""
+        directory = Path(directory)
+        try:
+            manifest = Manifest(**json.loads((directory / "manifest.json").read_text(encoding="utf-8")))
+        except (OSError, TypeError, json.JSONDecodeError) as exc:
+            raise SchemaError(f"{directory}/manifest.json: {exc}") from exc
+        by_state: dict[str, list[Candidate]] = {}
+        for rec in _read_jsonl(directory / "candidates.jsonl"):
+            cand = Candidate(**rec)
+            by_state.setdefault(cand.state_id, []).append(cand)
+        states = []
+        for rec in _read_jsonl(directory / "states.jsonl"):
+            rec["history"] = tuple(rec["history"])
+            rec["candidates"] = tuple(sorted(by_state.get(rec["id"], []), key=lambda c: c.index))
+            states.append(State(**rec))
+        q_labels: dict[str, float] = {}
+        v_labels: dict[str, float] = {}
+        for rec in _read_jsonl(directory / "labels.jsonl"):
+            (q_labels if rec["target"] == "q" else v_labels)[rec["id"]] = float(rec["value"])
+        ds = cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels)
+        expected = manifest.fingerprint
+        actual = ds.compute_fingerprint()
+        if expected != actual:
+            raise SchemaError(f"{directory}: fingerprint mismatch (manifest {expected}, content {actual})")
+        return ds
+
+    def validate(self) -> None:
+        """Check internal consistency: unique ids, one actor per state, every label present."""
+        seen: set[str] = set()
+        for state in self.states:
+            if state.split not in SPLITS:
+                raise SchemaError(f"state {state.id}: split {state.split!r} not in {SPLITS}")
+            if state.id in seen:
+                raise SchemaError(f"duplicate id {state.id}")
+            seen.add(state.id)
+            state.actor_candidate  # noqa: B018 - raises when not exactly one
+            if state.id not in self.v_labels:
+                raise SchemaError(f"state {state.id} has no V label")
+            for cand in state.candidates:
+                if cand.id in seen:
+                    raise SchemaError(f"duplicate id {cand.id}")
+                seen.add(cand.id)
+                if cand.state_id != state.id:
+                    raise SchemaError(f"candidate {cand.id} points at state {cand.state_id}, not {state.id}")
+                if cand.id not in self.q_labels:
+                    raise SchemaError(f"candidate {cand.id} has no Q label")
+
+
+def _state_record(state: State) -> dict[str, Any]:
+    rec = asdict(state)
+    rec.pop("candidates")
+    rec["history"] = list(state.history)
+    return rec
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
+
+
+def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, sort_keys=True, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise SchemaError(f"{path}:{lineno}: {exc}") from exc
+    except OSError as exc:
+        raise SchemaError(f"{path}: {exc}") from exc
