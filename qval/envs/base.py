@@ -1,0 +1,179 @@
+"""The environment adapter interface used by the labeller and the dataset builder.
+
+:mod:`qval.labelling` and :mod:`qval.build` talk to environments only through
+:class:`Environment`, so a new environment (FrozenLake now; ALFWorld, MiniWoB later) is
+added by writing one adapter.
+
+Conventions every adapter follows:
+
+* **Actions are text.**  An action is identified by the text an agent would read and emit
+  (FrozenLake: ``"move left"``); the adapter maps it to its native action.  The trajectory
+  history is therefore the list of action texts, which is what a dataset state stores.
+* **Stateful.**  An adapter holds one current episode: :meth:`Environment.reset` starts a
+  task, :meth:`Environment.step` advances it, :meth:`Environment.observation` renders it.
+* **Horizon counted from the start of the episode.**  The episode is *done* when the
+  environment terminates or when ``horizon`` actions have been taken since
+  :meth:`Environment.reset`.  A restored state keeps its step count, so the actions left
+  after restoring a state at step ``t`` are ``horizon - t``.
+* **Snapshots.**  :meth:`Environment.snapshot` captures the current state and
+  :meth:`Environment.restore` returns to it.  The generic restore resets the task and
+  replays the action history; an adapter may store a direct state in a subclass of
+  :class:`Snapshot` and restore it without replay.
+* **Policies.**  :meth:`Environment.reference_action` is the strong reference policy the
+  labels follow; :meth:`Environment.actor_action` is the collecting actor, the reference
+  policy with ε-uniform noise drawn from a caller-seeded RNG.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+
+class EpisodeOver(RuntimeError):
+    """:meth:`Environment.step` was called on an episode that is done."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What :meth:`Environment.restore` needs to return to a state.
+
+    ``task`` and ``history`` (the action texts taken since reset) are enough for the
+    generic restore by replay; adapters may subclass this to add a direct state.
+    """
+
+    task: str
+    history: tuple[str, ...]
+
+    @property
+    def step(self) -> int:
+        """Actions taken since the start of the episode."""
+        return len(self.history)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The outcome of one :meth:`Environment.step`."""
+
+    observation: str
+    reward: float
+    done: bool
+
+
+class Environment(ABC):
+    """An environment adapter: one current episode of one task at a time.
+
+    Subclasses implement the ``_reset``/``_step`` hooks and the abstract methods; this base
+    class keeps the task, the action history and the horizon bookkeeping.
+    """
+
+    name: ClassVar[str]
+    """Environment id recorded in a dataset manifest (``Manifest.environment``)."""
+
+    reference_policy: ClassVar[str]
+    """Human-readable name of the reference policy (``Manifest.labelling``)."""
+
+    def __init__(self, horizon: int) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be positive, got {horizon}")
+        self.horizon = horizon
+        self._task: str | None = None
+        self._history: list[str] = []
+        self._terminated = False
+
+    # -- what an adapter implements ----------------------------------------------------
+    @property
+    @abstractmethod
+    def tasks(self) -> Sequence[str]:
+        """The task ids :meth:`reset` accepts, in a fixed order."""
+
+    @abstractmethod
+    def config(self) -> dict[str, Any]:
+        """JSON-serialisable settings that define the environment (recorded in a manifest)."""
+
+    @abstractmethod
+    def _reset(self, task: str) -> None:
+        """Start a new episode of ``task`` (already checked to be in :attr:`tasks`)."""
+
+    @abstractmethod
+    def _step(self, action: str) -> tuple[float, bool]:
+        """Apply ``action`` (a candidate of the current state); return (reward, terminated)."""
+
+    @abstractmethod
+    def observation(self) -> str:
+        """The text observation of the current state."""
+
+    @abstractmethod
+    def candidates(self) -> list[str]:
+        """The candidate actions of the current state, in a fixed order."""
+
+    @abstractmethod
+    def reference_action(self) -> str:
+        """The reference policy's action in the current state."""
+
+    # -- episode bookkeeping -----------------------------------------------------------
+    @property
+    def task(self) -> str:
+        """The task of the current episode."""
+        if self._task is None:
+            raise RuntimeError("no episode: call reset() first")
+        return self._task
+
+    @property
+    def steps(self) -> int:
+        """Actions taken since the start of the current episode."""
+        return len(self._history)
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        """The action texts taken since the start of the current episode."""
+        return tuple(self._history)
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode has terminated or used up its horizon."""
+        return self._terminated or self.steps >= self.horizon
+
+    def reset(self, task: str) -> str:
+        """Start a new episode of ``task``; return its first observation."""
+        if task not in self.tasks:
+            raise KeyError(f"unknown task {task!r} for environment {self.name!r}")
+        self._reset(task)
+        self._task = task
+        self._history = []
+        self._terminated = False
+        return self.observation()
+
+    def step(self, action: str) -> StepResult:
+        """Take ``action``; raises :class:`EpisodeOver` when the episode is done."""
+        if self.done:
+            raise EpisodeOver(f"episode of {self.task!r} is done after {self.steps} steps")
+        if action not in self.candidates():
+            raise ValueError(f"{action!r} is not a candidate action here: {self.candidates()}")
+        reward, terminated = self._step(action)
+        self._history.append(action)
+        self._terminated = terminated
+        return StepResult(observation=self.observation(), reward=reward, done=self.done)
+
+    # -- snapshots ---------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The current state, for :meth:`restore`."""
+        return Snapshot(task=self.task, history=self.history)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Return to ``snapshot``: generic version, reset the task and replay its history."""
+        self.reset(snapshot.task)
+        for action in snapshot.history:
+            self.step(action)
+
+    # -- the collecting actor ----------------------------------------------------------
+    def actor_action(self, rng: random.Random, epsilon: float) -> str:
+        """The reference action, or with probability ``epsilon`` a uniformly random candidate.
+
+        Exactly one ``rng.random()`` draw per call, plus one ``rng.choice`` when exploring.
+        """
+        if rng.random() < epsilon:
+            return rng.choice(self.candidates())
+        return self.reference_action()

@@ -1,0 +1,81 @@
+"""Reference Q- and V-values by Max-Value Monte Carlo under an environment's reference policy.
+
+For a state ``s`` (a :class:`~qval.envs.base.Snapshot`) and a candidate action ``a``:
+
+* one **rollout** restores ``s``, forces ``a``, then follows
+  :meth:`~qval.envs.base.Environment.reference_action` until the episode is done (terminated
+  or out of horizon, which is counted from the start of the episode), and returns the
+  discounted return ``sum_k discount**k * r_k`` where ``r_0`` is the forced action's reward;
+* ``Q(s, a)`` is the **maximum** over ``num_rollouts`` rollouts (Max-Value Monte Carlo; one
+  rollout suffices for a deterministic environment and policy);
+* ``V(s)`` is the same without forcing: the reference policy acts from ``s`` itself.
+
+Only the :class:`~qval.envs.base.Environment` interface is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qval.envs.base import Environment, Snapshot
+
+AGGREGATION = "max"
+"""How the returns of several rollouts are combined (recorded in a manifest)."""
+
+
+@dataclass(frozen=True)
+class StateLabels:
+    """The labels of one state: ``q[i]`` is the Q-value of ``candidates[i]``."""
+
+    candidates: tuple[str, ...]
+    q: tuple[float, ...]
+    v: float
+
+
+def rollout_return(env: Environment, snapshot: Snapshot, first_action: str | None, discount: float) -> float:
+    """Discounted return of one rollout from ``snapshot``.
+
+    ``first_action`` is forced first (``None``: the reference policy acts from the start).
+    """
+    env.restore(snapshot)
+    total, weight = 0.0, 1.0
+    if first_action is not None:
+        total += env.step(first_action).reward
+        weight = discount
+    while not env.done:
+        total += weight * env.step(env.reference_action()).reward
+        weight *= discount
+    return total
+
+
+def q_value(env: Environment, snapshot: Snapshot, action: str, *, discount: float, num_rollouts: int = 1) -> float:
+    """``Q(snapshot, action)``: the maximum discounted return over ``num_rollouts`` rollouts."""
+    _check(discount, num_rollouts)
+    return max(rollout_return(env, snapshot, action, discount) for _ in range(num_rollouts))
+
+
+def v_value(env: Environment, snapshot: Snapshot, *, discount: float, num_rollouts: int = 1) -> float:
+    """``V(snapshot)``: the maximum discounted return of the reference policy over ``num_rollouts``."""
+    _check(discount, num_rollouts)
+    return max(rollout_return(env, snapshot, None, discount) for _ in range(num_rollouts))
+
+
+def label_state(
+    env: Environment,
+    snapshot: Snapshot,
+    candidates: tuple[str, ...],
+    *,
+    discount: float,
+    num_rollouts: int = 1,
+) -> StateLabels:
+    """Q-values of every candidate and the V-value of ``snapshot``."""
+    q = tuple(q_value(env, snapshot, a, discount=discount, num_rollouts=num_rollouts) for a in candidates)
+    v = v_value(env, snapshot, discount=discount, num_rollouts=num_rollouts)
+    return StateLabels(candidates=candidates, q=q, v=v)
+
+
+def _check(discount: float, num_rollouts: int) -> None:
+    if not 0.0 < discount <= 1.0:
+        raise ValueError(f"discount must be in (0, 1], got {discount}")
+    if num_rollouts < 1:
+        raise ValueError(f"num_rollouts must be at least 1, got {num_rollouts}")
