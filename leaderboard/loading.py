@@ -1,0 +1,150 @@
+"""Moving datasets between their on-disk form (:mod:`qval.schema`) and the database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import transaction
+
+from qval import schema
+from qval.scoring import Truth
+
+from .models import Candidate, Dataset, Environment, Label, LabelSet, State
+
+ENVIRONMENTS = {
+    "frozenlake": {
+        "name": "FrozenLake",
+        "description": "Gymnasium's FrozenLake grid world: reach the goal without falling into a hole.",
+        "url": "https://gymnasium.farama.org/environments/toy_text/frozen_lake/",
+    },
+}
+
+
+class DatasetConflict(RuntimeError):
+    """A dataset version already exists with different content (datasets are immutable)."""
+
+
+@transaction.atomic
+def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
+    """Store ``ds`` in the database; return ``(dataset, created)``.
+
+    Loading the same content twice is a no-op; loading different content under an
+    existing ``slug@version`` raises :class:`DatasetConflict`.
+    """
+    ds.validate()
+    fingerprint = ds.compute_fingerprint()
+    m = ds.manifest
+    existing = Dataset.objects.filter(slug=m.slug, version=m.version).first()
+    if existing is not None:
+        if existing.fingerprint != fingerprint:
+            raise DatasetConflict(
+                f"{m.key} already exists with fingerprint {existing.fingerprint[:12]}…, "
+                f"the new build has {fingerprint[:12]}…; a changed build needs a new version"
+            )
+        return existing, False
+    env_info = ENVIRONMENTS.get(m.environment, {"name": m.environment})
+    env, _ = Environment.objects.get_or_create(slug=m.environment, defaults=env_info)
+    manifest = {k: v for k, v in vars(m).items()}
+    manifest["fingerprint"] = fingerprint
+    dataset = Dataset.objects.create(
+        environment=env,
+        slug=m.slug,
+        version=m.version,
+        name=m.name,
+        description=m.description,
+        fingerprint=fingerprint,
+        modalities=list(m.modalities),
+        manifest=manifest,
+    )
+    states = State.objects.bulk_create(
+        State(
+            dataset=dataset,
+            external_id=s.id,
+            position=i,
+            split=s.split,
+            trajectory=s.trajectory,
+            step=s.step,
+            task=s.task,
+            observation=s.observation,
+            history=list(s.history),
+            image=s.image,
+        )
+        for i, s in enumerate(ds.states)
+    )
+    Candidate.objects.bulk_create(
+        Candidate(
+            state=db_state,
+            external_id=c.id,
+            index=c.index,
+            action=c.action,
+            next_state=c.next_state,
+            is_actor=c.is_actor,
+            next_image=c.next_image,
+        )
+        for db_state, s in zip(states, ds.states)
+        for c in s.candidates
+    )
+    lab = m.labelling
+    labelset = LabelSet.objects.create(
+        dataset=dataset,
+        reference_policy=lab["reference_policy"],
+        discount=lab["discount"],
+        num_rollouts=lab["num_rollouts"],
+        aggregation=lab.get("aggregation", "max"),
+        horizon=lab.get("horizon"),
+    )
+    labels = []
+    for s in ds.states:
+        labels.append(Label(labelset=labelset, split=s.split, target="v", item_id=s.id, value=ds.v_labels[s.id]))
+        labels.extend(
+            Label(labelset=labelset, split=s.split, target="q", item_id=c.id, value=ds.q_labels[c.id])
+            for c in s.candidates
+        )
+    Label.objects.bulk_create(labels, batch_size=5000)
+    return dataset, True
+
+
+@dataclass(frozen=True)
+class SplitIds:
+    """Ids a prediction file for one dataset split and target may contain."""
+
+    point_ids: list[str]
+    allowed_ids: set[str]
+
+
+def split_ids(dataset: Dataset, split: str, target: str) -> SplitIds:
+    """The evaluation ids (dataset order) and every acceptable id of a split/target; no labels."""
+    states = State.objects.filter(dataset=dataset, split=split).order_by("position")
+    if target == "v":
+        ids = list(states.values_list("external_id", flat=True))
+        return SplitIds(point_ids=ids, allowed_ids=set(ids))
+    cands = Candidate.objects.filter(state__in=states).order_by("state__position", "index")
+    point_ids: list[str] = []
+    allowed: set[str] = set()
+    for cid, is_actor in cands.values_list("external_id", "is_actor"):
+        allowed.add(cid)
+        if is_actor:
+            point_ids.append(cid)
+    return SplitIds(point_ids=point_ids, allowed_ids=allowed)
+
+
+def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
+    """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only)."""
+    labels = dict(
+        Label.objects.filter(labelset__dataset=dataset, split=split, target=target).values_list("item_id", "value")
+    )
+    ids = split_ids(dataset, split, target)
+    point_labels = np.array([labels[i] for i in ids.point_ids], dtype=np.float64)
+    if target == "v":
+        return Truth(point_ids=ids.point_ids, point_labels=point_labels)
+    group_ids: list[list[str]] = []
+    current_state = None
+    cands = Candidate.objects.filter(state__dataset=dataset, state__split=split).order_by("state__position", "index")
+    for state_id, cid in cands.values_list("state_id", "external_id"):
+        if state_id != current_state:
+            group_ids.append([])
+            current_state = state_id
+        group_ids[-1].append(cid)
+    group_labels = [np.array([labels[c] for c in g], dtype=np.float64) for g in group_ids]
+    return Truth(point_ids=ids.point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)

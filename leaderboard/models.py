@@ -1,0 +1,162 @@
+"""Datasets (inputs and hidden labels), methods and backbones.
+
+Inputs (:class:`State`, :class:`Candidate`) and labels (:class:`Label`) live in separate
+tables so that no query written for inputs can return a label by accident. A dataset
+version is immutable: it is loaded once from a directory written by :mod:`qval.build`, and
+its ``fingerprint`` is the content hash :meth:`qval.schema.Dataset.compute_fingerprint`.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+SPLIT_CHOICES = [("train", "train"), ("dev", "dev"), ("test", "test")]
+TARGET_CHOICES = [("q", "Q (state–action)"), ("v", "V (state)")]
+MODALITY_CHOICES = [("text", "text"), ("image", "image")]
+
+
+class Environment(models.Model):
+    """A multi-turn environment datasets are collected from (FrozenLake, ALFWorld, …)."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    url = models.URLField(blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Dataset(models.Model):
+    """One immutable, versioned dataset such as ``frozenlake-8x8@1.0``."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="datasets")
+    slug = models.SlugField()
+    version = models.CharField(max_length=20)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    fingerprint = models.CharField(max_length=64)
+    modalities = models.JSONField(default=list)
+    manifest = models.JSONField(default=dict, help_text="Provenance and build configuration.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["slug", "version"], name="dataset_slug_version")]
+        ordering = ["slug", "-version"]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def key(self) -> str:
+        """``slug@version``."""
+        return f"{self.slug}@{self.version}"
+
+    @classmethod
+    def lookup(cls, key: str) -> "Dataset | None":
+        """The dataset named ``slug@version``, or the newest version of ``slug``."""
+        slug, _, version = key.partition("@")
+        qs = cls.objects.filter(slug=slug)
+        if version:
+            qs = qs.filter(version=version)
+        return qs.order_by("-created_at").first()
+
+
+class State(models.Model):
+    """A sampled state of a trajectory (one pointwise V point, one ranking point)."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="states")
+    external_id = models.CharField(max_length=100)
+    position = models.PositiveIntegerField(help_text="Order of the state in the dataset.")
+    split = models.CharField(max_length=8, choices=SPLIT_CHOICES)
+    trajectory = models.PositiveIntegerField()
+    step = models.PositiveIntegerField()
+    task = models.CharField(max_length=200)
+    observation = models.TextField()
+    history = models.JSONField(default=list)
+    image = models.CharField(max_length=300, blank=True, null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["dataset", "external_id"], name="state_unique_id")]
+        indexes = [models.Index(fields=["dataset", "split", "position"])]
+        ordering = ["position"]
+
+
+class Candidate(models.Model):
+    """A candidate action of a state; exactly one per state is the actor's action."""
+
+    state = models.ForeignKey(State, on_delete=models.CASCADE, related_name="candidates")
+    external_id = models.CharField(max_length=100)
+    index = models.PositiveSmallIntegerField()
+    action = models.TextField()
+    next_state = models.TextField()
+    is_actor = models.BooleanField()
+    next_image = models.CharField(max_length=300, blank=True, null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["state", "index"], name="candidate_unique_index")]
+        indexes = [models.Index(fields=["external_id"])]
+        ordering = ["state__position", "index"]
+
+
+class LabelSet(models.Model):
+    """How a dataset's labels were produced (reference policy, γ, rollouts, aggregation)."""
+
+    dataset = models.OneToOneField(Dataset, on_delete=models.CASCADE, related_name="labelset")
+    reference_policy = models.CharField(max_length=200)
+    discount = models.FloatField()
+    num_rollouts = models.PositiveIntegerField()
+    aggregation = models.CharField(max_length=20, default="max")
+    horizon = models.PositiveIntegerField(null=True)
+
+
+class Label(models.Model):
+    """A reference value: Q of a candidate (target q) or V of a state (target v).
+
+    Test-split labels must never reach a user: only the scoring worker and the
+    maintainer-only ``export_labels`` command read this table for the test split.
+    """
+
+    labelset = models.ForeignKey(LabelSet, on_delete=models.CASCADE, related_name="labels")
+    split = models.CharField(max_length=8, choices=SPLIT_CHOICES)
+    target = models.CharField(max_length=1, choices=TARGET_CHOICES)
+    item_id = models.CharField(max_length=100, help_text="Candidate id (q) or state id (v).")
+    value = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["labelset", "target", "item_id"], name="label_unique")]
+        indexes = [models.Index(fields=["labelset", "split", "target"])]
+
+
+class Method(models.Model):
+    """A dense supervision method (one row per name; backbones are separate)."""
+
+    FAMILIES = [
+        ("direct", "Direct"),
+        ("ranking", "Ranking"),
+        ("intrinsic", "Intrinsic"),
+        ("self-distillation", "Self-Distillation"),
+        ("code", "Code"),
+        ("embedding", "Embedding"),
+        ("pre-trained", "Pre-trained"),
+        ("learned", "Learned"),
+        ("other", "Other"),
+    ]
+    name = models.CharField(max_length=100, unique=True)
+    family = models.CharField(max_length=20, choices=FAMILIES, default="other")
+    description = models.TextField(blank=True)
+    paper_url = models.URLField(blank=True)
+    code_url = models.URLField(blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Backbone(models.Model):
+    """The model a method runs on (an LLM, a VLM, CLIP, …)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return self.name

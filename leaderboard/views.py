@@ -1,0 +1,96 @@
+"""Public pages: home, leaderboard, datasets and their downloads."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from qval.schema import PUBLIC_SPLITS
+
+from .exports import DOWNLOAD_COLUMNS, DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows, render_download, split_frame
+from .models import Dataset, Environment, Method
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """What QVal measures, and where to start."""
+    return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment")})
+
+
+def board(request: HttpRequest) -> HttpResponse:
+    """The leaderboard table, sortable and filterable through query parameters."""
+    filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
+    sort = request.GET.get("sort", "-spearman")
+    options = {
+        "environment": list(Environment.objects.values_list("slug", "name")),
+        "dataset": [(d.key, d.key) for d in Dataset.objects.all()],
+        "split": [("dev", "dev"), ("test", "test")],
+        "target": [("q", "Q"), ("v", "V")],
+        "modality": [("text", "text"), ("image", "image")],
+        "family": Method.FAMILIES,
+    }
+    return render(
+        request,
+        "leaderboard/board.html",
+        {"rows": leaderboard_rows(filters, sort), "filters": filters, "sort": sort, "options": options},
+    )
+
+
+def dataset_list(request: HttpRequest) -> HttpResponse:
+    """All dataset versions."""
+    return render(request, "leaderboard/datasets.html", {"datasets": Dataset.objects.select_related("environment")})
+
+
+def _dataset_by_key(key: str) -> Dataset:
+    ds = Dataset.lookup(key)
+    if ds is None:
+        raise Http404(f"no dataset {key}")
+    return ds
+
+
+def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
+    """Description, provenance, schema, counts and download links of one dataset."""
+    ds = _dataset_by_key(key)
+    counts = []
+    for split in ("train", "dev", "test"):
+        states = ds.states.filter(split=split)
+        n = states.count()
+        if n:
+            counts.append({"split": split, "states": n, "public": split in PUBLIC_SPLITS,
+                           "candidates": sum(len(s.candidates.all()) for s in states.prefetch_related("candidates"))})
+    example = ds.states.filter(split="dev").prefetch_related("candidates").first()
+    labelset = getattr(ds, "labelset", None)
+    return render(
+        request,
+        "leaderboard/dataset.html",
+        {
+            "ds": ds,
+            "counts": counts,
+            "example": example,
+            "labelset": labelset,
+            "columns": DOWNLOAD_COLUMNS,
+            "formats": list(DOWNLOAD_FORMATS),
+        },
+    )
+
+
+def dataset_download(request: HttpRequest, key: str) -> HttpResponse:
+    """Download a split as jsonl, csv or parquet (labels only for public splits)."""
+    ds = _dataset_by_key(key)
+    split = request.GET.get("split", "dev")
+    fmt = request.GET.get("format", "jsonl")
+    return download_response(ds, split, fmt)
+
+
+def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
+    """The HTTP response of a dataset download, with a clear 400 for bad arguments."""
+    if fmt not in DOWNLOAD_FORMATS:
+        return HttpResponse(f"unknown format {fmt!r}; choose one of {', '.join(DOWNLOAD_FORMATS)}\n",
+                            status=400, content_type="text/plain")
+    if not ds.states.filter(split=split).exists():
+        splits = sorted(set(ds.states.values_list("split", flat=True)))
+        return HttpResponse(f"dataset {ds.key} has no split {split!r}; choose one of {splits}\n",
+                            status=400, content_type="text/plain")
+    body = render_download(split_frame(ds, split), fmt)
+    resp = HttpResponse(body, content_type=DOWNLOAD_FORMATS[fmt])
+    resp["Content-Disposition"] = f'attachment; filename="{ds.slug}-{ds.version}-{split}.{fmt}"'
+    return resp

@@ -1,0 +1,4 @@
+"""The QVal Leaderboard Django project."""
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)

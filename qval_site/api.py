@@ -1,0 +1,149 @@
+"""REST API v1 (Django REST framework; token or session authentication).
+
+``GET  /api/v1/datasets/``                         dataset versions and their splits
+``GET  /api/v1/datasets/<key>/download/``          ?split=dev|test&format=jsonl|csv|parquet
+``POST /api/v1/submissions/``                      multipart upload of a predictions file
+``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
+``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=
+"""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from leaderboard.exports import DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows
+from leaderboard.models import MODALITY_CHOICES, Dataset
+from leaderboard.views import download_response
+from qval.schema import PUBLIC_SPLITS, TARGETS
+from submissions.models import Submission
+from submissions.serializers import submission_payload
+from submissions.services import SubmissionRejected, SubmissionRequest, create_submission
+
+
+def _dataset(key: str) -> Dataset:
+    ds = Dataset.lookup(key)
+    if ds is None:
+        raise Http404(f"no dataset {key}")
+    return ds
+
+
+class DatasetList(APIView):
+    """Every dataset version with its splits and counts."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        out = []
+        for ds in Dataset.objects.select_related("environment"):
+            splits = {}
+            for split in ("train", "dev", "test"):
+                n = ds.states.filter(split=split).count()
+                if n:
+                    splits[split] = {"states": n, "labels_public": split in PUBLIC_SPLITS}
+            out.append(
+                {
+                    "key": ds.key,
+                    "slug": ds.slug,
+                    "version": ds.version,
+                    "name": ds.name,
+                    "environment": ds.environment.slug,
+                    "fingerprint": ds.fingerprint,
+                    "modalities": ds.modalities,
+                    "splits": splits,
+                    "download": request.build_absolute_uri(f"/api/v1/datasets/{ds.key}/download/"),
+                }
+            )
+        return Response(out)
+
+
+class DatasetDownload(APIView):
+    """A split's states and candidates; labels only on public splits."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("split", str, enum=["train", "dev", "test"]),
+            OpenApiParameter("format", str, enum=list(DOWNLOAD_FORMATS)),
+        ],
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+    )
+    def get(self, request: Request, key: str) -> HttpResponse:
+        return download_response(_dataset(key), request.query_params.get("split", "dev"),
+                                 request.query_params.get("format", "jsonl"))
+
+
+class SubmissionUpload(serializers.Serializer):
+    """Fields of a predictions upload."""
+
+    file = serializers.FileField(allow_empty_file=True)
+    dataset = serializers.CharField(help_text="slug or slug@version")
+    split = serializers.ChoiceField(choices=["train", "dev", "test"])
+    target = serializers.ChoiceField(choices=list(TARGETS))
+    method_name = serializers.CharField(max_length=100)
+    backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
+
+
+class SubmissionCreate(APIView):
+    """Upload a predictions file; it is validated now and scored by a worker."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(request={"multipart/form-data": SubmissionUpload}, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request: Request) -> Response:
+        ser = SubmissionUpload(data=request.data)
+        if not ser.is_valid():
+            return Response({"errors": ser.errors}, status=status.HTTP_400_BAD_REQUEST)
+        data = ser.validated_data
+        req = SubmissionRequest(
+            dataset=data["dataset"],
+            split=data["split"],
+            target=data["target"],
+            method_name=data["method_name"],
+            backbone=data.get("backbone", ""),
+            modality=data.get("modality", "text"),
+        )
+        try:
+            sub = create_submission(request.user, req, data["file"])
+        except SubmissionRejected as exc:
+            return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
+        return Response(submission_payload(sub), status=status.HTTP_201_CREATED)
+
+
+class SubmissionDetail(APIView):
+    """One of the caller's submissions."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, pk: int) -> Response:
+        sub = Submission.objects.filter(pk=pk, user=request.user).first()
+        if sub is None:
+            return Response({"errors": {"id": [f"no submission {pk} of yours"]}}, status=status.HTTP_404_NOT_FOUND)
+        return Response(submission_payload(sub))
+
+
+class Leaderboard(APIView):
+    """Finished submissions with ρ, τ and ranking Spearman."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        parameters=[OpenApiParameter(k, str) for k in FILTER_KEYS] + [OpenApiParameter("sort", str)],
+        responses=inline_serializer("BoardRows", {"rows": serializers.ListField(child=serializers.DictField())}),
+    )
+    def get(self, request: Request) -> Response:
+        filters = {k: request.query_params.get(k, "") for k in FILTER_KEYS}
+        rows = leaderboard_rows(filters, request.query_params.get("sort", "-spearman"))
+        return Response({"rows": [r.as_dict() for r in rows]})

@@ -1,0 +1,33 @@
+"""URL routes of the site and the API."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from leaderboard import views as lb
+from submissions import views as sv
+
+from . import api
+
+urlpatterns = [
+    path("", lb.home, name="home"),
+    path("leaderboard/", lb.board, name="leaderboard"),
+    path("datasets/", lb.dataset_list, name="datasets"),
+    path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
+    path("datasets/<str:key>/download/", lb.dataset_download, name="dataset-download"),
+    path("submit/", sv.upload, name="upload"),
+    path("submissions/", sv.mine, name="my-submissions"),
+    path("submissions/<int:pk>/", sv.detail, name="submission"),
+    path("submissions/<int:pk>/status/", sv.status, name="submission-status"),
+    path("accounts/signup/", sv.signup, name="signup"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/datasets/", api.DatasetList.as_view(), name="api-datasets"),
+    path("api/v1/datasets/<str:key>/download/", api.DatasetDownload.as_view(), name="api-download"),
+    path("api/v1/submissions/", api.SubmissionCreate.as_view(), name="api-submissions"),
+    path("api/v1/submissions/<int:pk>/", api.SubmissionDetail.as_view(), name="api-submission"),
+    path("api/v1/leaderboard/", api.Leaderboard.as_view(), name="api-leaderboard"),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+]

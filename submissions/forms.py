@@ -1,0 +1,28 @@
+"""Forms of the upload page and sign-up."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth.forms import UserCreationForm
+
+from leaderboard.models import MODALITY_CHOICES, TARGET_CHOICES, Dataset
+
+
+class UploadForm(forms.Form):
+    """A predictions file for one dataset split and target."""
+
+    dataset = forms.ChoiceField()
+    split = forms.ChoiceField(choices=[("dev", "dev (labels public, unlimited)"), ("test", "test (hidden labels, daily quota)")])
+    target = forms.ChoiceField(choices=TARGET_CHOICES)
+    method_name = forms.CharField(max_length=100)
+    backbone = forms.CharField(max_length=100, required=False)
+    modality = forms.ChoiceField(choices=MODALITY_CHOICES, initial="text")
+    file = forms.FileField(allow_empty_file=True, help_text="CSV, JSONL or Parquet with id,score columns, or the QVal reference JSON.")
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in Dataset.objects.all()]
+
+
+class SignUpForm(UserCreationForm):
+    """User name and password."""

@@ -1,0 +1,48 @@
+"""The one JSON shape of a submission, used by the API and the polling pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .models import Submission
+
+
+def submission_payload(sub: Submission) -> dict[str, Any]:
+    """State, timeline, error, problems, coverage and results of a submission (no labels)."""
+    return {
+        "id": sub.pk,
+        "dataset": sub.dataset.key,
+        "split": sub.split,
+        "target": sub.target,
+        "method": sub.method_name,
+        "family": sub.method.family if sub.method else None,
+        "backbone": sub.backbone_name or None,
+        "modality": sub.modality,
+        "filename": sub.filename,
+        "format": sub.file_format,
+        "sha256": sub.sha256,
+        "size_bytes": sub.size_bytes,
+        "state": sub.state,
+        "final": sub.is_final,
+        "error": sub.error or None,
+        "fault": sub.fault or None,
+        "problems": sub.problems,
+        "coverage": sub.coverage,
+        "worker": sub.worker or None,
+        "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},
+        "results": [
+            {
+                "metric": r.metric,
+                "value": r.value,
+                "p_value": r.p_value,
+                "num_points": r.num_points,
+                "num_dropped": r.num_dropped,
+                "coverage": r.coverage,
+                "insufficient": r.insufficient,
+                "details": r.details,
+            }
+            for r in sub.results.all()
+        ]
+        if sub.state == Submission.FINISHED
+        else [],
+    }

@@ -1,0 +1,110 @@
+"""Shared fixtures: the FrozenLake dataset, a loaded copy in the test database, users,
+and a real Celery worker process for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qval import build, schema
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Send every task this test session queues to a Redis database of its own."""
+    from qval_site.celery import app
+
+    app.conf.broker_url = TEST_BROKER_URL
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """QVAL_DATA_DIR of this test session (uploads land in its ``media``)."""
+    return tmp_path_factory.mktemp("qval-data")
+
+
+@pytest.fixture(autouse=True)
+def _media_root(settings, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    settings.MEDIA_ROOT = data_dir / "media"
+
+
+@pytest.fixture(scope="session")
+def frozenlake(tmp_path_factory: pytest.TempPathFactory) -> schema.Dataset:
+    """The FrozenLake dataset built by our pipeline (once per session)."""
+    return build.build("frozenlake", tmp_path_factory.mktemp("frozenlake"))
+
+
+@pytest.fixture
+def loaded(db, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
+    """The FrozenLake dataset loaded into the test database."""
+    from leaderboard.loading import load_dataset
+
+    return load_dataset(frozenlake)[0]
+
+
+@pytest.fixture
+def user(db, django_user_model):  # type: ignore[no-untyped-def]
+    """A registered researcher."""
+    return django_user_model.objects.create_user(username="ada", password="correct-horse-battery")
+
+
+@pytest.fixture
+def api(user):  # type: ignore[no-untyped-def]
+    """A DRF client authenticated with the user's token."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, data_dir: Path):  # type: ignore[no-untyped-def]
+    """A real ``celery worker`` process on queue ``scoring``, using the test database and Redis."""
+    import redis
+    from django.db import connection
+
+    redis.Redis.from_url(TEST_BROKER_URL).flushdb()
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        CELERY_BROKER_URL=TEST_BROKER_URL,
+        QVAL_DATA_DIR=str(data_dir),
+    )
+    env.pop("QVAL_INPROCESS_WORKER", None)
+    log = open(data_dir / "worker.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", "scoring", "-c", "1",
+         "-n", f"test-scoring-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    yield proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.25):  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
