@@ -1,0 +1,21 @@
+# Quick start: `make up` then open http://127.0.0.1:8000 ; `make test` runs every test.
+.PHONY: up down test test-fast install
+
+up:
+	scripts/up.sh
+
+down:
+	scripts/down.sh
+
+install:
+	scripts/install.sh dev
+
+# Every test, including the slow ones (real Celery worker, real Chromium).
+test: install
+	@scripts/ensure-services.sh
+	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+# Skip the slow tests locally.
+test-fast: install
+	@scripts/ensure-services.sh
+	.venv/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make up`: install, pick the database and broker, migrate, load the bundled datasets and
+# start the web server and a Celery worker in the background on http://127.0.0.1:8000.
+#
+# Without DATABASE_URL: the local PostgreSQL and Redis on loopback (started if installed
+# but down). Where neither is available: an embedded SQLite file and an in-process worker.
+set -eu
+cd "$(dirname "$0")/.."
+scripts/install.sh run
+mkdir -p var/log var/run
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  services=$(scripts/ensure-services.sh)
+  if [ "$services" = "postgres=yes redis=yes" ]; then
+    export DATABASE_URL=postgres://postgres@127.0.0.1:5432/qval
+    export CELERY_BROKER_URL=${CELERY_BROKER_URL:-redis://127.0.0.1:6379/0}
+    mode="PostgreSQL on 127.0.0.1:5432 and a Celery worker on Redis 127.0.0.1:6379"
+  else
+    export DATABASE_URL="sqlite:///$PWD/var/qval.sqlite3"
+    export QVAL_INPROCESS_WORKER=1
+    mode="FALLBACK: embedded SQLite (var/qval.sqlite3) and an in-process worker ($services) — a laptop demo, not the tested set-up"
+  fi
+fi
+
+PY=.venv/bin/python
+$PY manage.py migrate --noinput -v 0
+$PY manage.py collectstatic --noinput -v 0
+$PY manage.py build_dataset frozenlake
+
+scripts/down.sh >/dev/null 2>&1 || true
+env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER)=' > var/run/env || true
+if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
+  nohup .venv/bin/celery -A qval_site worker -Q scoring -c 1 -n "scoring@%h" --loglevel INFO \
+    > var/log/worker.log 2>&1 &
+  echo $! > var/run/worker.pid
+fi
+nohup .venv/bin/gunicorn qval_site.wsgi -b 127.0.0.1:8000 -w 2 --timeout 120 \
+  > var/log/web.log 2>&1 &
+echo $! > var/run/web.pid
+for _ in $(seq 1 60); do
+  curl -fsS -o /dev/null http://127.0.0.1:8000/ 2>/dev/null && break
+  sleep 0.5
+done
+echo "QVal is up on http://127.0.0.1:8000 using $mode"
+echo "logs: var/log/web.log var/log/worker.log; stop with: make down"
