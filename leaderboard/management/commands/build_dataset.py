@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,11 +26,16 @@ class Command(BaseCommand):
         if name not in build.BUILDERS:
             raise CommandError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
 
+        interactive = sys.stderr.isatty()
+
         def progress(done: int, total: int, stage: str) -> None:
+            if not interactive and done not in (0, total):
+                return  # a log file gets the start and the end of each stage only
             width = 30
             filled = int(width * done / total) if total else width
-            sys.stderr.write(f"\r{stage:<12} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-            if done >= total:
+            start = "\r" if interactive else ""
+            sys.stderr.write(f"{start}{stage:<12} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+            if done >= total or not interactive:
                 sys.stderr.write("\n")
             sys.stderr.flush()
 
@@ -38,6 +44,7 @@ class Command(BaseCommand):
         out = Path(opts["out"] or Path(settings.QVAL_DATASETS_DIR) / f"{ds.manifest.slug}-{ds.manifest.version}")
         if out != staging:
             ds.write(out)
+            shutil.rmtree(staging)
         schema.Dataset.read(out)  # round trip: the files on disk carry the same fingerprint
         self.stdout.write(f"built {ds.manifest.key} fingerprint {ds.manifest.fingerprint} at {out}")
         if opts["no_load"]:

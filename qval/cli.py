@@ -1,0 +1,246 @@
+"""The ``qval`` command line: score locally, submit to a QVal site, follow a submission, download.
+
+``qval evaluate FILE --dataset DIR|SLUG --split dev``   score against public labels, no server
+                                                          needed for a dataset directory
+``qval submit FILE --dataset SLUG --split test --target q --method NAME``
+``qval status ID``
+``qval download SLUG --split dev [--format parquet] [--out PATH]``
+
+The server is ``--server``, else ``$QVAL_SERVER``, else the config file's ``server``, else
+http://127.0.0.1:8000. The token is ``$QVAL_TOKEN``, else the config file's ``token``; the config
+file is ``$QVAL_CONFIG`` or ``~/.config/qval/config.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import requests
+
+from qval import predictions as qpred
+from qval import schema
+from qval.scoring import MetricRow, score, truth_from_dataset, truth_from_frame
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+class CliError(Exception):
+    """An error to print (without a traceback) before exiting with status 1."""
+
+
+def _config() -> dict[str, Any]:
+    path = Path(os.environ.get("QVAL_CONFIG", Path.home() / ".config" / "qval" / "config.json"))
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CliError(f"cannot read config file {path}: {exc}") from exc
+
+
+def _server(args: argparse.Namespace) -> str:
+    return (args.server or os.environ.get("QVAL_SERVER") or _config().get("server") or DEFAULT_SERVER).rstrip("/")
+
+
+def _token() -> str:
+    token = os.environ.get("QVAL_TOKEN") or _config().get("token")
+    if not token:
+        raise CliError(
+            "no API token: set QVAL_TOKEN or put {\"token\": \"…\"} in ~/.config/qval/config.json "
+            "(a maintainer prints one with `manage.py issue_token --username NAME`)"
+        )
+    return str(token)
+
+
+def _request(method: str, url: str, **kwargs: Any) -> requests.Response:
+    try:
+        resp = requests.request(method, url, timeout=kwargs.pop("timeout", 120), **kwargs)
+    except requests.ConnectionError as exc:
+        raise CliError(f"cannot reach the QVal server at {url.split('/api/')[0]}: is it running? ({exc.__class__.__name__})") from exc
+    except requests.Timeout as exc:
+        raise CliError(f"the QVal server did not answer in time ({url})") from exc
+    if resp.status_code == 401:
+        raise CliError("the server refused the token (401): check QVAL_TOKEN")
+    if resp.status_code >= 400:
+        try:
+            errors = resp.json().get("errors", resp.json())
+            detail = "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in errors.items())
+        except (ValueError, AttributeError):
+            detail = resp.text.strip()[:500]
+        raise CliError(f"server answered {resp.status_code}: {detail}")
+    return resp
+
+
+def format_rows(rows: Sequence[MetricRow] | Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of metric rows (from :func:`qval.scoring.score` or the API)."""
+    lines = [f"{'metric':<20} {'value':>10} {'95% CI':>19} {'p-value':>10} {'points':>7} {'dropped':>8} {'coverage':>9}"]
+    for row in rows:
+        r = row if isinstance(row, dict) else vars(row)
+        if r["insufficient"]:
+            value = "insuff."
+        elif r["value"] is None:
+            value = "n/a"
+        else:
+            value = f"{r['value']:.4f}"
+        ci = (r.get("details") or {}).get("ci95")
+        ci_text = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else ""
+        p = f"{r['p_value']:.3g}" if r["p_value"] is not None else ""
+        lines.append(
+            f"{r['metric']:<20} {value:>10} {ci_text:>19} {p:>10} {r['num_points']:>7} {r['num_dropped']:>8} {r['coverage']:>9.3f}"
+        )
+    return "\n".join(lines)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Score a predictions file against a public split's labels."""
+    if args.split not in schema.PUBLIC_SPLITS:
+        raise CliError(f"split {args.split!r} has hidden labels; evaluate locally on {sorted(schema.PUBLIC_SPLITS)} or use `qval submit`")
+    path = Path(args.dataset)
+    if path.is_dir():
+        try:
+            truth = truth_from_dataset(schema.Dataset.read(path), args.split, args.target)
+        except schema.SchemaError as exc:
+            raise CliError(str(exc)) from exc
+    else:
+        url = f"{_server(args)}/api/v1/datasets/{args.dataset}/download/"
+        body = _request("GET", url, params={"split": args.split, "format": "parquet"}).content
+        truth = truth_from_frame(pd.read_parquet(io.BytesIO(body)), args.target)
+    try:
+        preds = qpred.parse(args.file, Path(args.file).name, reference_ids=truth.point_ids)
+        coverage = qpred.validate(preds, truth.all_ids(), truth.point_ids)
+    except qpred.ValidationFailed as exc:
+        raise CliError("invalid predictions file:\n" + "\n".join(f"  - {p.message}" for p in exc.problems)) from exc
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc}") from exc
+    rows = score(truth, preds.ids, preds.scores, bootstrap_resamples=args.bootstrap)
+    if args.json:
+        print(json.dumps([vars(r) for r in rows], indent=2))
+    else:
+        print(f"{coverage.provided} of {coverage.expected} evaluation points provided")
+        print(format_rows(rows))
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Upload a predictions file and follow it until it is scored."""
+    server, token = _server(args), _token()
+    headers = {"Authorization": f"Token {token}"}
+    data = {"dataset": args.dataset, "split": args.split, "target": args.target, "method_name": args.method,
+            "backbone": args.backbone or "", "modality": args.modality}
+    try:
+        with open(args.file, "rb") as fh:
+            sub = _request("POST", f"{server}/api/v1/submissions/", headers=headers, data=data,
+                           files={"file": (Path(args.file).name, fh)}).json()
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc}") from exc
+    print(f"submission {sub['id']}: {sub['state']}", file=sys.stderr)
+    if args.no_wait:
+        print(sub["id"])
+        return 0
+    return _follow(server, headers, sub, args.timeout)
+
+
+def _follow(server: str, headers: dict[str, str], sub: dict[str, Any], timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    state = sub["state"]
+    while not sub["final"]:
+        if time.monotonic() > deadline:
+            raise CliError(f"submission {sub['id']} still {sub['state']} after {timeout:.0f} s; check `qval status {sub['id']}`")
+        time.sleep(1.0)
+        sub = _request("GET", f"{server}/api/v1/submissions/{sub['id']}/", headers=headers).json()
+        if sub["state"] != state:
+            state = sub["state"]
+            print(f"submission {sub['id']}: {state}", file=sys.stderr)
+    return _print_submission(sub)
+
+
+def _print_submission(sub: dict[str, Any]) -> int:
+    print(f"submission {sub['id']} · {sub['method']} on {sub['dataset']}/{sub['split']} target {sub['target']} · {sub['state']}")
+    if sub["state"] == "failed":
+        print(f"error: {sub['error']}")
+        for problem in sub["problems"]:
+            print(f"  - {problem['message']}")
+        return 1
+    if sub["results"]:
+        print(format_rows(sub["results"]))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print one submission."""
+    sub = _request("GET", f"{_server(args)}/api/v1/submissions/{args.id}/",
+                   headers={"Authorization": f"Token {_token()}"}).json()
+    return _print_submission(sub)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    """Download a dataset split."""
+    resp = _request("GET", f"{_server(args)}/api/v1/datasets/{args.slug}/download/",
+                    params={"split": args.split, "format": args.format})
+    out = Path(args.out or f"{args.slug.replace('@', '-')}-{args.split}.{args.format}")
+    out.write_bytes(resp.content)
+    print(f"wrote {out} ({len(resp.content)} bytes)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``qval``."""
+    parser = argparse.ArgumentParser(prog="qval", description="Score and submit Q-alignment predictions.")
+    parser.add_argument("--server", help=f"QVal site (default $QVAL_SERVER or {DEFAULT_SERVER})")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("evaluate", help="score a file locally against public labels")
+    ev.add_argument("file")
+    ev.add_argument("--dataset", required=True, help="dataset directory, or slug[@version] to download from the server")
+    ev.add_argument("--split", default="dev")
+    ev.add_argument("--target", default="q", choices=schema.TARGETS)
+    ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
+    ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    ev.set_defaults(func=cmd_evaluate)
+
+    sm = sub.add_parser("submit", help="upload a file and wait for its result")
+    sm.add_argument("file")
+    sm.add_argument("--dataset", required=True)
+    sm.add_argument("--split", required=True, choices=schema.SPLITS)
+    sm.add_argument("--target", required=True, choices=schema.TARGETS)
+    sm.add_argument("--method", required=True)
+    sm.add_argument("--backbone")
+    sm.add_argument("--modality", default="text", choices=["text", "image"])
+    sm.add_argument("--no-wait", action="store_true", help="print the submission id and return")
+    sm.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
+    sm.set_defaults(func=cmd_submit)
+
+    st = sub.add_parser("status", help="show a submission")
+    st.add_argument("id", type=int)
+    st.set_defaults(func=cmd_status)
+
+    dl = sub.add_parser("download", help="download a dataset split")
+    dl.add_argument("slug")
+    dl.add_argument("--split", default="dev", choices=schema.SPLITS)
+    dl.add_argument("--format", default="parquet", choices=["parquet", "jsonl", "csv"])
+    dl.add_argument("--out")
+    dl.set_defaults(func=cmd_download)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``qval`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"qval: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
