@@ -1,0 +1,410 @@
+"""Comparing methods and summarising evaluations: the statistics behind the comparison pages.
+
+* :func:`paired_bootstrap` -- is method A's correlation with the labels higher than method
+  B's on the same points?  A paired percentile bootstrap of ``metric(A) - metric(B)``.
+* :func:`friedman_nemenyi` -- do several methods differ over many evaluations (e.g. one
+  correlation per environment x backbone)?  The Friedman test, average ranks and the
+  Nemenyi critical difference, with the groups a critical-difference diagram draws
+  (Demšar 2006, "Statistical comparisons of classifiers over multiple data sets").
+* :func:`mean_ci` -- a mean (e.g. over backbones) with a Student-t confidence interval.
+* :func:`distribution` -- the five-number summary and mean (e.g. per family, over
+  evaluations).
+
+Only numpy and scipy are used; nothing here knows about Django.  Missing values (``None``
+or NaN) are left out and counted, never silently turned into numbers; an infinite value is
+rejected with :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats
+
+from qval import metrics
+from qval.metrics import MIN_USABLE_POINTS
+
+FloatArray = NDArray[np.float64]
+
+# -- paired bootstrap -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Outcome of :func:`paired_bootstrap` for one metric.
+
+    ``rho_a``/``rho_b``: the metric of A and of B on the common points; ``difference``:
+    ``rho_a - rho_b``.  ``low``/``high``: percentile bootstrap interval of the difference at
+    ``level``; ``p_value``: two-sided bootstrap p-value of "no difference".  Any of these is
+    ``None`` when it is undefined: ``insufficient`` (fewer than ``min_points`` common
+    points), a constant side, or no resample on which both metrics are defined.
+    ``num_points``: points where the label, A and B are all finite; ``num_dropped``: the
+    other points.  ``resamples``: resamples drawn (a work cap may make it smaller than
+    requested; 0 when nothing was resampled); ``num_undefined``: resamples left out because
+    a metric was undefined on them.
+    """
+
+    metric: str
+    rho_a: float | None
+    rho_b: float | None
+    difference: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None
+    level: float
+    num_points: int
+    num_dropped: int
+    resamples: int
+    num_undefined: int
+    seed: int
+    insufficient: bool
+
+    def significance(self) -> str:
+        """Significance marks of :attr:`p_value` (see :func:`qval.metrics.significance_marks`)."""
+        return metrics.significance_marks(self.p_value)
+
+
+def _common_points(
+    labels: ArrayLike, scores_a: ArrayLike, scores_b: ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray, int]:
+    """Labels, A and B at the points where all three are finite, and how many were dropped."""
+    x = metrics._finite_or_nan(labels, "labels")
+    a = metrics._finite_or_nan(scores_a, "scores_a")
+    b = metrics._finite_or_nan(scores_b, "scores_b")
+    if not x.shape == a.shape == b.shape:
+        raise ValueError(f"labels, scores_a and scores_b differ in length: {x.size}, {a.size}, {b.size}")
+    keep = ~(np.isnan(x) | np.isnan(a) | np.isnan(b))
+    return x[keep], a[keep], b[keep], int(x.size - np.count_nonzero(keep))
+
+
+def _bootstrap_p_value(differences: FloatArray) -> float:
+    """Two-sided percentile-bootstrap p-value of "difference = 0".
+
+    ``min(1, 2 * min(P(d* <= 0), P(d* >= 0)))`` where each proportion is
+    ``(1 + count) / (1 + B)``, so that it is never exactly 0.
+    """
+    total = differences.size + 1
+    below = (1 + np.count_nonzero(differences <= 0.0)) / total
+    above = (1 + np.count_nonzero(differences >= 0.0)) / total
+    return float(min(1.0, 2.0 * min(below, above)))
+
+
+def paired_bootstrap(
+    labels: ArrayLike,
+    scores_a: ArrayLike,
+    scores_b: ArrayLike,
+    *,
+    metric: str = "spearman",
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    min_points: int = MIN_USABLE_POINTS,
+) -> PairedComparison:
+    """Paired bootstrap of ``metric(labels, A) - metric(labels, B)``.
+
+    ``metric`` is one of :data:`qval.metrics.POINT_METRICS`.  Points where the label, A or
+    B is NaN are dropped first.  Each resample draws point indices with replacement and
+    evaluates both methods on the *same* indices, so the difference keeps the pairing (the
+    two methods' errors on the same points are correlated).  Resamples on which either
+    metric is undefined (a constant side) are left out.  Spearman, Pearson and sign
+    agreement are vectorised over resamples (2000 resamples of 10^4 points take under two
+    seconds); Kendall's tau is computed one resample at a time, with work capped as in
+    :func:`qval.metrics.bootstrap_point_ci`.  The same inputs and ``seed`` always give the
+    same result, and swapping A and B negates the difference and the interval.
+    """
+    metrics._check_metric(metric)
+    metrics._check_min_points(min_points)
+    metrics._check_bootstrap(resamples, level)
+    x, a, b, dropped = _common_points(labels, scores_a, scores_b)
+    n = int(x.size)
+
+    def result(
+        rho_a: float | None = None,
+        rho_b: float | None = None,
+        low: float | None = None,
+        high: float | None = None,
+        p_value: float | None = None,
+        drawn: int = 0,
+        undefined: int = 0,
+    ) -> PairedComparison:
+        difference = None if rho_a is None or rho_b is None else rho_a - rho_b
+        return PairedComparison(
+            metric, rho_a, rho_b, difference, low, high, p_value, level, n, dropped, drawn, undefined, seed,
+            insufficient=n < min_points,
+        )
+
+    if n < min_points:
+        return result()
+    rho_a = metrics.correlate(x, a, metric, min_points=min_points).value
+    rho_b = metrics.correlate(x, b, metric, min_points=min_points).value
+    if rho_a is None or rho_b is None:
+        return result(rho_a, rho_b)
+
+    max_work = metrics.KENDALL_BOOTSTRAP_MAX_WORK if metric == "kendall_tau" else metrics.BOOTSTRAP_MAX_WORK
+    total = metrics._capped(resamples, n, max_work)
+    differences = _paired_differences(x, a, b, metric, total, seed)
+    defined = differences[~np.isnan(differences)]
+    undefined = total - int(defined.size)
+    if not defined.size:
+        return result(rho_a, rho_b, drawn=total, undefined=undefined)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(defined, [tail, 1.0 - tail])
+    return result(rho_a, rho_b, float(low), float(high), _bootstrap_p_value(defined), total, undefined)
+
+
+def _paired_differences(x: FloatArray, a: FloatArray, b: FloatArray, metric: str, total: int, seed: int) -> FloatArray:
+    """``metric(x, a) - metric(x, b)`` on ``total`` seeded resamples (NaN where undefined)."""
+    n = int(x.size)
+    if metric == "spearman":
+        # The labels' ranks are shared by both methods: rank them once per resample.
+        dense = [stats.rankdata(v, method="dense").astype(np.intp) - 1 for v in (x, a, b)]
+        groups = [int(d.max()) + 1 for d in dense]
+
+        def statistic(idx: NDArray[np.intp]) -> FloatArray:
+            rx, ra, rb = (metrics._resample_ranks(d, g, idx).reshape(idx.shape) for d, g in zip(dense, groups))
+            return metrics._row_pearson(rx, ra) - metrics._row_pearson(rx, rb)
+
+    else:
+        stat_a = metrics._resample_statistic(x, a, metric)
+        stat_b = metrics._resample_statistic(x, b, metric)
+
+        def statistic(idx: NDArray[np.intp]) -> FloatArray:
+            return stat_a(idx) - stat_b(idx)
+
+    rng = np.random.default_rng(seed)
+    chunk = max(1, metrics.BOOTSTRAP_CHUNK_ELEMENTS // n)
+    parts = [statistic(rng.integers(0, n, size=(min(chunk, total - start), n))) for start in range(0, total, chunk)]
+    return np.concatenate(parts)
+
+
+# -- Friedman test and Nemenyi critical difference --------------------------------------
+
+
+@dataclass(frozen=True)
+class CriticalDifference:
+    """Outcome of :func:`friedman_nemenyi`.
+
+    ``methods`` and ``average_ranks`` are in the caller's column order (rank 1 = best).
+    ``order`` lists column indices from best to worst average rank (ties keep column order);
+    ``cliques`` are the bars of a critical-difference diagram: ``(start, end)`` positions
+    in ``order``, inclusive, each a maximal run of methods whose average ranks differ by
+    less than ``cd`` (so not significantly different); a method in no bar differs from all
+    others.  ``statistic``/``p_value``: the Friedman chi-square test (``None`` when every
+    evaluation ties all methods).  ``num_evaluations``: rows used; ``num_dropped``: rows
+    left out because they held a missing value.
+    """
+
+    methods: tuple[str, ...]
+    average_ranks: tuple[float, ...]
+    order: tuple[int, ...]
+    statistic: float | None
+    p_value: float | None
+    cd: float
+    q_alpha: float
+    alpha: float
+    num_evaluations: int
+    num_dropped: int
+    cliques: tuple[tuple[int, int], ...]
+
+    @property
+    def ranked_methods(self) -> tuple[str, ...]:
+        """Method names from best to worst average rank."""
+        return tuple(self.methods[i] for i in self.order)
+
+    def groups(self) -> list[list[str]]:
+        """Method names of each clique, best first."""
+        return [[self.methods[i] for i in self.order[start : end + 1]] for start, end in self.cliques]
+
+    def differ(self, first: int, second: int) -> bool:
+        """Whether methods (column indices) ``first`` and ``second`` differ significantly."""
+        return abs(self.average_ranks[first] - self.average_ranks[second]) >= self.cd
+
+
+def nemenyi_q(num_methods: int, alpha: float = 0.05) -> float:
+    """Critical value ``q_alpha`` of the Nemenyi test for ``num_methods`` methods.
+
+    The studentized range quantile with infinite degrees of freedom divided by sqrt(2)
+    (2.569 for four methods at alpha = 0.05, Demšar 2006, Table 5a).
+    """
+    if num_methods < 2:
+        raise ValueError(f"the Nemenyi test needs at least 2 methods, got {num_methods}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    return float(stats.studentized_range.ppf(1.0 - alpha, num_methods, np.inf) / math.sqrt(2.0))
+
+
+def _cliques(sorted_ranks: FloatArray, cd: float) -> tuple[tuple[int, int], ...]:
+    """Maximal runs ``(i, j)``, ``i < j``, of sorted ranks with ``rank[j] - rank[i] < cd``."""
+    bars: list[tuple[int, int]] = []
+    k = sorted_ranks.size
+    for i in range(k):
+        j = i
+        while j + 1 < k and sorted_ranks[j + 1] - sorted_ranks[i] < cd:
+            j += 1
+        if j > i and not (bars and bars[-1][1] >= j):  # not inside the previous bar
+            bars.append((i, j))
+    return tuple(bars)
+
+
+def friedman_nemenyi(matrix: ArrayLike, methods: Sequence[str], *, alpha: float = 0.05) -> CriticalDifference:
+    """Friedman test, average ranks and Nemenyi critical difference of several methods.
+
+    ``matrix`` is evaluations x methods (one column per entry of ``methods``) of scores
+    where higher is better, e.g. Spearman rho per environment x backbone.  Rows holding a
+    missing value (NaN or ``None``) are dropped and counted.  In each row the best method
+    gets rank 1 and tied methods share their average rank.  ``CD = q_alpha *
+    sqrt(k (k + 1) / (6 N))`` for ``k`` methods and ``N`` evaluations; two methods whose
+    average ranks differ by at least ``CD`` are significantly different.  Raises
+    :class:`ValueError` for fewer than 3 methods or fewer than 2 complete evaluations
+    (where the Friedman test is not defined), a shape that does not match ``methods``,
+    duplicate method names or an infinite value.
+    """
+    values = np.asarray(matrix, dtype=np.float64)
+    names = tuple(str(m) for m in methods)
+    if values.ndim != 2:
+        raise ValueError(f"matrix must be two-dimensional (evaluations x methods), got shape {values.shape}")
+    if values.shape[1] != len(names):
+        raise ValueError(f"matrix has {values.shape[1]} columns but {len(names)} methods were named")
+    if len(set(names)) != len(names):
+        raise ValueError("method names must be distinct")
+    if np.isinf(values).any():
+        raise ValueError("matrix contains an infinite value")
+    k = len(names)
+    if k < 3:
+        raise ValueError(f"the Friedman test needs at least 3 methods, got {k}")
+    complete = ~np.isnan(values).any(axis=1)
+    values = values[complete]
+    n = int(values.shape[0])
+    dropped = int(complete.size - n)
+    if n < 2:
+        raise ValueError(f"the Friedman test needs at least 2 evaluations without missing values, got {n}")
+
+    ranks = stats.rankdata(-values, axis=1)  # rank 1 = highest score, ties averaged
+    average = ranks.mean(axis=0)
+    if bool((values == values[:, :1]).all()):
+        statistic: float | None = None  # every row ties every method: no test
+        p_value: float | None = None
+    else:
+        result = stats.friedmanchisquare(*values.T)
+        statistic, p_value = float(result.statistic), float(result.pvalue)
+    q_alpha = nemenyi_q(k, alpha)
+    cd = q_alpha * math.sqrt(k * (k + 1) / (6.0 * n))
+    order = np.argsort(average, kind="stable")
+    return CriticalDifference(
+        methods=names,
+        average_ranks=tuple(float(r) for r in average),
+        order=tuple(int(i) for i in order),
+        statistic=statistic,
+        p_value=p_value,
+        cd=cd,
+        q_alpha=q_alpha,
+        alpha=alpha,
+        num_evaluations=n,
+        num_dropped=dropped,
+        cliques=_cliques(average[order], cd),
+    )
+
+
+# -- summaries over evaluations ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    """A mean with its Student-t confidence interval (:func:`mean_ci`).
+
+    ``n``: values used; ``num_missing``: ``None``/NaN values left out.  ``mean`` is
+    ``None`` without values; ``std`` (sample, ``ddof=1``), ``low`` and ``high`` are ``None``
+    with fewer than two.
+    """
+
+    n: int
+    mean: float | None
+    std: float | None
+    low: float | None
+    high: float | None
+    level: float
+    num_missing: int
+
+
+def _present(values: Sequence[float | None] | ArrayLike) -> tuple[FloatArray, int]:
+    """The values that are neither ``None`` nor NaN, and how many were left out."""
+    raw = values.tolist() if isinstance(values, np.ndarray) else list(values)  # type: ignore[arg-type]
+    array = np.array([math.nan if v is None else v for v in raw], dtype=np.float64).reshape(-1)
+    if np.isinf(array).any():
+        raise ValueError("values contain an infinite value")
+    present = array[~np.isnan(array)]
+    return present, int(array.size - present.size)
+
+
+def mean_ci(values: Sequence[float | None] | ArrayLike, level: float = 0.95) -> MeanInterval:
+    """Mean of ``values`` with a two-sided Student-t interval at ``level``.
+
+    ``mean ± t_{(1 + level) / 2, n - 1} * std / sqrt(n)`` with the sample standard
+    deviation; ``None`` and NaN are left out and counted.  With a single value there is no
+    interval; with identical values the interval is the single point ``[mean, mean]``.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    present, missing = _present(values)
+    n = int(present.size)
+    if n == 0:
+        return MeanInterval(0, None, None, None, None, level, missing)
+    mean = float(present.mean())
+    if n == 1:
+        return MeanInterval(1, mean, None, None, None, level, missing)
+    std = float(present.std(ddof=1))
+    half = float(stats.t.ppf((1.0 + level) / 2.0, n - 1)) * std / math.sqrt(n)
+    return MeanInterval(n, mean, std, mean - half, mean + half, level, missing)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Five-number summary and mean of some values (:func:`distribution`).
+
+    Quartiles are numpy's default (linear interpolation) quantiles.  Every statistic is
+    ``None`` when ``n`` is 0; ``num_missing`` counts the ``None``/NaN values left out.
+    """
+
+    n: int
+    min: float | None
+    q1: float | None
+    median: float | None
+    q3: float | None
+    max: float | None
+    mean: float | None
+    num_missing: int
+
+
+def distribution(values: Sequence[float | None] | ArrayLike) -> Distribution:
+    """:class:`Distribution` of ``values`` (``None`` and NaN are left out and counted)."""
+    present, missing = _present(values)
+    if not present.size:
+        return Distribution(0, None, None, None, None, None, None, missing)
+    q = np.quantile(present, [0.0, 0.25, 0.5, 0.75, 1.0])
+    return Distribution(
+        n=int(present.size),
+        min=float(q[0]),
+        q1=float(q[1]),
+        median=float(q[2]),
+        q3=float(q[3]),
+        max=float(q[4]),
+        mean=float(present.mean()),
+        num_missing=missing,
+    )
+
+
+__all__ = [
+    "CriticalDifference",
+    "Distribution",
+    "MeanInterval",
+    "PairedComparison",
+    "distribution",
+    "friedman_nemenyi",
+    "mean_ci",
+    "nemenyi_q",
+    "paired_bootstrap",
+]
