@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from django.db import transaction
 
 from qval import schema
+from qval.predictions import SplitIndex
 from qval.scoring import Truth
 
 from .models import Candidate, Dataset, Environment, Label, LabelSet, State
@@ -105,28 +104,14 @@ def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
     return dataset, True
 
 
-@dataclass(frozen=True)
-class SplitIds:
-    """Ids a prediction file for one dataset split and target may contain."""
-
-    point_ids: list[str]
-    allowed_ids: set[str]
-
-
-def split_ids(dataset: Dataset, split: str, target: str) -> SplitIds:
-    """The evaluation ids (dataset order) and every acceptable id of a split/target; no labels."""
+def split_index(dataset: Dataset, split: str, target: str) -> SplitIndex:
+    """The evaluation ids (dataset order) and every other acceptable id of a split/target; no labels."""
     states = State.objects.filter(dataset=dataset, split=split).order_by("position")
     if target == "v":
-        ids = list(states.values_list("external_id", flat=True))
-        return SplitIds(point_ids=ids, allowed_ids=set(ids))
+        return SplitIndex(states.values_list("external_id", flat=True))
     cands = Candidate.objects.filter(state__in=states).order_by("state__position", "index")
-    point_ids: list[str] = []
-    allowed: set[str] = set()
-    for cid, is_actor in cands.values_list("external_id", "is_actor"):
-        allowed.add(cid)
-        if is_actor:
-            point_ids.append(cid)
-    return SplitIds(point_ids=point_ids, allowed_ids=allowed)
+    rows = list(cands.values_list("external_id", "is_actor"))
+    return SplitIndex((cid for cid, is_actor in rows if is_actor), (cid for cid, _ in rows))
 
 
 def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
@@ -134,10 +119,10 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
     labels = dict(
         Label.objects.filter(labelset__dataset=dataset, split=split, target=target).values_list("item_id", "value")
     )
-    ids = split_ids(dataset, split, target)
-    point_labels = np.array([labels[i] for i in ids.point_ids], dtype=np.float64)
+    point_ids = split_index(dataset, split, target).expected_ids
+    point_labels = np.array([labels[i] for i in point_ids], dtype=np.float64)
     if target == "v":
-        return Truth(point_ids=ids.point_ids, point_labels=point_labels)
+        return Truth(point_ids=point_ids, point_labels=point_labels)
     group_ids: list[list[str]] = []
     current_state = None
     cands = Candidate.objects.filter(state__dataset=dataset, state__split=split).order_by("state__position", "index")
@@ -147,4 +132,4 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
             current_state = state_id
         group_ids[-1].append(cid)
     group_labels = [np.array([labels[c] for c in g], dtype=np.float64) for g in group_ids]
-    return Truth(point_ids=ids.point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)
+    return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)

@@ -115,12 +115,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         truth = truth_from_frame(pd.read_parquet(io.BytesIO(body)), args.target)
     try:
         preds = qpred.parse(args.file, Path(args.file).name, reference_ids=truth.point_ids)
-        coverage = qpred.validate(preds, truth.all_ids(), truth.point_ids)
+        coverage = qpred.validate(preds, truth.index)
     except qpred.ValidationFailed as exc:
         raise CliError("invalid predictions file:\n" + "\n".join(f"  - {p.message}" for p in exc.problems)) from exc
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc}") from exc
-    rows = score(truth, preds.ids, preds.scores, bootstrap_resamples=args.bootstrap)
+    rows = score(
+        truth,
+        preds.ids,
+        preds.scores,
+        samples=preds.samples,
+        codes=preds.codes(truth.index),
+        bootstrap_resamples=args.bootstrap,
+    )
     if args.json:
         print(json.dumps([vars(r) for r in rows], indent=2))
     else:

@@ -20,8 +20,9 @@ Parquet are turned into their decimal text).  A score may be missing -- empty, `
 raise :class:`ValidationFailed` listing *every* problem found, each with a
 machine-readable code and a message that names the offending lines (line numbers as an
 editor shows them, the CSV header being line 1), the field and what was expected.
-Reading and checking are vectorised with pyarrow, numpy and pandas (a million rows take
-about a second); only the rows that failed are looked at one by one.  The exception is a
+Reading and checking are vectorised with pyarrow, numpy and pandas, and ids are matched
+to the split through a :class:`SplitIndex` (one vectorised hash lookup; a million rows
+take well under a second); only the rows that failed are looked at one by one.  The exception is a
 JSON Lines file pyarrow cannot read (mixed value types, ``NaN`` literals, syntax errors):
 it is re-read line by line, which takes a few seconds for a million lines.
 
@@ -37,7 +38,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, BinaryIO, Callable, Collection, Iterator, NoReturn, Sequence, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, NoReturn, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -77,6 +78,7 @@ _HEADER_SCAN_BYTES = 64 * 1024
 _DECODE_CHUNK_BYTES = 1024 * 1024
 _SHOW_CHARS = 40
 _COLUMN_LIST_LIMIT = 20
+_ASCII_WHITESPACE = np.frombuffer(b" \t\n\r\x0b\x0c", dtype=np.uint8)  # what bytes.strip() removes
 
 # Row-level problem codes: summary (formatted with the number of rows), hint, example limit.
 _ROW_PROBLEMS: dict[str, tuple[str, str, int]] = {
@@ -151,6 +153,35 @@ class ValidationFailed(Exception):
         return "\n".join(p.message for p in self.problems)
 
 
+class SplitIndex:
+    """The ids a prediction file for one split may name, each with an integer code.
+
+    Codes ``0 .. num_expected - 1`` are the *expected* ids (the split's evaluation points,
+    in dataset order); the other allowed ids (candidates scored only for ranking) follow.
+    :meth:`encode` matches a file's ids to codes in one vectorised hash lookup (pyarrow),
+    shared by :func:`validate` and :mod:`qval.scoring` through :meth:`Predictions.codes`.
+    """
+
+    def __init__(self, expected_ids: Iterable[str], other_ids: Iterable[str] = ()) -> None:
+        self.expected_ids: list[str] = list(expected_ids)
+        """The expected ids in order (codes ``0 .. num_expected - 1``)."""
+        self.num_expected = len(self.expected_ids)
+        codes = dict.fromkeys(self.expected_ids)
+        if len(codes) != self.num_expected:
+            raise ValueError("the expected ids of a split must be distinct")
+        codes.update(dict.fromkeys(other_ids))
+        self._values = pa.array(list(codes), type=pa.large_string())
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def encode(self, ids: Iterable[str]) -> np.ndarray:
+        """Each id's code (int64), ``-1`` for an id this split does not have."""
+        values = ids if isinstance(ids, np.ndarray) else list(ids)
+        found = pc.index_in(pa.array(values, type=pa.large_string()), value_set=self._values)
+        return pc.fill_null(found, -1).to_numpy().astype(np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class Predictions:
     """The parsed content of a prediction file.
@@ -171,6 +202,20 @@ class Predictions:
     positions: np.ndarray | None = None
     position_format: str = "row {}"
     method_name: str | None = None
+    _matched: list[tuple[SplitIndex, np.ndarray]] = field(default_factory=list, init=False, repr=False)
+
+    def codes(self, index: SplitIndex) -> np.ndarray:
+        """Each row's code in ``index`` (``-1`` where the split has no such id).
+
+        The ids are matched once per index; :func:`validate` and :func:`qval.scoring.score`
+        share the result.
+        """
+        for known, codes in self._matched:
+            if known is index:
+                return codes
+        codes = index.encode(self.ids)
+        self._matched[:] = [(index, codes)]
+        return codes
 
     def by_id(self) -> dict[str, float]:
         """``{id: score}``; only for files without a sample column (ids unique after :func:`validate`)."""
@@ -252,17 +297,17 @@ def parse(
     return _parse_reference(data, reference_ids)
 
 
-def validate(preds: Predictions, allowed_ids: Collection[str], expected_ids: Collection[str]) -> Coverage:
-    """Check ``preds`` against a split and report its coverage of ``expected_ids``.
+def validate(preds: Predictions, index: SplitIndex) -> Coverage:
+    """Check ``preds`` against a split and report its coverage of the expected ids.
 
-    Raises :class:`ValidationFailed` with every problem: ids not in ``allowed_ids``
+    Raises :class:`ValidationFailed` with every problem: ids the split does not have
     (``unknown_id``) and ids given twice within the same sample (``duplicate_id``).
     Expected ids the file leaves out are not an error; :class:`Coverage` counts them.
     """
     positions = np.arange(1, preds.num_rows + 1) if preds.positions is None else preds.positions
     issues = _Issues(preds.position_format)
-    allowed = allowed_ids if isinstance(allowed_ids, (set, frozenset)) else frozenset(allowed_ids)
-    unknown = np.flatnonzero(~_member(preds.ids, allowed))
+    codes = preds.codes(index)
+    unknown = np.flatnonzero(codes < 0)
     if unknown.size:
         first_each = unknown[~pd.Series(preds.ids[unknown]).duplicated().to_numpy()][:ID_EXAMPLE_LIMIT]
         issues.add(
@@ -271,9 +316,15 @@ def validate(preds: Predictions, allowed_ids: Collection[str], expected_ids: Col
             [f"id {_show(preds.ids[i])} is not an id of this split" for i in first_each],
             total=unknown.size,
         )
-    columns = {"id": preds.ids} if preds.samples is None else {"id": preds.ids, "sample": preds.samples}
-    keys = pd.DataFrame(columns)
-    repeated = np.flatnonzero(keys.duplicated(keep="first").to_numpy())
+    keys = codes.copy()  # one number per distinct id, unknown ids included
+    if unknown.size:
+        keys[unknown] = len(index) + pd.factorize(preds.ids[unknown])[0]
+    num_samples = 1
+    if preds.samples is not None:
+        sample_numbers, inverse = np.unique(preds.samples, return_inverse=True)
+        num_samples = sample_numbers.size
+        keys = keys * num_samples + inverse.reshape(-1)
+    repeated = np.flatnonzero(pd.Series(keys).duplicated(keep="first").to_numpy())
     if repeated.size:
         issues.add(
             "duplicate_id",
@@ -283,25 +334,15 @@ def validate(preds: Predictions, allowed_ids: Collection[str], expected_ids: Col
         )
     issues.raise_if_any()
 
-    expected = list(dict.fromkeys(expected_ids))
-    if preds.samples is None:
-        provided = _member(expected, set(preds.ids.tolist()))
-    else:
-        samples_per_id = keys["id"].value_counts()  # (id, sample) pairs are unique by now
-        counts = pd.Series(expected, dtype=object).map(samples_per_id).fillna(0).to_numpy()
-        provided = counts == len(np.unique(preds.samples))
-    missing = [expected[i] for i in np.flatnonzero(~provided)[:ID_EXAMPLE_LIMIT]]
+    # (id, sample) pairs are unique now: an expected id is provided when every sample has it
+    per_id = np.bincount(codes[codes < index.num_expected], minlength=index.num_expected)
+    missing = np.flatnonzero(per_id < num_samples)
     return Coverage(
-        expected=len(expected),
-        provided=int(provided.sum()),
-        missing=len(expected) - int(provided.sum()),
-        missing_examples=tuple(missing),
+        expected=index.num_expected,
+        provided=index.num_expected - missing.size,
+        missing=int(missing.size),
+        missing_examples=tuple(index.expected_ids[i] for i in missing[:ID_EXAMPLE_LIMIT]),
     )
-
-
-def _member(values: Sequence[str] | np.ndarray, allowed: Collection[str]) -> np.ndarray:
-    """Boolean mask: which ``values`` are in the hashed collection ``allowed`` (a C-level loop)."""
-    return np.fromiter(map(allowed.__contains__, values), dtype=bool, count=len(values))
 
 
 def _describe_repeat(preds: Predictions, positions: np.ndarray, i: int) -> str:
@@ -450,10 +491,40 @@ def _check_utf8(data: bytes) -> None:
 
 
 def _nonblank_lines(data: bytes, *, whitespace_is_blank: bool) -> np.ndarray:
-    """1-based numbers of the lines that hold a record (line breaks: LF, CRLF or CR)."""
-    lines = data.splitlines()
-    lengths = map(len, map(bytes.strip, lines)) if whitespace_is_blank else map(len, lines)
-    return np.flatnonzero(np.fromiter(lengths, dtype=np.int64, count=len(lines))) + 1
+    """1-based numbers of the lines that hold a record (line breaks: LF, CRLF or CR).
+
+    Lines are those of ``data.splitlines()``; a line is blank when it is empty (or, with
+    ``whitespace_is_blank``, when ``bytes.strip`` leaves nothing).  Vectorised over the
+    bytes: no Python object per line.
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if b"\r" in data:
+        is_lf = buf == 10
+        breaks = is_lf | (buf == 13)
+        breaks[:-1] &= ~((buf[:-1] == 13) & is_lf[1:])  # CRLF: one break, at the LF
+        del is_lf
+        ends = np.flatnonzero(breaks)  # the last byte of each line break
+        del breaks
+        crlf = (buf[ends] == 10) & (ends > 0)
+        crlf[crlf] = buf[ends[crlf] - 1] == 13
+        stops = ends - crlf.astype(np.int64)  # where each line's content stops
+    else:
+        ends = stops = np.flatnonzero(buf == 10)
+    starts = np.empty(len(ends) + 1, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = ends + 1
+    if starts[-1] < len(buf):  # a last line without a line break
+        stops = np.append(stops, len(buf))
+    else:
+        starts = starts[:-1]
+    filled = stops > starts
+    if whitespace_is_blank and filled.any():
+        # A line whose first byte is not whitespace holds something; the others are checked one by one.
+        first_is_space = np.zeros(len(starts), dtype=bool)
+        first_is_space[filled] = np.isin(buf[starts[filled]], _ASCII_WHITESPACE)
+        for i in np.flatnonzero(first_is_space):
+            filled[i] = bool(data[starts[i] : stops[i]].strip())
+    return np.flatnonzero(filled) + 1
 
 
 # -- columns -----------------------------------------------------------------------------
@@ -541,6 +612,12 @@ def _convert_scores(column: pa.Array, positions: np.ndarray, issues: _Issues) ->
 
 def _text_to_floats(column: pa.Array, positions: np.ndarray, issues: _Issues) -> np.ndarray:
     """Parse text scores; empty, ``nan`` and ``null`` (any case, spaces around) are NaN."""
+    try:  # the usual case: each score is empty, null or a number arrow reads as it stands
+        empty = pc.equal(pc.binary_length(column), 0)
+        present = pc.if_else(empty, pa.scalar(None, column.type), column)
+        return pc.cast(present, pa.float64()).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass  # padded, ``null``, not a number, ...: the full treatment below
     text = pc.utf8_trim_whitespace(column)
     missing_words = pc.is_in(pc.utf8_lower(text), value_set=pa.array(_MISSING_SCORES))
     missing = _mask(pc.or_kleene(column.is_null(), missing_words))

@@ -16,17 +16,22 @@ Rules (documented on the site's "how we score" page):
 * **Ranking.** When the predictions score candidates other than the actor's (target ``q``),
   the per-state ranking Spearman and the selection metrics are computed over the states
   whose candidates were scored.
+* **Samples.** A file with a ``sample`` column (several predictions per id) is scored on
+  each id's mean prediction over the samples, with every sample's own value and their
+  aggregate in the row's details (:func:`score_samples`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from qval import metrics, schema
+from qval.predictions import SplitIndex
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,15 @@ class Truth:
     group_ids: Sequence[Sequence[str]] = ()
     group_labels: Sequence[np.ndarray] = ()
 
-    def all_ids(self) -> set[str]:
-        """Every id a prediction may name."""
-        ids = set(self.point_ids)
-        for group in self.group_ids:
-            ids.update(group)
-        return ids
+    @cached_property
+    def index(self) -> SplitIndex:
+        """Every id a prediction may name, the points first (built once, on first use)."""
+        return SplitIndex(self.point_ids, (cid for group in self.group_ids for cid in group))
+
+    @cached_property
+    def _group_codes(self) -> np.ndarray:
+        """The codes of every group's candidates, groups one after another."""
+        return self.index.encode([cid for group in self.group_ids for cid in group])
 
 
 @dataclass(frozen=True)
@@ -65,14 +73,14 @@ class MetricRow:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def lookup(ids: np.ndarray, scores: np.ndarray, wanted: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of ``wanted`` ids (NaN where absent) and a mask of which ids were provided."""
-    index = pd.Index(ids)
-    pos = index.get_indexer(pd.Index(list(wanted)))
-    provided = pos >= 0
-    out = np.full(len(pos), np.nan)
-    out[provided] = scores[pos[provided]]
-    return out, provided
+def _scatter(codes: np.ndarray, scores: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores by code (NaN where none is given) and a mask of the codes given; unknown codes (< 0) are ignored."""
+    known = codes >= 0
+    by_code = np.full(size, np.nan)
+    given = np.zeros(size, dtype=bool)
+    by_code[codes[known]] = scores[known]
+    given[codes[known]] = True
+    return by_code, given
 
 
 def score(
@@ -80,13 +88,37 @@ def score(
     ids: np.ndarray,
     scores: np.ndarray,
     *,
+    samples: np.ndarray | None = None,
+    codes: np.ndarray | None = None,
     bootstrap_resamples: int = 1000,
     seed: int = 0,
 ) -> list[MetricRow]:
-    """Compute every metric of one submission (ids/scores from :mod:`qval.predictions`)."""
-    scores = np.asarray(scores, dtype=np.float64)
-    point_scores, provided = lookup(ids, scores, truth.point_ids)
-    expected = len(truth.point_ids)
+    """Compute every metric of one submission (ids/scores/samples from :mod:`qval.predictions`).
+
+    Without ``samples`` (a file without a ``sample`` column) each id appears once.  With
+    ``samples`` (each row's sample number) the submission is scored by
+    :func:`score_samples`.  ``codes``, when given, are the ids' codes in ``truth.index``
+    (:meth:`qval.predictions.Predictions.codes`), so ids already matched by
+    :func:`qval.predictions.validate` are not matched again.
+    """
+    if samples is not None:
+        return score_samples(
+            truth, ids, scores, samples, codes=codes, bootstrap_resamples=bootstrap_resamples, seed=seed
+        )
+    if codes is None:
+        codes = truth.index.encode(ids)
+    by_code, given = _scatter(codes, np.asarray(scores, dtype=np.float64), len(truth.index))
+    rows = _point_rows(truth, by_code, given, bootstrap_resamples=bootstrap_resamples, seed=seed)
+    rows.extend(_ranking_rows(truth, by_code, given, bootstrap_resamples=bootstrap_resamples, seed=seed))
+    return rows
+
+
+def _point_rows(
+    truth: Truth, by_code: np.ndarray, given: np.ndarray, *, bootstrap_resamples: int, seed: int
+) -> list[MetricRow]:
+    """The pointwise metric rows of the scores by code of ``truth.index`` (see :func:`_scatter`)."""
+    expected = truth.index.num_expected
+    point_scores, provided = by_code[:expected], given[:expected]
     coverage = float(provided.sum()) / expected if expected else 0.0
     dropped = int((provided & np.isnan(point_scores)).sum())
     labels = np.asarray(truth.point_labels, dtype=np.float64)[provided]
@@ -110,20 +142,138 @@ def score(
                 details=details,
             )
         )
-    rows.extend(_ranking_rows(truth, ids, scores, bootstrap_resamples=bootstrap_resamples, seed=seed))
+    return rows
+
+
+@dataclass(frozen=True)
+class SampleTable:
+    """Predictions with a ``sample`` column as an ids x samples table.
+
+    ``ids``: each distinct id once, in order of first appearance; ``sample_numbers``: the
+    distinct sample numbers, ascending; ``table[i, s]``: the score sample ``s`` gives id
+    ``i`` (NaN when it gives none or gives NaN); ``given[i, s]``: whether sample ``s`` has a
+    row for id ``i``.
+    """
+
+    ids: np.ndarray
+    sample_numbers: np.ndarray
+    table: np.ndarray
+    given: np.ndarray
+
+    def in_every_sample(self) -> np.ndarray:
+        """Mask of the ids every sample has a row for (what counts as *provided*)."""
+        return self.given.all(axis=1)
+
+    def mean_scores(self) -> np.ndarray:
+        """Per id, the mean of its non-NaN scores over the samples (NaN if it has none)."""
+        finite = ~np.isnan(self.table)
+        count = finite.sum(axis=1)
+        total = np.where(finite, self.table, 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def sample_table(ids: np.ndarray, scores: np.ndarray, samples: np.ndarray) -> SampleTable:
+    """Arrange rows ``(ids[r], samples[r], scores[r])`` into a :class:`SampleTable`.
+
+    Raises ``ValueError`` when the three differ in length or an (id, sample) pair repeats
+    (which :func:`qval.predictions.validate` reports to the user before scoring).
+    """
+    ids = np.asarray(ids, dtype=object)
+    scores = np.asarray(scores, dtype=np.float64)
+    samples = np.asarray(samples)
+    if not len(ids) == len(scores) == len(samples):
+        raise ValueError(f"ids, scores and samples differ in length: {len(ids)}, {len(scores)}, {len(samples)}")
+    id_codes, unique_ids = pd.factorize(pd.Index(ids), sort=False)
+    sample_numbers, sample_codes = np.unique(samples, return_inverse=True)
+    table = np.full((len(unique_ids), len(sample_numbers)), np.nan)
+    given = np.zeros(table.shape, dtype=bool)
+    given[id_codes, sample_codes] = True
+    if int(given.sum()) != len(ids):
+        raise ValueError("an (id, sample) pair appears more than once")
+    table[id_codes, sample_codes] = scores
+    return SampleTable(np.asarray(unique_ids, dtype=object), sample_numbers, table, given)
+
+
+def score_samples(
+    truth: Truth,
+    ids: np.ndarray,
+    scores: np.ndarray,
+    samples: np.ndarray,
+    *,
+    codes: np.ndarray | None = None,
+    bootstrap_resamples: int = 1000,
+    seed: int = 0,
+) -> list[MetricRow]:
+    """Score a submission with several samples per id (a file with a ``sample`` column).
+
+    Rules (the reference's rule 6 for the per-sample aggregate):
+
+    * **Main value.** Each pointwise metric row is computed, exactly as :func:`score` does
+      for one sample, on the per-id **mean prediction**: the mean of the id's non-NaN
+      scores over the samples.  An id counts as provided when every sample has a row for
+      it (as in :func:`qval.predictions.validate`); a provided id whose scores are all NaN
+      is dropped.  The ranking and selection rows also use the mean prediction.
+    * **Per sample.** Each sample is also scored on its own (its rows only, NaN dropped)
+      and ``details["samples"]`` of every pointwise row holds ``values`` (one per sample,
+      ``None`` where undefined or insufficient), ``sample_numbers`` and ``aggregate``: the
+      :func:`qval.metrics.aggregate` of those values (mean, sample std ``ddof=1``, min,
+      max, median over the samples whose value is not ``None``; ``num_samples`` counts
+      those, ``num_nan`` the others).
+
+    ``codes``: as in :func:`score`.
+    """
+    size = len(truth.index)
+    if codes is None:
+        codes = truth.index.encode(ids)
+    known = codes >= 0  # ids the split does not have are ignored (validation reports them)
+    table = sample_table(codes[known], np.asarray(scores)[known], np.asarray(samples)[known])
+    codes = table.ids.astype(np.int64)
+    full = table.in_every_sample()
+    mean_by_code, mean_given = _scatter(codes[full], table.mean_scores()[full], size)
+    rows = _point_rows(truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed)
+
+    expected = truth.index.num_expected
+    labels = np.asarray(truth.point_labels, dtype=np.float64)
+    per_sample: dict[str, list[float | None]] = {row.metric: [] for row in rows}
+    for s in range(table.sample_numbers.size):
+        given = table.given[:, s]
+        by_code, provided = _scatter(codes[given], table.table[given, s], size)
+        provided = provided[:expected]
+        for name, corr in metrics.point_metrics(labels[provided], by_code[:expected][provided]).items():
+            per_sample[name].append(corr.value)
+    numbers = [int(n) for n in table.sample_numbers.tolist()]
+    for row in rows:
+        agg = metrics.aggregate(per_sample[row.metric])
+        row.details["samples"] = {
+            "aggregation": "mean_prediction",
+            "num_samples": len(numbers),
+            "sample_numbers": numbers,
+            "values": per_sample[row.metric],
+            "aggregate": {
+                "mean": agg.mean,
+                "std": agg.std,
+                "min": agg.min,
+                "max": agg.max,
+                "median": agg.median,
+                "num_samples": agg.num_samples,
+                "num_nan": agg.num_nan,
+            },
+        }
+    rows.extend(_ranking_rows(truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed))
     return rows
 
 
 def _ranking_rows(
-    truth: Truth, ids: np.ndarray, scores: np.ndarray, *, bootstrap_resamples: int, seed: int
+    truth: Truth, by_code: np.ndarray, given: np.ndarray, *, bootstrap_resamples: int, seed: int
 ) -> list[MetricRow]:
+    """The ranking and selection rows (target ``q``), when candidates other than the actor's were scored."""
     if not truth.group_ids:
         return []
-    flat_ids = [cid for group in truth.group_ids for cid in group]
-    flat_scores, provided = lookup(ids, scores, flat_ids)
-    point_set = set(truth.point_ids)
-    if not any(p and cid not in point_set for cid, p in zip(flat_ids, provided)):
+    if not given[truth.index.num_expected :].any():
         return []  # a pointwise file: no candidate other than the actor's was scored
+    flat_scores = by_code[truth._group_codes]
+    provided = given[truth._group_codes]
     groups = []
     scored_states = 0
     start = 0

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from leaderboard.loading import split_ids
+from leaderboard.loading import split_index
 from leaderboard.models import MODALITY_CHOICES, Dataset
 from qval import predictions as qpred
 from qval.schema import TARGETS
@@ -131,9 +131,9 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     sub.file.save(f"{sub.pk}-{sub.sha256[:12]}.upload", upload, save=False)
     sub.save()
     try:
-        ids = split_ids(dataset, req.split, req.target)
-        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=limit, reference_ids=ids.point_ids)
-        coverage = qpred.validate(preds, ids.allowed_ids, ids.point_ids)
+        index = split_index(dataset, req.split, req.target)
+        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=limit, reference_ids=index.expected_ids)
+        coverage = qpred.validate(preds, index)
     except qpred.ValidationFailed as exc:
         _fail_validation(sub, exc.problems)
         return sub

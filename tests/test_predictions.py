@@ -21,6 +21,7 @@ from qval.predictions import (
     Coverage,
     Predictions,
     Problem,
+    SplitIndex,
     ValidationFailed,
     detect_format,
     parse,
@@ -514,7 +515,7 @@ def test_reference_json_needs_reference_ids() -> None:
 # -- validate ----------------------------------------------------------------------------------
 def test_validate_coverage() -> None:
     preds = parse(b"id,score\na,1\nc,\n", "p.csv")
-    coverage = validate(preds, allowed_ids={"a", "b", "c", "d"}, expected_ids=["a", "b", "c", "d"])
+    coverage = validate(preds, SplitIndex(["a", "b", "c", "d"], {"a", "b", "c", "d"}))
     assert coverage == Coverage(expected=4, provided=2, missing=2, missing_examples=("b", "d"))
 
 
@@ -522,7 +523,7 @@ def test_validate_reports_unknown_and_duplicate_ids_together() -> None:
     rows = ["a,1", "x1,1", "b,1", "a,2", "x1,1", "x2,1", "x3,1", "x4,1", "x5,1", "x6,1", "b,3"]
     preds = parse(("id,score\n" + "\n".join(rows) + "\n").encode(), "p.csv")
     with pytest.raises(ValidationFailed) as caught:
-        validate(preds, allowed_ids=["a", "b"], expected_ids=["a", "b"])
+        validate(preds, SplitIndex(["a", "b"], ["a", "b"]))
     unknown, duplicate = caught.value.problems
     assert unknown.code == "unknown_id"
     assert unknown.rows == (3, 7, 8, 9, 10)  # first line of each of the first five distinct ids
@@ -544,13 +545,13 @@ def test_validate_reports_unknown_and_duplicate_ids_together() -> None:
 def test_validate_multi_sample() -> None:
     data = b"id,score,sample\na,1,0\nb,2,0\na,3,1\nc,4,1\n"
     preds = parse(data, "p.csv")
-    coverage = validate(preds, allowed_ids={"a", "b", "c"}, expected_ids=["a", "b", "c"])
+    coverage = validate(preds, SplitIndex(["a", "b", "c"], {"a", "b", "c"}))
     # only "a" appears in every sample
     assert coverage == Coverage(expected=3, provided=1, missing=2, missing_examples=("b", "c"))
 
     preds = parse(data + b"a,5,1\n", "p.csv")
     with pytest.raises(ValidationFailed) as caught:
-        validate(preds, allowed_ids={"a", "b", "c"}, expected_ids=["a"])
+        validate(preds, SplitIndex(["a"], {"a", "b", "c"}))
     (problem,) = caught.value.problems
     assert problem.code == "duplicate_id"
     assert problem.rows == (6,)
@@ -566,7 +567,7 @@ def test_validate_predictions_built_by_hand_use_row_numbers() -> None:
         num_rows=2,
     )
     with pytest.raises(ValidationFailed) as caught:
-        validate(preds, allowed_ids=frozenset({"a"}), expected_ids=["a"])
+        validate(preds, SplitIndex(["a"], frozenset({"a"})))
     assert caught.value.problems[0].rows == (2,)
     assert caught.value.problems[0].message.startswith("row 2: id 'zz' is not an id of this split.")
 
@@ -605,7 +606,7 @@ def test_large_files_parse_and_validate(large_frame: pd.DataFrame, filename: str
     assert preds.ids[:3].tolist() == ["000000", "000001", "000002"]
     np.testing.assert_array_equal(preds.ids, large_frame["id"].to_numpy())
     np.testing.assert_array_equal(preds.scores, large_frame["score"].to_numpy())
-    coverage = validate(preds, allowed_ids=set(ids), expected_ids=ids)
+    coverage = validate(preds, SplitIndex(ids, set(ids)))
     assert coverage == Coverage(expected=N_LARGE, provided=N_LARGE, missing=0, missing_examples=())
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
 from leaderboard.loading import truth_for
@@ -37,7 +38,13 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
     try:
         truth = truth_for(sub.dataset, sub.split, sub.target)
         preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
-        rows = score(truth, preds.ids, preds.scores)
+        rows = score(
+            truth,
+            preds.ids,
+            preds.scores,
+            samples=preds.samples,
+            bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES,
+        )
     except qpred.ValidationFailed as exc:
         _fail(sub.pk, f"invalid predictions file: {exc}", Submission.FAULT_USER)
         return Submission.FAILED
