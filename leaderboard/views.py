@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from qval import metrics
 from qval.schema import PUBLIC_SPLITS
 
 from .exports import DOWNLOAD_COLUMNS, DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows, render_download, split_frame
@@ -14,6 +16,15 @@ from .models import Dataset, Environment, Method
 def home(request: HttpRequest) -> HttpResponse:
     """What QVal measures, and where to start."""
     return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment")})
+
+
+def how_we_score(request: HttpRequest) -> HttpResponse:
+    """The scoring rules, and where they differ from the QVal v1.0 reference implementation."""
+    return render(
+        request,
+        "leaderboard/scoring.html",
+        {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES},
+    )
 
 
 def board(request: HttpRequest) -> HttpResponse:

@@ -12,6 +12,7 @@ Variables:
 ``QVAL_DATA_DIR``           where datasets and uploads live (default ``./var``).
 ``QVAL_MAX_UPLOAD_MB``      largest accepted predictions file (default 100).
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
+``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ WHITENOISE_USE_FINDERS = True
 
 QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) * 1024 * 1024)
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
+QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 

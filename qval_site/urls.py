@@ -13,6 +13,7 @@ from . import api
 urlpatterns = [
     path("", lb.home, name="home"),
     path("leaderboard/", lb.board, name="leaderboard"),
+    path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
     path("datasets/<str:key>/download/", lb.dataset_download, name="dataset-download"),

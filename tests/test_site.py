@@ -242,7 +242,8 @@ def test_pages_walk(client, user, api, loaded, frozenlake) -> None:
     finish(sub["id"])
     for url, needle in [("/", "Q-aligned"), ("/datasets/", KEY), (f"/datasets/{KEY}/", "Reference policy"),
                         ("/leaderboard/", "walker"), ("/leaderboard/?split=test", "No finished submission"),
-                        ("/leaderboard/?sort=-kendall_tau&family=other", "walker")]:
+                        ("/leaderboard/?sort=-kendall_tau&family=other", "walker"),
+                        ("/how-we-score/", "Per-state ranking Spearman")]:
         resp = client.get(url)
         assert resp.status_code == 200 and needle in resp.content.decode(), url
     assert client.get("/submit/").status_code == 302  # login required
