@@ -9,6 +9,7 @@ from django.shortcuts import render
 from qval import metrics
 from qval.schema import PUBLIC_SPLITS
 
+from . import aggregates, charts
 from .exports import DOWNLOAD_COLUMNS, DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows, render_download, split_frame
 from .models import Dataset, Environment, Method
 
@@ -44,6 +45,51 @@ def board(request: HttpRequest) -> HttpResponse:
         "leaderboard/board.html",
         {"rows": leaderboard_rows(filters, sort), "filters": filters, "sort": sort, "options": options},
     )
+
+
+def _selection_context(request: HttpRequest) -> tuple[aggregates.Selection | None, dict[str, object]]:
+    """The aggregate pages' selection (or the error) and the choices of their form."""
+    context: dict[str, object] = {
+        "choices": {"split": aggregates.SPLITS, "target": aggregates.TARGETS, "metric": list(aggregates.METRICS)},
+        "values": {k: request.GET.get(k, "") for k in ("split", "target", "metric")},
+    }
+    try:
+        selection = aggregates.read_selection(request.GET)
+    except aggregates.InvalidSelection as exc:
+        context["error"] = exc.message
+        return None, context
+    context.update(selection=selection, values=vars(selection))
+    return selection, context
+
+
+def aggregate(request: HttpRequest) -> HttpResponse:
+    """Per method and environment the mean over backbones with a 95% CI; per family the
+    distribution over evaluations (``?split=&target=&metric=``)."""
+    selection, context = _selection_context(request)
+    if selection is None:
+        return render(request, "leaderboard/aggregate.html", context, status=400)
+    entries = aggregates.best_rows(selection)
+    families = aggregates.family_distributions(entries)
+    context.update(
+        means=aggregates.method_means(entries),
+        families=families,
+        family_plot=charts.family_plot(families, selection.metric_label) if families else "",
+    )
+    return render(request, "leaderboard/aggregate.html", context)
+
+
+def critical_difference(request: HttpRequest) -> HttpResponse:
+    """Friedman test, average ranks and the Nemenyi critical-difference diagram of the
+    methods over the evaluations (``?split=&target=&metric=``)."""
+    selection, context = _selection_context(request)
+    if selection is None:
+        return render(request, "leaderboard/critical_difference.html", context, status=400)
+    table = aggregates.critical_difference(aggregates.best_rows(selection))
+    context.update(
+        table=table,
+        diagram=charts.critical_difference_diagram(table.result) if table.result else "",
+    )
+    return render(request, "leaderboard/critical_difference.html", context)
 
 
 def dataset_list(request: HttpRequest) -> HttpResponse:

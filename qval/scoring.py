@@ -226,11 +226,7 @@ def score_samples(
     size = len(truth.index)
     if codes is None:
         codes = truth.index.encode(ids)
-    known = codes >= 0  # ids the split does not have are ignored (validation reports them)
-    table = sample_table(codes[known], np.asarray(scores)[known], np.asarray(samples)[known])
-    codes = table.ids.astype(np.int64)
-    full = table.in_every_sample()
-    mean_by_code, mean_given = _scatter(codes[full], table.mean_scores()[full], size)
+    table, codes, mean_by_code, mean_given = _mean_prediction(truth, scores, samples, codes)
     rows = _point_rows(truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed)
 
     expected = truth.index.num_expected
@@ -262,6 +258,44 @@ def score_samples(
         }
     rows.extend(_ranking_rows(truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed))
     return rows
+
+
+def _mean_prediction(
+    truth: Truth, scores: np.ndarray, samples: np.ndarray, codes: np.ndarray
+) -> tuple[SampleTable, np.ndarray, np.ndarray, np.ndarray]:
+    """The sample table of the rows whose id the split has, its ids' codes, and the mean
+    prediction by code with its mask (see :func:`_scatter`): an id counts as given when
+    every sample has a row for it."""
+    known = codes >= 0  # ids the split does not have are ignored (validation reports them)
+    table = sample_table(codes[known], np.asarray(scores)[known], np.asarray(samples)[known])
+    table_codes = table.ids.astype(np.int64)
+    full = table.in_every_sample()
+    by_code, given = _scatter(table_codes[full], table.mean_scores()[full], len(truth.index))
+    return table, table_codes, by_code, given
+
+
+def point_scores(
+    truth: Truth,
+    ids: np.ndarray,
+    scores: np.ndarray,
+    *,
+    samples: np.ndarray | None = None,
+    codes: np.ndarray | None = None,
+) -> np.ndarray:
+    """The score each pointwise evaluation point is scored on, in ``truth.point_ids`` order.
+
+    Exactly the scores :func:`score` correlates with ``truth.point_labels``: matched by
+    id; NaN where the file gives the point no score or a NaN score; with ``samples``, the
+    per-id mean prediction of :func:`score_samples`.  ``codes``: as in :func:`score`.
+    Used to compare two submissions on the same points (:func:`qval.compare.paired_bootstrap`).
+    """
+    if codes is None:
+        codes = truth.index.encode(ids)
+    if samples is None:
+        by_code, _ = _scatter(codes, np.asarray(scores, dtype=np.float64), len(truth.index))
+    else:
+        _, _, by_code, _ = _mean_prediction(truth, scores, samples, codes)
+    return by_code[: truth.index.num_expected]
 
 
 def _ranking_rows(

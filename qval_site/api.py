@@ -5,6 +5,9 @@
 ``POST /api/v1/submissions/``                      multipart upload of a predictions file
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
 ``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=
+``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric= means over backbones, families
+``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric= Friedman + Nemenyi
+``GET  /api/v1/compare/``                          ?a=<id>&b=<id> paired bootstrap of A vs B
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from leaderboard import aggregates
 from leaderboard.exports import DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows
 from leaderboard.models import MODALITY_CHOICES, Dataset
 from leaderboard.views import download_response
 from qval.schema import PUBLIC_SPLITS, TARGETS
+from submissions import comparison
 from submissions.models import Submission
 from submissions.serializers import submission_payload
 from submissions.services import SubmissionRejected, SubmissionRequest, create_submission
@@ -147,3 +152,72 @@ class Leaderboard(APIView):
         filters = {k: request.query_params.get(k, "") for k in FILTER_KEYS}
         rows = leaderboard_rows(filters, request.query_params.get("sort", "-spearman"))
         return Response({"rows": [r.as_dict() for r in rows]})
+
+
+_SELECTION_PARAMETERS = [
+    OpenApiParameter("split", str, enum=list(aggregates.SPLITS), description="default test"),
+    OpenApiParameter("target", str, enum=list(aggregates.TARGETS), description="default q"),
+    OpenApiParameter("metric", str, enum=list(aggregates.METRICS), description="default spearman"),
+]
+
+
+def _selection_error(exc: aggregates.InvalidSelection) -> Response:
+    return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
+
+
+class LeaderboardAggregate(APIView):
+    """Per method and environment the mean over backbones with a Student-t 95% CI; per
+    family the distribution over evaluations (best finished submission per method,
+    dataset, backbone)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(parameters=_SELECTION_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        try:
+            selection = aggregates.read_selection(request.query_params)
+        except aggregates.InvalidSelection as exc:
+            return _selection_error(exc)
+        entries = aggregates.best_rows(selection)
+        return Response(
+            {
+                **vars(selection),
+                "methods": [m.as_dict() for m in aggregates.method_means(entries)],
+                "families": [f.as_dict() for f in aggregates.family_distributions(entries)],
+            }
+        )
+
+
+class LeaderboardCriticalDifference(APIView):
+    """Friedman test, average ranks and Nemenyi critical difference (alpha 0.05) of the
+    methods over the evaluations (dataset x backbone); ``reason`` says why when there are
+    too few methods or evaluations."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(parameters=_SELECTION_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        try:
+            selection = aggregates.read_selection(request.query_params)
+        except aggregates.InvalidSelection as exc:
+            return _selection_error(exc)
+        table = aggregates.critical_difference(aggregates.best_rows(selection))
+        return Response({**vars(selection), **table.as_dict()})
+
+
+class Compare(APIView):
+    """A vs B: paired bootstrap of the difference in each pointwise metric between two
+    finished submissions on the same dataset, split and target."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request) -> Response:
+        try:
+            a, b = comparison.resolve_pair(request.query_params, request.user)
+        except comparison.ComparisonError as exc:
+            return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(comparison.compare(a, b))

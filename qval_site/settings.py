@@ -13,6 +13,7 @@ Variables:
 ``QVAL_MAX_UPLOAD_MB``      largest accepted predictions file (default 100).
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
+``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
 """
 
 from __future__ import annotations
@@ -133,10 +134,27 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "leaderboard.staticfiles.PlotlyFinder",  # vendor/plotly.min.js from the installed plotly (no CDN)
+]
 
 QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) * 1024 * 1024)
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
+
+# Cache of computed comparisons (A vs B paired bootstraps; finished submissions never change).
+# Local memory by default: it needs no service, so it also works in the SQLite/in-process
+# fallback, and a cold cache only costs a recomputation. ``QVAL_CACHE_URL=redis://…`` shares
+# one Redis cache between the web processes instead.
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": os.environ["QVAL_CACHE_URL"]}
+        if os.environ.get("QVAL_CACHE_URL")
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "qval"}
+    )
+}
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 

@@ -13,6 +13,9 @@ from . import api
 urlpatterns = [
     path("", lb.home, name="home"),
     path("leaderboard/", lb.board, name="leaderboard"),
+    path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
+    path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
+    path("compare/", sv.compare, name="compare"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
@@ -30,5 +33,9 @@ urlpatterns = [
     path("api/v1/submissions/", api.SubmissionCreate.as_view(), name="api-submissions"),
     path("api/v1/submissions/<int:pk>/", api.SubmissionDetail.as_view(), name="api-submission"),
     path("api/v1/leaderboard/", api.Leaderboard.as_view(), name="api-leaderboard"),
+    path("api/v1/leaderboard/aggregate/", api.LeaderboardAggregate.as_view(), name="api-aggregate"),
+    path("api/v1/leaderboard/critical-difference/", api.LeaderboardCriticalDifference.as_view(),
+         name="api-critical-difference"),
+    path("api/v1/compare/", api.Compare.as_view(), name="api-compare"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from . import comparison
 from .forms import SignUpForm, UploadForm
 from .models import Submission
 from .serializers import submission_payload
@@ -57,7 +58,37 @@ def mine(request: HttpRequest) -> HttpResponse:
 def detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One submission: timeline, results or the exact validation problems."""
     sub = get_object_or_404(Submission.objects.select_related("dataset"), pk=pk, user=request.user)
-    return render(request, "submissions/detail.html", {"sub": sub, "data": submission_payload(sub)})
+    data = submission_payload(sub)
+    sampled = [
+        {**r, "sample_values": list(zip(r["details"]["samples"]["sample_numbers"], r["details"]["samples"]["values"]))}
+        for r in data["results"]
+        if "samples" in r["details"]
+    ]
+    others = comparison.candidates(sub) if sub.state == Submission.FINISHED else Submission.objects.none()
+    context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others}
+    return render(request, "submissions/detail.html", context)
+
+
+def compare(request: HttpRequest) -> HttpResponse:
+    """A vs B: paired bootstrap of two finished submissions (``?a=<id>&b=<id>``).
+
+    Public, like the leaderboard the finished submissions are on.  Without parameters the
+    page only shows its form; otherwise it shows the comparison or why there is none (and,
+    when A is valid, the submissions it can be compared with).
+    """
+    context: dict[str, object] = {"a": request.GET.get("a", ""), "b": request.GET.get("b", "")}
+    sub_a: Submission | None = None
+    if "a" in request.GET or "b" in request.GET:
+        try:
+            sub_a, sub_b = comparison.resolve_pair(request.GET, request.user)
+        except comparison.ComparisonError as exc:
+            sub_a = exc.a
+            context["errors"] = exc.errors
+        else:
+            context["result"] = comparison.compare(sub_a, sub_b)
+    if sub_a is not None:
+        context.update(sub_a=sub_a, others=comparison.candidates(sub_a))
+    return render(request, "submissions/compare.html", context, status=400 if "errors" in context else 200)
 
 
 @login_required

@@ -222,7 +222,8 @@ def test_hidden_labels_never_reach_a_user(client, api, user, loaded, frozenlake)
     for url in ["/", "/leaderboard/", "/datasets/", f"/datasets/{KEY}/", f"/submissions/{ok['id']}/",
                 f"/submissions/{bad['id']}/", f"/submissions/{ok['id']}/status/", "/submissions/",
                 "/api/v1/datasets/", "/api/v1/leaderboard/", f"/api/v1/submissions/{ok['id']}/",
-                f"/api/v1/submissions/{bad['id']}/"]:
+                f"/api/v1/submissions/{bad['id']}/", "/leaderboard/aggregate/", "/leaderboard/critical-difference/",
+                "/api/v1/leaderboard/aggregate/", "/api/v1/leaderboard/critical-difference/"]:
         resp = client.get(url)
         assert resp.status_code == 200, url
         bodies.append(resp.content.decode())
@@ -243,7 +244,10 @@ def test_pages_walk(client, user, api, loaded, frozenlake) -> None:
     for url, needle in [("/", "Q-aligned"), ("/datasets/", KEY), (f"/datasets/{KEY}/", "Reference policy"),
                         ("/leaderboard/", "walker"), ("/leaderboard/?split=test", "No finished submission"),
                         ("/leaderboard/?sort=-kendall_tau&family=other", "walker"),
-                        ("/how-we-score/", "Per-state ranking Spearman")]:
+                        ("/how-we-score/", "Per-state ranking Spearman"),
+                        ("/leaderboard/aggregate/?split=dev", "walker"),
+                        ("/leaderboard/critical-difference/?split=dev", "at least 3 methods"),
+                        ("/compare/", "Compare two submissions")]:
         resp = client.get(url)
         assert resp.status_code == 200 and needle in resp.content.decode(), url
     assert client.get("/submit/").status_code == 302  # login required

@@ -1,0 +1,176 @@
+"""A vs B: the paired comparison of two finished submissions on the same points.
+
+Shared by the compare page (:func:`submissions.views.compare`) and the API.  For each
+pointwise metric, :func:`qval.compare.paired_bootstrap` of ``metric(labels, A) -
+metric(labels, B)`` on the points both submissions score, with the scores each point was
+scored on (:func:`qval.scoring.point_scores`, matched by id).  Only correlations, their
+difference and counts leave this module, never a label.  Finished submissions are
+immutable, so results are cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.cache import cache
+from django.db.models import QuerySet
+
+from leaderboard.loading import truth_for
+from qval import predictions as qpred
+from qval.compare import paired_bootstrap
+from qval.metrics import POINT_METRICS
+from qval.scoring import Truth, point_scores
+
+from .models import Submission
+
+SEED = 0
+"""Seed of every A vs B bootstrap, so the same pair always gets the same interval."""
+LEVEL = 0.95
+METRICS = POINT_METRICS
+"""The metrics compared: every pointwise metric :func:`qval.compare.paired_bootstrap` supports."""
+
+
+class ComparisonError(ValueError):
+    """Why two submissions cannot be compared: ``errors`` lists messages per parameter
+    (``a``/``b``); ``a`` is submission A when parameter ``a`` itself was valid."""
+
+    def __init__(self, errors: dict[str, list[str]], a: Submission | None = None) -> None:
+        super().__init__("; ".join(m for ms in errors.values() for m in ms))
+        self.errors = errors
+        self.a = a
+
+
+def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> Submission | str:
+    """The finished submission named by parameter ``name``, or why it cannot be used."""
+    if raw is None or not raw.strip():
+        return f"parameter {name} is missing: give the id of a finished submission"
+    try:
+        pk = int(raw)
+    except ValueError:
+        return f"{name} must be an integer submission id, got {raw!r}"
+    sub = Submission.objects.select_related("dataset", "method", "backbone", "user").filter(pk=pk).first()
+    if sub is None:
+        return f"there is no submission {pk}"
+    if sub.state != Submission.FINISHED:
+        state = f" (it is {sub.state})" if sub.user_id == getattr(user, "pk", None) else ""
+        return f"submission {pk} is not finished{state}; only finished submissions can be compared"
+    return sub
+
+
+def resolve_pair(
+    params: Mapping[str, str], user: AbstractBaseUser | AnonymousUser
+) -> tuple[Submission, Submission]:
+    """Submissions A and B of query parameters ``a`` and ``b``.
+
+    Anyone may compare two finished submissions: their results are public on the
+    leaderboard.  Raises :class:`ComparisonError` when an id is missing or not an
+    integer, a submission does not exist or is not finished, both are the same
+    submission, or they differ in dataset, split or target.
+    """
+    found = {name: _one(name, params.get(name), user) for name in ("a", "b")}
+    a, b = found["a"], found["b"]
+    errors = {name: [value] for name, value in found.items() if isinstance(value, str)}
+    if errors:
+        raise ComparisonError(errors, a if isinstance(a, Submission) else None)
+    assert isinstance(a, Submission) and isinstance(b, Submission)
+    if a.pk == b.pk:
+        raise ComparisonError({"b": [f"a and b are the same submission ({a.pk}); choose two different submissions"]}, a)
+    differences = [
+        f"{what} ({x} vs {y})"
+        for what, x, y in (
+            ("dataset", a.dataset.key, b.dataset.key),
+            ("split", a.split, b.split),
+            ("target", a.target.upper(), b.target.upper()),
+        )
+        if x != y
+    ]
+    if differences:
+        raise ComparisonError(
+            {"b": [f"submissions {a.pk} and {b.pk} differ in {', '.join(differences)}; "
+                   "only submissions on the same dataset, split and target can be compared"]},
+            a,
+        )
+    return a, b
+
+
+def candidates(sub: Submission) -> QuerySet[Submission]:
+    """The other finished submissions ``sub`` can be compared with (same dataset, split, target)."""
+    return (
+        Submission.objects.filter(
+            state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target
+        )
+        .exclude(pk=sub.pk)
+        .select_related("method", "backbone", "user")
+    )
+
+
+def _summary(sub: Submission) -> dict[str, Any]:
+    return {
+        "id": sub.pk,
+        "method": sub.method_name,
+        "family": sub.method.get_family_display() if sub.method else None,
+        "backbone": sub.backbone_name or None,
+        "submitted_by": sub.user.username,
+    }
+
+
+def _scores(sub: Submission, truth: Truth) -> np.ndarray:
+    """The score of each evaluation point in ``sub``'s stored file, as the worker scored it."""
+    preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
+    return point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index))
+
+
+def compare(a: Submission, b: Submission) -> dict[str, Any]:
+    """The paired comparison of A and B (from :func:`resolve_pair`) as a JSON-friendly dict.
+
+    ``metrics``: per metric ``rho_a``, ``rho_b`` (on the common points), ``difference``
+    (``rho_a - rho_b``), ``ci95``, ``p_value`` and ``significance`` of the difference,
+    ``num_points`` (points both score), ``num_dropped`` (points one of them leaves out or
+    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples.  Cached per
+    (a, b, their files, resamples, seed).
+    """
+    resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
+    key = f"qval:compare:v1:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    truth = truth_for(a.dataset, a.split, a.target)
+    scores_a, scores_b = _scores(a, truth), _scores(b, truth)
+    rows = []
+    for metric in METRICS:
+        pc = paired_bootstrap(
+            truth.point_labels, scores_a, scores_b, metric=metric, resamples=resamples, seed=SEED, level=LEVEL
+        )
+        rows.append(
+            {
+                "metric": metric,
+                "rho_a": pc.rho_a,
+                "rho_b": pc.rho_b,
+                "difference": pc.difference,
+                "ci95": [pc.low, pc.high] if pc.low is not None else None,
+                "p_value": pc.p_value,
+                "significance": pc.significance(),
+                "num_points": pc.num_points,
+                "num_dropped": pc.num_dropped,
+                "resamples": pc.resamples,
+                "num_undefined": pc.num_undefined,
+                "insufficient": pc.insufficient,
+            }
+        )
+    result = {
+        "a": _summary(a),
+        "b": _summary(b),
+        "dataset": a.dataset.key,
+        "split": a.split,
+        "target": a.target,
+        "level": LEVEL,
+        "resamples": resamples,
+        "seed": SEED,
+        "metrics": rows,
+    }
+    cache.set(key, result, timeout=None)
+    return result
