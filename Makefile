@@ -1,5 +1,5 @@
 # Quick start: `make up` then open http://127.0.0.1:8000 ; `make test` runs every test.
-.PHONY: up down test test-fast install
+.PHONY: up down test test-fast install base-image
 
 up:
 	scripts/up.sh
@@ -19,3 +19,7 @@ test: install
 test-fast: install
 	@scripts/ensure-services.sh
 	.venv/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The offline base image of method containers (python3 + numpy from Debian packages); cached.
+base-image: install
+	scripts/build-base-image.sh

@@ -5,6 +5,8 @@
 ``qval submit FILE --dataset SLUG --split test --target q --method NAME``
 ``qval status ID``
 ``qval download SLUG --split dev [--format parquet] [--out PATH]``
+``qval run-container IMAGE --dataset DIR --split dev``  run a method container (image or saved archive)
+                                                          exactly as the worker does, score it on public labels
 
 The server is ``--server``, else ``$QVAL_SERVER``, else the config file's ``server``, else
 http://127.0.0.1:8000. The token is ``$QVAL_TOKEN``, else the config file's ``token``; the config
@@ -25,6 +27,7 @@ from typing import Any, Sequence
 import pandas as pd
 import requests
 
+from qval import containers
 from qval import predictions as qpred
 from qval import schema
 from qval.scoring import MetricRow, score, truth_from_dataset, truth_from_frame
@@ -198,6 +201,58 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_container(args: argparse.Namespace) -> int:
+    """Run a method container on a public split exactly as the worker does, then score its predictions."""
+    if args.split not in schema.PUBLIC_SPLITS:
+        raise CliError(f"split {args.split!r} has hidden labels; run containers locally on {sorted(schema.PUBLIC_SPLITS)}")
+    if not Path(args.dataset).is_dir():
+        raise CliError(f"{args.dataset} is not a dataset directory (run-container needs the dataset's files, e.g. "
+                       "from `manage.py build_dataset`)")
+    try:
+        ds = schema.Dataset.read(args.dataset)
+        truth = truth_from_dataset(ds, args.split, args.target)
+        engine = containers.Engine.from_env()
+        limits = containers.Limits(timeout_s=args.timeout, memory_mb=args.memory, cpus=args.cpus, pids=args.pids,
+                                   gpu=args.gpu)
+        with containers.Job(engine) as job:
+            archive = Path(args.image)
+            if not archive.is_file():  # an image of the local store: save it, then load it as an upload
+                archive = job.dir / "saved.tar"
+                saved = engine.call("save", "-o", str(archive), args.image)
+                if saved.returncode != 0:
+                    raise CliError(f"{args.image!r} is neither an image archive file nor an image {engine.kind} knows: "
+                                   f"{saved.stderr.strip()}")
+            image_id = job.load(archive)
+            containers.write_input(ds, args.split, args.target, job.input_dir)
+            print(f"running image {image_id[:12]} on {ds.manifest.key} {args.split} (target {args.target})", file=sys.stderr)
+            result = job.run(image_id, limits)
+    except (schema.SchemaError, containers.ContainerError) as exc:
+        raise CliError(str(exc)) from exc
+    evaluation = containers.evaluate(result, truth, bootstrap_resamples=args.bootstrap)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "stdout.txt").write_text(result.stdout, encoding="utf-8")
+        (out / "stderr.txt").write_text(result.stderr, encoding="utf-8")
+        if result.predictions is not None:
+            (out / "predictions.jsonl").write_bytes(result.predictions)
+        if result.metadata is not None:
+            (out / "metadata.json").write_text(json.dumps(result.metadata, indent=2), encoding="utf-8")
+    print(f"container {evaluation.outcome} in {result.wall_s:.1f} s", file=sys.stderr)
+    if evaluation.outcome == "failed":
+        for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+            if text:
+                print(f"--- container {name} ---\n{text.rstrip()}", file=sys.stderr)
+        raise CliError(str(evaluation.error))
+    if args.json:
+        print(json.dumps([vars(r) for r in evaluation.rows], indent=2))
+    else:
+        assert evaluation.coverage is not None
+        print(f"{evaluation.coverage.provided} of {evaluation.coverage.expected} evaluation points provided")
+        print(format_rows(evaluation.rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``qval``."""
     parser = argparse.ArgumentParser(prog="qval", description="Score and submit Q-alignment predictions.")
@@ -235,6 +290,22 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--format", default="parquet", choices=["parquet", "jsonl", "csv"])
     dl.add_argument("--out")
     dl.set_defaults(func=cmd_download)
+
+    rc = sub.add_parser("run-container", help="run a method container locally as the worker does and score it")
+    rc.add_argument("image", help="a saved image archive (tar or tar.gz), or an image of the local store")
+    rc.add_argument("--dataset", required=True, help="dataset directory")
+    rc.add_argument("--split", default="dev")
+    rc.add_argument("--target", default="q", choices=schema.TARGETS)
+    defaults = containers.Limits()
+    rc.add_argument("--timeout", type=float, default=defaults.timeout_s, help="wall-clock limit in seconds")
+    rc.add_argument("--memory", type=int, default=defaults.memory_mb, help="memory limit in MiB")
+    rc.add_argument("--cpus", type=float, default=defaults.cpus)
+    rc.add_argument("--pids", type=int, default=defaults.pids, help="process limit")
+    rc.add_argument("--gpu", action="store_true", help="pass the GPUs through")
+    rc.add_argument("--out", help="folder for the container's predictions, metadata, stdout and stderr")
+    rc.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
+    rc.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    rc.set_defaults(func=cmd_run_container)
     return parser
 
 

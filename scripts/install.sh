@@ -8,6 +8,8 @@ what=${1:-dev}   # dev: everything the tests need; run: what the site needs
 apt_missing=()
 need() { command -v "$1" >/dev/null 2>&1 || apt_missing+=("$2"); }
 need pg_isready postgresql-client
+need podman podman   # method containers (qval/containers.py); runc: see containers/containers.conf
+need runc runc
 if [ "$what" = dev ]; then
   need chromium chromium
 fi

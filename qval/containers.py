@@ -1,0 +1,650 @@
+"""Run a submitted method container in a sandbox and score what it writes.
+
+A method container is a ``docker save``/``podman save`` archive (tar or tar.gz).  The runner
+
+1. **loads** it (:meth:`Job.load`): the archive is copied with caps on its size and on its
+   uncompressed size, anything that is not a one-image docker-archive is refused, the tags it
+   claims are removed, and it is loaded into a store of its own (podman: ``--root``/``--runroot``
+   under the job's directory), so it can neither retag nor replace any other image; the image is
+   referred to by its ID and never pulled;
+2. **writes** ``/input`` (:func:`write_input`): ``points.jsonl`` (one line per candidate for target
+   ``q``, per state for target ``v``), ``context.json`` and ``images/`` -- inputs only, labels are
+   never written anywhere the container can see;
+3. **runs** it (:meth:`Job.run`) with every sandbox flag: no network, read-only root filesystem,
+   ``/input`` read-only, ``/output`` a size-capped tmpfs, a size-capped ``/tmp``, user
+   65534:65534, all capabilities dropped, no-new-privileges, memory (swap included), CPU, pids and
+   wall-clock limits (:class:`Limits`), a GPU only when asked for;
+4. **classifies** the outcome (:class:`RunResult`): finished, or failed with ``timeout``,
+   ``out of memory``, ``exited with code N``, ``output too large``, ``no predictions written``,
+   with the first and last 64 KiB of stdout and stderr;
+5. **scores** ``/output/predictions.jsonl`` (:func:`evaluate`) with the validation and scoring
+   code of uploaded files (:mod:`qval.predictions`, :mod:`qval.scoring`).
+
+Containers, per-job stores and mounts are removed when a :class:`Job` closes; :func:`sweep`
+removes what a killed worker left behind (call it at worker start).  The engine is podman
+(default) or docker (``QVAL_CONTAINER_ENGINE``); podman runs with the project's engine
+configuration ``containers/containers.conf`` (runtime runc, nofile/nproc ulimits) through
+``CONTAINERS_CONF``.  The runner needs root (rootful podman, tmpfs mounts for ``/output``).
+
+This module is Django-free: the CLI (``qval run-container``) and the worker call it directly::
+
+    with Job(Engine.from_env()) as job:
+        image_id = job.load(archive)
+        write_input(dataset, "test", "q", job.input_dir)
+        result = job.run(image_id, Limits(timeout_s=600))
+    evaluation = evaluate(result, truth)
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Literal
+
+from qval import predictions as qpred
+from qval import schema
+from qval.scoring import MetricRow, Truth, score
+
+LABEL = "org.qval.job"
+"""Label on every container the runner starts (value: the job id); :func:`sweep` finds them by it."""
+
+LOG_KEEP_BYTES = 64 * 1024
+"""How much of the start and of the end of stdout and stderr a :class:`RunResult` keeps."""
+
+MAX_ARCHIVE_BYTES = 4 * 1024**3
+"""Default cap on the uploaded archive (as uploaded, possibly gzip-compressed)."""
+
+MAX_IMAGE_BYTES = 8 * 1024**3
+"""Default cap on the archive's uncompressed size."""
+
+MAX_METADATA_BYTES = 1024 * 1024
+"""Largest ``/output/metadata.json`` accepted."""
+
+CONTAINER_USER = "65534:65534"
+"""The unprivileged user (nobody:nogroup) every container runs as."""
+
+DEFAULT_CONF = Path(__file__).resolve().parents[1] / "containers" / "containers.conf"
+DEFAULT_WORK_ROOT = Path("/var/tmp/qval-jobs")
+
+_MAX_MANIFEST_BYTES = 1024 * 1024
+_CONFIG_NAME = re.compile(r"(?:blobs/sha256/)?([0-9a-f]{64})(?:\.json)?")
+_POLL_S = 0.2
+_KILL_GRACE_S = 30.0
+_BACKSTOP_S = 30  # podman's own --timeout: beyond ours, for when the worker itself dies
+
+
+class ContainerError(Exception):
+    """A method container could not be loaded or run; the message is meant for the submitter."""
+
+
+class ArchiveRejected(ContainerError):
+    """The uploaded file is not an image archive the runner accepts."""
+
+
+class EngineUnavailable(ContainerError):
+    """The container engine is not installed or does not answer."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Which container engine runs method containers, and where jobs keep their files.
+
+    ``kind``: ``podman`` (each job loads into a store of its own) or ``docker`` (one shared store;
+    archives are loaded without their tags and images referred to by ID only).  ``conf``: the
+    podman engine configuration (``CONTAINERS_CONF``).  ``work_root``: the parent of every job's
+    directory; :func:`sweep` empties it.
+    """
+
+    kind: Literal["podman", "docker"] = "podman"
+    conf: Path = DEFAULT_CONF
+    work_root: Path = DEFAULT_WORK_ROOT
+
+    @classmethod
+    def from_env(cls) -> "Engine":
+        """The engine from ``QVAL_CONTAINER_ENGINE``, ``QVAL_CONTAINERS_CONF`` and ``QVAL_CONTAINER_WORK_ROOT``."""
+        kind = os.environ.get("QVAL_CONTAINER_ENGINE", "podman")
+        if kind not in ("podman", "docker"):
+            raise ContainerError(f"QVAL_CONTAINER_ENGINE={kind!r}: expected podman or docker")
+        return cls(
+            kind=kind,  # type: ignore[arg-type]
+            conf=Path(os.environ.get("QVAL_CONTAINERS_CONF", DEFAULT_CONF)),
+            work_root=Path(os.environ.get("QVAL_CONTAINER_WORK_ROOT", DEFAULT_WORK_ROOT)),
+        )
+
+    def command(self, *args: str, store: Path | None = None) -> list[str]:
+        """An engine command line; ``store``: a podman job directory whose store it works on."""
+        if store is not None and self.kind == "podman":
+            return ["podman", "--root", str(store / "store"), "--runroot", str(store / "run"), *args]
+        return [self.kind, *args]
+
+    def call(self, *args: str, store: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run an engine command to completion and return it (whatever its exit status)."""
+        env = dict(os.environ, CONTAINERS_CONF=str(self.conf))
+        try:
+            return subprocess.run(
+                self.command(*args, store=store), capture_output=True, text=True, env=env,
+                stdin=subprocess.DEVNULL, timeout=timeout, check=False,
+            )
+        except FileNotFoundError as exc:
+            raise EngineUnavailable(
+                f"the container engine {self.kind!r} is not installed (scripts/install.sh installs podman and runc)"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The resources one run of a method container gets.
+
+    ``timeout_s``: wall clock from the start of ``run`` until the container is killed;
+    ``memory_mb``: memory, swap included; ``cpus``: CPU time in cores; ``pids``: processes and
+    threads; ``output_mb``: the size of ``/output``; ``tmp_mb``: the size of ``/tmp``; ``gpu``: pass
+    every GPU through (podman: ``--device nvidia.com/gpu=all`` through CDI; docker: ``--gpus all``).
+    """
+
+    timeout_s: float = 600.0
+    memory_mb: int = 2048
+    cpus: float = 1.0
+    pids: int = 256
+    output_mb: int = 64
+    tmp_mb: int = 64
+    gpu: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run of a method container ended with.
+
+    ``error`` is ``None`` when the container exited 0 and wrote ``/output/predictions.jsonl``
+    (then in ``predictions``); otherwise it starts with ``timeout``, ``out of memory``,
+    ``exited with code N``, ``output too large``, ``no predictions written``, ``metadata invalid``
+    or ``the container could not be started``.  ``stdout``/``stderr`` hold the first and last
+    :data:`LOG_KEEP_BYTES` of each stream, with a marker where bytes were left out.
+    """
+
+    error: str | None
+    exit_code: int | None
+    wall_s: float
+    stdout: str
+    stderr: str
+    predictions: bytes | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A run and the scoring of its predictions: ``outcome`` ``finished`` (``rows`` set) or ``failed`` (``error`` set)."""
+
+    outcome: Literal["finished", "failed"]
+    error: str | None
+    run: RunResult
+    rows: list[MetricRow] = field(default_factory=list)
+    coverage: qpred.Coverage | None = None
+    problems: list[qpred.Problem] = field(default_factory=list)
+
+
+# -- /input ----------------------------------------------------------------------------
+def write_input(
+    ds: schema.Dataset, split: str, target: str, directory: str | Path, *, images_from: str | Path | None = None
+) -> Path:
+    """Write the ``/input`` folder of a split: ``points.jsonl``, ``context.json``, ``images/``.
+
+    Target ``q``: one line per candidate ``{"id", "group", "task", "history", "state", "action",
+    "next_state", "is_actor", "image", "next_image"}`` (``group``: the state id; the actors'
+    ids are the pointwise points, the others are scored for the per-state ranking).  Target ``v``:
+    one line per state ``{"id", "task", "history", "state", "image"}``.  ``context.json`` describes
+    the environment, reward, observation and action spaces, discount, horizon and target.  Image
+    file names refer to ``images/``, copied from ``images_from``.  No label is ever written.
+    """
+    if target not in schema.TARGETS:
+        raise schema.SchemaError(f"unknown target {target!r}; expected one of {', '.join(schema.TARGETS)}")
+    states = ds.states_in(split)
+    if not states:
+        raise schema.SchemaError(f"dataset {ds.manifest.key} has no split {split!r}")
+    directory = Path(directory)
+    (directory / "images").mkdir(parents=True, exist_ok=True)
+    images: set[str] = set()
+    with (directory / "points.jsonl").open("w", encoding="utf-8") as fh:
+        for s in states:
+            base = {"task": s.task, "history": list(s.history), "state": s.observation, "image": s.image}
+            images.update(x for x in [s.image] if x)
+            if target == "v":
+                fh.write(json.dumps({"id": s.id, **base}, ensure_ascii=False) + "\n")
+                continue
+            for c in s.candidates:
+                images.update(x for x in [c.next_image] if x)
+                rec = {"id": c.id, "group": s.id, **base, "action": c.action, "next_state": c.next_state,
+                       "is_actor": c.is_actor, "next_image": c.next_image}
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    if images:
+        if images_from is None:
+            raise schema.SchemaError(f"split {split!r} names {len(images)} images but no image folder was given")
+        for name in sorted(images):
+            if PurePosixPath(name).name != name:
+                raise schema.SchemaError(f"image name {name!r} must be a plain file name")
+            shutil.copyfile(Path(images_from) / name, directory / "images" / name)
+    m = ds.manifest
+    context = {
+        "dataset": m.key,
+        "name": m.name,
+        "split": split,
+        "target": target,
+        "environment": m.environment,
+        "description": m.description,
+        "environment_config": m.config.get("environment", {}),
+        "reward": m.config.get("environment", {}).get("reward"),
+        "observation_space": {"modalities": list(m.modalities), "state": "text" if "text" in m.modalities else None},
+        "action_space": sorted({c.action for s in states for c in s.candidates}),
+        "discount": m.labelling.get("discount"),
+        "horizon": m.labelling.get("horizon"),
+        "num_points": sum(len(s.candidates) for s in states) if target == "q" else len(states),
+        "predictions": 'write /output/predictions.jsonl: one {"id": ..., "score": ...} per line',
+    }
+    (directory / "context.json").write_text(json.dumps(context, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return directory
+
+
+# -- archives --------------------------------------------------------------------------
+class _CappedReader:
+    """A binary reader that raises :class:`ArchiveRejected` once more than ``cap`` bytes were read."""
+
+    def __init__(self, raw: IO[bytes], cap: int, what: str) -> None:
+        self._raw, self._cap, self._what, self.count = raw, cap, what, 0
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            data = self._raw.read(size)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise ArchiveRejected(f"the archive is damaged: {exc}") from exc
+        self.count += len(data)
+        if self.count > self._cap:
+            raise ArchiveRejected(f"the {self._what} is larger than the limit of {self._cap / 1024**2:.0f} MiB")
+        return data
+
+
+def _safe_member_name(name: str) -> bool:
+    path = PurePosixPath(name)
+    return bool(name) and not path.is_absolute() and ".." not in path.parts
+
+
+def sanitize_archive(src: Path, dest: Path, *, max_archive_bytes: int = MAX_ARCHIVE_BYTES,
+                     max_image_bytes: int = MAX_IMAGE_BYTES) -> str:
+    """Copy a one-image docker-archive (tar or tar.gz) to ``dest`` as a plain tar without tags.
+
+    Refuses, with :class:`ArchiveRejected`: a file over ``max_archive_bytes``, an uncompressed
+    stream over ``max_image_bytes``, anything that is not a tar, a tar without a docker-archive
+    ``manifest.json`` (an OCI archive included), more than one image, unsafe or repeated member
+    names, device files, and a manifest naming files the tar lacks.  ``RepoTags`` in the manifest
+    and the legacy ``repositories`` file are dropped, so loading the copy tags nothing.  Returns
+    the image ID (the hex SHA-256 of the image configuration).
+    """
+    size = src.stat().st_size
+    if size > max_archive_bytes:
+        raise ArchiveRejected(f"the archive is {size / 1024**2:.0f} MiB; the limit is {max_archive_bytes / 1024**2:.0f} MiB")
+    with src.open("rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+        reader = _CappedReader(stream, max_image_bytes, "uncompressed archive" if gzipped else "archive")
+        try:
+            tin = tarfile.open(fileobj=reader, mode="r|")  # type: ignore[call-overload]
+        except tarfile.ReadError as exc:
+            raise ArchiveRejected(
+                "the file is not a tar archive (or a gzip-compressed one); save the image with "
+                "`docker save IMAGE -o method.tar` or `podman save IMAGE -o method.tar`"
+            ) from exc
+        seen: set[str] = set()
+        manifest: Any = None
+        try:
+            with tin, tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tout:
+                for member in tin:
+                    name = member.name.rstrip("/")
+                    if name.startswith("./"):
+                        name = name[2:]
+                    if not _safe_member_name(name) or name in seen:
+                        raise ArchiveRejected(f"the archive has an unsafe or repeated entry {member.name!r}")
+                    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+                        raise ArchiveRejected(f"the archive has a special file {member.name!r}")
+                    seen.add(name)
+                    if name == "repositories":
+                        continue
+                    if name == "manifest.json":
+                        manifest = _read_manifest(tin, member)
+                        data = json.dumps(manifest).encode()
+                        member.size = len(data)
+                        tout.addfile(member, _BytesReader(data))
+                    elif member.isfile():
+                        tout.addfile(member, tin.extractfile(member))
+                    else:
+                        tout.addfile(member)
+        except tarfile.TarError as exc:
+            raise ArchiveRejected(f"the tar archive is damaged: {exc}") from exc
+    if manifest is None:
+        raise ArchiveRejected(
+            "the archive has no manifest.json, so it is not a docker-archive image; save the image with "
+            "`docker save IMAGE -o method.tar` or `podman save --format docker-archive IMAGE -o method.tar`"
+        )
+    entry = manifest[0]
+    missing = [n for n in [entry["Config"], *entry["Layers"]] if n not in seen]
+    if missing:
+        raise ArchiveRejected(f"manifest.json names files the archive lacks: {', '.join(missing[:3])}")
+    return _CONFIG_NAME.fullmatch(entry["Config"]).group(1)  # type: ignore[union-attr]
+
+
+class _BytesReader:
+    def __init__(self, data: bytes) -> None:
+        self._data, self._pos = data, 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size < 0 else self._pos + size
+        chunk, self._pos = self._data[self._pos:end], min(end, len(self._data))
+        return chunk
+
+
+def _read_manifest(tin: tarfile.TarFile, member: tarfile.TarInfo) -> list[dict[str, Any]]:
+    """The docker-archive manifest with its tags removed; raises :class:`ArchiveRejected` when malformed."""
+    if not member.isfile() or member.size > _MAX_MANIFEST_BYTES:
+        raise ArchiveRejected("manifest.json is not a small regular file")
+    fh = tin.extractfile(member)
+    assert fh is not None
+    try:
+        manifest = json.loads(fh.read())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArchiveRejected(f"manifest.json is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, list) or len(manifest) != 1:
+        count = len(manifest) if isinstance(manifest, list) else "no list of"
+        raise ArchiveRejected(f"the archive must hold exactly one image; its manifest.json has {count} images")
+    entry = manifest[0]
+    if not (isinstance(entry, dict) and isinstance(entry.get("Config"), str)
+            and _CONFIG_NAME.fullmatch(entry["Config"])
+            and isinstance(entry.get("Layers"), list) and all(isinstance(x, str) for x in entry["Layers"])):
+        raise ArchiveRejected("manifest.json does not describe an image (Config and Layers)")
+    return [{**entry, "RepoTags": None}]
+
+
+# -- running ---------------------------------------------------------------------------
+class _Capture:
+    """Drains a pipe in a thread, keeping the first and last :data:`LOG_KEEP_BYTES`."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self.total = 0
+        self._head = bytearray()
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_bytes = 0
+        self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, pipe: IO[bytes]) -> None:
+        for chunk in iter(lambda: pipe.read1(65536), b""):  # type: ignore[attr-defined]
+            self.total += len(chunk)
+            if len(self._head) < LOG_KEEP_BYTES:
+                self._head += chunk[: LOG_KEEP_BYTES - len(self._head)]
+            self._tail.append(chunk)
+            self._tail_bytes += len(chunk)
+            while self._tail_bytes - len(self._tail[0]) >= LOG_KEEP_BYTES:
+                self._tail_bytes -= len(self._tail.popleft())
+
+    def text(self) -> str:
+        """The kept text (after the pipe closed): all of it, or head, a marker and tail."""
+        self._thread.join()
+        if self.total <= 2 * LOG_KEEP_BYTES:
+            rest = self.total - len(self._head)  # the bytes after the head, all still in the tail
+            tail = b"".join(self._tail)[-rest:] if rest else b""
+            return (bytes(self._head) + tail).decode(errors="replace")
+        tail = b"".join(self._tail)[-LOG_KEEP_BYTES:]
+        skipped = self.total - 2 * LOG_KEEP_BYTES
+        return (self._head.decode(errors="replace") + f"\n[... {skipped} bytes left out ...]\n"
+                + tail.decode(errors="replace"))
+
+
+class Job:
+    """One method container's job: its directory, image store, ``/input``, ``/output`` and container.
+
+    Use as a context manager: closing removes the container, the loaded image (docker), every
+    mount and the whole job directory.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.id = "qv" + uuid.uuid4().hex[:12]
+        self.dir = engine.work_root / self.id
+        self.input_dir = self.dir / "input"
+        self._output_dir = self.dir / "output"
+        self._images: list[str] = []
+        self.dir.mkdir(parents=True)
+        self.input_dir.mkdir()
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove everything this job created."""
+        if self.engine.kind == "docker":
+            for image_id in self._images:
+                self.engine.call("rmi", image_id)  # fails, harmlessly, while another job runs the same image
+        _remove_job_dir(self.engine, self.dir)
+
+    def load(self, archive: str | Path, *, max_archive_bytes: int = MAX_ARCHIVE_BYTES,
+             max_image_bytes: int = MAX_IMAGE_BYTES) -> str:
+        """Load an uploaded archive into this job's store (see :func:`sanitize_archive`); return the image ID."""
+        copy = self.dir / "image.tar"
+        try:
+            image_id = sanitize_archive(Path(archive), copy, max_archive_bytes=max_archive_bytes,
+                                        max_image_bytes=max_image_bytes)
+            loaded = self.engine.call("load", "-i", str(copy), store=self.dir)
+        finally:
+            copy.unlink(missing_ok=True)
+        if loaded.returncode != 0:
+            raise ArchiveRejected(f"{self.engine.kind} could not load the image: {loaded.stderr.strip()[-2000:]}")
+        self._images.append(image_id)
+        found = self.engine.call("image", "inspect", "--format", "{{.Id}}", image_id, store=self.dir)
+        if found.stdout.strip().removeprefix("sha256:") != image_id:
+            raise ArchiveRejected(f"the loaded archive did not produce image {image_id[:12]}: {found.stderr.strip()}")
+        return image_id
+
+    def run_argv(self, name: str, image_id: str, limits: Limits) -> list[str]:
+        """The engine command line that runs ``image_id`` in the sandbox (see the module docstring)."""
+        podman = self.engine.kind == "podman"
+        argv = [
+            "run", "--name", name, "--label", f"{LABEL}={self.id}", "--pull=never",
+            "--network=none", "--read-only",
+            *(["--read-only-tmpfs=false", "--timeout", str(int(limits.timeout_s) + _BACKSTOP_S)] if podman else []),
+            "--tmpfs", f"/tmp:rw,size={limits.tmp_mb}m,mode=1777,nosuid,nodev",
+            f"--memory={limits.memory_mb}m", f"--memory-swap={limits.memory_mb}m",
+            f"--pids-limit={limits.pids}", f"--cpus={limits.cpus:g}",
+            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+            "--user", CONTAINER_USER, "--cap-drop=ALL", "--security-opt", "no-new-privileges",
+            "--log-driver=none",
+            "-v", f"{self.input_dir}:/input:ro", "-v", f"{self._output_dir}:/output:rw",
+        ]
+        if limits.gpu:
+            argv += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
+        return self.engine.command(*argv, image_id, store=self.dir)
+
+    def run(self, image_id: str, limits: Limits = Limits()) -> RunResult:
+        """Run a loaded image once on ``input_dir`` under ``limits`` and classify how it ended."""
+        self._mount_output(limits.output_mb)
+        name = f"qval-{self.id}"
+        env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
+        start = time.monotonic()
+        proc = subprocess.Popen(self.run_argv(name, image_id, limits), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = _Capture(proc.stdout), _Capture(proc.stderr)
+        killed_for: str | None = None
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - start >= limits.timeout_s:
+                    killed_for = "timeout"
+                elif _is_full(self._output_dir):
+                    killed_for = "output"
+                if killed_for:
+                    self.engine.call("rm", "-f", "-t", "0", name, store=self.dir)
+                    try:
+                        proc.wait(timeout=_KILL_GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                    break
+                time.sleep(_POLL_S)
+            wall = time.monotonic() - start
+            state = self.engine.call("inspect", "--type", "container", "--format",
+                                     "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}", name, store=self.dir)
+        finally:
+            self.engine.call("rm", "-f", "-t", "0", name, store=self.dir)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        status, exit_code, oom = (state.stdout.split() + ["", "", ""])[:3] if state.returncode == 0 else ("", "", "")
+        code = int(exit_code) if exit_code.lstrip("-").isdigit() else None
+        full = _is_full(self._output_dir)
+        if killed_for == "timeout":
+            error: str | None = f"timeout: still running after the {limits.timeout_s:g} s limit"
+        elif killed_for == "output" or full:
+            error = f"output too large: /output reached its {limits.output_mb} MiB limit"
+        elif killed_for is None and status not in ("exited", "stopped") and proc.returncode != 0:
+            error = f"the container could not be started ({self.engine.kind} exit status {proc.returncode}; see stderr)"
+        elif oom == "true" or code == 137:
+            error = f"out of memory: killed at the {limits.memory_mb} MiB memory limit"
+        elif code != 0:
+            error = f"exited with code {code}"
+        else:
+            error = None
+        predictions = metadata = None
+        if error is None:
+            predictions, error = _read_output_file(self._output_dir / "predictions.jsonl", limits.output_mb * 1024**2)
+            if predictions is None:
+                error = f"no predictions written: {error}"
+            else:
+                metadata, error = _read_metadata(self._output_dir / "metadata.json")
+        return RunResult(error=error, exit_code=code, wall_s=round(wall, 3), stdout=out.text(), stderr=err.text(),
+                         predictions=predictions if error is None else None, metadata=metadata)
+
+    def _mount_output(self, size_mb: int) -> None:
+        """A fresh tmpfs of ``size_mb`` MiB at the job's output folder, owned by the container user."""
+        if self._output_dir.is_mount():
+            _umount(self._output_dir)
+        self._output_dir.mkdir(exist_ok=True)
+        uid, gid = CONTAINER_USER.split(":")
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700,uid={uid},gid={gid},nosuid,nodev,noexec",
+             "tmpfs", str(self._output_dir)], capture_output=True, text=True, check=False)
+        if mounted.returncode != 0:
+            raise ContainerError(f"cannot mount the size-limited /output (the runner needs root): {mounted.stderr.strip()}")
+
+
+def _is_full(directory: Path) -> bool:
+    st = os.statvfs(directory)
+    return st.f_bavail == 0
+
+
+def _read_output_file(path: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """A regular file the container wrote (never following a link); ``(None, why)`` when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, f"the container exited 0 without writing /output/{path.name}"
+    except OSError as exc:
+        return None, f"/output/{path.name} is not a regular file ({exc.strerror})"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None, f"/output/{path.name} is not a regular file"
+        return fh.read(max_bytes + 1), None
+
+
+def _read_metadata(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``/output/metadata.json`` (optional): a JSON object of at most :data:`MAX_METADATA_BYTES`."""
+    if not os.path.lexists(path):
+        return None, None
+    data, why = _read_output_file(path, MAX_METADATA_BYTES)
+    if data is None:
+        return None, f"metadata invalid: {why}"
+    if len(data) > MAX_METADATA_BYTES:
+        return None, f"metadata invalid: /output/metadata.json is larger than {MAX_METADATA_BYTES // 1024} KiB"
+    try:
+        meta = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"metadata invalid: /output/metadata.json is not JSON ({exc})"
+    if not isinstance(meta, dict):
+        return None, "metadata invalid: /output/metadata.json must hold a JSON object"
+    return meta, None
+
+
+# -- scoring ---------------------------------------------------------------------------
+def evaluate(result: RunResult, truth: Truth, *, bootstrap_resamples: int = 1000) -> Evaluation:
+    """Score a run's ``predictions.jsonl`` exactly as an uploaded JSON Lines file is scored."""
+    if result.error is not None or result.predictions is None:
+        return Evaluation("failed", result.error or "no predictions written", result)
+    try:
+        preds = qpred.parse(result.predictions, "predictions.jsonl")
+        coverage = qpred.validate(preds, truth.index)
+    except qpred.ValidationFailed as exc:
+        shown = "; ".join(p.message for p in exc.problems[:3])
+        more = f" (and {len(exc.problems) - 3} more problems)" if len(exc.problems) > 3 else ""
+        return Evaluation("failed", f"predictions invalid: {shown}{more}", result, problems=exc.problems)
+    rows = score(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index),
+                 bootstrap_resamples=bootstrap_resamples)
+    return Evaluation("finished", None, result, rows=rows, coverage=coverage)
+
+
+# -- clean-up --------------------------------------------------------------------------
+def _mounts_under(directory: Path) -> list[Path]:
+    """Mount points at or below ``directory``, deepest first."""
+    prefix = str(directory.resolve())
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        for line in fh:
+            point = line.split()[4].encode().decode("unicode_escape")  # \040 for spaces
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(Path(point))
+    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+
+
+def _umount(point: Path) -> None:
+    if subprocess.run(["umount", str(point)], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+
+
+def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
+    """Remove a job's containers, mounts and directory; return the names of the containers removed."""
+    removed = []
+    if engine.kind == "podman" and (directory / "store").exists():
+        listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}", store=directory)
+        for name in listed.stdout.split():
+            engine.call("rm", "-f", "-t", "0", name, store=directory)
+            removed.append(name)
+    for point in _mounts_under(directory):
+        _umount(point)
+    shutil.rmtree(directory, ignore_errors=True)
+    return removed
+
+
+def sweep(engine: Engine) -> list[str]:
+    """Remove every container, job directory and mount a runner left behind; return what was removed.
+
+    Call it when a worker starts, before it runs any job: it empties ``engine.work_root`` and
+    removes every container labelled :data:`LABEL` in the engine's shared store.
+    """
+    removed: list[str] = []
+    listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
+    for name in listed.stdout.split():
+        engine.call("rm", "-f", "-t", "0", name)
+        removed.append(name)
+    if engine.work_root.is_dir():
+        for directory in sorted(engine.work_root.iterdir()):
+            removed += _remove_job_dir(engine, directory)
+            removed.append(str(directory))
+    return removed
