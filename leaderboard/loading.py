@@ -133,3 +133,25 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
         group_ids[-1].append(cid)
     group_labels = [np.array([labels[c] for c in g], dtype=np.float64) for g in group_ids]
     return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)
+
+
+def inputs_for(dataset: Dataset, split: str) -> schema.Dataset:
+    """The manifest and one split's states and candidates as a :class:`qval.schema.Dataset`,
+    with no labels at all (what :func:`qval.containers.write_input` needs for a method container)."""
+    fields = set(schema.Manifest.__dataclass_fields__)
+    manifest = schema.Manifest(**{k: v for k, v in dataset.manifest.items() if k in fields})
+    db_states = list(State.objects.filter(dataset=dataset, split=split).order_by("position"))
+    by_state: dict[int, list[schema.Candidate]] = {s.pk: [] for s in db_states}
+    ids = {s.pk: s.external_id for s in db_states}
+    for c in Candidate.objects.filter(state__in=db_states).order_by("state__position", "index"):
+        by_state[c.state_id].append(schema.Candidate(
+            id=c.external_id, state_id=ids[c.state_id], index=c.index, action=c.action,
+            next_state=c.next_state, is_actor=c.is_actor, next_image=c.next_image,
+        ))
+    states = [
+        schema.State(id=s.external_id, split=s.split, trajectory=s.trajectory, step=s.step, task=s.task,
+                     observation=s.observation, history=tuple(s.history), candidates=tuple(by_state[s.pk]),
+                     image=s.image)
+        for s in db_states
+    ]
+    return schema.Dataset(manifest=manifest, states=states, q_labels={}, v_labels={})

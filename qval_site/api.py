@@ -2,7 +2,8 @@
 
 ``GET  /api/v1/datasets/``                         dataset versions and their splits
 ``GET  /api/v1/datasets/<key>/download/``          ?split=dev|test&format=jsonl|csv|parquet
-``POST /api/v1/submissions/``                      multipart upload of a predictions file
+``POST /api/v1/submissions/``                      multipart upload of a predictions file, or with
+                                                   ``kind=container`` of a method container archive
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
 ``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=
 ``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric= means over backbones, families
@@ -30,7 +31,13 @@ from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission
 from submissions.serializers import submission_payload
-from submissions.services import SubmissionRejected, SubmissionRequest, create_submission
+from submissions.services import (
+    SubmissionRejected,
+    SubmissionRequest,
+    container_requests,
+    create_container_submissions,
+    create_submission,
+)
 
 
 def _dataset(key: str) -> Dataset:
@@ -99,14 +106,37 @@ class SubmissionUpload(serializers.Serializer):
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
 
 
+class ContainerUpload(serializers.Serializer):
+    """Fields of a method-container upload (``kind=container``)."""
+
+    kind = serializers.ChoiceField(choices=["container"])
+    file = serializers.FileField(help_text="docker save / podman save archive, tar or tar.gz")
+    dataset = serializers.ListField(
+        child=serializers.CharField(), help_text="slug or slug@version; repeat the field or separate with commas")
+    split = serializers.ListField(
+        child=serializers.CharField(), help_text="dev and/or test; repeat the field or separate with commas")
+    target = serializers.ChoiceField(choices=list(TARGETS), help_text="q (pointwise and per-state ranking) or v")
+    method_name = serializers.CharField(max_length=100)
+    backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
+
+
 class SubmissionCreate(APIView):
-    """Upload a predictions file; it is validated now and scored by a worker."""
+    """Upload a predictions file (validated now, scored by a worker) or, with ``kind=container``,
+    a method container archive: one submission per named dataset and split, answered as
+    ``{"submissions": [...]}``."""
 
     permission_classes = [IsAuthenticated]
     parser_classes = [MultiPartParser, FormParser]
 
     @extend_schema(request={"multipart/form-data": SubmissionUpload}, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
+        kind = request.data.get("kind", Submission.KIND_FILE)
+        if kind == Submission.KIND_CONTAINER:
+            return self._container(request)
+        if kind != Submission.KIND_FILE:
+            return Response({"errors": {"kind": [f"unknown kind {kind!r}; choose file or container"]}},
+                            status=status.HTTP_400_BAD_REQUEST)
         ser = SubmissionUpload(data=request.data)
         if not ser.is_valid():
             return Response({"errors": ser.errors}, status=status.HTTP_400_BAD_REQUEST)
@@ -124,6 +154,20 @@ class SubmissionCreate(APIView):
         except SubmissionRejected as exc:
             return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
         return Response(submission_payload(sub), status=status.HTTP_201_CREATED)
+
+    def _container(self, request: Request) -> Response:
+        ser = ContainerUpload(data=request.data)
+        if not ser.is_valid():
+            return Response({"errors": ser.errors}, status=status.HTTP_400_BAD_REQUEST)
+        data = ser.validated_data
+        try:
+            reqs = container_requests(data["dataset"], data["split"], target=data["target"],
+                                      method_name=data["method_name"], backbone=data.get("backbone", ""),
+                                      modality=data.get("modality", "text"))
+            subs = create_container_submissions(request.user, reqs, data["file"])
+        except SubmissionRejected as exc:
+            return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
+        return Response({"submissions": [submission_payload(s) for s in subs]}, status=status.HTTP_201_CREATED)
 
 
 class SubmissionDetail(APIView):

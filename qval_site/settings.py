@@ -14,6 +14,20 @@ Variables:
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
 ``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
+
+Method containers (``kind=container`` submissions, run by ``gpu`` workers):
+
+``QVAL_MAX_CONTAINER_MB``       largest accepted image archive as uploaded (default 4096).
+``QVAL_MAX_IMAGE_MB``           largest uncompressed image archive (default 8192).
+``QVAL_CONTAINER_ENGINE``       ``podman`` (default) or ``docker``.
+``QVAL_CONTAINERS_CONF``        podman engine configuration (default ``containers/containers.conf``).
+``QVAL_CONTAINER_WORK_ROOT``    parent of the per-job directories (default ``/var/tmp/qval-jobs``).
+``QVAL_CONTAINER_TIMEOUT_S``    wall-clock limit of one run (default 600).
+``QVAL_CONTAINER_MEMORY_MB``    memory limit, swap included (default 2048).
+``QVAL_CONTAINER_CPUS``         CPU limit in cores (default 1).
+``QVAL_CONTAINER_GPU``          ``1`` passes the GPUs through (default off).
+``QVAL_CONTAINER_QUEUE_S``      how long a container submission may wait in the queue (default 86400).
+``QVAL_CONTAINER_GRACE_S``      on top of the timeout, for loading and scoring (default 900).
 """
 
 from __future__ import annotations
@@ -144,6 +158,29 @@ QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) *
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
 
+# Method containers (see qval/containers.py and workers/tasks.py).
+QVAL_MAX_CONTAINER_BYTES = int(float(os.environ.get("QVAL_MAX_CONTAINER_MB", "4096")) * 1024 * 1024)
+QVAL_MAX_IMAGE_BYTES = int(float(os.environ.get("QVAL_MAX_IMAGE_MB", "8192")) * 1024 * 1024)
+QVAL_CONTAINER_ENGINE = os.environ.get("QVAL_CONTAINER_ENGINE", "podman")
+QVAL_CONTAINERS_CONF = Path(os.environ.get("QVAL_CONTAINERS_CONF", BASE_DIR / "containers" / "containers.conf"))
+QVAL_CONTAINER_WORK_ROOT = Path(os.environ.get("QVAL_CONTAINER_WORK_ROOT", "/var/tmp/qval-jobs"))
+# Keyword arguments of qval.containers.Limits for every run; QVAL_CONTAINER_LIMITS_BY_DATASET
+# maps a dataset slug to the keys it overrides, e.g. {"miniwob": {"timeout_s": 1800, "gpu": True}}.
+QVAL_CONTAINER_LIMITS = {
+    "timeout_s": float(os.environ.get("QVAL_CONTAINER_TIMEOUT_S", "600")),
+    "memory_mb": int(os.environ.get("QVAL_CONTAINER_MEMORY_MB", "2048")),
+    "cpus": float(os.environ.get("QVAL_CONTAINER_CPUS", "1")),
+    "pids": 256,
+    "output_mb": 64,
+    "tmp_mb": 64,
+    "gpu": _flag("QVAL_CONTAINER_GPU"),
+}
+QVAL_CONTAINER_LIMITS_BY_DATASET: dict[str, dict[str, object]] = {}
+# A queued container submission not started within QUEUE_S, or one running longer than its
+# timeout + GRACE_S, is failed by the reaper (workers.tasks.reap_overdue_submissions).
+QVAL_CONTAINER_QUEUE_S = float(os.environ.get("QVAL_CONTAINER_QUEUE_S", str(24 * 3600)))
+QVAL_CONTAINER_GRACE_S = float(os.environ.get("QVAL_CONTAINER_GRACE_S", "900"))
+
 # Cache of computed comparisons (A vs B paired bootstraps; finished submissions never change).
 # Local memory by default: it needs no service, so it also works in the SQLite/in-process
 # fallback, and a cold cache only costs a recomputation. ``QVAL_CACHE_URL=redis://…`` shares
@@ -182,7 +219,20 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "scoring"
-CELERY_TASK_ROUTES = {"workers.tasks.score_submission": {"queue": "scoring"}}
+CELERY_TASK_ROUTES = {
+    "workers.tasks.score_submission": {"queue": "scoring"},
+    # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
+    # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
+    "workers.tasks.run_container_submission": {"queue": "gpu"},
+    "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
+}
+# `celery -A qval_site beat` (or a scoring worker started with -B) sends the reaper every minute.
+CELERY_BEAT_SCHEDULE = {
+    "reap-overdue-submissions": {"task": "workers.tasks.reap_overdue_submissions", "schedule": 60.0},
+}
+# Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the
+# longest container run (timeout + grace), or a running job would be started a second time.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(max(3600, 2 * (QVAL_CONTAINER_LIMITS["timeout_s"] + QVAL_CONTAINER_GRACE_S)))}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _flag("QVAL_INPROCESS_WORKER")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make up`: install, pick the database and broker, migrate, load the bundled datasets and
-# start the web server and a Celery worker in the background on http://127.0.0.1:8000.
+# start the web server and the Celery workers (scoring + beat, gpu) in the background on http://127.0.0.1:8000.
 #
 # Without DATABASE_URL: the local PostgreSQL and Redis on loopback (started if installed
 # but down). Where neither is available: an embedded SQLite file and an in-process worker.
@@ -30,9 +30,14 @@ $PY manage.py build_dataset frozenlake
 scripts/down.sh >/dev/null 2>&1 || true
 env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER)=' > var/run/env || true
 if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
+  # -B: this one scoring worker also sends the periodic deadline reaper (Celery beat).
   nohup .venv/bin/celery -A qval_site worker -Q scoring -c 1 -n "scoring@%h" --loglevel INFO \
-    > var/log/worker.log 2>&1 &
+    -B -s var/run/celerybeat-schedule > var/log/worker.log 2>&1 &
   echo $! > var/run/worker.pid
+  # Method containers: one job at a time; rootful podman (qval/containers.py).
+  nohup .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
+    > var/log/gpu-worker.log 2>&1 &
+  echo $! > var/run/gpu-worker.pid
 fi
 nohup .venv/bin/gunicorn qval_site.wsgi -b 127.0.0.1:8000 -w 2 --timeout 120 \
   > var/log/web.log 2>&1 &
@@ -42,4 +47,4 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 echo "QVal is up on http://127.0.0.1:8000 using $mode"
-echo "logs: var/log/web.log var/log/worker.log; stop with: make down"
+echo "logs: var/log/web.log var/log/worker.log var/log/gpu-worker.log; stop with: make down"

@@ -9,15 +9,21 @@ from leaderboard.models import MODALITY_CHOICES, TARGET_CHOICES, Dataset
 
 
 class UploadForm(forms.Form):
-    """A predictions file for one dataset split and target."""
+    """A predictions file, or a method container archive, for one dataset split and target."""
 
+    kind = forms.ChoiceField(
+        choices=[("file", "predictions file"), ("container", "method container (image archive)")], initial="file",
+        required=False,  # forms posted before containers existed send no kind: a file
+        help_text="A method container is a `docker save`/`podman save` archive (tar or tar.gz) that reads /input "
+        "and writes /output/predictions.jsonl; a GPU worker runs it in a sandbox.",
+    )
     dataset = forms.ChoiceField()
     split = forms.ChoiceField(choices=[("dev", "dev (labels public, unlimited)"), ("test", "test (hidden labels, daily quota)")])
     target = forms.ChoiceField(choices=TARGET_CHOICES)
     method_name = forms.CharField(max_length=100)
     backbone = forms.CharField(max_length=100, required=False)
     modality = forms.ChoiceField(choices=MODALITY_CHOICES, initial="text")
-    file = forms.FileField(allow_empty_file=True, help_text="CSV, JSONL or Parquet with id,score columns, or the QVal reference JSON.")
+    file = forms.FileField(allow_empty_file=True, help_text="CSV, JSONL or Parquet with id,score columns, or the QVal reference JSON; or the image archive.")
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)

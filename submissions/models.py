@@ -3,6 +3,12 @@
 A submission moves through ``received → validating → queued → scoring → finished`` or ends
 ``failed`` at any step; every transition is timestamped and a failure carries a reason the
 user can act on. :meth:`Submission.transition` is the only place that changes the state.
+
+A submission is of one of two kinds: ``file`` (an uploaded predictions file, scored on the
+``scoring`` queue) or ``container`` (an uploaded image archive that a ``gpu`` worker runs on the
+split's inputs, ``scoring`` meaning "running and scoring"; its stdout/stderr, outcome and the
+limits it ran under are kept). Container submissions carry a ``deadline``: past it, the reaper
+(:func:`submissions.services.reap_overdue`) fails them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ class InvalidTransition(RuntimeError):
 
 
 class Submission(models.Model):
-    """One predictions file (or, later, container) scored on one dataset split and target."""
+    """One predictions file or method container scored on one dataset split and target."""
 
     RECEIVED, VALIDATING, QUEUED, SCORING, FINISHED, FAILED = (
         "received",
@@ -41,8 +47,11 @@ class Submission(models.Model):
     }
     # Who caused a failure: only user-caused failures count towards the daily quota.
     FAULT_USER, FAULT_SYSTEM = "user", "system"
+    KIND_FILE, KIND_CONTAINER = "file", "container"
+    KINDS = [(KIND_FILE, "predictions file"), (KIND_CONTAINER, "method container")]
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="submissions")
+    kind = models.CharField(max_length=10, choices=KINDS, default=KIND_FILE)
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="submissions")
     split = models.CharField(max_length=8, choices=SPLIT_CHOICES)
     target = models.CharField(max_length=1, choices=TARGET_CHOICES)
@@ -69,10 +78,28 @@ class Submission(models.Model):
     scoring_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     failed_at = models.DateTimeField(null=True, blank=True)
+    # Container submissions only (``file`` is then the uploaded archive, shared by the
+    # submissions of one upload).
+    image_id = models.CharField(max_length=64, blank=True, help_text="Hex SHA-256 of the image configuration.")
+    limits = models.JSONField(default=dict, blank=True, help_text="The qval.containers.Limits the container ran under.")
+    container_outcome = models.CharField(
+        max_length=500, blank=True,
+        help_text="How the run ended: 'finished' or the runner's reason (timeout, out of memory, exited with code N, ...).",
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    wall_s = models.FloatField(null=True, blank=True, help_text="Seconds the container ran.")
+    stdout = models.TextField(blank=True, help_text="First and last 64 KiB of the container's stdout.")
+    stderr = models.TextField(blank=True, help_text="First and last 64 KiB of the container's stderr.")
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="Past this time an unfinished submission is failed by the reaper."
+    )
 
     class Meta:
         ordering = ["-received_at"]
-        indexes = [models.Index(fields=["user", "split", "received_at"])]
+        indexes = [
+            models.Index(fields=["user", "split", "received_at"]),
+            models.Index(fields=["state", "deadline"]),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.method_name} on {self.dataset.key}/{self.split} ({self.state})"

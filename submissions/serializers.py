@@ -11,6 +11,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
     """State, timeline, error, problems, coverage and results of a submission (no labels)."""
     return {
         "id": sub.pk,
+        "kind": sub.kind,
         "dataset": sub.dataset.key,
         "split": sub.split,
         "target": sub.target,
@@ -30,6 +31,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "coverage": sub.coverage,
         "worker": sub.worker or None,
         "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},
+        "container": container_payload(sub),
         "results": [
             {
                 "metric": r.metric,
@@ -45,4 +47,22 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         ]
         if sub.state == Submission.FINISHED
         else [],
+    }
+
+
+def container_payload(sub: Submission) -> dict[str, Any] | None:
+    """How a container submission ran (``None`` for a predictions file): image ID, limits,
+    deadline, outcome (``finished`` or the runner's reason; empty until it ran), exit code,
+    seconds run and the first and last 64 KiB of stdout and stderr."""
+    if sub.kind != Submission.KIND_CONTAINER:
+        return None
+    return {
+        "image_id": sub.image_id or None,
+        "limits": sub.limits,
+        "deadline": sub.deadline.isoformat() if sub.deadline else None,
+        "outcome": sub.container_outcome or None,
+        "exit_code": sub.exit_code,
+        "wall_s": sub.wall_s,
+        "stdout": sub.stdout,
+        "stderr": sub.stderr,
     }

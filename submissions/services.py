@@ -1,16 +1,24 @@
 """Creating submissions: argument checks, quota, storage, validation, queueing.
 
-The web form and the API both call :func:`create_submission`, so both give the same
-errors. Problems with the request itself (unknown dataset, split, target; quota exceeded)
-raise :class:`SubmissionRejected` and create nothing. Problems with the file create a
-submission that ends ``failed`` with every problem listed, and touch nothing else.
+The web form and the API both call :func:`create_submission` (a predictions file) or
+:func:`create_container_submissions` (a method container), so both give the same errors.
+Problems with the request itself (unknown dataset, split, target; quota exceeded) raise
+:class:`SubmissionRejected` and create nothing. Problems with the file create a submission
+that ends ``failed`` with every problem listed, and touch nothing else.
+
+A container upload may name several datasets and splits: it becomes one submission per
+(dataset, split), all sharing the one stored archive, each queued on its own and ending on
+its own. :func:`reap_overdue` fails container submissions whose deadline passed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
@@ -20,6 +28,7 @@ from django.utils import timezone
 
 from leaderboard.loading import split_index
 from leaderboard.models import MODALITY_CHOICES, Dataset
+from qval import containers as qc
 from qval import predictions as qpred
 from qval.schema import TARGETS
 
@@ -70,8 +79,12 @@ def quota_used(user, now=None) -> int:  # type: ignore[no-untyped-def]
     )
 
 
-def check_request(user, req: SubmissionRequest) -> Dataset:  # type: ignore[no-untyped-def]
-    """Validate the request's fields and the quota; return the dataset."""
+def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Dataset:  # type: ignore[no-untyped-def]
+    """Validate the request's fields and the quota; return the dataset.
+
+    ``quota_needed``: how many test-split submissions the whole request creates (a container
+    upload naming several test datasets needs one each).
+    """
     dataset = resolve_dataset(req.dataset)
     splits = set(dataset.states.values_list("split", flat=True).distinct())
     if req.split not in splits:
@@ -87,10 +100,11 @@ def check_request(user, req: SubmissionRequest) -> Dataset:  # type: ignore[no-u
     if req.split == "test":
         limit = settings.QVAL_TEST_QUOTA_PER_DAY
         used = quota_used(user)
-        if used >= limit:
+        if used + quota_needed > limit:
+            asking = f"; this request needs {quota_needed}" if quota_needed > 1 else ""
             raise SubmissionRejected(
                 "split",
-                f"daily test-split quota reached: {used} of {limit} submissions in the last 24 hours; "
+                f"daily test-split quota reached: {used} of {limit} submissions in the last 24 hours{asking}; "
                 "use the dev split (unlimited) or try again later",
                 status=429,
             )
@@ -158,3 +172,138 @@ def _fail_validation(sub: Submission, problems: list[qpred.Problem]) -> None:
     if len(problems) > 3:
         summary += f"; and {len(problems) - 3} more problem(s)"
     sub.transition(Submission.FAILED, error=f"invalid predictions file: {summary}", fault=Submission.FAULT_USER)
+
+
+# -- method containers -------------------------------------------------------------------
+CONTAINER_FORMAT = "image-archive"
+QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
+WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
+
+
+def container_engine() -> qc.Engine:
+    """The container engine and job directory root from the settings."""
+    return qc.Engine(
+        kind=settings.QVAL_CONTAINER_ENGINE,
+        conf=Path(settings.QVAL_CONTAINERS_CONF),
+        work_root=Path(settings.QVAL_CONTAINER_WORK_ROOT),
+    )
+
+
+def container_limits(dataset: Dataset) -> qc.Limits:
+    """``QVAL_CONTAINER_LIMITS`` with the dataset's ``QVAL_CONTAINER_LIMITS_BY_DATASET`` overrides."""
+    overrides = settings.QVAL_CONTAINER_LIMITS_BY_DATASET.get(dataset.slug, {})
+    return qc.Limits(**{**settings.QVAL_CONTAINER_LIMITS, **overrides})
+
+
+def container_requests(datasets: Sequence[str], splits: Sequence[str], **fields: str) -> list[SubmissionRequest]:
+    """One request per (dataset, split), in the order given; each of ``datasets``/``splits`` may
+    also be a comma-separated list. Repeated names count once."""
+
+    def names(values: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        for value in values:
+            out += [n.strip() for n in value.split(",") if n.strip() and n.strip() not in out]
+        return out
+
+    ds_names, split_names = names(datasets), names(splits)
+    if not ds_names:
+        raise SubmissionRejected("dataset", "name at least one dataset")
+    if not split_names:
+        raise SubmissionRejected("split", "name at least one split")
+    return [SubmissionRequest(dataset=d, split=sp, **fields) for d in ds_names for sp in split_names]
+
+
+def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload: UploadedFile) -> list[Submission]:  # type: ignore[no-untyped-def]
+    """Store and check an uploaded image archive and queue one submission per request.
+
+    Every request is checked first (the test-split quota against all of them together), so a
+    bad request creates nothing. The archive is stored once and shared. An archive over
+    ``QVAL_MAX_CONTAINER_BYTES`` or one :func:`qval.containers.sanitize_archive` refuses fails
+    every submission with the problem listed; otherwise each is queued on ``gpu`` with a
+    deadline ``QVAL_CONTAINER_QUEUE_S`` away.
+    """
+    unique, seen = [], set()
+    for req in reqs:  # "frozenlake-8x8" and "frozenlake-8x8@1.0" may name the same dataset
+        pair = (resolve_dataset(req.dataset).pk, req.split)
+        if pair not in seen:
+            seen.add(pair)
+            unique.append(req)
+    reqs = unique
+    test_count = sum(1 for r in reqs if r.split == "test")
+    datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
+    subs = []
+    for req, dataset in zip(reqs, datasets):
+        sub = Submission.objects.create(
+            user=user,
+            kind=Submission.KIND_CONTAINER,
+            dataset=dataset,
+            split=req.split,
+            target=req.target,
+            method_name=req.method_name.strip(),
+            backbone_name=req.backbone.strip(),
+            modality=req.modality,
+            filename=(upload.name or "upload")[:255],
+            size_bytes=upload.size or 0,
+            file_format=CONTAINER_FORMAT,
+        )
+        sub.transition(Submission.VALIDATING)
+        subs.append(sub)
+    limit = settings.QVAL_MAX_CONTAINER_BYTES
+    if (upload.size or 0) > limit:
+        problem = qpred.Problem(
+            "too_large", f"the archive is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")
+        for sub in subs:
+            _fail_archive(sub, problem)
+        return subs
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():
+        digest.update(chunk)
+    upload.seek(0)
+    first = subs[0]
+    first.file.save(f"{first.pk}-{digest.hexdigest()[:12]}.image", upload, save=False)
+    try:
+        # Reading the whole archive is the check; the tag-free copy is only wanted by a job.
+        image_id = qc.sanitize_archive(Path(first.file.path), Path(os.devnull), max_archive_bytes=limit,
+                                       max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
+    except qc.ArchiveRejected as exc:
+        image_id, problem = "", qpred.Problem("archive_rejected", str(exc))
+    else:
+        problem = None
+    from workers.tasks import run_container_submission  # the worker module imports this one
+
+    for sub in subs:
+        sub.file.name = first.file.name
+        sub.sha256 = digest.hexdigest()
+        if problem is not None:
+            _fail_archive(sub, problem)
+            continue
+        sub.image_id = image_id
+        sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_CONTAINER_QUEUE_S)
+        sub.transition(Submission.QUEUED)
+        transaction.on_commit(lambda pk=sub.pk: run_container_submission.delay(pk))
+    return subs
+
+
+def _fail_archive(sub: Submission, problem: qpred.Problem) -> None:
+    sub.problems = [{"code": problem.code, "message": problem.message, "rows": []}]
+    sub.transition(Submission.FAILED, error=f"invalid container archive: {problem.message}", fault=Submission.FAULT_USER)
+
+
+def reap_overdue(now: datetime | None = None) -> list[int]:
+    """Fail every unfinished submission whose deadline passed; return their ids.
+
+    A queued one timed out in the queue, one being run in the worker (a worker that died or
+    hung); either way the platform is at fault, so it does not count towards the quota.
+    """
+    now = now or timezone.now()
+    reaped = []
+    overdue = Submission.objects.filter(deadline__lt=now).exclude(state__in=Submission.FINAL_STATES)
+    for pk in overdue.values_list("pk", flat=True):
+        with transaction.atomic():
+            sub = Submission.objects.select_for_update().get(pk=pk)
+            if sub.is_final or sub.deadline is None or sub.deadline >= now:
+                continue  # finished (or re-deadlined) meanwhile
+            reason = WORKER_DEADLINE_REASON if sub.state == Submission.SCORING else QUEUE_DEADLINE_REASON
+            sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+            reaped.append(pk)
+    return reaped

@@ -11,7 +11,7 @@ from . import comparison
 from .forms import SignUpForm, UploadForm
 from .models import Submission
 from .serializers import submission_payload
-from .services import SubmissionRejected, SubmissionRequest, create_submission
+from .services import SubmissionRejected, SubmissionRequest, create_container_submissions, create_submission
 
 
 def signup(request: HttpRequest) -> HttpResponse:
@@ -26,7 +26,7 @@ def signup(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def upload(request: HttpRequest) -> HttpResponse:
-    """Upload a predictions file; on success go to the submission's page."""
+    """Upload a predictions file or a method container; on success go to the submission's page."""
     form = UploadForm(request.POST or None, request.FILES or None, initial=request.GET.dict())
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -39,7 +39,10 @@ def upload(request: HttpRequest) -> HttpResponse:
             modality=data["modality"],
         )
         try:
-            sub = create_submission(request.user, req, data["file"])
+            if data["kind"] == Submission.KIND_CONTAINER:
+                sub = create_container_submissions(request.user, [req], data["file"])[0]
+            else:
+                sub = create_submission(request.user, req, data["file"])
         except SubmissionRejected as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:

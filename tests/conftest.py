@@ -1,12 +1,15 @@
 """Shared fixtures: the FrozenLake dataset, a loaded copy in the test database, users,
-and a real Celery worker process for end-to-end tests."""
+a real Celery worker process for end-to-end tests, and the podman engine and base image
+of method-container tests."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from qval import build, schema
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+BASE_IMAGE = "localhost/qval-base:py3-slim"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -108,3 +112,30 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.25):  # type:
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def engine():  # type: ignore[no-untyped-def]
+    """A podman engine (qval.containers.Engine) with a work root of its own (installed by
+    scripts/install.sh when missing)."""
+    from qval import containers as qc
+
+    if shutil.which("podman") is None or shutil.which("runc") is None:
+        subprocess.run([str(REPO / "scripts" / "install.sh"), "dev"], cwd=REPO, capture_output=True, check=False)
+    if shutil.which("podman") is None or shutil.which("runc") is None:
+        pytest.skip("podman and runc cannot be installed here (scripts/install.sh installs them as root)")
+    # A tmpfs when there is one: removing an image store from this VM's disk (mounted with discard)
+    # takes ~6 s a job. The path stays short: podman's socket paths must.
+    root = Path(tempfile.mkdtemp(prefix="qvt-", dir="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"))
+    eng = qc.Engine(work_root=root)
+    yield eng
+    qc.sweep(eng)
+    root.rmdir()
+
+
+@pytest.fixture(scope="session")
+def base_image(engine) -> str:  # type: ignore[no-untyped-def]
+    """The project's offline base image of method containers (scripts/build-base-image.sh; cached)."""
+    built = subprocess.run([str(REPO / "scripts" / "build-base-image.sh")], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    return BASE_IMAGE

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import textwrap
 import time
 import uuid
@@ -165,28 +164,10 @@ globals()[open("/input/probe").read().strip()]()
 '''
 
 
-# -- fixtures ----------------------------------------------------------------------------
+# -- fixtures (engine and base_image: tests/conftest.py) ---------------------------------
 @pytest.fixture(scope="session")
-def engine() -> qc.Engine:
-    """A podman engine with a work root of its own (installed by scripts/install.sh when missing)."""
-    if shutil.which("podman") is None or shutil.which("runc") is None:
-        subprocess.run([str(REPO / "scripts" / "install.sh"), "dev"], cwd=REPO, capture_output=True, check=False)
-    if shutil.which("podman") is None or shutil.which("runc") is None:
-        pytest.skip("podman and runc cannot be installed here (scripts/install.sh installs them as root)")
-    # A tmpfs when there is one: removing an image store from this VM's disk (mounted with discard)
-    # takes ~6 s a job. The path stays short: podman's socket paths must.
-    root = Path(tempfile.mkdtemp(prefix="qvt-", dir="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"))
-    eng = qc.Engine(work_root=root)
-    yield eng
-    qc.sweep(eng)
-    root.rmdir()
-
-
-@pytest.fixture(scope="session")
-def probe_tar(engine: qc.Engine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def probe_tar(engine: qc.Engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The probe image, built on the project's base image and saved as a docker-archive."""
-    built = subprocess.run([str(REPO / "scripts" / "build-base-image.sh")], capture_output=True, text=True, check=False)
-    assert built.returncode == 0, built.stderr
     context = tmp_path_factory.mktemp("probe-image")
     (context / "probes.py").write_text(PROBES)
     (context / "Containerfile").write_text(f'FROM {BASE_IMAGE}\nCOPY probes.py /probes.py\nCMD ["python3", "/probes.py"]\n')

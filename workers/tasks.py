@@ -1,27 +1,52 @@
-"""Celery tasks. ``score_submission`` runs on the ``scoring`` queue.
+"""Celery tasks.
 
-The task is idempotent: it reads the stored file and the labels, computes every metric and
-replaces the submission's results in one transaction, so a redelivered or repeated task
-stores the same results. Failures are recorded on the submission with a reason; failures
+* ``score_submission`` (queue ``scoring``) scores an uploaded predictions file;
+* ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
+  method container on the split's inputs and scores what it wrote;
+* ``reap_overdue_submissions`` (sent every minute by Celery beat) fails submissions whose
+  deadline passed.
+
+Both scoring tasks store results through :func:`store_results`, so a finished submission looks
+the same whichever kind it is. They are idempotent: a redelivered or repeated task replaces the
+results in one transaction. Failures are recorded on the submission with a reason; failures
 through the platform's fault are marked so they do not count towards the user's quota.
-Labels never appear in anything this module logs or stores on the submission.
+Labels never appear in anything this module logs or stores on the submission, and never on
+any path given to a container: a container's ``/input`` is written from the database's inputs
+(:func:`leaderboard.loading.inputs_for`, which has no labels) and the labels are read only
+after the container has exited, into the worker's memory.
+
+A worker consuming ``gpu`` removes what a killed predecessor left behind
+(:func:`qval.containers.sweep`) when it starts, before it takes any job.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 from celery import shared_task
+from celery.signals import celeryd_after_setup
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
-from leaderboard.loading import truth_for
+from leaderboard.loading import inputs_for, truth_for
 from leaderboard.models import Backbone, Method
+from qval import containers as qc
 from qval import predictions as qpred
-from qval.scoring import score
+from qval.scoring import MetricRow, score
+from submissions import services
 from submissions.models import Result, Submission
 
 log = logging.getLogger(__name__)
+
+INTERNAL_ERROR = (
+    "internal error while {doing}; the maintainers have been notified and this "
+    "submission does not count towards your quota"
+)
 
 
 @shared_task(bind=True, name="workers.tasks.score_submission", acks_late=True)
@@ -46,19 +71,88 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
             bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES,
         )
     except qpred.ValidationFailed as exc:
-        _fail(sub.pk, f"invalid predictions file: {exc}", Submission.FAULT_USER)
-        return Submission.FAILED
+        return fail(sub.pk, f"invalid predictions file: {exc}", Submission.FAULT_USER)
     except Exception:  # noqa: BLE001 - any other error is ours; the user gets a generic reason
         log.exception("scoring submission %s failed", sub.pk)
-        _fail(
-            sub.pk,
-            "internal error while scoring; the maintainers have been notified and this "
-            "submission does not count towards your quota",
-            Submission.FAULT_SYSTEM,
-        )
-        return Submission.FAILED
+        return fail(sub.pk, INTERNAL_ERROR.format(doing="scoring"), Submission.FAULT_SYSTEM)
+    return store_results(submission_id, rows)
+
+
+@shared_task(bind=True, name="workers.tasks.run_container_submission", acks_late=True)
+def run_container_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Run a queued container submission in the sandbox, score its predictions; return its final state.
+
+    The first delivery moves it to ``scoring`` with a deadline of the run's timeout plus
+    ``QVAL_CONTAINER_GRACE_S``; a redelivery (the worker died) runs it again within that same
+    deadline, and past it the submission fails.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=submission_id)
+        if sub.kind != Submission.KIND_CONTAINER or sub.state not in (Submission.QUEUED, Submission.SCORING):
+            log.info("submission %s (%s) is %s; nothing to run", sub.pk, sub.kind, sub.state)
+            return sub.state
+        if sub.deadline is not None and sub.deadline < now:
+            reason = services.WORKER_DEADLINE_REASON if sub.state == Submission.SCORING else services.QUEUE_DEADLINE_REASON
+            sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+            return Submission.FAILED
+        limits = services.container_limits(sub.dataset)
+        if sub.state == Submission.QUEUED:
+            sub.deadline = now + timedelta(seconds=limits.timeout_s + settings.QVAL_CONTAINER_GRACE_S)
+        sub.transition(Submission.SCORING, save=False)
+        sub.worker = (self.request.hostname or "in-process")[:200]
+        sub.limits = asdict(limits)
+        sub.save()
+    try:
+        inputs = inputs_for(sub.dataset, sub.split)
+        images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
+        with qc.Job(services.container_engine()) as job:
+            image_id = job.load(sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
+                                max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
+            qc.write_input(inputs, sub.split, sub.target, job.input_dir, images_from=images if images.is_dir() else None)
+            result = job.run(image_id, limits)
+        truth = truth_for(sub.dataset, sub.split, sub.target)
+        evaluation = qc.evaluate(result, truth, bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+    except qc.ArchiveRejected as exc:  # passed the upload check; a changed cap or engine refused it
+        return fail(sub.pk, f"invalid container archive: {exc}", Submission.FAULT_USER)
+    except Exception:  # noqa: BLE001 - engine missing, mount refused, database: ours
+        log.exception("running container submission %s failed", sub.pk)
+        return fail(sub.pk, INTERNAL_ERROR.format(doing="running the container"), Submission.FAULT_SYSTEM)
+    run = result_fields(evaluation)
+    if evaluation.outcome == "failed":
+        run["problems"] = [{"code": p.code, "message": p.message, "rows": list(p.rows)} for p in evaluation.problems]
+        return fail(sub.pk, evaluation.error or "failed", Submission.FAULT_USER, **run)
+    if evaluation.coverage is not None:
+        cov = evaluation.coverage
+        run["coverage"] = {"expected": cov.expected, "provided": cov.provided, "missing": cov.missing,
+                           "missing_examples": list(cov.missing_examples)}
+    return store_results(submission_id, evaluation.rows, **run)
+
+
+def result_fields(evaluation: qc.Evaluation) -> dict[str, Any]:
+    """The submission fields recording how a container run ended (PostgreSQL text holds no NUL)."""
+    run = evaluation.run
+    return {
+        "container_outcome": (run.error or "finished")[:500],
+        "exit_code": run.exit_code,
+        "wall_s": run.wall_s,
+        "stdout": run.stdout.replace("\x00", "\ufffd"),
+        "stderr": run.stderr.replace("\x00", "\ufffd"),
+    }
+
+
+def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> str:
+    """Replace a scored submission's results with ``rows``, set ``fields`` on it, link its method
+    and backbone and finish it, in one transaction; return its final state.
+
+    A submission that is no longer being scored (the reaper failed it meanwhile) keeps its state
+    and gets no results.
+    """
     with transaction.atomic():
         sub = Submission.objects.select_for_update().get(pk=submission_id)
+        if sub.state != Submission.SCORING:
+            log.warning("submission %s became %s while it was scored; results dropped", sub.pk, sub.state)
+            return sub.state
         Result.objects.filter(submission=sub).delete()
         Result.objects.bulk_create(
             Result(
@@ -74,6 +168,8 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
             )
             for r in rows
         )
+        for name, value in fields.items():
+            setattr(sub, name, value)
         sub.method = Method.objects.get_or_create(name=sub.method_name)[0]
         sub.backbone = Backbone.objects.get_or_create(name=sub.backbone_name)[0] if sub.backbone_name else None
         sub.transition(Submission.FINISHED)
@@ -81,7 +177,36 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
     return Submission.FINISHED
 
 
-def _fail(submission_id: int, reason: str, fault: str) -> None:
+def fail(submission_id: int, reason: str, fault: str, **fields: Any) -> str:
+    """Set ``fields`` on a submission and fail it with ``reason``; return its final state.
+
+    One already final (the reaper failed it meanwhile) is left as it is.
+    """
     with transaction.atomic():
         sub = Submission.objects.select_for_update().get(pk=submission_id)
+        if sub.is_final:
+            log.warning("submission %s is already %s; not failing it with %r", sub.pk, sub.state, reason)
+            return sub.state
+        for name, value in fields.items():
+            setattr(sub, name, value)
         sub.transition(Submission.FAILED, error=reason, fault=fault)
+    return Submission.FAILED
+
+
+@shared_task(name="workers.tasks.reap_overdue_submissions")
+def reap_overdue_submissions() -> list[int]:
+    """Fail the submissions whose deadline passed (:func:`submissions.services.reap_overdue`)."""
+    reaped = services.reap_overdue()
+    if reaped:
+        log.warning("reaped %d overdue submissions: %s", len(reaped), reaped)
+    return reaped
+
+
+@celeryd_after_setup.connect
+def sweep_container_jobs(sender: str, instance: Any, **kwargs: Any) -> None:
+    """At the start of a worker consuming ``gpu``, before it takes a job: remove the containers,
+    job directories and mounts a killed worker left (:func:`qval.containers.sweep`)."""
+    if "gpu" not in instance.app.amqp.queues.consume_from:
+        return
+    removed = qc.sweep(services.container_engine())
+    log.info("worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
