@@ -11,14 +11,18 @@ interface, so every environment is built the same way:
    are never sampled; among the others up to ``max_states_per_trajectory`` are drawn
    without replacement by ``random.Random(f"{seed}/sample/{i}")`` (all of them when there
    are fewer) and kept in step order.
-3. **Candidates.**  The state's candidate actions (:meth:`~qval.envs.base.Environment.candidates`),
-   the actor's own action marked ``is_actor``; ``next_state`` is the observation after
-   restoring the state and forcing the candidate.
+3. **Candidates.**  :meth:`~qval.envs.base.Environment.sample_candidates` of the state with
+   ``random.Random(f"{seed}/candidates/{trajectory}/{step}")`` (FrozenLake: all four moves,
+   no draw; ALFWorld: the actor's action and three other admissible commands), the actor's
+   own action marked ``is_actor``; ``next_state`` is the observation after restoring the
+   state and forcing the candidate.
 4. **Labels.**  :func:`qval.labelling.label_state` (Max-Value Monte Carlo under the reference
    policy).
-5. **Split.**  Whole trajectories, never states: the ``n``-th trajectory of each task goes to
-   ``splits[n % len(splits)]`` (default: dev, test, dev, …), so every task appears in every
-   split and no trajectory straddles two.
+5. **Split.**  Whole trajectories, never states.  ``split_by="trajectory"`` (default): the
+   ``n``-th trajectory of each task goes to ``splits[n % len(splits)]`` (dev, test, dev, …),
+   so every task appears in every split.  ``split_by="task"``: task ``j`` (in
+   ``env.tasks`` order) and all its trajectories go to ``splits[j % len(splits)]``, so no task
+   appears in two splits.
 
 Ids: state ``t{trajectory:03d}-s{step:02d}``, candidate ``{state id}-a{index}``.
 A build is deterministic: the same spec and environment give the same fingerprint; the
@@ -38,6 +42,12 @@ from typing import Any, Callable
 from qval import labelling, schema
 from qval.envs.base import Environment, Snapshot
 from qval.envs.frozenlake import MAP_SEEDS, FrozenLake
+
+SPLIT_RULES = {
+    "trajectory": "the n-th trajectory of each task goes to splits[n % len(splits)]",
+    "task": "task j (in the environment's task order) and all its trajectories go to splits[j % len(splits)]",
+}
+"""``DatasetSpec.split_by`` → the rule recorded in ``Manifest.config``."""
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, stage)``: called at the start of a stage and after each item."""
@@ -59,6 +69,11 @@ class DatasetSpec:
     discount: float
     num_rollouts: int = 1
     splits: tuple[str, ...] = ("dev", "test")
+    split_by: str = "trajectory"
+
+    def __post_init__(self) -> None:
+        if self.split_by not in SPLIT_RULES:
+            raise ValueError(f"split_by must be one of {', '.join(SPLIT_RULES)}, got {self.split_by!r}")
 
     def config(self) -> dict[str, Any]:
         """The collection settings recorded in ``Manifest.config``."""
@@ -73,7 +88,7 @@ class DatasetSpec:
             "state_sampling": "uniform without replacement among turns except the first and the last",
             "sample_rng": "random.Random(f'{seed}/sample/{trajectory}')",
             "splits": list(self.splits),
-            "split_rule": "the n-th trajectory of each task goes to splits[n % len(splits)]",
+            "split_rule": SPLIT_RULES[self.split_by],
         }
 
 
@@ -107,7 +122,8 @@ def collect(env: Environment, index: int, spec: DatasetSpec) -> Trajectory:
         action = env.actor_action(rng, spec.epsilon)
         turns.append(Turn(snapshot=env.snapshot(), observation=observation, action=action))
         observation = env.step(action).observation
-    split = spec.splits[(index // len(tasks)) % len(spec.splits)]
+    position = tasks.index(task) if spec.split_by == "task" else index // len(tasks)
+    split = spec.splits[position % len(spec.splits)]
     return Trajectory(index=index, task=task, split=split, turns=tuple(turns))
 
 
@@ -127,7 +143,8 @@ def make_state(
     env.restore(snap)
     if env.observation() != turn.observation:
         raise RuntimeError(f"trajectory {trajectory.index} step {snap.step}: restore changed the observation")
-    actions = tuple(env.candidates())
+    rng = random.Random(f"{spec.seed}/candidates/{trajectory.index}/{snap.step}")
+    actions = tuple(env.sample_candidates(turn.action, rng))
     if turn.action not in actions:
         raise RuntimeError(f"trajectory {trajectory.index} step {snap.step}: actor action {turn.action!r} not a candidate")
     state_id = f"t{trajectory.index:03d}-s{snap.step:02d}"
@@ -238,7 +255,83 @@ def frozenlake_8x8() -> tuple[Environment, DatasetSpec]:
     return env, spec
 
 
-BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {"frozenlake": frozenlake_8x8}
+def alfworld_text() -> tuple[Environment, DatasetSpec]:
+    """``alfworld-pick-place@1.0``: ALFWorld text ``pick_and_place_simple`` on 30 generated scenes.
+
+    30 scenes × 2 trajectories × up to 3 states give about 60 points per split, so every split
+    clears the 50-point minimum of the global correlations.
+    """
+    from qval.envs.alfworld import ALFWorld, choose_scenes  # TextWorld + fast-downward: imported when used
+
+    env = ALFWorld(choose_scenes(30, seed=0), horizon=40)
+    spec = DatasetSpec(
+        slug="alfworld-pick-place",
+        name="ALFWorld pick & place (text)",
+        version="1.0",
+        description=(
+            "ALFWorld (text) pick_and_place_simple games generated from the FloorPlan layouts the alfworld 0.4.2 "
+            "wheel ships: 30 scenes on distinct floorplans (scene seed 0), played in TextWorld's PDDL engine. 60 "
+            "trajectories (2 per scene) of at most 40 steps by ALFWorld's handcoded expert with ε=0.2 random "
+            "admissible commands; up to 3 states per trajectory (not the first or last turn); candidates: the "
+            "actor's command and 3 other admissible commands. Labels: restore the state, force the candidate, follow "
+            "the handcoded expert until the 40-step horizon (counted from the episode start); reward 1 when the goal "
+            "holds, γ=0.95. Observation: the scene description and task, the last command and its feedback, and the "
+            "admissible commands. Train, dev and test hold disjoint scenes (scene j goes to split j mod 3)."
+        ),
+        modalities=("text",),
+        num_trajectories=60,
+        max_states_per_trajectory=3,
+        epsilon=0.2,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+    )
+    return env, spec
+
+
+def miniwob() -> tuple[Environment, DatasetSpec]:
+    """``miniwob@1.0``: ten multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium."""
+    from qval.envs.miniwob import TASK_NAMES, MiniWoB  # BrowserGym + Playwright: imported when used
+
+    env = MiniWoB(task_names=TASK_NAMES, seeds=range(2), horizon=12)
+    spec = DatasetSpec(
+        slug="miniwob",
+        name="MiniWoB++ (BrowserGym)",
+        version="1.0",
+        description=(
+            "MiniWoB++ through BrowserGym 0.14.3 (miniwob 1.1.0 pages, Debian's headless Chromium): 10 tasks that "
+            "need two or more actions (" + ", ".join(TASK_NAMES) + "), instances from BrowserGym reset seeds 0 "
+            "and 1. 20 trajectories (one per task and seed) of at most 12 steps by a scripted optimal policy with "
+            "ε=0.25 random candidate actions; up to 2 states per trajectory (not the first or last turn); "
+            "candidates: the actor's action and 3 others among click on the interactive (set-of-marks) elements and "
+            "fill of the text fields with the goal's strings. Labels: restore the state (reset(seed) and replay), "
+            "force the candidate, follow the scripted policy until the 12-step horizon (counted from the episode "
+            "start); reward 1 on MiniWoB success, γ=0.95. Observation: the goal and BrowserGym's flattened "
+            "accessibility tree with element ids (image: the screenshot with set-of-marks ids). Dev and test hold "
+            "disjoint MiniWoB tasks (the j-th task name goes to split j mod 2)."
+        ),
+        modalities=("text", "image"),
+        num_trajectories=20,
+        max_states_per_trajectory=2,
+        epsilon=0.25,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("dev", "test"),
+        split_by="task",
+    )
+    if len(TASK_NAMES) % len(spec.splits):
+        raise ValueError("MiniWoB task names must be a multiple of the splits so that split_by='task' keeps names apart")
+    return env, spec
+
+
+BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
+    "frozenlake": frozenlake_8x8,
+    "alfworld": alfworld_text,
+    "miniwob": miniwob,
+}
 """Dataset name → a function returning its environment and spec."""
 
 

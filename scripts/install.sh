@@ -10,6 +10,8 @@ need() { command -v "$1" >/dev/null 2>&1 || apt_missing+=("$2"); }
 need pg_isready postgresql-client
 need podman podman   # method containers (qval/containers.py); runc: see containers/containers.conf
 need runc runc
+need cmake cmake   # textworld[pddl] compiles fast-downward from source
+need g++ g++
 if [ "$what" = dev ]; then
   need chromium chromium
 fi
@@ -25,6 +27,8 @@ PY=${PYTHON:-python3}
 req=requirements.txt; [ "$what" = dev ] && req=requirements-dev.txt
 stamp=".venv/.installed-$what-$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
+  # Source builds (fast-downward for textworld) run a bare `python`: make it the venv's.
+  export PATH="$PWD/.venv/bin:$PATH"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r "$req"
   .venv/bin/pip install -q --no-deps -e .

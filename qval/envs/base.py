@@ -22,6 +22,9 @@ Conventions every adapter follows:
 * **Policies.**  :meth:`Environment.reference_action` is the strong reference policy the
   labels follow; :meth:`Environment.actor_action` is the collecting actor, the reference
   policy with ε-uniform noise drawn from a caller-seeded RNG.
+* **Dataset candidates.**  :meth:`Environment.sample_candidates` chooses the actions a
+  dataset state offers (they must include the actor's action): by default every candidate,
+  an adapter with many actions (ALFWorld's admissible commands) samples a few.
 """
 
 from __future__ import annotations
@@ -167,6 +170,13 @@ class Environment(ABC):
         self.reset(snapshot.task)
         for action in snapshot.history:
             self.step(action)
+
+    def sample_candidates(self, actor_action: str, rng: random.Random) -> list[str]:
+        """The candidate actions a dataset state offers, including ``actor_action``, in a fixed order.
+
+        Default: every candidate of the current state, without drawing from ``rng``.
+        """
+        return self.candidates()
 
     # -- the collecting actor ----------------------------------------------------------
     def actor_action(self, rng: random.Random, epsilon: float) -> str:

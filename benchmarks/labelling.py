@@ -1,0 +1,117 @@
+"""Benchmark: labelling speed with direct restore against restore by replay, in one run.
+
+For each environment the script collects trajectories once (the builder's actor, ε-noise),
+samples states as :func:`qval.build.sample_turns` does, and then labels the same states
+twice with :func:`qval.build.make_state` — the candidates' next states, their Q-values and
+the state's V-value:
+
+* ``restore``: the adapter's direct restore (FrozenLake: set the gymnasium env's cell;
+  ALFWorld: libdownward state id + copies of the Python-side state, after one replay per
+  state);
+* ``replay``: every restore resets the task and replays the state's history (the generic
+  :meth:`qval.envs.base.Environment.restore`).
+
+It prints points (states) and candidates labelled per second and the speed-up of
+``restore`` over ``replay`` measured in the same run, and checks that both give the same
+labels.
+
+Usage::
+
+    python benchmarks/labelling.py                       # FrozenLake + ALFWorld (~2 min)
+    python benchmarks/labelling.py --alfworld-scenes 3 --alfworld-trajectories 3   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from qval import build, labelling  # noqa: E402
+from qval.envs.alfworld import ALFWorld, choose_scenes  # noqa: E402
+from qval.envs.base import Environment, Snapshot  # noqa: E402
+from qval.envs.frozenlake import FrozenLake  # noqa: E402
+
+
+def sampled_turns(env: Environment, spec: build.DatasetSpec) -> list[tuple[build.Trajectory, build.Turn]]:
+    """Collect ``spec.num_trajectories`` trajectories and sample their states."""
+    trajectories = [build.collect(env, i, spec) for i in range(spec.num_trajectories)]
+    return [(t, turn) for t in trajectories for turn in build.sample_turns(t, spec)]
+
+
+def as_replay(turn: build.Turn) -> build.Turn:
+    """The same turn with a plain snapshot, which every adapter restores by replay."""
+    plain = Snapshot(task=turn.snapshot.task, history=turn.snapshot.history)
+    return build.Turn(snapshot=plain, observation=turn.observation, action=turn.action)
+
+
+def label_all(
+    env: Environment, points: list[tuple[build.Trajectory, build.Turn]], spec: build.DatasetSpec
+) -> tuple[float, list[labelling.StateLabels]]:
+    """Seconds to label every point, and the labels."""
+    t0 = time.perf_counter()
+    labels = [build.make_state(env, trajectory, turn, spec)[1] for trajectory, turn in points]
+    return time.perf_counter() - t0, labels
+
+
+def report(
+    name: str,
+    points: list[tuple[build.Trajectory, build.Turn]],
+    runs: dict[str, Callable[[], tuple[float, list[labelling.StateLabels]]]],
+) -> None:
+    """Run each mode (``replay`` first), print its row, and check that the labels agree."""
+    results = {mode: run() for mode, run in runs.items()}
+    candidates = sum(len(labels.candidates) for labels in results["replay"][1])
+    base = results["replay"][0]
+    for mode, (seconds, _) in results.items():
+        print(f"{name:<11} {mode:<8} {len(points):>6} {candidates:>6} {seconds:9.2f} "
+              f"{len(points) / seconds:9.2f} {candidates / seconds:9.2f} {base / seconds:8.1f}x", flush=True)
+    if results["restore"][1] != results["replay"][1]:
+        raise SystemExit(f"{name}: restore and replay gave different labels")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frozenlake-trajectories", type=int, default=50)
+    parser.add_argument("--alfworld-scenes", type=int, default=6)
+    parser.add_argument("--alfworld-trajectories", type=int, default=6)
+    parser.add_argument("--states-per-trajectory", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    header = f"{'env':<11} {'restore':<8} {'points':>6} {'cands':>6} {'seconds':>9} {'points/s':>9} {'cands/s':>9} {'vs replay':>9}"
+    print(header)
+    print("-" * len(header))
+
+    fl_env, fl_spec = build.frozenlake_8x8()
+    fl_spec = replace(fl_spec, num_trajectories=args.frozenlake_trajectories,
+                      max_states_per_trajectory=args.states_per_trajectory)
+    fl_points = sampled_turns(fl_env, fl_spec)
+    fl_replay = [(t, as_replay(turn)) for t, turn in fl_points]
+    report("frozenlake", fl_points, {
+        "replay": lambda: label_all(FrozenLake(), fl_replay, fl_spec),
+        "restore": lambda: label_all(FrozenLake(), fl_points, fl_spec),
+    })
+
+    _, alf_spec = build.alfworld_text()
+    alf_spec = replace(alf_spec, num_trajectories=args.alfworld_trajectories,
+                       max_states_per_trajectory=args.states_per_trajectory)
+    scenes = choose_scenes(args.alfworld_scenes, seed=0)
+    alf_points = sampled_turns(ALFWorld(scenes), alf_spec)
+    report("alfworld", alf_points, {
+        "replay": lambda: label_all(ALFWorld(scenes, restore_mode="replay"), alf_points, alf_spec),
+        "restore": lambda: label_all(ALFWorld(scenes, restore_mode="direct"), alf_points, alf_spec),
+    })
+    print("\npoints = dataset states (each: next states and Q of its candidates, and V); "
+          "vs replay = replay seconds / seconds, same run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,590 @@
+"""ALFWorld (text, ``pick_and_place_simple``) as a QVal environment adapter.
+
+* **Scenes.**  ALFWorld's game files cannot be downloaded here, so :func:`generate_scene`
+  builds ``pick_and_place_simple`` games from the room layouts the ``alfworld`` wheel ships
+  (``alfworld/gen/layouts/FloorPlanN-{objects,openable}.json``): the layout's receptacle
+  instances, plus one or a few instances of every other static receptacle class the room
+  lists (e.g. stove burners); one or two instances of every pickupable object class of the
+  room, each placed on a receptacle that ALFRED allows for it
+  (``alfworld.gen.constants.VAL_RECEPTACLE_OBJECTS``); a goal "put an <object> in/on a
+  <receptacle class>" that is not already satisfied; a random start location.  Everything
+  is drawn from ``random.Random(f"alfworld-scene/{floorplan}/{seed}")``, so a scene is a pure
+  function of ``(floorplan, seed)``.  :func:`choose_scenes` picks distinct floorplans from a
+  seed.  Task id: ``"FloorPlan{floorplan}-s{seed}"``.
+* **Game files.**  Each scene is written as ``game.tw-pddl`` + ``traj_data.json`` under
+  :func:`cache_dir` (``$QVAL_ALFWORLD_CACHE``, default ``~/.cache/qval/alfworld``), in a
+  folder named by :data:`GENERATOR_VERSION` and the task id; a missing or different file is
+  regenerated.
+* **Dynamics.**  TextWorld's ``PddlEnv`` wrapped in ALFWorld's ``AlfredDemangler``,
+  ``AlfredInfos`` and ``AlfredExpert`` (handcoded), exactly as ALFWorld plays its own games.
+  Reward 1 when the goal holds (the episode then terminates), else 0.  Actions are the
+  admissible commands.
+* **Reference policy.**  ALFWorld's handcoded expert: the next action is
+  ``state["extra.expert_plan"][0]``.  The expert draws from Python's global :mod:`random`;
+  the adapter runs it on its own random state (seeded per task at reset, part of every
+  snapshot) and puts the caller's global state back afterwards.
+* **Observation.**  The scene description (ALFWorld's intro: the room and the task), the
+  last command and its feedback, and the admissible commands.
+* **Candidates.**  :meth:`ALFWorld.sample_candidates`: the actor's action and three other
+  admissible commands drawn by the builder's RNG, listed in admissible-command order.
+* **Restore.**  ``restore_mode="direct"`` (default): the first restore of a state in an
+  episode replays it from reset; the adapter then keeps libdownward's state id
+  (``get_state_id``/``set_state_id``) and copies of the Python-side state, and later restores
+  of the same state in the same episode set them directly (a reset, in this or any other
+  adapter, invalidates them: libdownward holds one problem per process).
+  ``restore_mode="replay"``: every restore replays.  Both give the same data (tested).
+* **Speed.**  :func:`set_parse_memoization` caches TextWorld's text-template and query
+  parsing (tatsu), which dominates a step, and the PDDL-to-SAS translation, which dominates a
+  reset; the output is unchanged (tested).  Each task keeps its loaded game.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import functools
+import json
+import os
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import alfworld
+import alfworld.gen.constants as alfred_constants
+import alfworld.gen.goal_library as goal_library
+import fast_downward
+import textworld
+import textworld.envs.pddl.textgen as tw_textgen
+from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredExpertType, AlfredInfos
+from alfworld.agents.expert import HandCodedAgentFailed
+from textworld.envs import PddlEnv
+from textworld.logic import Rule
+
+from .base import Environment, Snapshot
+
+TASK_TYPE = "pick_and_place_simple"
+GENERATOR_VERSION = 1
+"""Bumped whenever :func:`generate_scene` changes its output (names the cache folder)."""
+
+ALFWORLD_DIR = Path(alfworld.__file__).resolve().parent
+LAYOUTS_DIR = ALFWORLD_DIR / "gen" / "layouts"
+DOMAIN_FILE = ALFWORLD_DIR / "data" / "alfred.pddl"
+GRAMMAR_FILE = ALFWORLD_DIR / "data" / "alfred.twl2"
+
+STATIC_RECEPTACLES: frozenset[str] = frozenset(alfred_constants.RECEPTACLES) - frozenset(
+    alfred_constants.MOVABLE_RECEPTACLES
+)
+"""Receptacle classes that stay in place (movable ones, e.g. bowls, are objects here)."""
+
+EXTRA_INSTANCES = {"CounterTop": 2, "StoveBurner": 4, "Shelf": 3, "SideTable": 2}
+"""Instances added for a static receptacle class the room lists but its layout file lacks (default 1)."""
+
+OBJECT_PROPERTIES = {"Cleanable": "cleanable", "Heatable": "heatable", "Coolable": "coolable", "Sliceable": "sliceable"}
+"""ALFRED's object affordance lists (``VAL_ACTION_OBJECTS``) → the PDDL predicates of ``alfred.pddl``."""
+
+NUM_CANDIDATES = 4
+"""Candidates per dataset state: the actor's action and three other admissible commands."""
+
+
+# -- scene generation ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scene:
+    """One generated ``pick_and_place_simple`` game."""
+
+    floorplan: int
+    seed: int
+    object_target: str
+    parent_target: str
+    task_description: str
+    game: dict[str, Any] = field(repr=False)
+    traj_data: dict[str, Any] = field(repr=False)
+
+    @property
+    def task(self) -> str:
+        """The task id: ``FloorPlan{floorplan}-s{seed}``."""
+        return f"FloorPlan{self.floorplan}-s{self.seed}"
+
+
+def mangle(alfred_id: str) -> str:
+    """An ALFRED object id as a PDDL name (the character mangling ALFWorld's games use)."""
+    for char, word in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"), (",", "_comma_")):
+        alfred_id = alfred_id.replace(char, word)
+    return alfred_id
+
+
+def available_floorplans() -> list[int]:
+    """Floorplan numbers with both an objects and an openable layout file in the wheel, ascending."""
+    numbers = []
+    for path in LAYOUTS_DIR.glob("FloorPlan*-objects.json"):
+        number = path.name[len("FloorPlan") : -len("-objects.json")]
+        if number.isdigit() and (LAYOUTS_DIR / f"FloorPlan{number}-openable.json").exists():
+            numbers.append(int(number))
+    if not numbers:
+        raise FileNotFoundError(f"no FloorPlan layout files in {LAYOUTS_DIR}")
+    return sorted(numbers)
+
+
+def choose_scenes(num_scenes: int, seed: int) -> list[tuple[int, int]]:
+    """``num_scenes`` ``(floorplan, scene seed)`` pairs on distinct floorplans, drawn from ``seed``."""
+    floorplans = available_floorplans()
+    if not 1 <= num_scenes <= len(floorplans):
+        raise ValueError(f"num_scenes must be in 1..{len(floorplans)} (distinct floorplans), got {num_scenes}")
+    rng = random.Random(f"alfworld-scenes/{seed}")
+    return [(fp, rng.randrange(10**6)) for fp in rng.sample(floorplans, num_scenes)]
+
+
+def _coordinate(rng: random.Random) -> str:
+    return f"{rng.uniform(-3, 3):+06.2f}"
+
+
+def _receptacle_class(alfred_id: str) -> str:
+    if alfred_id.endswith("|SinkBasin"):
+        return "SinkBasin"
+    if alfred_id.endswith("|BathtubBasin"):
+        return "BathtubBasin"
+    return alfred_id.split("|")[0]
+
+
+def _new_id(cls: str, rng: random.Random) -> str:
+    """A fresh ALFRED-style id (basins carry their parent's name first, as in ALFRED)."""
+    position = "|".join(_coordinate(rng) for _ in range(3))
+    if cls in ("SinkBasin", "BathtubBasin"):
+        return f"{cls[: -len('Basin')]}|{position}|{cls}"
+    return f"{cls}|{position}"
+
+
+def _location(x: float, z: float, rotation: int, horizon: int) -> str:
+    """An ALFRED location name: grid cell (0.25 m), rotation (quarter turns), camera horizon."""
+    return mangle(f"loc|{round(x / 0.25)}|{round(z / 0.25)}|{round(rotation / 90) % 4}|{horizon}")
+
+
+def generate_scene(floorplan: int, seed: int) -> Scene:
+    """Build the ``pick_and_place_simple`` game of ``(floorplan, seed)``; see the module docstring."""
+    objects_file = LAYOUTS_DIR / f"FloorPlan{floorplan}-objects.json"
+    receptacles_file = LAYOUTS_DIR / f"FloorPlan{floorplan}-openable.json"
+    if not objects_file.exists() or not receptacles_file.exists():
+        raise FileNotFoundError(f"no layout for FloorPlan{floorplan} in {LAYOUTS_DIR}")
+    rng = random.Random(f"alfworld-scene/{floorplan}/{seed}")
+    room_classes = set(json.loads(objects_file.read_text()))
+    # Despite its name, the "openable" file lists every receptacle instance with its interaction pose.
+    posed = json.loads(receptacles_file.read_text())
+
+    receptacles: list[tuple[str, str, str]] = []  # (PDDL name, class, location)
+    for alfred_id in sorted(posed):
+        cls = _receptacle_class(alfred_id)
+        if cls in STATIC_RECEPTACLES:
+            x, z, rotation, horizon = posed[alfred_id]
+            receptacles.append((mangle(alfred_id), cls, _location(x, z, rotation, horizon)))
+    present = {cls for _, cls, _ in receptacles}
+    for cls in sorted(room_classes & STATIC_RECEPTACLES - present):
+        for _ in range(EXTRA_INSTANCES.get(cls, 1)):
+            pose = (rng.randint(-12, 12) * 0.25, rng.randint(-12, 12) * 0.25, 90 * rng.randint(0, 3), 30)
+            receptacles.append((mangle(_new_id(cls, rng)), cls, _location(*pose)))
+
+    holds = alfred_constants.VAL_RECEPTACLE_OBJECTS
+    objects: list[tuple[str, str, int]] = []  # (PDDL name, class, receptacle index)
+    for cls in sorted(room_classes - STATIC_RECEPTACLES):
+        if cls not in alfred_constants.OBJECTS:
+            continue
+        holders = [i for i, (_, rcls, _) in enumerate(receptacles) if cls in holds.get(rcls, ())]
+        for _ in range(rng.randint(1, 2) if holders else 0):
+            objects.append((mangle(_new_id(cls, rng)), cls, rng.choice(holders)))
+    if not objects:
+        raise ValueError(f"FloorPlan{floorplan}: no pickupable object fits any receptacle")
+
+    goals = [
+        (ocls, rcls)
+        for ocls in sorted({cls for _, cls, _ in objects})
+        for rcls in sorted({cls for _, cls, _ in receptacles})
+        if ocls in holds.get(rcls, ())
+        and not any(o == ocls and receptacles[r][1] == rcls for _, o, r in objects)
+    ]
+    if not goals:
+        raise ValueError(f"FloorPlan{floorplan}: every possible goal already holds")
+    object_target, parent_target = rng.choice(goals)
+    start = _location(rng.randint(-12, 12) * 0.25, rng.randint(-12, 12) * 0.25, 90 * rng.randint(0, 3), 30)
+
+    object_classes = sorted({cls for _, cls, _ in objects})
+    declarations = ["agent1 - agent"]
+    declarations += [f"{t}Type - otype" for t in sorted(set(alfred_constants.OBJECTS) - STATIC_RECEPTACLES)]
+    declarations += [f"{t}Type - rtype" for t in sorted(STATIC_RECEPTACLES)]
+    declarations += [f"{name} - object" for name, _, _ in objects]
+    declarations += [f"{name} - receptacle" for name, _, _ in receptacles]
+    declarations += [f"{loc} - location" for loc in sorted({loc for _, _, loc in receptacles} | {start})]
+    facts = [f"(receptacleType {name} {cls}Type)" for name, cls, _ in receptacles]
+    facts += [f"(objectType {name} {cls}Type)" for name, cls, _ in objects]
+    for rcls in sorted({cls for _, cls, _ in receptacles}):
+        facts += [f"(canContain {rcls}Type {ocls}Type)" for ocls in object_classes if ocls in holds.get(rcls, ())]
+    for name, cls, _ in objects:
+        facts.append(f"(pickupable {name})")
+        if cls in alfred_constants.MOVABLE_RECEPTACLES:
+            facts.append(f"(isReceptacleObject {name})")
+        facts += [f"({pred} {name})" for key, pred in OBJECT_PROPERTIES.items()
+                  if cls in alfred_constants.VAL_ACTION_OBJECTS[key]]
+    facts += [f"(openable {name})" for name, cls, _ in receptacles if cls in alfred_constants.OPENABLE_CLASS_LIST]
+    facts.append(f"(atLocation agent1 {start})")
+    facts += [f"(inReceptacle {name} {receptacles[r][0]})" for name, _, r in objects]
+    facts += [f"(receptacleAtLocation {name} {loc})" for name, _, loc in receptacles]
+    facts += [f"(objectAtLocation {name} {receptacles[r][2]})" for name, _, r in objects]
+    goal = goal_library.gdict[TASK_TYPE]["pddl"].format(obj=object_target, recep=parent_target).replace("#", "-")
+    indent = "\n        "
+    problem = (
+        f"(define (problem plan_fp{floorplan}_s{seed})\n(:domain alfred)\n"
+        f"(:objects{indent}{indent.join(declarations)}\n        )\n"
+        f"(:init{indent}{indent.join(facts)}\n        )\n{goal}"
+    )
+    template = rng.choice(goal_library.gdict[TASK_TYPE]["templates"])
+    description = template.format(obj=object_target.lower(), recep=parent_target.lower())
+    traj_data = {
+        "task_type": TASK_TYPE,
+        "pddl_params": {
+            "object_target": object_target,
+            "parent_target": parent_target,
+            "toggle_target": "",
+            "mrecep_target": "",
+            "object_sliced": False,
+        },
+        "scene": {"floor_plan": f"FloorPlan{floorplan}", "random_seed": seed},
+    }
+    game = {
+        "pddl_domain": DOMAIN_FILE.read_text(),
+        "grammar": GRAMMAR_FILE.read_text().replace("UNKNOWN GOAL", description),
+        "pddl_problem": problem,
+        "solvable": True,
+        "walkthrough": None,
+    }
+    return Scene(floorplan, seed, object_target, parent_target, description, game, traj_data)
+
+
+def cache_dir() -> Path:
+    """Where generated game files live: ``$QVAL_ALFWORLD_CACHE`` or ``~/.cache/qval/alfworld``."""
+    return Path(os.environ.get("QVAL_ALFWORLD_CACHE") or Path.home() / ".cache" / "qval" / "alfworld")
+
+
+def write_game(scene: Scene, root: Path | None = None) -> Path:
+    """Write ``scene``'s game files under ``root`` (default :func:`cache_dir`); return ``game.tw-pddl``.
+
+    Files that are missing or differ from the generated content are (re)written.
+    """
+    folder = (root or cache_dir()) / f"v{GENERATOR_VERSION}" / scene.task
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in (("traj_data.json", scene.traj_data), ("game.tw-pddl", scene.game)):
+        path = folder / name
+        text = json.dumps(data, sort_keys=True)
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+    return folder / "game.tw-pddl"
+
+
+# -- parse memoization ------------------------------------------------------------------------
+_ORIGINALS: dict[str, Callable[..., Any]] = {
+    "parse_and_convert": tw_textgen._parse_and_convert,
+    "parse_conjunctive_query": Rule.parse_conjunctive_query.__func__,  # type: ignore[attr-defined]
+    "pddl2sas": fast_downward.pddl2sas,
+}
+
+
+def _memoized_parse_and_convert(text: str, **kwargs: Any) -> Any:
+    # derive() sets attributes on the symbols it gets, so each caller gets its own copy.
+    return copy.deepcopy(_cached_parse_and_convert(text, tuple(sorted(kwargs.items()))))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_parse_and_convert(text: str, kwargs: tuple[tuple[str, Any], ...]) -> Any:
+    return _ORIGINALS["parse_and_convert"](text, **dict(kwargs))
+
+
+@functools.lru_cache(maxsize=None)
+def _memoized_conjunctive_query(cls: type[Rule], expr: str) -> Rule:
+    return _ORIGINALS["parse_conjunctive_query"](cls, expr)
+
+
+@functools.lru_cache(maxsize=64)
+def _memoized_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
+    return _ORIGINALS["pddl2sas"](domain, problem, verbose=verbose, optimize=optimize)
+
+
+def set_parse_memoization(enabled: bool) -> None:
+    """Cache (``True``) or stop caching (``False``) the parsing TextWorld repeats; process-wide.
+
+    On every step TextWorld re-parses the same grammar snippets and fact queries with tatsu,
+    and every reset translates the same PDDL problem to SAS twice.  Caching the three parses
+    (text templates, conjunctive queries, ``fast_downward.pddl2sas``) makes steps and resets
+    several times faster and leaves every observation, command and reward unchanged (tested).
+    """
+    if enabled:
+        tw_textgen._parse_and_convert = _memoized_parse_and_convert
+        Rule.parse_conjunctive_query = classmethod(_memoized_conjunctive_query)  # type: ignore[assignment]
+        fast_downward.pddl2sas = _memoized_pddl2sas
+    else:
+        tw_textgen._parse_and_convert = _ORIGINALS["parse_and_convert"]
+        Rule.parse_conjunctive_query = classmethod(_ORIGINALS["parse_conjunctive_query"])  # type: ignore[assignment]
+        fast_downward.pddl2sas = _ORIGINALS["pddl2sas"]
+
+
+# -- the adapter -----------------------------------------------------------------------------
+_LIBDOWNWARD_LOADS = [0]
+"""How many times a problem was loaded into libdownward in this process (invalidates state ids)."""
+
+
+@dataclass
+class _DirectState:
+    """Everything a step changes, for a restore without replay (valid while ``loads`` is current)."""
+
+    loads: int
+    state_id: int
+    pddl_facts: _Facts
+    operators: dict[int, Any]
+    game_state: Any
+    prev_game_state: Any
+    moves: int
+    last_action: Any
+    prev_command: str
+    expert: Any
+    expert_random: Any
+    feedback: str
+
+
+class ALFWorld(Environment):
+    """ALFWorld text games (``pick_and_place_simple``) on generated scenes; see the module docstring."""
+
+    name = "alfworld"
+    reference_policy = "ALFWorld handcoded expert (AlfredExpert, expert_type=handcoded)"
+
+    def __init__(
+        self,
+        scenes: Sequence[tuple[int, int]],
+        horizon: int = 40,
+        *,
+        restore_mode: str = "direct",
+        memoize_parsing: bool = True,
+        game_root: Path | None = None,
+    ) -> None:
+        super().__init__(horizon)
+        if restore_mode not in ("direct", "replay"):
+            raise ValueError(f"restore_mode must be 'direct' or 'replay', got {restore_mode!r}")
+        if not scenes:
+            raise ValueError("at least one scene is needed")
+        self.restore_mode = restore_mode
+        if memoize_parsing:
+            set_parse_memoization(True)
+        self.scenes = {s.task: s for s in (generate_scene(fp, seed) for fp, seed in scenes)}
+        if len(self.scenes) != len(scenes):
+            raise ValueError(f"duplicate scenes in {list(scenes)}")
+        self._game_root = game_root
+        self._games: dict[str, Path] = {}
+        self._envs: dict[str, AlfredExpert] = {}
+        self._env: AlfredExpert | None = None
+        self._state: Any = None
+        self._intro = ""
+        self._expert_random: Any = None
+        self._direct: dict[tuple[str, ...], _DirectState] = {}
+        self.restore_counts = {"direct": 0, "replay": 0}
+        """How many restores set a kept state directly and how many replayed."""
+
+    # -- Environment -------------------------------------------------------------------
+    @property
+    def tasks(self) -> Sequence[str]:
+        return tuple(self.scenes)
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "alfworld_version": metadata.version("alfworld"),
+            "textworld_version": metadata.version("textworld"),
+            "fast_downward_textworld_version": metadata.version("fast-downward-textworld"),
+            "task_type": TASK_TYPE,
+            "scene_generator": f"qval.envs.alfworld.generate_scene v{GENERATOR_VERSION} from the wheel's FloorPlan layouts",
+            "scenes": [
+                {"task": s.task, "floorplan": s.floorplan, "seed": s.seed, "object_target": s.object_target,
+                 "parent_target": s.parent_target, "task_description": s.task_description}
+                for s in self.scenes.values()
+            ],
+            "horizon": self.horizon,
+            "reward": "1 when the goal holds (the episode ends), else 0",
+            "actions": "the admissible commands",
+            "candidates": (
+                f"the actor's action and {NUM_CANDIDATES - 1} other admissible commands drawn without replacement "
+                "by random.Random(f'{seed}/candidates/{trajectory}/{step}'), in admissible-command order"
+            ),
+            "observation": "scene description and task, last command and feedback, admissible commands",
+        }
+
+    def _reset(self, task: str) -> None:
+        env = self._load(task)
+        self._expert_random = random.Random(f"alfworld-expert/{task}").getstate()
+        self._state = self._with_expert_random(env.reset)
+        _LIBDOWNWARD_LOADS[0] += 1
+        self._intro = self._state.feedback.strip()
+        self._direct = {}
+
+    def _step(self, action: str) -> tuple[float, bool]:
+        env = self._env
+        assert env is not None
+        state, reward, done = self._with_expert_random(lambda: _step_expert(env, action))
+        self._state = state
+        return float(reward), bool(done)
+
+    def observation(self) -> str:
+        parts = [self._intro]
+        if self._history:
+            parts.append(f"Last command: {self._history[-1]}\nFeedback: {self._state.feedback.strip()}")
+        parts.append("Admissible commands:\n" + "\n".join(f"- {c}" for c in self.candidates()))
+        return "\n\n".join(parts)
+
+    def candidates(self) -> list[str]:
+        return list(self._state["admissible_commands"])
+
+    def reference_action(self) -> str:
+        """The handcoded expert's next command."""
+        return str(self._state["extra.expert_plan"][0])
+
+    def sample_candidates(self, actor_action: str, rng: random.Random) -> list[str]:
+        """The actor's action and up to three other admissible commands drawn by ``rng``, in admissible order."""
+        commands = self.candidates()
+        others = [c for c in commands if c != actor_action]
+        picked = set(rng.sample(others, min(NUM_CANDIDATES - 1, len(others))))
+        return [c for c in commands if c == actor_action or c in picked]
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Set a state kept in this episode directly (``restore_mode="direct"``); otherwise replay."""
+        direct = self._direct.get(snapshot.history) if self.restore_mode == "direct" else None
+        if direct is None or direct.loads != _LIBDOWNWARD_LOADS[0] or self._task != snapshot.task:
+            super().restore(snapshot)
+            self.restore_counts["replay"] += 1
+            if self.restore_mode == "direct":
+                self._direct[snapshot.history] = self._capture()
+            return
+        self._set(direct)
+        self.restore_counts["direct"] += 1
+        self._history = list(snapshot.history)
+        self._terminated = bool(self._state["won"])
+
+    # -- helpers -----------------------------------------------------------------------
+    def game_file(self, task: str) -> Path:
+        """The scene's ``game.tw-pddl`` (written on first use; see :func:`write_game`)."""
+        if task not in self._games:
+            self._games[task] = write_game(self.scenes[task], self._game_root)
+        return self._games[task]
+
+    def _load(self, task: str) -> AlfredExpert:
+        """The task's game, loaded on first use (a load, like a reset, replaces libdownward's problem)."""
+        if task not in self._envs:
+            infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=True, extras=["gamefile", "expert_plan"])
+            env = AlfredExpert(AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False)),
+                               expert_type=AlfredExpertType.HANDCODED)
+            env.load(str(self.game_file(task)))
+            _LIBDOWNWARD_LOADS[0] += 1
+            self._envs[task] = env
+        self._env = self._envs[task]
+        return self._env
+
+    def _with_expert_random(self, call: Callable[[], Any]) -> Any:
+        """Run ``call`` with :mod:`random` on the episode's expert state; keep the caller's state."""
+        outer = random.getstate()
+        random.setstate(self._expert_random)
+        try:
+            return call()
+        finally:
+            self._expert_random = random.getstate()
+            random.setstate(outer)
+
+    def _pddl_env(self) -> PddlEnv:
+        env: Any = self._env
+        while not isinstance(env, PddlEnv):
+            env = env._wrapped_env
+        return env
+
+    def _capture(self) -> _DirectState:
+        env = self._env
+        assert env is not None
+        pddl = self._pddl_env()
+        ps = pddl._pddl_state
+        return _DirectState(
+            loads=_LIBDOWNWARD_LOADS[0],
+            state_id=_libdownward_state_id(pddl),
+            pddl_facts=_copy_facts(ps),
+            operators=dict(ps._operators),
+            game_state=pddl.state,
+            prev_game_state=pddl.prev_state,
+            moves=pddl._moves,
+            last_action=pddl._last_action,
+            prev_command=env.prev_command,
+            expert=copy.deepcopy(env._handcoded_expert),
+            expert_random=self._expert_random,
+            feedback=self._state.feedback,
+        )
+
+    def _set(self, direct: _DirectState) -> None:
+        env = self._env
+        assert env is not None
+        pddl = self._pddl_env()
+        ps = pddl._pddl_state
+        _set_libdownward_state_id(pddl, direct.state_id)
+        facts = _copy_facts(direct.pddl_facts)
+        ps._facts, ps._vars_by_name, ps._vars_by_type, ps._var_counts = (
+            facts._facts, facts._vars_by_name, facts._vars_by_type, facts._var_counts)
+        ps._operators = dict(direct.operators)
+        pddl.state, pddl.prev_state = direct.game_state, direct.prev_game_state
+        pddl._moves, pddl._last_action = direct.moves, direct.last_action
+        env.state, env.prev_command = direct.game_state, direct.prev_command
+        env._handcoded_expert = copy.deepcopy(direct.expert)
+        self._expert_random = direct.expert_random
+        self._state = direct.game_state
+
+
+class _FactTables(Protocol):
+    _facts: defaultdict[Any, set[Any]]
+    _vars_by_name: dict[str, Any]
+    _vars_by_type: defaultdict[Any, set[Any]]
+    _var_counts: Counter[str]
+
+
+@dataclass
+class _Facts:
+    """A copy of the fact tables of a TextWorld ``State`` (their propositions are immutable values)."""
+
+    _facts: defaultdict[Any, set[Any]]
+    _vars_by_name: dict[str, Any]
+    _vars_by_type: defaultdict[Any, set[Any]]
+    _var_counts: Counter[str]
+
+
+def _copy_facts(tables: _FactTables) -> _Facts:
+    """Copy the tables the way ``textworld.logic.State.copy`` does: new containers, shared facts."""
+    return _Facts(
+        defaultdict(set, {k: set(v) for k, v in tables._facts.items()}),
+        dict(tables._vars_by_name),
+        defaultdict(set, {k: set(v) for k, v in tables._vars_by_type.items()}),
+        Counter(tables._var_counts),
+    )
+
+
+def _step_expert(env: AlfredExpert, command: str) -> tuple[Any, float, bool]:
+    """``env.step(command)``; when the expert gives up, its plan stays ALFWorld's default ``["look"]``."""
+    try:
+        return env.step(command)
+    except HandCodedAgentFailed:
+        return env.state, float(env.state["won"]), bool(env.state["done"])
+
+
+def _libdownward(pddl: PddlEnv) -> Any:
+    lib = pddl.downward_lib
+    lib.get_state_id.restype = ctypes.c_int
+    lib.get_state_id.argtypes = []
+    lib.set_state_id.restype = None
+    lib.set_state_id.argtypes = [ctypes.c_int]
+    return lib
+
+
+def _libdownward_state_id(pddl: PddlEnv) -> int:
+    return int(_libdownward(pddl).get_state_id())
+
+
+def _set_libdownward_state_id(pddl: PddlEnv, state_id: int) -> None:
+    _libdownward(pddl).set_state_id(state_id)
+

@@ -1,0 +1,584 @@
+"""MiniWoB++ through BrowserGym (text and image) as a QVal environment adapter.
+
+* **Tasks.**  :data:`TASK_NAMES`: ten MiniWoB++ tasks that need two or more actions (fill a
+  form, tick boxes, pick an option, find a word, enter a date … then submit).  A task id is
+  ``"{name}:{seed}"``: the BrowserGym task ``miniwob.{name}`` reset with ``seed``, which fixes
+  the instance (goal, labels, layout).  :attr:`MiniWoB.tasks` lists the ids *seed-major*
+  (every name with seed 0, then every name with seed 1, …), so with an even number of names
+  task ``j`` has the name ``TASK_NAMES[j % len(TASK_NAMES)]`` and the builder's
+  ``split_by="task"`` rule (``splits[j % 2]``) always sends one MiniWoB task to one split.
+* **Dynamics.**  The real BrowserGym ``BrowserEnv`` on the ``miniwob`` package's HTML pages
+  (``file://`` URL of the installed package, :func:`miniwob_url`), in Debian's headless
+  Chromium (:func:`chromium_executable`).  Reward 1 when MiniWoB's raw reward is positive
+  (BrowserGym's rule, no time decay), else 0; MiniWoB ends the episode on submit, right or
+  wrong, so submitting an incomplete form gets 0.  ``slow_mo=0``, ``pre_observation_delay=0``.
+* **Actions** are BrowserGym action strings (``click('16')``, ``fill('16', 'bob')``), executed by BrowserGym's ``bid`` action set.
+  :meth:`MiniWoB.candidates` of a state: ``click`` on every visible set-of-marks element
+  (BrowserGym's interactive-element flag), ``fill`` of every visible text box, spin
+  button or date field with every quoted string of the goal and the reference policy's own
+  fill text, in the order of the accessibility tree's node list.
+* **Reference policy.**  A scripted optimal policy per task (:meth:`MiniWoB.reference_action`)
+  that reads the goal and the accessibility tree of the current state (plus the true value
+  of a field, which the tree masks for password boxes, and for ``click-button-sequence`` the
+  action history, because a click on button ONE leaves no trace in the page), so it acts
+  optimally from any state it is restored to.
+* **Observation.**  Text: ``Goal: …``, a blank line, then BrowserGym's flattened
+  accessibility tree with element ids (``[16] textbox ''``); ``url`` properties are dropped
+  because they name the install path.  Image (:meth:`MiniWoB.observation_image`): the
+  screenshot with set-of-marks boxes and ids drawn on the visible interactive elements.
+* **Restore.**  The generic one: ``reset(seed)`` and replay the action history; MiniWoB with
+  a fixed seed is deterministic, so the same page comes back (tested: text and pixels).
+* **Browser.**  :func:`install_shared_chromium` gives BrowserGym a Playwright whose
+  ``chromium.launch`` always uses Debian's Chromium and keeps one browser process per launch
+  configuration alive across resets (each reset still gets a fresh browser context and
+  page), and hides the text caret so screenshots do not depend on its blink phase.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import logging
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import browsergym.core
+import miniwob
+import numpy as np
+import playwright
+import playwright.sync_api
+from browsergym.core.action.highlevel import HighLevelActionSet
+from browsergym.core.env import BrowserEnv
+from browsergym.miniwob import all as miniwob_tasks
+from browsergym.utils.obs import IGNORED_AXTREE_PROPERTIES, flatten_axtree_to_str
+from PIL import Image, ImageDraw, ImageFont
+
+from .base import Environment
+
+TASK_NAMES: tuple[str, ...] = (
+    "enter-text",
+    "enter-text-2",
+    "login-user",
+    "enter-password",
+    "click-checkboxes",
+    "click-option",
+    "use-spinner",
+    "click-button-sequence",
+    "find-word",
+    "enter-date",
+)
+"""The MiniWoB++ tasks the adapter covers, each solved by a scripted policy in two or more actions."""
+
+IGNORED_ROLES: tuple[str, ...] = ("LineBreak", "InlineTextBox")
+"""Accessibility-tree roles left out of the text observation."""
+
+IGNORED_PROPERTIES: tuple[str, ...] = (*IGNORED_AXTREE_PROPERTIES, "url")
+"""Node properties left out of the text observation (``url`` names the local install path)."""
+
+FILL_ROLES = frozenset({"textbox", "spinbutton", "searchbox", "Date"})
+"""Roles whose elements get ``fill`` candidates."""
+
+ACTION_TIMEOUT_MS = 2000
+"""Playwright's default timeout for actions and waits (MiniWoB's own is 5000 ms)."""
+
+CARET_HIDING_SCRIPT = """(() => { try { const sheet = new CSSStyleSheet();
+  sheet.replaceSync('* { caret-color: transparent !important; }');
+  document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet]; } catch (e) {} })();"""
+"""Init script of every browser context: hide the blinking caret with a constructed stylesheet
+(no DOM node is added, so BrowserGym's element ids stay the same)."""
+
+MARK_COLOR = (255, 0, 64)
+"""Colour of set-of-marks boxes and id labels."""
+
+
+# -- the browser ---------------------------------------------------------------------------
+def chromium_executable() -> str:
+    """The Chromium binary: ``$QVAL_CHROMIUM``, else ``chromium`` on ``PATH``, else ``/usr/bin/chromium``."""
+    path = os.environ.get("QVAL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).is_file():
+        raise FileNotFoundError(
+            f"Chromium not found at {path}; install Debian's chromium (scripts/install.sh dev does) "
+            "or point QVAL_CHROMIUM at a Chromium binary"
+        )
+    return path
+
+
+def miniwob_url() -> str:
+    """``file://`` URL (with a trailing slash) of the HTML tasks shipped in the ``miniwob`` package."""
+    html = Path(miniwob.__file__).resolve().parent / "html" / "miniwob"
+    if not (html / "login-user.html").is_file():
+        raise FileNotFoundError(f"the miniwob package has no HTML tasks in {html}")
+    return html.as_uri() + "/"
+
+
+class _KeptBrowser:
+    """A Playwright browser whose ``close()`` keeps the process; new contexts hide the caret."""
+
+    def __init__(self, browser: playwright.sync_api.Browser) -> None:
+        self._browser = browser
+
+    def new_context(self, **kwargs: Any) -> playwright.sync_api.BrowserContext:
+        context = self._browser.new_context(**kwargs)
+        context.add_init_script(CARET_HIDING_SCRIPT)
+        return context
+
+    def close(self) -> None:
+        """Keep the process: BrowserGym has already closed the context it used."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._browser, name)
+
+
+class _SharedChromium:
+    """``chromium.launch`` for BrowserGym: Debian's Chromium, one kept process per configuration."""
+
+    def __init__(self, browser_type: playwright.sync_api.BrowserType, executable: str) -> None:
+        self._browser_type = browser_type
+        self._executable = executable
+        self._browsers: dict[str, _KeptBrowser] = {}
+
+    def launch(self, **kwargs: Any) -> _KeptBrowser:
+        kwargs["executable_path"] = self._executable
+        key = repr(sorted(kwargs.items()))
+        kept = self._browsers.get(key)
+        if kept is None or not kept.is_connected():
+            kept = self._browsers[key] = _KeptBrowser(self._browser_type.launch(**kwargs))
+        return kept
+
+    def close_all(self) -> None:
+        """Close every kept browser process."""
+        for kept in self._browsers.values():
+            if kept.is_connected():
+                kept._browser.close()
+        self._browsers.clear()
+
+
+class _BrowserGymPlaywright:
+    """What BrowserGym uses of its global Playwright: ``selectors`` and :class:`_SharedChromium`."""
+
+    def __init__(self, pw: playwright.sync_api.Playwright, executable: str) -> None:
+        self.selectors = pw.selectors
+        self.chromium = _SharedChromium(pw.chromium, executable)
+
+
+_installed: _BrowserGymPlaywright | None = None
+
+
+def install_shared_chromium() -> None:
+    """Give BrowserGym (``browsergym.core``'s global Playwright) Debian's Chromium, kept alive.
+
+    Idempotent; the browsers are closed at interpreter exit.  Must run in the thread that
+    uses the environments (Playwright's sync API is bound to one thread).
+    """
+    global _installed
+    if _installed is None:
+        executable = chromium_executable()
+        pw = playwright.sync_api.sync_playwright().start()
+        _installed = _BrowserGymPlaywright(pw, executable)
+        browsergym.core._set_global_playwright(_installed)  # type: ignore[arg-type]
+        atexit.register(_installed.chromium.close_all)
+
+
+class _DropOverrideWarnings(logging.Filter):
+    """BrowserGym warns at every reset that our viewport-independent overrides change the task."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Overriding the task's")
+
+
+logging.getLogger("browsergym.core.env").addFilter(_DropOverrideWarnings())
+
+
+# -- accessibility tree ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Element:
+    """An accessibility-tree node that carries a BrowserGym id."""
+
+    bid: str
+    role: str
+    name: str
+    value: str | None
+    properties: dict[str, Any]
+    visible: bool
+    marked: bool
+    """BrowserGym's set-of-marks flag: an interactive element."""
+    bbox: tuple[float, float, float, float] | None
+    """(x, y, width, height) in screenshot pixels."""
+
+    @property
+    def checked(self) -> bool:
+        return str(self.properties.get("checked")) == "true"
+
+
+def parse_elements(obs: dict[str, Any]) -> list[Element]:
+    """The nodes of ``obs["axtree_object"]`` with a BrowserGym id, first occurrence of each id, tree order."""
+    extra = obs["extra_element_properties"]
+    elements: list[Element] = []
+    seen: set[str] = set()
+    for node in obs["axtree_object"]["nodes"]:
+        bid = node.get("browsergym_id")
+        if bid is None or bid in seen:
+            continue
+        seen.add(bid)
+        props = {p["name"]: p.get("value", {}).get("value") for p in node.get("properties", [])}
+        value = node.get("value", {}).get("value")
+        info = extra.get(bid, {})
+        bbox = info.get("bbox")
+        elements.append(
+            Element(
+                bid=bid,
+                role=node.get("role", {}).get("value", ""),
+                name=str(node.get("name", {}).get("value", "")).strip(),
+                value=None if value is None else str(value),
+                properties=props,
+                visible=(info.get("visibility") or 0.0) >= 0.5,
+                marked=bool(info.get("set_of_marks")),
+                bbox=None if bbox is None else (bbox[0], bbox[1], bbox[2], bbox[3]),
+            )
+        )
+    return elements
+
+
+def action_text(function: str, *args: str) -> str:
+    """A BrowserGym action string, arguments as Python literals: ``action_text("fill", "16", "bob")``."""
+    return f"{function}({', '.join(repr(a) for a in args)})"
+
+
+def draw_set_of_marks(screenshot: np.ndarray, elements: Sequence[Element]) -> Image.Image:
+    """``screenshot`` (H×W×3 uint8) with a box and the id drawn on every visible marked element."""
+    image = Image.fromarray(screenshot).convert("RGB")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default()
+    for el in elements:
+        if not (el.visible and el.marked and el.bbox):
+            continue
+        x, y, w, h = el.bbox
+        draw.rectangle([x, y, x + w - 1, y + h - 1], outline=MARK_COLOR, width=2)
+        left, top, right, bottom = draw.textbbox((x, y), el.bid, font=font)
+        draw.rectangle([left - 1, top - 1, right + 1, bottom + 1], fill=MARK_COLOR)
+        draw.text((x, y), el.bid, fill=(255, 255, 255), font=font)
+    return image
+
+
+# -- the adapter ---------------------------------------------------------------------------
+class PolicyError(RuntimeError):
+    """The scripted policy cannot read what it needs from the page (goal or elements)."""
+
+
+class MiniWoB(Environment):
+    """MiniWoB++ tasks in BrowserGym; see the module docstring."""
+
+    name = "miniwob"
+    reference_policy = "scripted optimal policy per task (reads the goal and the accessibility tree)"
+
+    NUM_CANDIDATES = 4
+    """Candidates per dataset state: the actor's action and three others (fewer if the state has fewer)."""
+
+    def __init__(
+        self,
+        task_names: Sequence[str] = TASK_NAMES,
+        seeds: Sequence[int] = range(10),
+        horizon: int = 12,
+    ) -> None:
+        super().__init__(horizon)
+        unknown = [n for n in task_names if n not in _POLICIES]
+        if unknown:
+            raise ValueError(f"no scripted policy for MiniWoB task(s) {unknown}; choose from {sorted(_POLICIES)}")
+        if not task_names or not seeds:
+            raise ValueError("need at least one task name and one seed")
+        self.task_names = tuple(task_names)
+        self.seeds = tuple(int(s) for s in seeds)
+        self._task_ids = tuple(f"{name}:{seed}" for seed in self.seeds for name in self.task_names)
+        self._url = miniwob_url()
+        self._classes = {
+            cls.subdomain: cls
+            for cls in vars(miniwob_tasks).values()
+            if isinstance(cls, type) and getattr(cls, "subdomain", None) in self.task_names
+        }
+        self._browser_env: BrowserEnv | None = None
+        self._obs: dict[str, Any] = {}
+        self._elements: list[Element] = []
+        self._candidates: list[str] | None = None
+        self._actions = HighLevelActionSet(subsets=["bid"], multiaction=False, strict=True)
+
+    # -- Environment -------------------------------------------------------------------
+    @property
+    def tasks(self) -> Sequence[str]:
+        return self._task_ids
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "browsergym_version": version("browsergym-core"),
+            "browsergym_miniwob_version": version("browsergym-miniwob"),
+            "miniwob_version": version("miniwob"),
+            "playwright_version": version("playwright"),
+            "chromium": "Debian chromium (headless), kept alive across resets, fresh context per reset",
+            "task_names": list(self.task_names),
+            "seeds": list(self.seeds),
+            "task_id": "'{miniwob task}:{seed}', BrowserGym reset(seed=seed); listed seed-major",
+            "horizon": self.horizon,
+            "reward": "1 when MiniWoB's raw reward is positive (BrowserGym), else 0; submit ends the episode",
+            "slow_mo_ms": 0,
+            "pre_observation_delay_s": 0,
+            "action_timeout_ms": ACTION_TIMEOUT_MS,
+            "action_set": "BrowserGym HighLevelActionSet(subsets=['bid']): click and fill candidates",
+            "candidates": "click on visible set-of-marks elements; fill of visible text boxes, spin buttons and date "
+            "fields with the goal's quoted strings and the reference fill text",
+            "dataset_candidates": f"the actor's action and {self.NUM_CANDIDATES - 1} others drawn uniformly",
+            "observation_text": "Goal line + BrowserGym flatten_axtree_to_str (ignored roles LineBreak, "
+            "InlineTextBox; url properties dropped)",
+            "observation_image": "screenshot with set-of-marks boxes and ids on visible interactive elements",
+            "restore": "reset(seed) + replay of the action history",
+        }
+
+    def _reset(self, task: str) -> None:
+        name, seed = _split_task(task)
+        if self._browser_env is None:
+            install_shared_chromium()
+            self._browser_env = BrowserEnv(
+                task_entrypoint=self._classes[name],
+                task_kwargs={"base_url": self._url},
+                headless=True,
+                slow_mo=0,
+                timeout=ACTION_TIMEOUT_MS,
+                pre_observation_delay=0,
+                action_mapping=self._actions.to_python_code,
+            )
+        # One BrowserEnv for every task: its reset closes the previous page, and a single live
+        # page matters (BrowserGym measures visibility with rendering that other pages disturb).
+        self._browser_env.task_entrypoint = self._classes[name]
+        obs, _ = self._browser_env.reset(seed=seed)
+        self._set_obs(obs)
+
+    def _step(self, action: str) -> tuple[float, bool]:
+        obs, reward, terminated, truncated, _ = self._live_env().step(action)
+        self._set_obs(obs)
+        return float(reward), bool(terminated or truncated)
+
+    def observation(self) -> str:
+        tree = flatten_axtree_to_str(
+            self._obs["axtree_object"], ignored_roles=list(IGNORED_ROLES), ignored_properties=IGNORED_PROPERTIES
+        )
+        return f"Goal: {self.goal}\n\n{tree}"
+
+    def candidates(self) -> list[str]:
+        if self._candidates is None:
+            self._candidates = self._enumerate_candidates()
+        return list(self._candidates)
+
+    def reference_action(self) -> str:
+        name, _ = _split_task(self.task)
+        return _POLICIES[name](self)
+
+    def sample_candidates(self, actor_action: str, rng: random.Random) -> list[str]:
+        """The actor's action and :attr:`NUM_CANDIDATES` − 1 other candidates drawn by ``rng``, in candidate order."""
+        everything = self.candidates()
+        others = [a for a in everything if a != actor_action]
+        picked = set(rng.sample(others, min(self.NUM_CANDIDATES - 1, len(others)))) | {actor_action}
+        return [a for a in everything if a in picked]
+
+    # -- MiniWoB-specific --------------------------------------------------------------
+    @property
+    def goal(self) -> str:
+        """The task's instruction in the current episode."""
+        return str(self._obs["goal"])
+
+    @property
+    def elements(self) -> list[Element]:
+        """The accessibility-tree elements of the current state."""
+        return list(self._elements)
+
+    def screenshot(self) -> np.ndarray:
+        """The raw screenshot of the current state (H×W×3 uint8)."""
+        return np.asarray(self._obs["screenshot"])
+
+    def observation_image(self) -> Image.Image:
+        """The image observation: the screenshot with set-of-marks boxes and element ids."""
+        return draw_set_of_marks(self.screenshot(), self._elements)
+
+    def subtree_text(self, bid: str) -> str:
+        """The ``StaticText`` under the element ``bid`` in the accessibility tree, joined by spaces."""
+        nodes = self._obs["axtree_object"]["nodes"]
+        by_id = {node["nodeId"]: node for node in nodes}
+        start = next((node for node in nodes if node.get("browsergym_id") == bid), None)
+        if start is None:
+            raise PolicyError(f"{self.task}: no element {bid!r} in the accessibility tree")
+        texts: list[str] = []
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            if node.get("role", {}).get("value") == "StaticText":
+                texts.append(str(node.get("name", {}).get("value", "")))
+            stack.extend(by_id[c] for c in reversed(node.get("childIds", [])) if c in by_id)
+        return " ".join(texts)
+
+    def field_value(self, bid: str) -> str:
+        """The current value of the input ``bid`` in the page (unmasked, unlike the tree's password boxes)."""
+        return self._live_env().page.get_by_test_id(bid).input_value(timeout=ACTION_TIMEOUT_MS)
+
+    def close(self) -> None:
+        """Close the BrowserGym environment (the shared browser processes stay for reuse)."""
+        if self._browser_env is not None:
+            self._browser_env.close()
+            self._browser_env = None
+
+    # -- helpers -----------------------------------------------------------------------
+    def _live_env(self) -> BrowserEnv:
+        if self._browser_env is None or self._browser_env.page is None:
+            raise RuntimeError("no live MiniWoB episode: call reset() first")
+        return self._browser_env
+
+    def _set_obs(self, obs: dict[str, Any]) -> None:
+        self._obs = obs
+        self._elements = parse_elements(obs)
+        self._candidates = None
+
+    def _enumerate_candidates(self) -> list[str]:
+        texts = _quoted(self.goal)
+        reference = self.reference_action()
+        match = re.fullmatch(r"fill\('[^']*', (.*)\)", reference)
+        if match:
+            texts.append(_literal(match.group(1)))
+        fill_texts = list(dict.fromkeys(texts))
+        actions: list[str] = []
+        for el in self._elements:
+            if el.visible and el.marked:
+                actions.append(action_text("click", el.bid))
+                if el.role in FILL_ROLES:
+                    actions += [action_text("fill", el.bid, t) for t in fill_texts]
+        actions = list(dict.fromkeys(actions))
+        if reference not in actions:
+            raise PolicyError(f"{self.task}: reference action {reference!r} is not among the candidates {actions}")
+        return actions
+
+    def _find(self, role: str, name: str | None = None) -> Element:
+        for el in self._elements:
+            if el.role == role and el.visible and (name is None or el.name == name):
+                return el
+        raise PolicyError(f"{self.task}: no visible {role} {name!r} in the accessibility tree")
+
+    def _all(self, role: str) -> list[Element]:
+        return [el for el in self._elements if el.role == role and el.visible]
+
+    def _goal_match(self, pattern: str) -> re.Match[str]:
+        match = re.search(pattern, self.goal)
+        if match is None:
+            raise PolicyError(f"{self.task}: goal {self.goal!r} does not match {pattern!r}")
+        return match
+
+
+def _split_task(task: str) -> tuple[str, int]:
+    name, _, seed = task.rpartition(":")
+    return name, int(seed)
+
+
+def _quoted(text: str) -> list[str]:
+    return re.findall(r'"([^"]*)"', text)
+
+
+def _literal(python_string: str) -> str:
+    value = ast.literal_eval(python_string)
+    if not isinstance(value, str):
+        raise PolicyError(f"expected a string literal, got {python_string!r}")
+    return value
+
+
+# -- scripted optimal policies -------------------------------------------------------------
+def _fill_then_submit(env: MiniWoB, fields: Sequence[tuple[Element, str]], submit: str) -> str:
+    """Fill the first field whose value differs from its target, else click the button ``submit``."""
+    for field, text in fields:
+        if env.field_value(field.bid) != text:
+            return action_text("fill", field.bid, text)
+    return action_text("click", env._find("button", submit).bid)
+
+
+def _enter_text(env: MiniWoB) -> str:
+    text = env._goal_match(r'Enter "(.*)" into the text field').group(1)
+    return _fill_then_submit(env, [(env._find("textbox"), text)], "Submit")
+
+
+def _enter_text_2(env: MiniWoB) -> str:
+    text, case = env._goal_match(r'Type "(.*)" in all (upper|lower) case letters').groups()
+    target = text.upper() if case == "upper" else text.lower()
+    return _fill_then_submit(env, [(env._find("textbox"), target)], "Submit")
+
+
+def _login_user(env: MiniWoB) -> str:
+    user, password = env._goal_match(r'username "(.*)" and the password "(.*)" into').groups()
+    boxes = env._all("textbox")
+    if len(boxes) < 2:
+        raise PolicyError(f"{env.task}: expected username and password boxes, found {len(boxes)}")
+    return _fill_then_submit(env, [(boxes[0], user), (boxes[1], password)], "Login")
+
+
+def _enter_password(env: MiniWoB) -> str:
+    password = env._goal_match(r'Enter the password "(.*)" into both').group(1)
+    boxes = env._all("textbox")
+    if len(boxes) < 2:
+        raise PolicyError(f"{env.task}: expected two password boxes, found {len(boxes)}")
+    return _fill_then_submit(env, [(boxes[0], password), (boxes[1], password)], "Submit")
+
+
+def _click_checkboxes(env: MiniWoB) -> str:
+    wanted = env._goal_match(r"Select (.*) and click Submit").group(1)
+    want = set() if wanted == "nothing" else {w.strip() for w in wanted.split(",")}
+    for box in env._all("checkbox"):
+        if box.checked != (box.name in want):
+            return action_text("click", box.bid)
+    return action_text("click", env._find("button", "Submit").bid)
+
+
+def _click_option(env: MiniWoB) -> str:
+    target = env._goal_match(r"Select (.*) and click Submit").group(1).strip()
+    radio = env._find("radio", target)
+    if not radio.checked:
+        return action_text("click", radio.bid)
+    return action_text("click", env._find("button", "Submit").bid)
+
+
+def _use_spinner(env: MiniWoB) -> str:
+    target = env._goal_match(r"Select (-?\d+) with the spinner").group(1)
+    return _fill_then_submit(env, [(env._find("spinbutton"), target)], "Submit")
+
+
+def _click_button_sequence(env: MiniWoB) -> str:
+    env._goal_match(r"Click button ONE, then click button TWO")
+    one = env._find("button", "ONE")
+    if action_text("click", one.bid) not in env.history:
+        return action_text("click", one.bid)
+    return action_text("click", env._find("button", "TWO").bid)
+
+
+def _find_word(env: MiniWoB) -> str:
+    position = int(env._goal_match(r"Find the (\d+)(?:st|nd|rd|th) word in the paragraph").group(1))
+    words = env.subtree_text(env._find("paragraph").bid).split()
+    if not 1 <= position <= len(words):
+        raise PolicyError(f"{env.task}: the paragraph has {len(words)} words, the goal asks for word {position}")
+    word = re.sub(r"[^a-zA-Z0-9]", "", words[position - 1])
+    return _fill_then_submit(env, [(env._find("textbox"), word)], "Submit")
+
+
+def _enter_date(env: MiniWoB) -> str:
+    month, day, year = env._goal_match(r"Enter (\d\d)/(\d\d)/(\d{4}) as the date").groups()
+    return _fill_then_submit(env, [(env._find("Date"), f"{year}-{month}-{day}")], "Submit")
+
+
+_POLICIES: dict[str, Callable[[MiniWoB], str]] = {
+    "enter-text": _enter_text,
+    "enter-text-2": _enter_text_2,
+    "login-user": _login_user,
+    "enter-password": _enter_password,
+    "click-checkboxes": _click_checkboxes,
+    "click-option": _click_option,
+    "use-spinner": _use_spinner,
+    "click-button-sequence": _click_button_sequence,
+    "find-word": _find_word,
+    "enter-date": _enter_date,
+}
+"""MiniWoB task name → its scripted optimal policy (the next action in the adapter's current state)."""
