@@ -20,6 +20,12 @@ into a hole is worth nothing; a text it cannot read scores 0.
 """
 
 import json
+import os
+
+# The container always sees /input and /output; the variables let the same script run as a plain
+# process for debugging (and for benchmarks/container_overhead.py).
+INPUT = os.environ.get("QVAL_INPUT", "/input")
+OUTPUT = os.environ.get("QVAL_OUTPUT", "/output")
 
 HOLE, GOAL, AGENT = "H", "G", "@"
 
@@ -49,11 +55,11 @@ def value(before, after, discount):
 
 
 def main():
-    with open("/input/context.json") as fh:
+    with open(os.path.join(INPUT, "context.json")) as fh:
         context = json.load(fh)
     discount = context.get("discount") or 0.95
     count = 0
-    with open("/input/points.jsonl") as points, open("/output/predictions.jsonl", "w") as out:
+    with open(os.path.join(INPUT, "points.jsonl")) as points, open(os.path.join(OUTPUT, "predictions.jsonl"), "w") as out:
         for line in points:
             point = json.loads(line)
             if context["target"] == "q":
@@ -62,7 +68,7 @@ def main():
                 score = value(None, point["state"], discount)
             out.write(json.dumps({"id": point["id"], "score": score}) + "\n")
             count += 1
-    with open("/output/metadata.json", "w") as fh:
+    with open(os.path.join(OUTPUT, "metadata.json"), "w") as fh:
         json.dump({"method": "manhattan-heuristic", "points": count}, fh)
     print(f"scored {count} points of {context['dataset']} ({context['split']}, target {context['target']})")
 
