@@ -13,7 +13,9 @@ A method container is a ``docker save``/``podman save`` archive (tar or tar.gz).
 3. **runs** it (:meth:`Job.run`) with every sandbox flag: no network, read-only root filesystem,
    ``/input`` read-only, ``/output`` a size-capped tmpfs, a size-capped ``/tmp``, user
    65534:65534, all capabilities dropped, no-new-privileges, memory (swap included), CPU, pids and
-   wall-clock limits (:class:`Limits`), a GPU only when asked for;
+   wall-clock limits (:class:`Limits`), a GPU only when asked for, and -- only when the
+   submitter chose a backbone -- the folder of the job's model socket read-only at ``/run/qval``
+   (:mod:`qval.backbone` serves it; the container still has no network);
 4. **classifies** the outcome (:class:`RunResult`): finished, or failed with ``timeout``,
    ``out of memory``, ``exited with code N``, ``output too large``, ``no predictions written``,
    with the first and last 64 KiB of stdout and stderr;
@@ -55,6 +57,7 @@ from typing import IO, Any, Literal
 
 from qval import predictions as qpred
 from qval import schema
+from qval.backbone import SOCKET_IN_CONTAINER, is_socket
 from qval.scoring import MetricRow, Truth, score
 
 LABEL = "org.qval.job"
@@ -429,6 +432,14 @@ class Job:
         return self
 
     def __exit__(self, *exc: object) -> None:
+    @property
+    def backbone_socket(self) -> Path:
+        """Where to serve this job's backbone (:class:`qval.backbone.BackboneServer`) before :meth:`run`.
+
+        Its folder, holding only the socket, is mounted read-only at ``/run/qval`` in the container.
+        """
+        return self.dir / "backbone" / "backbone.sock"
+
         self.close()
 
     def close(self) -> None:
@@ -456,8 +467,12 @@ class Job:
             raise ArchiveRejected(f"the loaded archive did not produce image {image_id[:12]}: {found.stderr.strip()}")
         return image_id
 
-    def run_argv(self, name: str, image_id: str, limits: Limits) -> list[str]:
-        """The engine command line that runs ``image_id`` in the sandbox (see the module docstring)."""
+    def run_argv(self, name: str, image_id: str, limits: Limits, backbone: str | None = None) -> list[str]:
+        """The engine command line that runs ``image_id`` in the sandbox (see the module docstring).
+
+        ``backbone``: the served model's name; the socket's folder is mounted read-only at
+        ``/run/qval`` and ``QVAL_BACKBONE_SOCKET`` / ``QVAL_BACKBONE_MODEL`` tell the container.
+        """
         podman = self.engine.kind == "podman"
         argv = [
             "run", "--name", name, "--label", f"{LABEL}={self.id}", "--pull=never",
@@ -475,13 +490,23 @@ class Job:
             argv += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
         return self.engine.command(*argv, image_id, store=self.dir)
 
-    def run(self, image_id: str, limits: Limits = Limits()) -> RunResult:
-        """Run a loaded image once on ``input_dir`` under ``limits`` and classify how it ended."""
+    def run(self, image_id: str, limits: Limits = Limits(), backbone: str | None = None) -> RunResult:
+        """Run a loaded image once on ``input_dir`` under ``limits`` and classify how it ended.
+
+        ``backbone``: the name of the model a :class:`qval.backbone.BackboneServer` serves on
+        :attr:`backbone_socket` for the whole run (the caller starts and stops it).
+        """
+        if backbone is not None and not is_socket(self.backbone_socket):
+            raise ContainerError(f"no backbone is served on {self.backbone_socket}; start the server before the run")
+        if backbone is not None:
+            inside = PurePosixPath(SOCKET_IN_CONTAINER)
+            argv += ["-v", f"{self.backbone_socket.parent}:{inside.parent}:ro",
+                     "-e", f"QVAL_BACKBONE_SOCKET={inside}", "-e", f"QVAL_BACKBONE_MODEL={backbone}"]
         self._mount_output(limits.output_mb)
         name = f"qval-{self.id}"
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
         start = time.monotonic()
-        proc = subprocess.Popen(self.run_argv(name, image_id, limits), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(self.run_argv(name, image_id, limits, backbone), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert proc.stdout is not None and proc.stderr is not None
         out, err = _Capture(proc.stdout), _Capture(proc.stderr)

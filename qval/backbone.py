@@ -1,0 +1,651 @@
+"""The platform's model server for method containers: an OpenAI-compatible API with a token budget.
+
+A method container that asked for a backbone reaches the model through one Unix socket
+mounted into it (``/run/qval/backbone.sock``; the container has no network).  The worker
+starts one :class:`BackboneServer` per job, in front of a :class:`Backend`:
+
+* :class:`TransformersBackend`: a causal LM loaded from a local checkpoint directory with
+  ``transformers`` (CPU or GPU; tests use a tiny random-weight model from
+  :func:`make_tiny_model`);
+* :class:`UpstreamBackend`: forwards to an OpenAI-compatible server, e.g. ``vllm serve`` on
+  a GPU worker, and reads the token counts from its ``usage``.
+
+Endpoints (JSON over HTTP/1.1, a subset of the OpenAI API that vLLM also serves):
+
+* ``GET /v1/models``;
+* ``POST /v1/chat/completions``: ``messages``, ``max_tokens`` (or ``max_completion_tokens``),
+  ``temperature``, ``top_p``, ``seed``, ``stop``, ``logprobs`` + ``top_logprobs`` (≤ 20);
+* ``POST /v1/completions``: ``prompt``, ``max_tokens`` (may be 0), ``temperature``, ``top_p``,
+  ``seed``, ``stop``, ``logprobs`` (≤ 20) and ``echo`` (the prompt's own token logprobs, for
+  scoring an action by its likelihood).
+
+``n`` > 1 and ``stream`` are refused with a 400.  Sampling without a ``seed`` uses seed 0, so a
+rerun of a job sends the same answers.  Every response carries ``usage``.
+
+**Token budget.**  Each job may use ``budget`` tokens (prompt + completion, summed over its
+requests).  With a local backend the prompt is tokenised first: a request whose prompt does
+not fit in what is left is refused with HTTP 429 (``code: token_budget_exceeded``), and
+``max_tokens`` is cut to what is left after the prompt, so a job never uses more than its
+budget.  An upstream server counts the prompt itself, so a request is refused once nothing
+is left and ``max_tokens`` is cut to what is left; the last request may pass the budget by at
+most its prompt.  :attr:`BackboneServer.usage` is what the worker records on the submission.
+
+This module is Django-free; ``torch`` and ``transformers`` are imported only by the local
+backend and :func:`make_tiny_model`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import socket
+import socketserver
+import stat
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+SOCKET_IN_CONTAINER = "/run/qval/backbone.sock"
+"""Where a container finds the backbone (also in its ``QVAL_BACKBONE_SOCKET`` variable)."""
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_TOP_LOGPROBS = 20
+DEFAULT_MAX_TOKENS = 256
+
+
+class BackboneError(RuntimeError):
+    """A request the backbone refuses; ``status`` and ``code`` go into the OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request", param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.param = status, code, param
+
+    def body(self) -> dict[str, Any]:
+        kind = {429: "insufficient_quota", 404: "not_found_error"}.get(self.status, "invalid_request_error")
+        return {"error": {"message": str(self), "type": kind, "code": self.code, "param": self.param}}
+
+
+# -- backends --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token with its log-probability and the most likely alternatives at its position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a backend produced for one prompt."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" or "length"
+    logprobs: tuple[TokenLogprob, ...] = ()  # of the completion's tokens, when asked for
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # of the prompt's tokens (echo), when asked for
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings of a request."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    top_logprobs: int | None = None  # None: no logprobs; k: the token's logprob and k alternatives
+    echo: bool = False
+
+
+class Backend(Protocol):
+    """A model behind the socket."""
+
+    name: str
+
+    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> int | None:
+        """Prompt tokens of a chat (``messages``) or plain ``prompt`` request; None when unknown."""
+
+    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+        """Complete a chat or a prompt."""
+
+
+class TransformersBackend:
+    """A causal language model from a local checkpoint directory (never downloaded).
+
+    Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
+    log-softmax (before temperature).  Calls are serialised: one model, one request at a time.
+    """
+
+    def __init__(self, path: str | Path, name: str | None = None, device: str | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a model checkpoint directory (no config.json)")
+        self.name = name or path.name
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(self.device).eval()
+        self._lock = threading.Lock()
+
+    def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> list[int]:
+        if messages is not None:
+            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer releases
+                ids = ids["input_ids"]
+            return list(ids)
+        return list(self.tokenizer(prompt or "", add_special_tokens=True)["input_ids"])
+
+    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> int | None:
+        return len(self._prompt_ids(messages, prompt))
+
+    def _token(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def _logprob_entry(self, logprobs_row: Any, token_id: int, k: int) -> TokenLogprob:
+        import torch
+
+        top: tuple[tuple[str, float], ...] = ()
+        if k:
+            values, indices = torch.topk(logprobs_row, min(k, logprobs_row.shape[-1]))
+            top = tuple((self._token(int(i)), float(v)) for v, i in zip(values, indices))
+        return TokenLogprob(self._token(token_id), float(logprobs_row[token_id]), top)
+
+    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+        import torch
+
+        ids = self._prompt_ids(messages, prompt)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit and len(ids) + sampling.max_tokens > limit:
+            raise BackboneError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({sampling.max_tokens}) exceeds the "
+                                     f"model's context of {limit} tokens", code="context_length_exceeded")
+        want_logprobs = sampling.top_logprobs is not None
+        k = sampling.top_logprobs or 0
+        eos = self.tokenizer.eos_token_id
+        with self._lock, torch.no_grad():
+            input_ids = torch.tensor([ids], device=self.device)
+            prompt_logprobs: tuple[TokenLogprob, ...] = ()
+            if sampling.echo:
+                logits = self.model(input_ids).logits[0].float().log_softmax(-1)
+                first = TokenLogprob(self._token(ids[0]), float("nan"))
+                prompt_logprobs = (first,) + tuple(
+                    self._logprob_entry(logits[i - 1], ids[i], k) for i in range(1, len(ids)))
+            generated: list[int] = []
+            entries: list[TokenLogprob] = []
+            finish = "length"
+            if sampling.max_tokens > 0:
+                gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
+                past = None
+                step_input = input_ids
+                for _ in range(sampling.max_tokens):
+                    out = self.model(step_input, past_key_values=past, use_cache=True)
+                    past = out.past_key_values
+                    logits = out.logits[0, -1].float()
+                    logprobs = logits.log_softmax(-1)
+                    token = self._choose(logits, sampling, gen)
+                    if want_logprobs:
+                        entries.append(self._logprob_entry(logprobs, token, k))
+                    generated.append(token)
+                    if token == eos:
+                        finish = "stop"
+                        break
+                    step_input = torch.tensor([[token]], device=self.device)
+        text_ids = generated[:-1] if finish == "stop" else generated
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
+        text, stopped = _apply_stop(text, sampling.stop)
+        if stopped:
+            finish = "stop"
+        return Generation(text=text, prompt_tokens=len(ids), completion_tokens=len(generated), finish_reason=finish,
+                          logprobs=tuple(entries), prompt_logprobs=prompt_logprobs)
+
+    @staticmethod
+    def _choose(logits: Any, sampling: Sampling, gen: Any) -> int:
+        import torch
+
+        if sampling.temperature <= 0:
+            return int(torch.argmax(logits))
+        probs = (logits / sampling.temperature).softmax(-1)
+        if sampling.top_p < 1.0:
+            sorted_probs, order = probs.sort(descending=True)
+            keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p
+            probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+        return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
+
+
+def _apply_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class UpstreamBackend:
+    """An OpenAI-compatible server (``vllm serve MODEL`` on the GPU worker) reached over HTTP.
+
+    Requests are forwarded with ``model`` set to ``model``; token counts come from the
+    server's ``usage``.  The prompt is not counted before forwarding (:meth:`count_prompt`
+    returns None), so the budget check happens on what is left.
+    """
+
+    def __init__(self, url: str, model: str, name: str | None = None, timeout_s: float = 600.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"upstream url must look like http://host:port, got {url!r}")
+        self.host, self.port, self.base = parts.hostname, parts.port or 80, parts.path.rstrip("/")
+        self.model = model
+        self.name = name or model
+        self.timeout_s = timeout_s
+
+    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> int | None:
+        return None
+
+    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
+                                "top_p": sampling.top_p, "seed": sampling.seed}
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if messages is not None:
+            path, body["messages"] = "/v1/chat/completions", list(messages)
+            if sampling.top_logprobs is not None:
+                body.update(logprobs=True, top_logprobs=sampling.top_logprobs)
+        else:
+            path, body["prompt"] = "/v1/completions", prompt or ""
+            if sampling.top_logprobs is not None:
+                body["logprobs"] = sampling.top_logprobs
+            if sampling.echo:
+                body["echo"] = True
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        try:
+            conn.request("POST", self.base + path, json.dumps(body), {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            payload = json.loads(resp.read() or b"{}")
+        except (OSError, ValueError) as exc:
+            raise BackboneError(502, f"the model server did not answer: {exc}", code="upstream_unavailable") from exc
+        finally:
+            conn.close()
+        if resp.status != 200:
+            message = (payload.get("error") or {}).get("message") if isinstance(payload, dict) else None
+            raise BackboneError(resp.status if resp.status < 500 else 502, message or f"model server status {resp.status}",
+                                code="upstream_error")
+        choice, usage = payload["choices"][0], payload.get("usage") or {}
+        if messages is not None:
+            text = choice["message"]["content"] or ""
+            entries = tuple(TokenLogprob(e["token"], e["logprob"], tuple((t["token"], t["logprob"]) for t in e.get("top_logprobs", [])))
+                            for e in ((choice.get("logprobs") or {}).get("content") or []))
+            prompt_entries: tuple[TokenLogprob, ...] = ()
+        else:
+            text = choice["text"]
+            lp = choice.get("logprobs") or {}
+            tops = lp.get("top_logprobs") or [None] * len(lp.get("tokens") or [])
+            all_entries = tuple(TokenLogprob(t, v if v is not None else float("nan"), tuple((top or {}).items()))
+                                for t, v, top in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], tops))
+            n_prompt = int(usage.get("prompt_tokens", 0)) if sampling.echo else 0
+            prompt_entries, entries = all_entries[:n_prompt], all_entries[n_prompt:]
+            if sampling.echo:
+                text = text[len(prompt or ""):] if text.startswith(prompt or "") else text
+        return Generation(text=text, prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                          completion_tokens=int(usage.get("completion_tokens", 0)),
+                          finish_reason=choice.get("finish_reason") or "stop", logprobs=entries, prompt_logprobs=prompt_entries)
+
+
+def backend_from_spec(name: str, spec: dict[str, Any]) -> Backend:
+    """A backend from a ``QVAL_BACKBONES`` entry.
+
+    ``{"kind": "transformers", "path": DIR}`` (optional ``device``) or
+    ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``.
+    """
+    kind = spec.get("kind")
+    if kind == "transformers":
+        return TransformersBackend(spec["path"], name=name, device=spec.get("device"))
+    if kind == "upstream":
+        return UpstreamBackend(spec["url"], spec["model"], name=name)
+    raise ValueError(f"backbone {name!r}: kind must be 'transformers' or 'upstream', got {kind!r}")
+
+
+# -- the budget ------------------------------------------------------------------------
+@dataclass
+class Usage:
+    """Token use of one job (what the worker stores on the submission)."""
+
+    budget: int
+    requests: int = 0
+    refused: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as plain JSON."""
+        return {"budget": self.budget, "requests": self.requests, "refused": self.refused,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
+
+
+# -- the HTTP server -------------------------------------------------------------------
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_UnixServer | _TCPServer"
+
+    def address_string(self) -> str:  # a Unix socket peer has no address
+        return "unix" if isinstance(self.client_address, (str, bytes)) else super().address_string()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("backbone %s: " + format, self.address_string(), *args)
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        owner: BackboneServer = self.server.owner
+        if self.path.rstrip("/") == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": owner.backend.name, "object": "model", "owned_by": "qval"}]})
+        else:
+            self._send(404, BackboneError(404, f"no such endpoint: GET {self.path}", code="unknown_url").body())
+
+    def do_POST(self) -> None:  # noqa: N802
+        owner: BackboneServer = self.server.owner
+        try:
+            length = int(self.headers.get("Content-Length") or -1)
+            if length < 0:
+                raise BackboneError(411, "send a Content-Length header")
+            if length > MAX_REQUEST_BYTES:
+                raise BackboneError(413, f"the request body is {length} bytes; the limit is {MAX_REQUEST_BYTES}")
+            try:
+                body = json.loads(self.rfile.read(length) or b"null")
+            except ValueError as exc:
+                raise BackboneError(400, f"the request body is not JSON: {exc}") from exc
+            if not isinstance(body, dict):
+                raise BackboneError(400, "the request body must be a JSON object")
+            route = self.path.split("?")[0].rstrip("/")
+            if route == "/v1/chat/completions":
+                self._send(200, owner.chat(body))
+            elif route == "/v1/completions":
+                self._send(200, owner.complete(body))
+            else:
+                raise BackboneError(404, f"no such endpoint: POST {self.path}", code="unknown_url")
+        except BackboneError as exc:
+            self._send(exc.status, exc.body())
+        except Exception as exc:  # noqa: BLE001 - the container gets a 500, the worker's log the trace
+            log.exception("backbone request failed")
+            self._send(500, BackboneError(500, f"internal error in the model server: {type(exc).__name__}",
+                                          code="internal_error").body())
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str, owner: "BackboneServer") -> None:
+        self.owner = owner
+        super().__init__(path, _Handler)
+
+
+class _TCPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], owner: "BackboneServer") -> None:
+        self.owner = owner
+        super().__init__(address, _Handler)
+
+
+class BackboneServer:
+    """Serve ``backend`` on a Unix socket (``socket_path``) or, for local use, a TCP ``address``.
+
+    Use as a context manager; the socket file is made connectable by any user (the
+    container runs as an unprivileged user) and removed on exit.
+    """
+
+    def __init__(self, backend: Backend, budget: int, *, socket_path: str | Path | None = None,
+                 address: tuple[str, int] | None = None) -> None:
+        if (socket_path is None) == (address is None):
+            raise ValueError("give exactly one of socket_path and address")
+        if budget < 0:
+            raise ValueError("the token budget cannot be negative")
+        self.backend = backend
+        self.usage = Usage(budget=budget)
+        self.socket_path = Path(socket_path) if socket_path is not None else None
+        self._address = address
+        self._server: _UnixServer | _TCPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The TCP address served (after :meth:`start`)."""
+        assert isinstance(self._server, _TCPServer)
+        return self._server.server_address[:2]  # type: ignore[return-value]
+
+    def start(self) -> "BackboneServer":
+        """Bind and serve in a background thread."""
+        if self.socket_path is not None:
+            if len(str(self.socket_path).encode()) > 104:
+                raise ValueError(f"socket path too long for AF_UNIX: {self.socket_path}")
+            self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+            self.socket_path.unlink(missing_ok=True)
+            self._server = _UnixServer(str(self.socket_path), self)
+            os.chmod(self.socket_path, 0o666)
+            os.chmod(self.socket_path.parent, 0o755)
+        else:
+            assert self._address is not None
+            self._server = _TCPServer(self._address, self)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="qval-backbone", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and remove the socket file."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.socket_path is not None:
+            self.socket_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "BackboneServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- request handling --------------------------------------------------------------
+    def _sampling(self, body: dict[str, Any], max_tokens: int, top_logprobs: int | None, echo: bool) -> Sampling:
+        if body.get("stream"):
+            raise BackboneError(400, "stream is not supported; send stream=false", param="stream")
+        if int(body.get("n", 1) or 1) != 1:
+            raise BackboneError(400, "n must be 1", param="n")
+        stop = body.get("stop") or ()
+        stop = (stop,) if isinstance(stop, str) else tuple(stop)
+        if not all(isinstance(s, str) for s in stop) or len(stop) > 4:
+            raise BackboneError(400, "stop must be a string or a list of at most 4 strings", param="stop")
+        try:
+            temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+            top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
+            seed = int(body.get("seed") or 0)
+        except (TypeError, ValueError) as exc:
+            raise BackboneError(400, f"temperature, top_p and seed must be numbers: {exc}") from exc
+        if not 0 <= temperature <= 2:
+            raise BackboneError(400, f"temperature must be between 0 and 2, got {temperature}", param="temperature")
+        if not 0 < top_p <= 1:
+            raise BackboneError(400, f"top_p must be in (0, 1], got {top_p}", param="top_p")
+        return Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, stop=stop,
+                        top_logprobs=top_logprobs, echo=echo)
+
+    def _check_model(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if model not in (None, "", self.backend.name):
+            raise BackboneError(404, f"model {model!r} is not served here; this job's backbone is {self.backend.name!r}",
+                                code="model_not_found", param="model")
+
+    def _max_tokens(self, body: dict[str, Any], default: int, minimum: int) -> int:
+        raw = body.get("max_completion_tokens", body.get("max_tokens"))
+        if raw is None:
+            return default
+        if not isinstance(raw, int) or isinstance(raw, bool) or raw < minimum:
+            raise BackboneError(400, f"max_tokens must be an integer >= {minimum}, got {raw!r}", param="max_tokens")
+        return raw
+
+    def _run(self, messages: list[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+        """Check the budget, generate, charge the tokens."""
+        usage = self.usage
+        needed = self.backend.count_prompt(messages, prompt)
+        with usage._lock:
+            usage.requests += 1
+            left = usage.budget - usage.total_tokens
+            if left <= 0 or (needed is not None and needed + min(1, sampling.max_tokens) > left):
+                usage.refused += 1
+                need = f"; this prompt needs {needed}" if needed is not None else ""
+                raise BackboneError(429, f"token budget exhausted: this job may use {usage.budget} tokens and has used "
+                                         f"{usage.total_tokens}{need}", code="token_budget_exceeded")
+            cap = left - (needed or 0)
+            usage.prompt_tokens += needed or 0  # reserve the prompt now: concurrent requests see it
+        if sampling.max_tokens > cap:
+            sampling = replace(sampling, max_tokens=cap)
+        try:
+            result = self.backend.generate(messages, prompt, sampling)
+        except Exception:
+            with usage._lock:
+                usage.prompt_tokens -= needed or 0
+            raise
+        with usage._lock:
+            usage.prompt_tokens += result.prompt_tokens - (needed or 0)
+            usage.completion_tokens += result.completion_tokens
+        return result
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/v1/chat/completions``."""
+        self._check_model(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages):
+            raise BackboneError(400, "messages must be a non-empty list of {\"role\": str, \"content\": str}", param="messages")
+        top = None
+        if body.get("logprobs"):
+            top = body.get("top_logprobs") or 0
+            if not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
+                raise BackboneError(400, f"top_logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}", param="top_logprobs")
+        sampling = self._sampling(body, self._max_tokens(body, DEFAULT_MAX_TOKENS, 1), top, echo=False)
+        msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+        result = self._run(msgs, None, sampling)
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result.text},
+                                  "finish_reason": result.finish_reason, "logprobs": None}
+        if top is not None:
+            choice["logprobs"] = {"content": [
+                {"token": e.token, "logprob": e.logprob, "top_logprobs": [{"token": t, "logprob": v} for t, v in e.top]}
+                for e in result.logprobs]}
+        return self._envelope("chat.completion", choice, result)
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/v1/completions``."""
+        self._check_model(body)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise BackboneError(400, "prompt must be a non-empty string (one prompt per request)", param="prompt")
+        top = body.get("logprobs")
+        if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+            raise BackboneError(400, f"logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}", param="logprobs")
+        echo = bool(body.get("echo"))
+        sampling = self._sampling(body, self._max_tokens(body, 16, 0), top, echo)
+        result = self._run(None, prompt, sampling)
+        choice: dict[str, Any] = {"index": 0, "text": (prompt + result.text) if echo else result.text,
+                                  "finish_reason": result.finish_reason, "logprobs": None}
+        if top is not None:
+            entries = (result.prompt_logprobs if echo else ()) + result.logprobs
+            choice["logprobs"] = {
+                "tokens": [e.token for e in entries],
+                "token_logprobs": [None if e.logprob != e.logprob else e.logprob for e in entries],
+                "top_logprobs": [dict(e.top) if e.top else None for e in entries],
+            }
+        return self._envelope("text_completion", choice, result)
+
+    def _envelope(self, kind: str, choice: dict[str, Any], result: Generation) -> dict[str, Any]:
+        return {"id": f"qval-{uuid.uuid4().hex[:16]}", "object": kind, "created": int(time.time()),
+                "model": self.backend.name, "choices": [choice],
+                "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                          "total_tokens": result.prompt_tokens + result.completion_tokens}}
+
+
+def connect_unix(path: str | Path, timeout_s: float = 600.0) -> http.client.HTTPConnection:
+    """An HTTP connection to a backbone socket (what a container does with ``QVAL_BACKBONE_SOCKET``)."""
+
+    class _UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout_s)
+            self.sock.connect(str(path))
+
+    return _UnixConnection("localhost", timeout=timeout_s)
+
+
+def is_socket(path: Path) -> bool:
+    """True when ``path`` is a Unix socket."""
+    try:
+        return stat.S_ISSOCK(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+# -- a tiny real model -----------------------------------------------------------------
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Llama-style causal LM with a byte-level BPE tokenizer to ``directory``.
+
+    Nothing is downloaded: the tokenizer is trained here on a small built-in text and the
+    weights are drawn from ``seed``.  It speaks nonsense, but it exercises exactly the code
+    path of a real checkpoint (chat template, tokenizer, generation, logprobs).
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    specials = ["<|begin|>", "<|end|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [
+        "Yes No yes no The agent is in a state. Is the action good? Answer Yes or No.",
+        "move left right up down go to take put open close the goal hole frozen lake grid",
+        "click fill the button text box submit login user password enter checkbox tab",
+    ] * 4
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin|>", eos_token="<|end|>",
+                                        pad_token="<|pad|>")
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    tokenizer.save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory

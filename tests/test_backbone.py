@@ -1,0 +1,294 @@
+"""The backbone socket (qval.backbone): an OpenAI-compatible model server with a token budget.
+
+A tiny random-weight Llama-style model is built locally (:func:`qval.backbone.make_tiny_model`)
+and served exactly as a real checkpoint would be.  The server is checked over its Unix socket
+against computations made directly with transformers, the budget is exhausted on purpose, the
+upstream (vLLM-style) backend is checked against the local one, and the starter kit's backbone
+method runs in a real sandboxed podman container that reaches the model only through the socket.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from qval import backbone as bb
+from qval import containers as qc
+from qval import schema
+from qval.scoring import truth_from_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+KIT = REPO / "examples" / "method-container"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return bb.make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def backend(tiny_model: Path) -> bb.TransformersBackend:
+    return bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu")
+
+
+@pytest.fixture
+def served(backend: bb.TransformersBackend, tmp_path: Path):  # type: ignore[no-untyped-def]
+    with bb.BackboneServer(backend, 100_000, socket_path=tmp_path / "bb" / "backbone.sock") as server:
+        yield server
+
+
+def call(server: bb.BackboneServer, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, dict]:
+    assert server.socket_path is not None
+    conn = bb.connect_unix(server.socket_path, timeout_s=60)
+    try:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        conn.request(method, path, data, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+CHAT = [{"role": "system", "content": "Answer Yes or No."},
+        {"role": "user", "content": "The agent is at the goal. Is the action good?"}]
+
+
+def test_tiny_model_is_reproducible(tiny_model: Path, tmp_path: Path) -> None:
+    again = bb.make_tiny_model(tmp_path / "again")
+    assert (again / "tokenizer.json").read_bytes() == (tiny_model / "tokenizer.json").read_bytes()
+    a = transformers.AutoModelForCausalLM.from_pretrained(tiny_model)
+    b = transformers.AutoModelForCausalLM.from_pretrained(again)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_socket_is_connectable_by_anyone_and_removed(backend: bb.TransformersBackend, tmp_path: Path) -> None:
+    path = tmp_path / "bb" / "backbone.sock"
+    with bb.BackboneServer(backend, 10, socket_path=path):
+        assert bb.is_socket(path)
+        assert path.stat().st_mode & 0o777 == 0o666
+    assert not path.exists()
+
+
+def test_chat_matches_greedy_decoding_computed_directly(served: bb.BackboneServer, backend: bb.TransformersBackend) -> None:
+    status, body = call(served, "POST", "/v1/chat/completions",
+                        {"model": "tiny-llama", "messages": CHAT, "max_tokens": 6, "temperature": 0,
+                         "logprobs": True, "top_logprobs": 3})
+    assert status == 200, body
+    tok, model = backend.tokenizer, backend.model
+    ids = tok.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    # Greedy decoding without a cache, one full forward pass per token: an independent computation.
+    seq, expected_lp = list(ids), []
+    with torch.no_grad():
+        for _ in range(6):
+            logprobs = model(torch.tensor([seq])).logits[0, -1].float().log_softmax(-1)
+            nxt = int(torch.argmax(logprobs))
+            expected_lp.append(float(logprobs[nxt]))
+            seq.append(nxt)
+            if nxt == tok.eos_token_id:
+                break
+    generated = seq[len(ids):]
+    assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": len(generated),
+                             "total_tokens": len(ids) + len(generated)}
+    text_ids = generated[:-1] if generated[-1] == tok.eos_token_id else generated
+    assert body["choices"][0]["message"]["content"] == tok.decode(text_ids, skip_special_tokens=True)
+    content = body["choices"][0]["logprobs"]["content"]
+    assert [e["logprob"] for e in content] == pytest.approx(expected_lp, abs=1e-4)
+    for entry in content:  # top alternatives sorted, the chosen (greedy) token first
+        tops = [t["logprob"] for t in entry["top_logprobs"]]
+        assert tops == sorted(tops, reverse=True) and len(tops) == 3
+        assert entry["logprob"] == pytest.approx(tops[0], abs=1e-6)
+    assert body["model"] == "tiny-llama"
+    assert served.usage.total_tokens == body["usage"]["total_tokens"] and served.usage.requests == 1
+
+
+def test_echo_logprobs_score_a_text_like_a_forward_pass(served: bb.BackboneServer, backend: bb.TransformersBackend) -> None:
+    prompt = "move left to the goal"
+    status, body = call(served, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 0})
+    assert status == 200, body
+    ids = backend.tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        logprobs = backend.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    expected = [None] + [float(logprobs[i - 1, ids[i]]) for i in range(1, len(ids))]
+    got = body["choices"][0]["logprobs"]["token_logprobs"]
+    assert got[0] is None and got[1:] == pytest.approx(expected[1:], abs=1e-4)
+    assert body["choices"][0]["text"] == prompt
+    assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
+
+
+def test_sampling_is_seeded(served: bb.BackboneServer) -> None:
+    req = {"prompt": "click the button", "max_tokens": 12, "temperature": 1.5}
+    outs = [call(served, "POST", "/v1/completions", {**req, "seed": s})[1]["choices"][0]["text"] for s in (1, 1, 2, 3, 4)]
+    assert outs[0] == outs[1]
+    assert len(set(outs[1:])) > 1  # different seeds sample differently (4 draws of 12 tokens from ~400)
+
+
+@pytest.mark.parametrize(("path", "body", "status", "needle"), [
+    ("/v1/chat/completions", {"messages": CHAT, "stream": True}, 400, "stream is not supported"),
+    ("/v1/chat/completions", {"messages": CHAT, "n": 2}, 400, "n must be 1"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages must be"),
+    ("/v1/chat/completions", {"messages": CHAT, "model": "gpt-9"}, 404, "'gpt-9' is not served here"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 0}, 400, "max_tokens must be an integer >= 1"),
+    ("/v1/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": CHAT, "temperature": 7}, 400, "temperature must be between 0 and 2"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt must be a non-empty string"),
+    ("/v1/embeddings", {"input": "x"}, 404, "no such endpoint"),
+])
+def test_bad_requests_get_openai_style_errors(served: bb.BackboneServer, path: str, body: dict, status: int, needle: str) -> None:
+    got, payload = call(served, "POST", path, body)
+    assert got == status
+    assert needle in payload["error"]["message"]
+    assert served.usage.total_tokens == 0  # nothing charged
+
+
+def test_malformed_json_and_models_listing(served: bb.BackboneServer) -> None:
+    status, payload = call(served, "POST", "/v1/chat/completions", raw=b"{not json")
+    assert status == 400 and "not JSON" in payload["error"]["message"]
+    status, payload = call(served, "GET", "/v1/models")
+    assert status == 200 and [m["id"] for m in payload["data"]] == ["tiny-llama"]
+
+
+def test_token_budget_is_never_exceeded(backend: bb.TransformersBackend, tmp_path: Path) -> None:
+    budget = 150
+    with bb.BackboneServer(backend, budget, socket_path=tmp_path / "b" / "s.sock") as server:
+        statuses, charged = [], 0
+        for i in range(30):
+            status, body = call(server, "POST", "/v1/chat/completions",
+                                {"messages": [{"role": "user", "content": f"state {i}: is it good?"}], "max_tokens": 20,
+                                 "temperature": 0})
+            statuses.append(status)
+            if status == 200:
+                charged += body["usage"]["total_tokens"]
+            else:
+                assert status == 429, body
+                assert body["error"]["code"] == "token_budget_exceeded"
+                assert f"may use {budget} tokens" in body["error"]["message"]
+        usage = server.usage.as_dict()
+    assert 200 in statuses and 429 in statuses
+    assert statuses.index(429) > 0 and all(s == 429 for s in statuses[statuses.index(429):])  # once out, always out
+    assert usage["total_tokens"] == charged <= budget
+    assert usage["refused"] == statuses.count(429) and usage["requests"] == 30
+
+
+def test_upstream_backend_forwards_to_an_openai_server(backend: bb.TransformersBackend, tmp_path: Path) -> None:
+    """The vLLM path: our socket in front of an OpenAI-compatible HTTP server (here: this module on TCP)."""
+    with bb.BackboneServer(backend, 10**6, address=("127.0.0.1", 0)) as upstream:
+        host, port = upstream.address
+        proxy_backend = bb.backend_from_spec("tiny-llama", {"kind": "upstream", "url": f"http://{host}:{port}",
+                                                            "model": "tiny-llama"})
+        with bb.BackboneServer(proxy_backend, 60, socket_path=tmp_path / "p" / "s.sock") as proxy:
+            req = {"messages": CHAT, "max_tokens": 5, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+            status, via_proxy = call(proxy, "POST", "/v1/chat/completions", req)
+            assert status == 200, via_proxy
+            conn = http.client.HTTPConnection(host, port)
+            conn.request("POST", "/v1/chat/completions", json.dumps(req), {"Content-Type": "application/json"})
+            direct = json.loads(conn.getresponse().read())
+            assert via_proxy["choices"][0]["message"] == direct["choices"][0]["message"]
+            assert via_proxy["choices"][0]["logprobs"] == direct["choices"][0]["logprobs"]
+            assert via_proxy["usage"] == direct["usage"]
+            status, echo = call(proxy, "POST", "/v1/completions", {"prompt": "go left", "max_tokens": 0, "echo": True,
+                                                                   "logprobs": 0})
+            assert status == 200 and echo["choices"][0]["logprobs"]["token_logprobs"][0] is None
+            # Budget from the upstream's usage: requests are refused once 60 tokens are used.
+            statuses = [call(proxy, "POST", "/v1/chat/completions", req)[0] for _ in range(10)]
+            assert 429 in statuses
+            used = proxy.usage.total_tokens
+            prompt = via_proxy["usage"]["prompt_tokens"]
+            assert 60 <= used < 60 + prompt + 5  # may pass the budget by at most one prompt (documented)
+
+
+def test_upstream_down_is_a_clear_error(tmp_path: Path) -> None:
+    proxy_backend = bb.UpstreamBackend("http://127.0.0.1:9", "m", timeout_s=5)
+    with bb.BackboneServer(proxy_backend, 100, socket_path=tmp_path / "d" / "s.sock") as proxy:
+        status, body = call(proxy, "POST", "/v1/chat/completions", {"messages": CHAT})
+        assert status == 502 and "did not answer" in body["error"]["message"]
+        assert proxy.usage.total_tokens == 0
+
+
+# -- in a real sandboxed container -----------------------------------------------------------
+@pytest.fixture(scope="session")
+def backbone_kit_tar(engine: qc.Engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The starter kit's backbone method (Containerfile.backbone) saved as an upload."""
+    tag = f"localhost/qval-test-backbone-kit:{uuid.uuid4().hex[:8]}"
+    built = engine.call("build", "-q", "-f", str(KIT / "Containerfile.backbone"), "-t", tag, str(KIT))
+    assert built.returncode == 0, built.stderr
+    out = tmp_path_factory.mktemp("bbkit") / "kit.tar"
+    saved = engine.call("save", "-o", str(out), tag)
+    engine.call("rmi", tag)
+    assert saved.returncode == 0, saved.stderr
+    return out
+
+
+def text_only(ds: schema.Dataset) -> schema.Dataset:
+    """The first 15 dev states of ``ds`` without image file names (the method reads text only)."""
+    states = [replace(s, image=None, candidates=tuple(replace(c, next_image=None) for c in s.candidates))
+              for s in ds.states_in("dev")[:15]]
+    return replace(ds, states=states)
+
+
+def run_kit(engine: qc.Engine, archive: Path, ds: schema.Dataset, backend: bb.Backend | None,
+            budget: int) -> tuple[qc.Evaluation, dict[str, int] | None]:
+    with qc.Job(engine) as job:
+        image_id = job.load(archive)
+        qc.write_input(ds, "dev", "q", job.input_dir)
+        if backend is None:
+            result = job.run(image_id, qc.Limits(timeout_s=300))
+            usage = None
+        else:
+            with bb.BackboneServer(backend, budget, socket_path=job.backbone_socket) as server:
+                result = job.run(image_id, qc.Limits(timeout_s=300), backbone=backend.name)
+            usage = server.usage.as_dict()
+    return qc.evaluate(result, truth_from_dataset(ds, "dev", "q"), bootstrap_resamples=0), usage
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_backbone_method_in_a_sandboxed_container(engine: qc.Engine, backbone_kit_tar: Path, frozenlake: schema.Dataset,
+                                                  backend: bb.TransformersBackend) -> None:
+    ds = text_only(frozenlake)
+    points = sum(len(s.candidates) for s in ds.states)
+    evaluation, usage = run_kit(engine, backbone_kit_tar, ds, backend, budget=10**7)
+    assert evaluation.outcome == "finished", (evaluation.error, evaluation.run.stderr[-2000:])
+    assert usage is not None and usage["requests"] == points and usage["refused"] == 0
+    assert evaluation.run.metadata is not None and evaluation.run.metadata["asked"] == points
+    assert evaluation.run.metadata["model"] == "tiny-llama"
+    spearman = {r.metric: r.value for r in evaluation.rows}["spearman"]
+    assert spearman is None or math.isfinite(spearman)  # a random model: any correlation, but scored
+
+    # The same job with a small budget: refused part-way, the method still finishes, the budget holds.
+    evaluation, usage = run_kit(engine, backbone_kit_tar, ds, backend, budget=1500)
+    assert evaluation.outcome == "finished", evaluation.error
+    assert usage is not None and 0 < usage["requests"] - usage["refused"] < points
+    assert usage["refused"] == 1 and usage["total_tokens"] <= 1500
+    assert evaluation.run.metadata["unscored_after_budget"] == points - (usage["requests"] - 1)
+
+    # Without a backbone there is no socket in the container: the method says so and fails.
+    evaluation, usage = run_kit(engine, backbone_kit_tar, ds, None, budget=0)
+    assert evaluation.outcome == "failed" and evaluation.error == "exited with code 1"
+    assert "no backbone" in evaluation.run.stderr
+
+
+@pytest.mark.container
+def test_run_refuses_a_backbone_that_is_not_served(engine: qc.Engine) -> None:
+    with qc.Job(engine) as job, pytest.raises(qc.ContainerError, match="no backbone is served"):
+        job.run("f" * 64, qc.Limits(), backbone="tiny-llama")
+
+
+@pytest.mark.container
+def test_backbone_mount_is_read_only_and_named(engine: qc.Engine) -> None:
+    with qc.Job(engine) as job:
+        argv = job.run_argv("n", "f" * 64, qc.Limits(), backbone="tiny-llama")
+    mount = argv[argv.index(f"{job.backbone_socket.parent}:/run/qval:ro") - 1]
+    assert mount == "-v"
+    assert "QVAL_BACKBONE_SOCKET=/run/qval/backbone.sock" in argv and "QVAL_BACKBONE_MODEL=tiny-llama" in argv
+    plain = job.run_argv("n", "f" * 64, qc.Limits())
+    assert not any("/run/qval" in a for a in plain)
