@@ -15,6 +15,13 @@ directory of JSON Lines files plus a manifest (see :meth:`Dataset.write`), and i
 building configuration, so two builds with the same configuration have the same
 fingerprint.
 
+**Images.**  ``State.image`` and ``Candidate.next_image`` are plain file names (PNG) in the
+``images/`` folder beside the dataset files.  In memory their bytes are reached through
+``Dataset.images`` (a mapping name → bytes: a dict for a fresh build, :class:`ImageFolder`
+for a dataset read from disk).  When a dataset names images, the fingerprint also covers
+the SHA-256 of every named file, so a changed or missing image is detected on read; a
+dataset without images has exactly the fingerprint it had before images existed.
+
 This module is Django-free: the CLI, the workers and method containers use it directly.
 """
 
@@ -23,8 +30,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Iterator, Mapping
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 """Split names. ``train`` and ``dev`` labels are public, ``test`` labels are hidden."""
@@ -99,14 +106,42 @@ class Manifest:
         return f"{self.slug}@{self.version}"
 
 
+class ImageFolder(Mapping[str, bytes]):
+    """The image files of a folder as a read-only mapping name → bytes (read on access)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def __getitem__(self, name: str) -> bytes:
+        if not _plain_name(name):
+            raise KeyError(name)
+        try:
+            return (self.directory / name).read_bytes()
+        except OSError:
+            raise KeyError(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and _plain_name(name) and (self.directory / name).is_file()
+
+    def __iter__(self) -> Iterator[str]:
+        if not self.directory.is_dir():
+            return iter(())
+        return iter(sorted(p.name for p in self.directory.iterdir() if p.is_file()))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @dataclass
 class Dataset:
-    """A whole dataset: manifest, states (with candidates) and labels."""
+    """A whole dataset: manifest, states (with candidates), labels and the bytes of its images."""
 
     manifest: Manifest
     states: list[State]
     q_labels: dict[str, float]
     v_labels: dict[str, float]
+    images: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    """Image file name → PNG bytes for every name in ``State.image``/``Candidate.next_image``."""
 
     # -- views -------------------------------------------------------------------------
     def states_in(self, split: str) -> list[State]:
@@ -125,6 +160,28 @@ class Dataset:
             return [s.id for s in self.states_in(split)]
         raise SchemaError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
 
+    def image_names(self, split: str | None = None) -> list[str]:
+        """Every image file name the states (of ``split``, or all) and their candidates name, sorted."""
+        names: set[str] = set()
+        for state in self.states if split is None else self.states_in(split):
+            if state.image:
+                names.add(state.image)
+            names.update(c.next_image for c in state.candidates if c.next_image)
+        return sorted(names)
+
+    def image_sha256(self) -> dict[str, str]:
+        """SHA-256 (hex) of every named image; :class:`SchemaError` when one is missing."""
+        digests = {}
+        for name in self.image_names():
+            if not _plain_name(name):
+                raise SchemaError(f"image name {name!r} must be a plain file name")
+            try:
+                data = self.images[name]
+            except KeyError:
+                raise SchemaError(f"image {name!r} is named by the dataset but missing") from None
+            digests[name] = hashlib.sha256(data).hexdigest()
+        return digests
+
     def labels_for(self, target: str) -> dict[str, float]:
         """The label mapping of a target."""
         if target == "q":
@@ -135,7 +192,11 @@ class Dataset:
 
     # -- fingerprint -------------------------------------------------------------------
     def compute_fingerprint(self) -> str:
-        """SHA-256 over manifest settings, inputs and labels (not build timings)."""
+        """SHA-256 over manifest settings, inputs, labels and image bytes (not build timings).
+
+        The image part (the sorted ``(name, SHA-256 of the file)`` pairs) is added only when the
+        dataset names images, so text-only datasets keep their fingerprints.
+        """
         h = hashlib.sha256()
         head = {
             "schema_version": self.manifest.schema_version,
@@ -152,6 +213,9 @@ class Dataset:
                 h.update(_canonical(asdict(cand)))
         h.update(_canonical(sorted(self.q_labels.items())))
         h.update(_canonical(sorted(self.v_labels.items())))
+        digests = self.image_sha256()
+        if digests:
+            h.update(_canonical(sorted(digests.items())))
         return h.hexdigest()
 
     # -- I/O ---------------------------------------------------------------------------
@@ -160,11 +224,23 @@ class Dataset:
 
         Files: ``manifest.json``, ``states.jsonl``, ``candidates.jsonl`` and
         ``labels.jsonl`` (``{"id", "target", "value"}``; kept apart so inputs can be
-        handed out without labels).
+        handed out without labels), and ``images/`` holding every named image (only when
+        the dataset names images).  Afterwards ``images`` reads from that folder.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.manifest.fingerprint = self.compute_fingerprint()
+        names = self.image_names()
+        if names:
+            folder = directory / "images"
+            folder.mkdir(exist_ok=True)
+            same = isinstance(self.images, ImageFolder) and _same_dir(self.images.directory, folder)
+            if not same:
+                for name in names:
+                    tmp = folder / f".{name}.tmp"
+                    tmp.write_bytes(self.images[name])
+                    tmp.replace(folder / name)
+            self.images = ImageFolder(folder)
         _write_jsonl(directory / "states.jsonl", (_state_record(s) for s in self.states))
         _write_jsonl(
             directory / "candidates.jsonl",
@@ -180,7 +256,11 @@ class Dataset:
 
     @classmethod
     def read(cls, directory: str | Path) -> "Dataset":
-        """Read a dataset written by :meth:`write`, checking its fingerprint."""
+        """Read a dataset written by :meth:`write`, checking its fingerprint.
+
+        Named images must exist in ``directory/images`` and hash to what the fingerprint
+        covers; their bytes are read from there on access (``images``).
+        """
         directory = Path(directory)
         try:
             manifest = Manifest(**json.loads((directory / "manifest.json").read_text(encoding="utf-8")))
@@ -199,9 +279,13 @@ class Dataset:
         v_labels: dict[str, float] = {}
         for rec in _read_jsonl(directory / "labels.jsonl"):
             (q_labels if rec["target"] == "q" else v_labels)[rec["id"]] = float(rec["value"])
-        ds = cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels)
+        ds = cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels,
+                 images=ImageFolder(directory / "images"))
         expected = manifest.fingerprint
-        actual = ds.compute_fingerprint()
+        try:
+            actual = ds.compute_fingerprint()
+        except SchemaError as exc:
+            raise SchemaError(f"{directory}: {exc}") from exc
         if expected != actual:
             raise SchemaError(f"{directory}: fingerprint mismatch (manifest {expected}, content {actual})")
         return ds
@@ -226,6 +310,9 @@ class Dataset:
                     raise SchemaError(f"candidate {cand.id} points at state {cand.state_id}, not {state.id}")
                 if cand.id not in self.q_labels:
                     raise SchemaError(f"candidate {cand.id} has no Q label")
+        self.image_sha256()  # raises when a named image is missing or badly named
+        if self.image_names() and "image" not in self.manifest.modalities:
+            raise SchemaError(f"the dataset names images but its modalities {self.manifest.modalities} lack 'image'")
 
 
 def _state_record(state: State) -> dict[str, Any]:
@@ -233,6 +320,17 @@ def _state_record(state: State) -> dict[str, Any]:
     rec.pop("candidates")
     rec["history"] = list(state.history)
     return rec
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and PurePosixPath(name).name == name and "\\" not in name and not name.startswith(".")
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def _canonical(obj: Any) -> bytes:

@@ -25,6 +25,11 @@ Conventions every adapter follows:
 * **Dataset candidates.**  :meth:`Environment.sample_candidates` chooses the actions a
   dataset state offers (they must include the actor's action): by default every candidate,
   an adapter with many actions (ALFWorld's admissible commands) samples a few.
+* **Images (optional).**  An adapter that can render its current state as a picture
+  overrides :meth:`Environment.observation_image` (FrozenLake: a drawing of the map;
+  MiniWoB: the screenshot with set-of-marks ids); the builder then stores a PNG for every
+  state and candidate next state of a dataset whose spec lists the ``image`` modality.
+  The rendering must be deterministic: the same state gives the same pixels.
 """
 
 from __future__ import annotations
@@ -32,7 +37,10 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 class EpisodeOver(RuntimeError):
@@ -111,6 +119,10 @@ class Environment(ABC):
     @abstractmethod
     def candidates(self) -> list[str]:
         """The candidate actions of the current state, in a fixed order."""
+
+    def observation_image(self) -> "Image.Image | None":
+        """The image observation of the current state, or ``None`` (default) for a text-only adapter."""
+        return None
 
     @abstractmethod
     def reference_action(self) -> str:

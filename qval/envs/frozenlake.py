@@ -15,17 +15,23 @@
   breadth-first-search distance to the goal (ties: lowest gymnasium action id); the BFS only
   chooses actions, the gymnasium env produces every transition and reward.
 * **Observation.**  A one-line legend, then the map's rows of ``S/F/H/G`` with the agent's
-  cell replaced by ``@``.
+  cell replaced by ``@``.  Image (:meth:`FrozenLake.observation_image`, :func:`render_map`):
+  a 512×512 RGB drawing of the same grid — ice tiles, the start square, dark holes, the
+  green goal with a gold star, the agent as a red disc — made with PIL only (no pygame),
+  so the same state always gives the same pixels.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import gymnasium
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+from PIL import Image, ImageDraw
 
 from .base import Environment, Snapshot
 
@@ -42,6 +48,61 @@ LEGEND = "FrozenLake: you are @. Reach the goal G without falling into a hole H 
 
 UNREACHABLE = -1
 """Distance of a cell from which the goal cannot be reached (holes, walled-in cells)."""
+
+
+IMAGE_SIZE = 512
+"""Width and height of :func:`render_map` images, in pixels."""
+
+_ICE, _START, _GRID = (214, 236, 250), (188, 214, 236), (150, 182, 210)
+_HOLE, _HOLE_RIM = (22, 46, 96), (70, 110, 160)
+_GOAL, _STAR = (96, 176, 96), (250, 206, 40)
+_AGENT, _AGENT_RIM = (214, 40, 40), (255, 255, 255)
+
+
+@functools.lru_cache(maxsize=4096)
+def _render(rows: tuple[str, ...], position: int, size: int) -> Image.Image:
+    nrow, ncol = len(rows), len(rows[0])
+    tile = size // max(nrow, ncol)
+    left, top = (size - tile * ncol) // 2, (size - tile * nrow) // 2
+    image = Image.new("RGB", (size, size), _GRID)
+    draw = ImageDraw.Draw(image)
+    for r, row in enumerate(rows):
+        for c, ch in enumerate(row):
+            x0, y0 = left + c * tile, top + r * tile
+            box = [x0 + 1, y0 + 1, x0 + tile - 2, y0 + tile - 2]
+            draw.rectangle(box, fill=_START if ch == "S" else _GOAL if ch == "G" else _ICE)
+            inset = tile // 8
+            if ch == "H":
+                draw.ellipse([x0 + inset, y0 + inset + tile // 16, x0 + tile - inset, y0 + tile - inset],
+                             fill=_HOLE, outline=_HOLE_RIM, width=max(1, tile // 32))
+            elif ch == "G":
+                cx, cy, outer, inner = x0 + tile / 2, y0 + tile / 2, tile * 0.38, tile * 0.16
+                points = [
+                    (cx + (outer if k % 2 == 0 else inner) * math.sin(k * math.pi / 5),
+                     cy - (outer if k % 2 == 0 else inner) * math.cos(k * math.pi / 5))
+                    for k in range(10)
+                ]
+                draw.polygon([(round(x), round(y)) for x, y in points], fill=_STAR)
+            elif ch == "S":
+                draw.rectangle([x0 + inset, y0 + inset, x0 + tile - inset, y0 + tile - inset],
+                               outline=_GRID, width=max(1, tile // 32))
+    r, c = divmod(position, ncol)
+    x0, y0, inset = left + c * tile, top + r * tile, tile // 5
+    draw.ellipse([x0 + inset, y0 + inset, x0 + tile - inset, y0 + tile - inset],
+                 fill=_AGENT, outline=_AGENT_RIM, width=max(1, tile // 20))
+    eye = max(1, tile // 16)
+    for ex in (x0 + tile * 0.4, x0 + tile * 0.6):
+        ey = y0 + tile * 0.43
+        draw.ellipse([round(ex) - eye, round(ey) - eye, round(ex) + eye, round(ey) + eye], fill=_AGENT_RIM)
+    return image
+
+
+def render_map(rows: Sequence[str], position: int, size: int = IMAGE_SIZE) -> Image.Image:
+    """A ``size``×``size`` RGB drawing of the map ``rows`` with the agent on cell ``position``.
+
+    Pure function of its arguments (cached), drawn with PIL: the same state, the same pixels.
+    """
+    return _render(tuple(rows), int(position), int(size)).copy()
 
 
 @dataclass(frozen=True)
@@ -126,6 +187,10 @@ class FrozenLake(Environment):
 
     def candidates(self) -> list[str]:
         return list(ACTIONS)
+
+    def observation_image(self) -> Image.Image:
+        """The current state drawn as a 512×512 RGB image (:func:`render_map`)."""
+        return render_map(self.maps[self.task], self._position)
 
     def reference_action(self) -> str:
         """The move to the neighbour closest to the goal (ties: lowest action id)."""
