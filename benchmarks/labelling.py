@@ -91,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
 
     fl_env, fl_spec = build.frozenlake_8x8()
     fl_spec = replace(fl_spec, num_trajectories=args.frozenlake_trajectories,
-                      max_states_per_trajectory=args.states_per_trajectory)
+                      max_states_per_trajectory=args.states_per_trajectory, modalities=("text",))  # labels only
     fl_points = sampled_turns(fl_env, fl_spec)
     fl_replay = [(t, as_replay(turn)) for t, turn in fl_points]
+    fl_maps = fl_env.map_seeds  # type: ignore[attr-defined]
     report("frozenlake", fl_points, {
-        "replay": lambda: label_all(FrozenLake(), fl_replay, fl_spec),
-        "restore": lambda: label_all(FrozenLake(), fl_points, fl_spec),
+        "replay": lambda: label_all(FrozenLake(map_seeds=fl_maps), fl_replay, fl_spec),
+        "restore": lambda: label_all(FrozenLake(map_seeds=fl_maps), fl_points, fl_spec),
     })
 
     _, alf_spec = build.alfworld_text()

@@ -16,13 +16,31 @@ interface, so every environment is built the same way:
    no draw; ALFWorld: the actor's action and three other admissible commands), the actor's
    own action marked ``is_actor``; ``next_state`` is the observation after restoring the
    state and forcing the candidate.
-4. **Labels.**  :func:`qval.labelling.label_state` (Max-Value Monte Carlo under the reference
+4. **Images.**  When the spec lists the ``image`` modality, the adapter's
+   :meth:`~qval.envs.base.Environment.observation_image` of the state and of every
+   candidate's next state is stored as a PNG (:func:`encode_png`: deterministic bytes):
+   ``State.image = "{state id}.png"``, ``Candidate.next_image = "{candidate id}-next.png"``;
+   :meth:`schema.Dataset.write` puts them in ``images/`` and the fingerprint covers their bytes.
+   ``"image"`` is in ``Manifest.modalities`` exactly when the dataset has images.
+5. **Labels.**  :func:`qval.labelling.label_state` (Max-Value Monte Carlo under the reference
    policy).
-5. **Split.**  Whole trajectories, never states.  ``split_by="trajectory"`` (default): the
-   ``n``-th trajectory of each task goes to ``splits[n % len(splits)]`` (dev, test, dev, …),
-   so every task appears in every split.  ``split_by="task"``: task ``j`` (in
-   ``env.tasks`` order) and all its trajectories go to ``splits[j % len(splits)]``, so no task
-   appears in two splits.
+6. **Split.**  Whole trajectories, never states.  The split *cycle* is ``spec.split_cycle``
+   (default: ``spec.splits``; a split listed several times gets that many shares).
+   ``split_by="trajectory"`` (default): the ``n``-th trajectory of each task goes to
+   ``cycle[n % len(cycle)]``, so every task appears in every split.  ``split_by="task"``: task
+   ``j`` (in ``env.tasks`` order) and all its trajectories go to ``cycle[j % len(cycle)]``, so
+   no task appears in two splits.  The rule (and the cycle, when given) is recorded in
+   ``Manifest.config``.
+
+**Resume.**  With a work directory (``build(..., work_dir=…)`` or ``build_dataset(...,
+checkpoint=…)``), every labelled state — its record, labels, PNGs and labelling time — is
+appended to ``{work_dir}/{slug}-{version}-{key}/checkpoint.jsonl`` (PNGs beside it in
+``images/``), where ``key`` hashes the spec, the environment's config and the checkpoint
+format (:func:`build_key`), so a changed configuration never reuses old work.  A rerun
+collects again (deterministic and cheap) and labels only the states the checkpoint lacks;
+an unreadable line (a build killed mid-write) is dropped.  The result is identical, with the
+same fingerprint, to an uninterrupted build.  :func:`build` removes the checkpoint once the
+dataset is written.
 
 Ids: state ``t{trajectory:03d}-s{step:02d}``, candidate ``{state id}-a{index}``.
 A build is deterministic: the same spec and environment give the same fingerprint; the
@@ -33,24 +51,46 @@ build timings go to ``Manifest.build_info``, which the fingerprint leaves out.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import os
 import random
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from qval import labelling, schema
 from qval.envs.base import Environment, Snapshot
 from qval.envs.frozenlake import MAP_SEEDS, FrozenLake
 
+if TYPE_CHECKING:
+    from PIL import Image
+
 SPLIT_RULES = {
     "trajectory": "the n-th trajectory of each task goes to splits[n % len(splits)]",
     "task": "task j (in the environment's task order) and all its trajectories go to splits[j % len(splits)]",
 }
-"""``DatasetSpec.split_by`` → the rule recorded in ``Manifest.config``."""
+"""``DatasetSpec.split_by`` → the rule recorded in ``Manifest.config`` (default cycle: the splits)."""
+
+CYCLE_RULES = {
+    "trajectory": "the n-th trajectory of each task goes to split_cycle[n % len(split_cycle)]",
+    "task": "task j (in the environment's task order) and all its trajectories go to "
+    "split_cycle[j % len(split_cycle)]",
+}
+"""The same rules with an explicit ``DatasetSpec.split_cycle``."""
+
+CHECKPOINT_FORMAT = 1
+"""Bumped whenever a checkpoint line or what a state holds changes (part of :func:`build_key`)."""
 
 Progress = Callable[[int, int, str], None]
-"""``progress(done, total, stage)``: called at the start of a stage and after each item."""
+"""``progress(done, total, stage)``: called at the start of a stage and after each item.
+
+Stages: ``collect`` (trajectories), then ``label`` (sampled states; on a resumed build the
+first call already counts the states found in the checkpoint).  An exception raised by the
+callback stops the build (what a checkpointed build resumes from)."""
 
 
 @dataclass(frozen=True)
@@ -70,14 +110,32 @@ class DatasetSpec:
     num_rollouts: int = 1
     splits: tuple[str, ...] = ("dev", "test")
     split_by: str = "trajectory"
+    split_cycle: tuple[str, ...] | None = None
+    """Weighted split assignment: position ``j`` goes to ``split_cycle[j % len(split_cycle)]``
+    (e.g. ``("train", "dev", "train", "test", "train")`` gives train 3 shares in 5)."""
 
     def __post_init__(self) -> None:
         if self.split_by not in SPLIT_RULES:
             raise ValueError(f"split_by must be one of {', '.join(SPLIT_RULES)}, got {self.split_by!r}")
+        if self.split_cycle is not None and set(self.split_cycle) != set(self.splits):
+            raise ValueError(f"split_cycle {self.split_cycle} must use every split of {self.splits} and no other")
+        unknown = set(self.modalities) - {"text", "image"}
+        if unknown:
+            raise ValueError(f"unknown modalities {sorted(unknown)}; expected text and/or image")
+
+    @property
+    def cycle(self) -> tuple[str, ...]:
+        """The split cycle: ``split_cycle`` or else ``splits``."""
+        return self.split_cycle or self.splits
+
+    @property
+    def images(self) -> bool:
+        """Whether the dataset stores image observations."""
+        return "image" in self.modalities
 
     def config(self) -> dict[str, Any]:
         """The collection settings recorded in ``Manifest.config``."""
-        return {
+        config: dict[str, Any] = {
             "num_trajectories": self.num_trajectories,
             "task_assignment": "trajectory i plays task i % number of tasks",
             "actor": "reference policy with epsilon-uniform random actions",
@@ -90,6 +148,16 @@ class DatasetSpec:
             "splits": list(self.splits),
             "split_rule": SPLIT_RULES[self.split_by],
         }
+        if self.split_cycle is not None:  # absent otherwise, so older datasets keep their fingerprints
+            config["split_rule"] = CYCLE_RULES[self.split_by]
+            config["split_cycle"] = list(self.split_cycle)
+            config["split_weights"] = {s: self.split_cycle.count(s) for s in self.splits}
+        if self.images:
+            config["images"] = (
+                "PNG of the adapter's observation_image() for every state ({state id}.png) and every candidate's "
+                "next state ({candidate id}-next.png), in images/"
+            )
+        return config
 
 
 @dataclass(frozen=True)
@@ -123,7 +191,7 @@ def collect(env: Environment, index: int, spec: DatasetSpec) -> Trajectory:
         turns.append(Turn(snapshot=env.snapshot(), observation=observation, action=action))
         observation = env.step(action).observation
     position = tasks.index(task) if spec.split_by == "task" else index // len(tasks)
-    split = spec.splits[position % len(spec.splits)]
+    split = spec.cycle[position % len(spec.cycle)]
     return Trajectory(index=index, task=task, split=split, turns=tuple(turns))
 
 
@@ -135,30 +203,84 @@ def sample_turns(trajectory: Trajectory, spec: DatasetSpec) -> list[Turn]:
     return [trajectory.turns[i] for i in sorted(picked)]
 
 
+_PNG_CACHE: dict[bytes, bytes] = {}
+_PNG_CACHE_BYTES = 64 * 1024 * 1024
+_png_cached = [0]  # bytes held by _PNG_CACHE
+
+
+def encode_png(image: "Image.Image") -> bytes:
+    """``image`` as PNG bytes: RGB(A)/L kept, no metadata, zlib level 6 — the same pixels, the same bytes.
+
+    Identical pixels are encoded once (a bounded cache keyed by a digest of the raw pixels).
+    """
+    if image.mode not in ("RGB", "RGBA", "L"):
+        image = image.convert("RGB")
+    raw = image.tobytes()
+    key = hashlib.blake2b(f"{image.mode}{image.size}".encode() + raw, digest_size=32).digest()
+    png = _PNG_CACHE.get(key)
+    if png is None:
+        buf = io.BytesIO()
+        image.save(buf, format="PNG", compress_level=6)
+        png = buf.getvalue()
+        if _png_cached[0] + len(png) > _PNG_CACHE_BYTES:
+            _PNG_CACHE.clear()
+            _png_cached[0] = 0
+        _PNG_CACHE[key] = png
+        _png_cached[0] += len(png)
+    return png
+
+
+def _render(env: Environment, where: str) -> bytes:
+    image = env.observation_image()
+    if image is None:
+        raise RuntimeError(f"{where}: the spec lists the image modality but {env.name} renders no image")
+    return encode_png(image)
+
+
 def make_state(
-    env: Environment, trajectory: Trajectory, turn: Turn, spec: DatasetSpec
+    env: Environment,
+    trajectory: Trajectory,
+    turn: Turn,
+    spec: DatasetSpec,
+    images: dict[str, bytes] | None = None,
 ) -> tuple[schema.State, labelling.StateLabels]:
-    """The dataset state of ``turn`` with its candidates, and their labels."""
+    """The dataset state of ``turn`` with its candidates, and their labels.
+
+    When ``spec`` lists the image modality, the PNGs of the state and of the candidates' next
+    states are put in ``images`` (file name → bytes) and named by the records.
+    """
     snap = turn.snapshot
     env.restore(snap)
     if env.observation() != turn.observation:
         raise RuntimeError(f"trajectory {trajectory.index} step {snap.step}: restore changed the observation")
+    state_id = f"t{trajectory.index:03d}-s{snap.step:02d}"
+    pictures: dict[str, bytes] = {} if images is None else images
+    state_image = None
+    if spec.images:
+        state_image = f"{state_id}.png"
+        pictures[state_image] = _render(env, state_id)
     rng = random.Random(f"{spec.seed}/candidates/{trajectory.index}/{snap.step}")
     actions = tuple(env.sample_candidates(turn.action, rng))
     if turn.action not in actions:
         raise RuntimeError(f"trajectory {trajectory.index} step {snap.step}: actor action {turn.action!r} not a candidate")
-    state_id = f"t{trajectory.index:03d}-s{snap.step:02d}"
     candidates = []
     for index, action in enumerate(actions):
         env.restore(snap)
+        cand_id = f"{state_id}-a{index}"
+        next_state = env.step(action).observation
+        next_image = None
+        if spec.images:
+            next_image = f"{cand_id}-next.png"
+            pictures[next_image] = _render(env, cand_id)
         candidates.append(
             schema.Candidate(
-                id=f"{state_id}-a{index}",
+                id=cand_id,
                 state_id=state_id,
                 index=index,
                 action=action,
-                next_state=env.step(action).observation,
+                next_state=next_state,
                 is_actor=action == turn.action,
+                next_image=next_image,
             )
         )
     state = schema.State(
@@ -170,14 +292,147 @@ def make_state(
         observation=turn.observation,
         history=snap.history,
         candidates=tuple(candidates),
+        image=state_image,
     )
     labels = labelling.label_state(env, snap, actions, discount=spec.discount, num_rollouts=spec.num_rollouts)
     return state, labels
 
 
-def build_dataset(env: Environment, spec: DatasetSpec, progress: Progress | None = None) -> schema.Dataset:
-    """Collect, sample, label and split; the returned dataset is validated but not written."""
+# -- checkpoints ---------------------------------------------------------------------------
+def build_key(env: Environment, spec: DatasetSpec) -> str:
+    """SHA-256 (hex) naming the work of one build: checkpoint format, environment config and spec."""
+    identity = {
+        "checkpoint_format": CHECKPOINT_FORMAT,
+        "environment": env.name,
+        "reference_policy": env.reference_policy,
+        "environment_config": env.config(),
+        "spec": asdict(spec),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One labelled state as the checkpoint keeps it."""
+
+    state: schema.State
+    q: tuple[float, ...]
+    v: float
+    seconds: float
+
+
+class Checkpoint:
+    """The labelled states of one build, one JSON line each, and their PNGs in ``images/``.
+
+    A line is ``{"state": record with its candidates, "q": [...], "v": ..., "seconds": ...,
+    "images": {name: sha256}}``; its PNGs are written (atomically) before the line.
+    """
+
+    FILE = "checkpoint.jsonl"
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / self.FILE
+        self.image_dir = self.directory / "images"
+
+    @classmethod
+    def for_build(cls, work_dir: str | Path, env: Environment, spec: DatasetSpec) -> "Checkpoint":
+        """The checkpoint of ``spec`` on ``env`` under ``work_dir`` (folder named by :func:`build_key`)."""
+        return cls(Path(work_dir) / f"{spec.slug}-{spec.version}-{build_key(env, spec)[:16]}")
+
+    def load(self) -> dict[str, Labelled]:
+        """Every readable entry by state id; unreadable lines (and entries whose PNGs are missing
+        or differ) are dropped and the file is rewritten without them."""
+        if not self.path.is_file():
+            return {}
+        entries: dict[str, Labelled] = {}
+        good: list[bytes] = []
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                entry = self._parse(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a killed build, or garbage
+            if entry is None:
+                continue
+            entries[entry.state.id] = entry
+            good.append(line)
+        cleaned = b"".join(line + b"\n" for line in good)
+        if cleaned != raw:
+            tmp = self.path.with_name(self.FILE + ".tmp")
+            tmp.write_bytes(cleaned)
+            tmp.replace(self.path)
+        return entries
+
+    def _parse(self, rec: dict[str, Any]) -> Labelled | None:
+        state_rec = dict(rec["state"])
+        candidates = tuple(schema.Candidate(**c) for c in state_rec.pop("candidates"))
+        state_rec["history"] = tuple(state_rec["history"])
+        state = schema.State(**state_rec, candidates=candidates)
+        q = tuple(float(x) for x in rec["q"])
+        if len(q) != len(candidates):
+            return None
+        for name, digest in rec["images"].items():
+            path = self.image_dir / name
+            if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+                return None
+        return Labelled(state=state, q=q, v=float(rec["v"]), seconds=float(rec["seconds"]))
+
+    def append(self, entry: Labelled, images: dict[str, bytes]) -> None:
+        """Write ``images`` then one line for ``entry`` (flushed to disk)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if images:
+            self.image_dir.mkdir(exist_ok=True)
+        for name, data in images.items():
+            tmp = self.image_dir / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(self.image_dir / name)
+        record = schema._state_record(entry.state)
+        record["candidates"] = [asdict(c) for c in entry.state.candidates]
+        line = {
+            "state": record,
+            "q": list(entry.q),
+            "v": entry.v,
+            "seconds": entry.seconds,
+            "images": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(images.items())},
+        }
+        with self.path.open("ab") as fh:
+            fh.write(json.dumps(line, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def remove(self) -> None:
+        """Delete the checkpoint folder."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _matches(entry: Labelled, trajectory: Trajectory, turn: Turn) -> bool:
+    s = entry.state
+    return (s.split, s.task, s.trajectory, s.step, s.observation, s.history) == (
+        trajectory.split, trajectory.task, trajectory.index, turn.snapshot.step, turn.observation, turn.snapshot.history
+    )
+
+
+# -- the pipeline --------------------------------------------------------------------------
+def build_dataset(
+    env: Environment,
+    spec: DatasetSpec,
+    progress: Progress | None = None,
+    checkpoint: Checkpoint | str | Path | None = None,
+) -> schema.Dataset:
+    """Collect, sample, label and split; the returned dataset is validated but not written.
+
+    ``checkpoint``: a :class:`Checkpoint`, or a work directory in which the build keeps its
+    checkpoint (:meth:`Checkpoint.for_build`); states found there are not labelled again.
+    ``Manifest.build_info`` records the timings (``label``: the labelling time of every state,
+    summed over the runs that made them) and how many states were resumed.
+    """
     report: Progress = progress or (lambda done, total, stage: None)
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint.for_build(checkpoint, env, spec)
     started = time.perf_counter()
 
     report(0, spec.num_trajectories, "collect")
@@ -188,25 +443,45 @@ def build_dataset(env: Environment, spec: DatasetSpec, progress: Progress | None
     sampled = [(t, turn) for t in trajectories for turn in sample_turns(t, spec)]
     collected = time.perf_counter()
 
-    report(0, len(sampled), "label")
-    states: list[schema.State] = []
-    q_labels: dict[str, float] = {}
-    v_labels: dict[str, float] = {}
-    for done, (trajectory, turn) in enumerate(sampled, 1):
-        state, labels = make_state(env, trajectory, turn, spec)
-        states.append(state)
-        q_labels.update((c.id, q) for c, q in zip(state.candidates, labels.q))
-        v_labels[state.id] = labels.v
+    saved = checkpoint.load() if checkpoint is not None else {}
+    ids = [f"t{t.index:03d}-s{turn.snapshot.step:02d}" for t, turn in sampled]
+    reuse = {sid for sid, (t, turn) in zip(ids, sampled) if sid in saved and _matches(saved[sid], t, turn)}
+    images: dict[str, bytes] = {}
+    done = len(reuse)
+    report(done, len(sampled), "label")
+    entries: list[Labelled] = []
+    labelled_now = 0
+    for sid, (trajectory, turn) in zip(ids, sampled):
+        if sid in reuse:
+            entries.append(saved[sid])
+            continue
+        t0 = time.perf_counter()
+        pictures: dict[str, bytes] = {}
+        state, labels = make_state(env, trajectory, turn, spec, pictures)
+        entry = Labelled(state=state, q=tuple(labels.q), v=labels.v, seconds=round(time.perf_counter() - t0, 3))
+        if checkpoint is not None:
+            checkpoint.append(entry, pictures)
+        else:
+            images.update(pictures)
+        entries.append(entry)
+        labelled_now += 1
+        done += 1
         report(done, len(sampled), "label")
     labelled = time.perf_counter()
 
+    states = [e.state for e in entries]
+    q_labels = {c.id: q for e in entries for c, q in zip(e.state.candidates, e.q)}
+    v_labels = {e.state.id: e.v for e in entries}
+    has_images = any(s.image or any(c.next_image for c in s.candidates) for s in states)
+    modalities = [m for m in spec.modalities if m != "image"] + (["image"] if has_images else [])
+    label_seconds = sum(e.seconds for e in entries)
     manifest = schema.Manifest(
         slug=spec.slug,
         name=spec.name,
         version=spec.version,
         environment=env.name,
         description=spec.description,
-        modalities=list(spec.modalities),
+        modalities=modalities,
         labelling={
             "reference_policy": env.reference_policy,
             "discount": spec.discount,
@@ -219,18 +494,61 @@ def build_dataset(env: Environment, spec: DatasetSpec, progress: Progress | None
         build_info={
             "timings_s": {
                 "collect": round(collected - started, 3),
-                "label": round(labelled - collected, 3),
-                "total": round(labelled - started, 3),
-            }
+                "label": round(label_seconds, 3),
+                "total": round(collected - started + label_seconds, 3),
+            },
+            "this_run_s": round(labelled - started, 3),
+            "states_resumed": len(reuse),
+            "states_labelled": labelled_now,
         },
     )
-    ds = schema.Dataset(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels)
+    ds_images = schema.ImageFolder(checkpoint.image_dir) if checkpoint is not None else images
+    ds = schema.Dataset(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels, images=ds_images)
     ds.validate()
     return ds
 
 
+FROZENLAKE_SPLIT_CYCLE: tuple[str, ...] = ("train", "dev", "train", "test", "train")
+"""``frozenlake-8x8@1.1``: map ``j`` goes to ``FROZENLAKE_SPLIT_CYCLE[j % 5]`` (train 3 : dev 1 : test 1)."""
+
+
 def frozenlake_8x8() -> tuple[Environment, DatasetSpec]:
-    """``frozenlake-8x8@1.0``: deterministic 8×8 FrozenLake on the 8 random maps of seeds 42..49."""
+    """``frozenlake-8x8@1.1``: 20 random maps split by map into train/dev/test, text and 512×512 images."""
+    env = FrozenLake(map_seeds=tuple(range(42, 62)), size=8, horizon=30)
+    spec = DatasetSpec(
+        slug="frozenlake-8x8",
+        name="FrozenLake 8×8",
+        version="1.1",
+        description=(
+            "Gymnasium FrozenLake 8×8 (is_slippery=False) on 20 random maps (generate_random_map seeds 42–61). "
+            "100 trajectories (5 per map) of at most 30 steps by a shortest-path actor with ε=0.1 uniform noise; up "
+            "to 5 states per trajectory (not the first or last turn); all 4 moves as candidates. Labels: restore the "
+            "state, force the candidate, follow the shortest-path policy until the 30-step horizon (counted from the "
+            "episode start); reward 1 at the goal, γ=0.95. Observation: the ASCII grid with @ for the agent, and a "
+            "512×512 RGB drawing of the same grid for every state and every candidate's next state. Train, dev and "
+            "test hold disjoint maps: map j goes to (train, dev, train, test, train)[j mod 5], so 12 maps train, 4 "
+            "dev and 4 test. Supersedes 1.0, whose dev and test shared maps."
+        ),
+        modalities=("text", "image"),
+        num_trajectories=100,
+        max_states_per_trajectory=5,
+        epsilon=0.1,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+        split_cycle=FROZENLAKE_SPLIT_CYCLE,
+    )
+    return env, spec
+
+
+def frozenlake_8x8_v1_0() -> tuple[Environment, DatasetSpec]:
+    """``frozenlake-8x8@1.0`` (superseded by 1.1; kept so that it can be rebuilt with its fingerprint).
+
+    Deterministic 8×8 FrozenLake on the 8 random maps of seeds 42..49, text only, dev and test
+    alternating by trajectory within each map (so both splits share every map).
+    """
     env = FrozenLake(map_seeds=MAP_SEEDS, size=8, horizon=30)
     spec = DatasetSpec(
         slug="frozenlake-8x8",
@@ -291,39 +609,64 @@ def alfworld_text() -> tuple[Environment, DatasetSpec]:
     return env, spec
 
 
-def miniwob() -> tuple[Environment, DatasetSpec]:
-    """``miniwob@1.0``: ten multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium."""
-    from qval.envs.miniwob import TASK_NAMES, MiniWoB  # BrowserGym + Playwright: imported when used
+MINIWOB_TASKS: tuple[str, ...] = (
+    "login-user",
+    "enter-password",
+    "click-checkboxes",
+    "use-spinner",
+    "click-option",
+    "enter-text-2",
+)
+"""``miniwob@1.1``'s MiniWoB task names: those of :data:`qval.envs.miniwob.TASK_NAMES` whose collected
+trajectories have middle turns (the others are solved in two actions and give no state)."""
 
-    env = MiniWoB(task_names=TASK_NAMES, seeds=range(2), horizon=12)
+MINIWOB_SPLIT_CYCLE: tuple[str, ...] = ("dev", "test", "train", "train", "dev", "test")
+"""Task ``j`` goes to ``MINIWOB_SPLIT_CYCLE[j % 6]``: with the tasks listed seed-major, one MiniWoB task
+name per position, so dev = login-user + click-option, test = enter-password + enter-text-2, train =
+click-checkboxes + use-spinner (about the same number of states each)."""
+
+
+def miniwob() -> tuple[Environment, DatasetSpec]:
+    """``miniwob@1.1``: six multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium, split by task."""
+    from qval.envs.miniwob import MiniWoB  # BrowserGym + Playwright: imported when used
+
+    seeds = 16
+    env = MiniWoB(task_names=MINIWOB_TASKS, seeds=range(seeds), horizon=12)
     spec = DatasetSpec(
         slug="miniwob",
         name="MiniWoB++ (BrowserGym)",
-        version="1.0",
+        version="1.1",
         description=(
-            "MiniWoB++ through BrowserGym 0.14.3 (miniwob 1.1.0 pages, Debian's headless Chromium): 10 tasks that "
-            "need two or more actions (" + ", ".join(TASK_NAMES) + "), instances from BrowserGym reset seeds 0 "
-            "and 1. 20 trajectories (one per task and seed) of at most 12 steps by a scripted optimal policy with "
-            "ε=0.25 random candidate actions; up to 2 states per trajectory (not the first or last turn); "
-            "candidates: the actor's action and 3 others among click on the interactive (set-of-marks) elements and "
-            "fill of the text fields with the goal's strings. Labels: restore the state (reset(seed) and replay), "
-            "force the candidate, follow the scripted policy until the 12-step horizon (counted from the episode "
-            "start); reward 1 on MiniWoB success, γ=0.95. Observation: the goal and BrowserGym's flattened "
-            "accessibility tree with element ids (image: the screenshot with set-of-marks ids). Dev and test hold "
-            "disjoint MiniWoB tasks (the j-th task name goes to split j mod 2)."
+            "MiniWoB++ through BrowserGym 0.14.3 (miniwob 1.1.0 pages, Debian's headless Chromium): 6 tasks that "
+            "need two or more actions (" + ", ".join(MINIWOB_TASKS) + f"), instances from BrowserGym reset seeds "
+            f"0–{seeds - 1}. {seeds * len(MINIWOB_TASKS)} trajectories (one per task and seed) of at most 12 steps by "
+            "a scripted optimal policy with ε=0.25 random candidate actions; up to 4 states per trajectory (not the "
+            "first or last turn); candidates: the actor's action and 3 others among click on the interactive "
+            "(set-of-marks) elements and fill of the text fields with the goal's strings. Labels: restore the state "
+            "(reset(seed) and replay), force the candidate, follow the scripted policy until the 12-step horizon "
+            "(counted from the episode start); reward 1 on MiniWoB success, γ=0.95. Observation: the goal and "
+            "BrowserGym's flattened accessibility tree with element ids; image: the screenshot with set-of-marks "
+            "ids, for every state and candidate next state. Train, dev and test hold disjoint MiniWoB tasks (dev: "
+            "login-user, click-option; test: enter-password, enter-text-2; train: click-checkboxes, use-spinner). "
+            "Size: chosen so that the build takes about 30 minutes (labelling a state replays it in the browser "
+            "five times, about 14 s a state on an idle 2-core machine), which gives roughly 30–40 states per split "
+            "— fewer than the 50 pairs the global correlations need, so on this version they may be reported as "
+            "insufficient and the per-state ranking is the main measure. Supersedes 1.0 (no train split, about 20 "
+            "states)."
         ),
         modalities=("text", "image"),
-        num_trajectories=20,
-        max_states_per_trajectory=2,
+        num_trajectories=seeds * len(MINIWOB_TASKS),
+        max_states_per_trajectory=4,
         epsilon=0.25,
         seed=42,
         discount=0.95,
         num_rollouts=1,
-        splits=("dev", "test"),
+        splits=("train", "dev", "test"),
         split_by="task",
+        split_cycle=MINIWOB_SPLIT_CYCLE,
     )
-    if len(TASK_NAMES) % len(spec.splits):
-        raise ValueError("MiniWoB task names must be a multiple of the splits so that split_by='task' keeps names apart")
+    if len(MINIWOB_TASKS) % len(spec.cycle):
+        raise ValueError("MiniWoB task names must be a multiple of the split cycle so that split_by='task' keeps names apart")
     return env, spec
 
 
@@ -335,14 +678,33 @@ BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
 """Dataset name → a function returning its environment and spec."""
 
 
-def build(name: str, out_dir: str | Path, progress: Progress | None = None) -> schema.Dataset:
+def build(
+    name: str,
+    out_dir: str | Path,
+    progress: Progress | None = None,
+    work_dir: str | Path | None = None,
+) -> schema.Dataset:
     """Build the dataset ``name`` (a key of :data:`BUILDERS`), write it to ``out_dir``, return it.
 
-    The returned dataset's ``manifest.fingerprint`` is set (by :meth:`schema.Dataset.write`).
+    ``work_dir``: where the build keeps its checkpoint (:class:`Checkpoint`, in a folder keyed
+    by the spec and environment config), so that rerunning an interrupted build labels only the
+    states it had not labelled yet; the checkpoint is removed once the dataset is written.
+    Without it nothing is kept and an interrupted build starts over.
+
+    The returned dataset's ``manifest.fingerprint`` is set (by :meth:`schema.Dataset.write`) and
+    its images (if any) are read from ``out_dir/images``.
     """
     if name not in BUILDERS:
         raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(BUILDERS)}")
     env, spec = BUILDERS[name]()
-    ds = build_dataset(env, spec, progress)
-    ds.write(out_dir)
+    try:
+        checkpoint = Checkpoint.for_build(work_dir, env, spec) if work_dir is not None else None
+        ds = build_dataset(env, spec, progress, checkpoint)
+        ds.write(out_dir)
+        if checkpoint is not None:
+            checkpoint.remove()
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
     return ds

@@ -1,18 +1,23 @@
-"""The FrozenLake dataset: labels checked against an independent shortest-path computation."""
+"""The FrozenLake dataset: labels checked against an independent shortest-path computation,
+images, splits by map, and resuming an interrupted build."""
 
 from __future__ import annotations
 
 import filecmp
+import hashlib
+import io
 import json
 from collections import deque
+from dataclasses import replace
 
 import gymnasium
 import pytest
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+from PIL import Image
 
 from qval import build, labelling, schema
 from qval.envs.base import Snapshot
-from qval.envs.frozenlake import FrozenLake
+from qval.envs.frozenlake import FrozenLake, render_map
 
 GAMMA = 0.95
 HORIZON = 30
@@ -20,9 +25,22 @@ HORIZON = 30
 OFFSETS = {"move left": (0, -1), "move down": (1, 0), "move right": (0, 1), "move up": (-1, 0)}
 
 
+ENV, SPEC = build.BUILDERS["frozenlake"]()
+MAP_SEEDS = list(ENV.map_seeds)  # type: ignore[attr-defined]
+NUM_MAPS = len(MAP_SEEDS)
+V1_0_FINGERPRINT = "155c595b63d199e39054bde2c7ca319e01fc62b9f4151605a02a2c1e4c0c3b41"
+"""``frozenlake-8x8@1.0`` as published (text only); images must not change a text-only fingerprint."""
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> schema.Dataset:
     return build.build("frozenlake", tmp_path_factory.mktemp("fl"))
+
+
+def small(**changes: object) -> tuple[FrozenLake, build.DatasetSpec]:
+    """The current FrozenLake spec on fewer trajectories (every split still present)."""
+    fields: dict[str, object] = {"num_trajectories": 15, "version": "test", **changes}
+    return FrozenLake(map_seeds=MAP_SEEDS, size=8, horizon=HORIZON), replace(SPEC, **fields)  # type: ignore[arg-type]
 
 
 def _grid(observation: str) -> tuple[list[str], tuple[int, int]]:
@@ -66,14 +84,16 @@ def _expected_q(rows: list[str], agent: tuple[int, int], action: str, step: int,
 
 def test_maps_are_gymnasium_random_maps_from_seed_42(dataset: schema.Dataset) -> None:
     maps = dataset.manifest.config["environment"]["maps"]
-    assert [maps[f"map-{i}"] for i in range(8)] == [generate_random_map(size=8, seed=42 + i) for i in range(8)]
+    assert MAP_SEEDS == list(range(42, 42 + NUM_MAPS)) and NUM_MAPS >= 10
+    assert [maps[f"map-{i}"] for i in range(NUM_MAPS)] == [generate_random_map(size=8, seed=s) for s in MAP_SEEDS]
     assert dataset.manifest.labelling["discount"] == GAMMA
     assert dataset.manifest.labelling["aggregation"] == "max"
-    assert dataset.manifest.key == "frozenlake-8x8@1.0"
+    assert dataset.manifest.key == f"{SPEC.slug}@{SPEC.version}" == "frozenlake-8x8@1.1"
+    assert dataset.manifest.modalities == ["text", "image"]
 
 
 def test_every_q_label_matches_independent_shortest_path(dataset: schema.Dataset) -> None:
-    maps = [generate_random_map(size=8, seed=42 + i) for i in range(8)]
+    maps = [generate_random_map(size=8, seed=s) for s in MAP_SEEDS]
     checked = 0
     nonzero = zero = 0
     for state in dataset.states:
@@ -102,19 +122,97 @@ def test_sampling_rules_and_split(dataset: schema.Dataset) -> None:
     by_traj: dict[int, list[schema.State]] = {}
     for s in dataset.states:
         by_traj.setdefault(s.trajectory, []).append(s)
-    assert set(by_traj) <= set(range(50)) and len(by_traj) >= 45
+    assert set(by_traj) <= set(range(SPEC.num_trajectories)) and len(by_traj) >= 0.9 * SPEC.num_trajectories
     for traj, states in by_traj.items():
         assert len(states) <= 5
-        assert {s.task for s in states} == {f"map-{traj % 8}"}
+        assert {s.task for s in states} == {f"map-{traj % NUM_MAPS}"}
         assert len({s.split for s in states}) == 1  # a trajectory never straddles splits
         assert all(s.step >= 1 for s in states)  # never the first turn
-    for split in ("dev", "test"):
-        assert {s.task for s in dataset.states_in(split)} == {f"map-{i}" for i in range(8)}
-    assert len(dataset.states_in("test")) >= 50 and len(dataset.states_in("dev")) >= 50
+
+
+def test_splits_hold_disjoint_maps_train_largest(dataset: schema.Dataset) -> None:
+    maps = {split: {s.task for s in dataset.states_in(split)} for split in schema.SPLITS}
+    assert not (maps["train"] & maps["dev"]) and not (maps["train"] & maps["test"]) and not (maps["dev"] & maps["test"])
+    cycle = ("train", "dev", "train", "test", "train")  # the weighted rule, written out here
+    for split, tasks in maps.items():
+        assert tasks == {f"map-{j}" for j in range(NUM_MAPS) if cycle[j % 5] == split}
+    collection = dataset.manifest.config["collection"]
+    assert collection["split_cycle"] == list(cycle) and collection["split_weights"] == {"train": 3, "dev": 1, "test": 1}
+    sizes = {split: len(dataset.states_in(split)) for split in schema.SPLITS}
+    assert sizes["train"] > sizes["dev"] and sizes["train"] > sizes["test"]
+    assert sizes["dev"] >= 50 and sizes["test"] >= 50  # the global correlations need 50 pairs
+
+
+def _png(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def test_every_state_and_candidate_has_a_512px_image(dataset: schema.Dataset) -> None:
+    maps = dataset.manifest.config["environment"]["maps"]
+    names = dataset.image_names()
+    assert len(names) == sum(1 + len(s.candidates) for s in dataset.states)
+    for state in dataset.states[::5]:
+        assert state.image == f"{state.id}.png"
+        pictures = [(state.image, state.observation)] + [(c.next_image, c.next_state) for c in state.candidates]
+        for name, text in pictures:
+            assert name is not None
+            image = _png(dataset.images[name])
+            assert (image.format, image.mode, image.size) == ("PNG", "RGB", (512, 512))
+            rows, agent = _grid(text)
+            # The picture is the drawing of the observed grid (the same bytes as a fresh render).
+            expected = render_map(maps[state.task], agent[0] * 8 + agent[1])
+            assert image.tobytes() == expected.tobytes()
+        assert [c.next_image for c in state.candidates] == [f"{c.id}-next.png" for c in state.candidates]
+    # Different cells, different pictures; the agent is red where it stands and nowhere else.
+    first = dataset.states[0]
+    rows, (row, col) = _grid(first.observation)
+    pixels = _png(dataset.images[first.image]).load()
+    assert pixels[col * 64 + 32, row * 64 + 40][0] > 180 and pixels[col * 64 + 32, row * 64 + 40][1] < 80
+    others = {dataset.images[c.next_image] for c in first.candidates if _grid(c.next_state)[1] != (row, col)}
+    assert others
+    assert dataset.images[first.image] not in others
+
+
+def test_the_same_state_renders_the_same_bytes(dataset: schema.Dataset) -> None:
+    build._PNG_CACHE.clear()  # encode again, do not reuse bytes
+    env = FrozenLake(map_seeds=MAP_SEEDS)
+    for state in dataset.states[::11]:
+        env.restore(Snapshot(task=state.task, history=state.history))  # by replay
+        assert build.encode_png(env.observation_image()) == dataset.images[state.image]
+    same = [s for s in dataset.states if s.observation == dataset.states[0].observation]
+    assert len({hashlib.sha256(dataset.images[s.image]).digest() for s in same}) == 1
+
+
+def test_missing_or_changed_image_is_detected_on_read(dataset: schema.Dataset, tmp_path) -> None:
+    env, spec = small(num_trajectories=6)
+    ds = build.build_dataset(env, spec)
+    ds.write(tmp_path / "ds")
+    assert schema.Dataset.read(tmp_path / "ds").compute_fingerprint() == ds.manifest.fingerprint
+    first = ds.states[0]
+    path = tmp_path / "ds" / "images" / first.candidates[1].next_image
+    original = path.read_bytes()
+    path.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    with pytest.raises(schema.SchemaError, match="fingerprint mismatch"):
+        schema.Dataset.read(tmp_path / "ds")
+    path.unlink()
+    with pytest.raises(schema.SchemaError, match="missing"):
+        schema.Dataset.read(tmp_path / "ds")
+
+
+def test_text_only_datasets_keep_their_fingerprint(tmp_path) -> None:
+    """frozenlake-8x8@1.0 rebuilds to its published fingerprint: no image, no image part."""
+    env, spec = build.frozenlake_8x8_v1_0()
+    ds = build.build_dataset(env, spec)
+    ds.write(tmp_path / "v1.0")
+    assert ds.manifest.fingerprint == V1_0_FINGERPRINT and ds.manifest.modalities == ["text"]
+    assert not (tmp_path / "v1.0" / "images").exists() and ds.image_names() == []
+    assert all(s.image is None and all(c.next_image is None for c in s.candidates) for s in ds.states)
 
 
 def test_restore_equals_replay_and_next_states_come_from_gymnasium(dataset: schema.Dataset) -> None:
-    env = FrozenLake()
+    env = FrozenLake(map_seeds=MAP_SEEDS)
     for state in dataset.states[::7]:
         env.reset(state.task)
         for action in state.history:
@@ -151,6 +249,8 @@ def test_rebuild_is_byte_identical_and_fingerprint_is_checked(dataset: schema.Da
     dataset.write(first_dir)
     for name in ("states.jsonl", "candidates.jsonl", "labels.jsonl"):
         assert filecmp.cmp(first_dir / name, tmp_path / "again" / name, shallow=False), name
+    for name in dataset.image_names():
+        assert filecmp.cmp(first_dir / "images" / name, tmp_path / "again" / "images" / name, shallow=False), name
     assert schema.Dataset.read(tmp_path / "again").manifest.fingerprint == dataset.manifest.fingerprint
     # Tampering with one label is detected on read.
     labels = (tmp_path / "again" / "labels.jsonl").read_text().splitlines()
@@ -164,3 +264,95 @@ def test_rebuild_is_byte_identical_and_fingerprint_is_checked(dataset: schema.Da
 def test_unknown_builder_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(KeyError, match="unknown dataset 'nope'; choose one of frozenlake"):
         build.build("nope", tmp_path)
+
+
+# -- resume -------------------------------------------------------------------------------
+class Stop(Exception):
+    """Raised by the progress callback to interrupt a build."""
+
+
+def test_interrupted_build_resumes_and_matches_an_uninterrupted_one(tmp_path, monkeypatch) -> None:
+    env, spec = small()
+    whole = build.build_dataset(env, spec)
+    total = len(whole.states)
+    assert total > 20
+
+    labelled: list[str] = []
+    real = build.make_state
+
+    def counting(env, trajectory, turn, spec, images=None):  # type: ignore[no-untyped-def]
+        labelled.append(f"t{trajectory.index:03d}-s{turn.snapshot.step:02d}")
+        return real(env, trajectory, turn, spec, images)
+
+    monkeypatch.setattr(build, "make_state", counting)
+    stop_after = 9
+
+    def interrupt(done: int, total_: int, stage: str) -> None:
+        if stage == "label" and done == stop_after:
+            raise Stop
+
+    work = tmp_path / "work"
+    with pytest.raises(Stop):
+        build.build_dataset(FrozenLake(map_seeds=MAP_SEEDS), spec, interrupt, checkpoint=work)
+    assert len(labelled) == stop_after
+    first_run = list(labelled)
+
+    calls: list[tuple[int, int, str]] = []
+    labelled.clear()
+    resumed = build.build_dataset(FrozenLake(map_seeds=MAP_SEEDS), spec, lambda *a: calls.append(a), checkpoint=work)
+    # Only the remaining states were labelled, and progress counted the checkpointed ones.
+    assert len(labelled) == total - stop_after and not set(labelled) & set(first_run)
+    label_calls = [c for c in calls if c[2] == "label"]
+    assert label_calls[0] == (stop_after, total, "label") and label_calls[-1] == (total, total, "label")
+    assert resumed.manifest.build_info["states_resumed"] == stop_after
+    assert resumed.manifest.build_info["states_labelled"] == total - stop_after
+    assert resumed.compute_fingerprint() == whole.compute_fingerprint()
+    resumed.write(tmp_path / "resumed")
+    whole.write(tmp_path / "whole")
+    assert resumed.manifest.fingerprint == whole.manifest.fingerprint
+    assert schema.Dataset.read(tmp_path / "resumed").manifest.fingerprint == whole.manifest.fingerprint
+
+
+def test_corrupt_last_checkpoint_line_is_ignored(tmp_path) -> None:
+    env, spec = small(num_trajectories=8)
+    whole = build.build_dataset(env, spec)
+    work = tmp_path / "work"
+
+    def stop_at_5(done: int, total: int, stage: str) -> None:
+        if stage == "label" and done == 5:
+            raise Stop
+
+    with pytest.raises(Stop):
+        build.build_dataset(FrozenLake(map_seeds=MAP_SEEDS), spec, stop_at_5, checkpoint=work)
+    checkpoint = build.Checkpoint.for_build(work, env, spec)
+    lines = checkpoint.path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 5
+    checkpoint.path.write_bytes(b"".join(lines[:4]) + lines[4][: len(lines[4]) // 2])  # killed mid-write
+    assert len(checkpoint.load()) == 4
+    assert checkpoint.path.read_bytes() == b"".join(lines[:4])  # the broken tail is cut off
+    checkpoint.path.write_bytes(b"".join(lines[:4]) + b"\x00garbage{")
+    calls: list[tuple[int, int, str]] = []
+    resumed = build.build_dataset(FrozenLake(map_seeds=MAP_SEEDS), spec, lambda *a: calls.append(a), checkpoint=work)
+    assert [c for c in calls if c[2] == "label"][0][0] == 4
+    assert resumed.compute_fingerprint() == whole.compute_fingerprint()
+
+
+def test_build_with_work_dir_resumes_and_cleans_up(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(build.BUILDERS, "small-frozenlake", lambda: small(num_trajectories=8))
+    work = tmp_path / "work"
+
+    def stop_at_3(done: int, total: int, stage: str) -> None:
+        if stage == "label" and done == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        build.build("small-frozenlake", tmp_path / "out", stop_at_3, work_dir=work)
+    (folder,) = list(work.iterdir())  # one checkpoint, named by slug, version and the config hash
+    assert folder.name.startswith(f"{SPEC.slug}-test-") and (folder / "checkpoint.jsonl").is_file()
+    ds = build.build("small-frozenlake", tmp_path / "out", work_dir=work)
+    assert ds.manifest.build_info["states_resumed"] == 3
+    assert list(work.iterdir()) == []  # removed once written
+    assert schema.Dataset.read(tmp_path / "out").manifest.fingerprint == ds.manifest.fingerprint
+    # Another configuration never reuses that work.
+    other = build.Checkpoint.for_build(work, *small(num_trajectories=9))
+    assert other.directory != folder
