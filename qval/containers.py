@@ -428,10 +428,6 @@ class Job:
         self.dir.mkdir(parents=True)
         self.input_dir.mkdir()
 
-    def __enter__(self) -> "Job":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
     @property
     def backbone_socket(self) -> Path:
         """Where to serve this job's backbone (:class:`qval.backbone.BackboneServer`) before :meth:`run`.
@@ -440,6 +436,10 @@ class Job:
         """
         return self.dir / "backbone" / "backbone.sock"
 
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
