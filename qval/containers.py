@@ -488,6 +488,10 @@ class Job:
         ]
         if limits.gpu:
             argv += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
+        if backbone is not None:
+            inside = PurePosixPath(SOCKET_IN_CONTAINER)
+            argv += ["-v", f"{self.backbone_socket.parent}:{inside.parent}:ro",
+                     "-e", f"QVAL_BACKBONE_SOCKET={inside}", "-e", f"QVAL_BACKBONE_MODEL={backbone}"]
         return self.engine.command(*argv, image_id, store=self.dir)
 
     def run(self, image_id: str, limits: Limits = Limits(), backbone: str | None = None) -> RunResult:
@@ -498,10 +502,6 @@ class Job:
         """
         if backbone is not None and not is_socket(self.backbone_socket):
             raise ContainerError(f"no backbone is served on {self.backbone_socket}; start the server before the run")
-        if backbone is not None:
-            inside = PurePosixPath(SOCKET_IN_CONTAINER)
-            argv += ["-v", f"{self.backbone_socket.parent}:{inside.parent}:ro",
-                     "-e", f"QVAL_BACKBONE_SOCKET={inside}", "-e", f"QVAL_BACKBONE_MODEL={backbone}"]
         self._mount_output(limits.output_mb)
         name = f"qval-{self.id}"
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
