@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import uuid
+import zipfile
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from django.conf import settings
+
+from qval import schema
 from qval.schema import PUBLIC_SPLITS
 
 from .models import Candidate, Dataset, Label
@@ -20,6 +28,12 @@ DOWNLOAD_FORMATS = {
     "csv": "text/csv",
     "parquet": "application/vnd.apache.parquet",
 }
+
+SPLIT_FORMATS = {**DOWNLOAD_FORMATS, "images": "application/zip"}
+"""Per-split downloads: the table in three formats, and a zip of the split's images."""
+
+DATASET_FORMATS = {"card": "text/markdown; charset=utf-8", "zip": "application/zip"}
+"""Whole-dataset downloads: the dataset card (README.md) and the Hugging Face style archive."""
 
 DOWNLOAD_COLUMNS = [
     ("candidate_id", "Candidate id: the `id` of a target-q prediction row."),
@@ -85,6 +99,129 @@ def render_download(frame: pd.DataFrame, fmt: str) -> bytes:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buf)
         return buf.getvalue()
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(DOWNLOAD_FORMATS)}")
+
+
+# -- image, card and whole-dataset downloads (qval.export), cached on disk by fingerprint ------------
+def dataset_dir(dataset: Dataset) -> Path:
+    """The loaded dataset's files (``images/`` among them) under ``QVAL_DATASETS_DIR``."""
+    return Path(settings.QVAL_DATASETS_DIR) / f"{dataset.slug}-{dataset.version}"
+
+
+def images_dir(dataset: Dataset) -> Path | None:
+    """The dataset's image folder, or ``None`` when it has none."""
+    folder = dataset_dir(dataset) / "images"
+    return folder if folder.is_dir() else None
+
+
+def has_images(dataset: Dataset, split: str | None = None) -> bool:
+    """Whether the dataset's states (of ``split``) or their candidates name an image."""
+    from .models import State
+
+    states = State.objects.filter(dataset=dataset, **({"split": split} if split else {}))
+    return (states.exclude(image__isnull=True).exclude(image="").exists()
+            or Candidate.objects.filter(state__in=states).exclude(next_image__isnull=True)
+            .exclude(next_image="").exists())
+
+
+def public_dataset(dataset: Dataset) -> schema.Dataset:
+    """Every split's inputs from the database with the labels of public splits only: a hidden
+    split's labels are NaN, so nothing built from this can carry them.  Images read from disk."""
+    from .loading import inputs_for
+
+    splits = [s for s in schema.SPLITS if dataset.states.filter(split=s).exists()]
+    parts = [inputs_for(dataset, s) for s in splits]
+    states = [st for part in parts for st in part.states]
+    manifest = parts[0].manifest if parts else None
+    public = Label.objects.filter(labelset__dataset=dataset, split__in=sorted(PUBLIC_SPLITS))
+    q = dict(public.filter(target="q").values_list("item_id", "value"))
+    v = dict(public.filter(target="v").values_list("item_id", "value"))
+    nan = float("nan")
+    q_labels = {c.id: (q[c.id] if st.split in PUBLIC_SPLITS else nan) for st in states for c in st.candidates}
+    v_labels = {st.id: (v[st.id] if st.split in PUBLIC_SPLITS else nan) for st in states}
+    if manifest is None:
+        raise ValueError(f"dataset {dataset.key} has no states")
+    folder = images_dir(dataset)
+    manifest.fingerprint = dataset.fingerprint
+    return schema.Dataset(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels,
+                          images=schema.ImageFolder(folder) if folder else {})
+
+
+def cache_dir(dataset: Dataset) -> Path:
+    """Where the built archives of this dataset content live (``QVAL_DOWNLOAD_CACHE/<fingerprint>``)."""
+    return Path(settings.QVAL_DOWNLOAD_CACHE) / dataset.fingerprint
+
+
+def _cached(path: Path, make: Callable[[Path], None]) -> Path:
+    """``path``, made by ``make(tmp)`` then renamed into place when it is not there yet."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        make(tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if not path.exists():  # a directory another process renamed first is fine
+                raise
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def export_dir(dataset: Dataset) -> Path:
+    """The dataset exported by :func:`qval.export.export_dataset` (public labels only), cached."""
+    from qval import export as qexport
+
+    def make(tmp: Path) -> None:
+        qexport.export_dataset(public_dataset(dataset), tmp, public_splits=PUBLIC_SPLITS,
+                               images_from=images_dir(dataset))
+
+    return _cached(cache_dir(dataset) / "export", make)
+
+
+def dataset_card(dataset: Dataset) -> str:
+    """The dataset card (README.md: YAML front matter and Markdown) of :func:`qval.export.dataset_card`."""
+    from qval import export as qexport
+
+    def make(tmp: Path) -> None:
+        tmp.write_text(qexport.dataset_card(public_dataset(dataset), PUBLIC_SPLITS), encoding="utf-8")
+
+    return _cached(cache_dir(dataset) / "README.md", make).read_text(encoding="utf-8")
+
+
+def card_body(card: str) -> str:
+    """The Markdown of a card without its YAML front matter."""
+    if card.startswith("---"):
+        end = card.find("\n---", 3)
+        if end != -1:
+            return card[end + 4:].lstrip("\n")
+    return card
+
+
+def whole_zip(dataset: Dataset) -> Path:
+    """The whole exported dataset as one zip (``<slug>-<version>/…``), cached."""
+    root = export_dir(dataset)
+
+    def make(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(p for p in root.rglob("*") if p.is_file()):
+                rel = path.relative_to(root).as_posix()
+                kind = zipfile.ZIP_STORED if path.suffix in {".zip", ".parquet", ".png"} else zipfile.ZIP_DEFLATED
+                zf.write(path, f"{dataset.slug}-{dataset.version}/{rel}", compress_type=kind)
+
+    return _cached(cache_dir(dataset) / f"{dataset.slug}-{dataset.version}.zip", make)
+
+
+def split_images_zip(dataset: Dataset, split: str) -> Path | None:
+    """The zip of one split's images (``images/<split>.zip`` of the export), or ``None`` without images."""
+    if not has_images(dataset, split):
+        return None
+    path = export_dir(dataset) / "images" / f"{split}.zip"
+    return path if path.exists() else None
 
 
 @dataclass(frozen=True)

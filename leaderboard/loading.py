@@ -17,6 +17,18 @@ ENVIRONMENTS = {
         "description": "Gymnasium's FrozenLake grid world: reach the goal without falling into a hole.",
         "url": "https://gymnasium.farama.org/environments/toy_text/frozen_lake/",
     },
+    "alfworld": {
+        "name": "ALFWorld",
+        "description": "Text-based household tasks (TextWorld engine) aligned with the ALFRED embodied benchmark: "
+                       "find, pick up and place objects by typed commands.",
+        "url": "https://alfworld.github.io/",
+    },
+    "miniwob": {
+        "name": "MiniWoB++",
+        "description": "Web interaction tasks (click, type, choose) in a real browser through BrowserGym; text "
+                       "(accessibility tree) and screenshots with set-of-marks element ids.",
+        "url": "https://miniwob.farama.org/",
+    },
 }
 
 

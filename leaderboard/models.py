@@ -160,3 +160,63 @@ class Backbone(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DatasetBuild(models.Model):
+    """One run of a dataset builder (:data:`qval.build.BUILDERS`), queued on ``datasets`` or inline.
+
+    ``queued`` → ``running`` → ``finished`` (``dataset_key``/``fingerprint`` set, the dataset
+    loaded) or ``failed`` (``error`` says why).  While running, ``stage``/``done``/``total`` is
+    the builder's progress and ``updated_at`` its last report; a build whose worker died stays
+    ``running`` until :func:`workers.builds.reap_stalled_builds` (no progress for
+    ``QVAL_BUILD_STALL_S``) or the restart of its worker fails it.
+    """
+
+    QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
+    STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]
+    ACTIVE = (QUEUED, RUNNING)
+
+    name = models.CharField(max_length=50, help_text="Builder name, a key of qval.build.BUILDERS.")
+    status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
+    stage = models.CharField(max_length=50, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="Last progress report.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    dataset_key = models.CharField(max_length=120, blank=True)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="Celery worker, or 'inline' for the command.")
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["name", "status"])]
+
+    def __str__(self) -> str:
+        return f"build #{self.pk} {self.name} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def percent(self) -> int:
+        """Progress of the current stage, 0–100."""
+        if self.status == self.FINISHED:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-friendly form (API, status polling)."""
+        def iso(t):  # type: ignore[no-untyped-def]
+            return t.isoformat() if t else None
+
+        return {
+            "id": self.pk, "name": self.name, "status": self.status, "stage": self.stage, "done": self.done,
+            "total": self.total, "percent": self.percent, "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at), "updated_at": iso(self.updated_at),
+            "finished_at": iso(self.finished_at), "dataset": self.dataset_key, "fingerprint": self.fingerprint,
+            "error": self.error, "worker": self.worker,
+        }

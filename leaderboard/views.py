@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import Count
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import metrics
 from qval.schema import PUBLIC_SPLITS
 
 from . import aggregates, charts
-from .exports import DOWNLOAD_COLUMNS, DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows, render_download, split_frame
-from .models import Dataset, Environment, Method
+from . import exports
+from .exports import (
+    DATASET_FORMATS,
+    DOWNLOAD_COLUMNS,
+    DOWNLOAD_FORMATS,
+    FILTER_KEYS,
+    SPLIT_FORMATS,
+    leaderboard_rows,
+    render_download,
+    split_frame,
+)
+from .models import Candidate, Dataset, DatasetBuild, Environment, Label, Method, State
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -93,8 +106,13 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
 
 
 def dataset_list(request: HttpRequest) -> HttpResponse:
-    """All dataset versions."""
-    return render(request, "leaderboard/datasets.html", {"datasets": Dataset.objects.select_related("environment")})
+    """All dataset versions, and the recent builds with their progress (reloads while one is active)."""
+    builds = list(DatasetBuild.objects.all()[:15])
+    return render(request, "leaderboard/datasets.html", {
+        "datasets": Dataset.objects.select_related("environment"),
+        "builds": builds,
+        "building": any(b.is_active for b in builds),
+    })
 
 
 def _dataset_by_key(key: str) -> Dataset:
@@ -104,30 +122,98 @@ def _dataset_by_key(key: str) -> Dataset:
     return ds
 
 
+EXAMPLES_PER_SPLIT = 3
+
+
+def _split_counts(ds: Dataset) -> list[dict[str, object]]:
+    """Per split: states, candidates and the evaluation points of each target."""
+    states: dict[str, int] = {}
+    cands: dict[str, int] = {}
+    ranked: dict[str, int] = {}
+    for split, k in ds.states.order_by().annotate(k=Count("candidates")).values_list("split", "k"):
+        states[split] = states.get(split, 0) + 1
+        cands[split] = cands.get(split, 0) + k
+        ranked[split] = ranked.get(split, 0) + (k >= 2)
+    return [
+        {"split": split, "states": states[split], "candidates": cands.get(split, 0), "q_points": states[split],
+         "ranking_states": ranked.get(split, 0), "v_points": states[split], "public": split in PUBLIC_SPLITS,
+         "images": exports.has_images(ds, split)}
+        for split in ("train", "dev", "test") if states.get(split)
+    ]
+
+
+def _examples(ds: Dataset, split: str) -> list[State]:
+    """A few states spread over the split, with their candidates (and Q labels on public splits)."""
+    ids = list(ds.states.filter(split=split).order_by("position").values_list("pk", flat=True))
+    if not ids:
+        return []
+    n = min(EXAMPLES_PER_SPLIT, len(ids))
+    picked = sorted({ids[i * (len(ids) - 1) // max(n - 1, 1)] for i in range(n)})
+    states = list(State.objects.filter(pk__in=picked).order_by("position").prefetch_related("candidates"))
+    if split in PUBLIC_SPLITS:  # never for a hidden split
+        cids = [c.external_id for st in states for c in st.candidates.all()]
+        q = dict(Label.objects.filter(labelset__dataset=ds, split=split, target="q", item_id__in=cids)
+                 .values_list("item_id", "value"))
+        for st in states:
+            for c in st.candidates.all():
+                c.q_label = q.get(c.external_id)
+    return states
+
+
+def _public_label_values(ds: Dataset) -> dict[str, dict[str, list[float]]]:
+    """Labels of the public splits only, by target and split (for the histograms)."""
+    out: dict[str, dict[str, list[float]]] = {"q": {}, "v": {}}
+    rows = Label.objects.filter(labelset__dataset=ds, split__in=sorted(PUBLIC_SPLITS)).order_by("split")
+    for split, target, value in rows.values_list("split", "target", "value"):
+        assert split in PUBLIC_SPLITS
+        out[target].setdefault(split, []).append(value)
+    return out
+
+
 def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """Description, provenance, schema, counts and download links of one dataset."""
+    """Description, provenance, schema, counts, label histograms (public splits), examples,
+    dataset card and download links of one dataset."""
     ds = _dataset_by_key(key)
-    counts = []
-    for split in ("train", "dev", "test"):
-        states = ds.states.filter(split=split)
-        n = states.count()
-        if n:
-            counts.append({"split": split, "states": n, "public": split in PUBLIC_SPLITS,
-                           "candidates": sum(len(s.candidates.all()) for s in states.prefetch_related("candidates"))})
-    example = ds.states.filter(split="dev").prefetch_related("candidates").first()
-    labelset = getattr(ds, "labelset", None)
+    counts = _split_counts(ds)
+    try:
+        card = exports.card_body(exports.dataset_card(ds))
+    except ImportError:  # qval.export not available
+        card = ""
     return render(
         request,
         "leaderboard/dataset.html",
         {
             "ds": ds,
             "counts": counts,
-            "example": example,
-            "labelset": labelset,
+            "examples": [(c["split"], c["public"], _examples(ds, str(c["split"]))) for c in counts],
+            "histograms": charts.label_histograms(_public_label_values(ds)),
+            "has_images": any(c["images"] for c in counts),
+            "card": card,
+            "labelset": getattr(ds, "labelset", None),
             "columns": DOWNLOAD_COLUMNS,
             "formats": list(DOWNLOAD_FORMATS),
         },
     )
+
+
+IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.(png|jpg|jpeg|webp)")
+IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp"}
+
+
+def dataset_image(request: HttpRequest, key: str, name: str) -> FileResponse:
+    """An image file the dataset names (state image or candidate next image; test inputs included)."""
+    ds = _dataset_by_key(key)
+    match = IMAGE_NAME.fullmatch(name)
+    if match is None or ".." in name:
+        raise Http404("no such image")
+    named = (State.objects.filter(dataset=ds, image=name).exists()
+             or Candidate.objects.filter(state__dataset=ds, next_image=name).exists())
+    folder = exports.images_dir(ds)
+    if not named or folder is None or not (folder / name).is_file():
+        raise Http404("no such image")
+    resp = FileResponse((folder / name).open("rb"), content_type=IMAGE_TYPES[match.group(1).lower()])
+    resp["Cache-Control"] = "public, max-age=86400"  # a dataset version never changes
+    return resp
 
 
 def dataset_download(request: HttpRequest, key: str) -> HttpResponse:
@@ -138,16 +224,37 @@ def dataset_download(request: HttpRequest, key: str) -> HttpResponse:
     return download_response(ds, split, fmt)
 
 
+def _bad_request(message: str) -> HttpResponse:
+    return HttpResponse(message + "\n", status=400, content_type="text/plain")
+
+
 def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
-    """The HTTP response of a dataset download, with a clear 400 for bad arguments."""
-    if fmt not in DOWNLOAD_FORMATS:
-        return HttpResponse(f"unknown format {fmt!r}; choose one of {', '.join(DOWNLOAD_FORMATS)}\n",
-                            status=400, content_type="text/plain")
+    """The HTTP response of a dataset download, with a clear 400 for bad arguments.
+
+    Per split (``split``): ``jsonl``, ``csv``, ``parquet`` and ``images`` (a zip); for the whole
+    dataset (``split`` ignored): ``card`` (README.md) and ``zip`` (the Hugging Face layout of
+    :func:`qval.export.export_dataset`).  Labels only ever for public splits.
+    """
+    name = f"{ds.slug}-{ds.version}"
+    if fmt in DATASET_FORMATS:
+        if fmt == "card":
+            resp = HttpResponse(exports.dataset_card(ds), content_type=DATASET_FORMATS[fmt])
+            resp["Content-Disposition"] = f'attachment; filename="{name}-README.md"'
+            return resp
+        return FileResponse(exports.whole_zip(ds).open("rb"), as_attachment=True, filename=f"{name}.zip",
+                            content_type=DATASET_FORMATS[fmt])
+    if fmt not in SPLIT_FORMATS:
+        return _bad_request(f"unknown format {fmt!r}; choose one of {', '.join([*SPLIT_FORMATS, *DATASET_FORMATS])}")
     if not ds.states.filter(split=split).exists():
         splits = sorted(set(ds.states.values_list("split", flat=True)))
-        return HttpResponse(f"dataset {ds.key} has no split {split!r}; choose one of {splits}\n",
-                            status=400, content_type="text/plain")
+        return _bad_request(f"dataset {ds.key} has no split {split!r}; choose one of {splits}")
+    if fmt == "images":
+        path = exports.split_images_zip(ds, split)
+        if path is None:
+            return _bad_request(f"split {split!r} of dataset {ds.key} has no images")
+        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{name}-{split}-images.zip",
+                            content_type=SPLIT_FORMATS[fmt])
     body = render_download(split_frame(ds, split), fmt)
     resp = HttpResponse(body, content_type=DOWNLOAD_FORMATS[fmt])
-    resp["Content-Disposition"] = f'attachment; filename="{ds.slug}-{ds.version}-{split}.{fmt}"'
+    resp["Content-Disposition"] = f'attachment; filename="{name}-{split}.{fmt}"'
     return resp

@@ -1,7 +1,9 @@
 """REST API v1 (Django REST framework; token or session authentication).
 
 ``GET  /api/v1/datasets/``                         dataset versions and their splits
-``GET  /api/v1/datasets/<key>/download/``          ?split=dev|test&format=jsonl|csv|parquet
+``GET  /api/v1/datasets/<key>/download/``          ?split=dev|test&format=jsonl|csv|parquet|images, or
+                                                   ?format=card|zip for the whole dataset
+``GET  /api/v1/builds/``                           recent dataset builds with their progress
 ``POST /api/v1/submissions/``                      multipart upload of a predictions file, or with
                                                    ``kind=container`` of a method container archive
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
@@ -24,8 +26,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from leaderboard import aggregates
-from leaderboard.exports import DOWNLOAD_FORMATS, FILTER_KEYS, leaderboard_rows
-from leaderboard.models import MODALITY_CHOICES, Dataset
+from leaderboard.exports import DATASET_FORMATS, FILTER_KEYS, SPLIT_FORMATS, leaderboard_rows
+from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
 from leaderboard.views import download_response
 from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
@@ -78,20 +80,35 @@ class DatasetList(APIView):
 
 
 class DatasetDownload(APIView):
-    """A split's states and candidates; labels only on public splits."""
+    """A split's states and candidates (jsonl, csv, parquet; labels only on public splits) or its
+    images (a zip); with ``format=card`` the dataset card, with ``format=zip`` the whole dataset."""
 
     permission_classes = [AllowAny]
 
     @extend_schema(
         parameters=[
             OpenApiParameter("split", str, enum=["train", "dev", "test"]),
-            OpenApiParameter("format", str, enum=list(DOWNLOAD_FORMATS)),
+            OpenApiParameter("format", str, enum=[*SPLIT_FORMATS, *DATASET_FORMATS]),
         ],
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
     )
     def get(self, request: Request, key: str) -> HttpResponse:
         return download_response(_dataset(key), request.query_params.get("split", "dev"),
                                  request.query_params.get("format", "jsonl"))
+
+
+class BuildList(APIView):
+    """The recent dataset builds (queued, running, finished, failed) with their progress."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(parameters=[OpenApiParameter("name", str, description="builder name")],
+                   responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        builds = DatasetBuild.objects.all()
+        if request.query_params.get("name"):
+            builds = builds.filter(name=request.query_params["name"])
+        return Response([b.as_dict() for b in builds[:50]])
 
 
 class SubmissionUpload(serializers.Serializer):

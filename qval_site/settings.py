@@ -28,6 +28,11 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_CONTAINER_GPU``          ``1`` passes the GPUs through (default off).
 ``QVAL_CONTAINER_QUEUE_S``      how long a container submission may wait in the queue (default 86400).
 ``QVAL_CONTAINER_GRACE_S``      on top of the timeout, for loading and scoring (default 900).
+
+Dataset builds (queue ``datasets``, see workers/builds.py):
+
+``QVAL_BUILD_STALL_S``          a running build with no progress for this long is failed (default 1800).
+``QVAL_BUILD_QUEUE_S``          a queued build not started within this long is failed (default 86400).
 """
 
 from __future__ import annotations
@@ -180,6 +185,11 @@ QVAL_CONTAINER_LIMITS_BY_DATASET: dict[str, dict[str, object]] = {}
 # timeout + GRACE_S, is failed by the reaper (workers.tasks.reap_overdue_submissions).
 QVAL_CONTAINER_QUEUE_S = float(os.environ.get("QVAL_CONTAINER_QUEUE_S", str(24 * 3600)))
 QVAL_CONTAINER_GRACE_S = float(os.environ.get("QVAL_CONTAINER_GRACE_S", "900"))
+# Dataset builds (workers/builds.py): the reaper fails a running build silent for STALL_S (its
+# worker died) and a queued one not started within QUEUE_S; DOWNLOAD_CACHE holds built archives.
+QVAL_BUILD_STALL_S = float(os.environ.get("QVAL_BUILD_STALL_S", "1800"))
+QVAL_BUILD_QUEUE_S = float(os.environ.get("QVAL_BUILD_QUEUE_S", str(24 * 3600)))
+QVAL_DOWNLOAD_CACHE = QVAL_DATA_DIR / "cache" / "downloads"
 
 # Cache of computed comparisons (A vs B paired bootstraps; finished submissions never change).
 # Local memory by default: it needs no service, so it also works in the SQLite/in-process
@@ -225,10 +235,14 @@ CELERY_TASK_ROUTES = {
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
+    # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
+    "workers.builds.build_dataset": {"queue": "datasets"},
+    "workers.builds.reap_stalled_builds": {"queue": "scoring"},
 }
 # `celery -A qval_site beat` (or a scoring worker started with -B) sends the reaper every minute.
 CELERY_BEAT_SCHEDULE = {
     "reap-overdue-submissions": {"task": "workers.tasks.reap_overdue_submissions", "schedule": 60.0},
+    "reap-stalled-builds": {"task": "workers.builds.reap_stalled_builds", "schedule": 60.0},
 }
 # Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the
 # longest container run (timeout + grace), or a running job would be started a second time.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make up`: install, pick the database and broker, migrate, load the bundled datasets and
-# start the web server and the Celery workers (scoring + beat, gpu) in the background on http://127.0.0.1:8000.
+# start the web server and the Celery workers (scoring + beat, gpu, datasets) in the background on
+# http://127.0.0.1:8000; then queue builds of the ALFWorld and MiniWoB datasets when they are not
+# loaded yet (FrozenLake, a few seconds, is built inline).
 #
 # Without DATABASE_URL: the local PostgreSQL and Redis on loopback (started if installed
 # but down). Where neither is available: an embedded SQLite file and an in-process worker.
@@ -38,6 +40,11 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   nohup .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
     > var/log/gpu-worker.log 2>&1 &
   echo $! > var/run/gpu-worker.pid
+  # Dataset builds: one at a time (minutes each); progress on /datasets/.
+  nohup .venv/bin/celery -A qval_site worker -Q datasets --concurrency 1 -n "datasets@%h" --loglevel INFO \
+    > var/log/datasets-worker.log 2>&1 &
+  echo $! > var/run/datasets-worker.pid
+  $PY manage.py build_dataset alfworld miniwob --queue --if-missing --workers-stopped
 fi
 nohup .venv/bin/gunicorn qval_site.wsgi -b 127.0.0.1:8000 -w 2 --timeout 120 \
   > var/log/web.log 2>&1 &
@@ -47,4 +54,4 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 echo "QVal is up on http://127.0.0.1:8000 using $mode"
-echo "logs: var/log/web.log var/log/worker.log var/log/gpu-worker.log; stop with: make down"
+echo "logs: var/log/web.log var/log/worker.log var/log/gpu-worker.log var/log/datasets-worker.log; stop with: make down"

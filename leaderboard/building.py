@@ -1,0 +1,231 @@
+"""Running a dataset builder for the site: write the dataset under ``QVAL_DATASETS_DIR`` and load it.
+
+Shared by ``manage.py build_dataset`` (inline) and the ``datasets`` queue's task
+(:func:`workers.builds.build_dataset`); both record the run in a :class:`DatasetBuild`.
+
+* The build writes into a staging folder ``QVAL_DATASETS_DIR/.build-<name>`` and keeps its
+  checkpoint in ``QVAL_DATASETS_DIR/.work/<name>`` (:func:`work_dir`), so an interrupted build
+  rerun by the command or the queue skips the states it already labelled; the checkpoint is
+  removed once the dataset is written and loaded.
+* The dataset ends up in ``QVAL_DATASETS_DIR/<slug>-<version>`` (with its ``images/`` folder)
+  and is loaded by :func:`leaderboard.loading.load_dataset`.  A build whose ``slug@version``
+  is already loaded with another fingerprint fails before any loaded file is touched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from qval import build, schema
+
+from .loading import DatasetConflict, load_dataset
+from .models import Dataset, DatasetBuild
+
+Progress = Callable[[int, int, str], None]
+
+
+def datasets_dir() -> Path:
+    return Path(settings.QVAL_DATASETS_DIR)
+
+
+def work_dir(name: str) -> Path:
+    """The checkpoint folder of builder ``name`` (stable across reruns, so a rerun resumes)."""
+    return datasets_dir() / ".work" / name
+
+
+def dataset_dir(slug: str, version: str) -> Path:
+    """Where a loaded dataset's files (and ``images/``) live."""
+    return datasets_dir() / f"{slug}-{version}"
+
+
+@dataclass
+class Built:
+    """What :func:`run_build` made."""
+
+    dataset: schema.Dataset
+    path: Path
+    loaded: Dataset | None
+    created: bool
+
+
+def _call_builder(name: str, out: Path, progress: Progress | None, checkpoint: Path) -> schema.Dataset:
+    kwargs: dict[str, object] = {"progress": progress}
+    if "work_dir" in inspect.signature(build.build).parameters:
+        kwargs["work_dir"] = checkpoint
+    return build.build(name, out, **kwargs)
+
+
+def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True) -> Built:
+    """Build dataset ``name``, write it to ``out`` (default :func:`dataset_dir`), optionally load it."""
+    if name not in build.BUILDERS:
+        raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
+    report: Progress = progress or (lambda done, total, stage: None)
+    staging = datasets_dir() / f".build-{name}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    checkpoint = work_dir(name)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    ds = _call_builder(name, staging, progress, checkpoint)
+    m = ds.manifest
+    fingerprint = m.fingerprint or ds.compute_fingerprint()
+    report(0, 1, "write")
+    existing = Dataset.objects.filter(slug=m.slug, version=m.version).first()
+    if existing is not None and existing.fingerprint != fingerprint:
+        raise DatasetConflict(
+            f"{m.key} already exists with fingerprint {existing.fingerprint[:12]}…, "
+            f"the new build has {fingerprint[:12]}…; a changed build needs a new version"
+        )
+    target = Path(out or dataset_dir(m.slug, m.version))
+    if target.resolve() != staging.resolve():
+        same = False
+        if (target / "manifest.json").exists():
+            try:
+                same = schema.Dataset.read(target).manifest.fingerprint == fingerprint
+            except schema.SchemaError:
+                same = False
+        if same:
+            shutil.rmtree(staging)  # identical files are there already (and may be being served)
+        else:
+            if target.exists():
+                shutil.rmtree(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(staging), str(target))
+    # Round trip: the files on disk carry the same fingerprint; images now read from target/images.
+    ds = schema.Dataset.read(target)
+    report(1, 1, "write")
+    loaded, created = None, False
+    if load:
+        report(0, 1, "load")
+        loaded, created = load_dataset(ds)
+        report(1, 1, "load")
+    if checkpoint.exists():
+        shutil.rmtree(checkpoint)
+    return Built(dataset=ds, path=target, loaded=loaded, created=created)
+
+
+class Recorder:
+    """A ``progress`` callback saving ``stage``/``done``/``total`` on a :class:`DatasetBuild`:
+    at most once every ``interval`` seconds, and always at a stage's start and end."""
+
+    def __init__(self, build_id: int, interval: float = 1.0, echo: Progress | None = None) -> None:
+        self.build_id = build_id
+        self.interval = interval
+        self.echo = echo
+        self._last = 0.0
+        self._stage = ""
+
+    def __call__(self, done: int, total: int, stage: str) -> None:
+        if self.echo is not None:
+            self.echo(done, total, stage)
+        now = time.monotonic()
+        if stage == self._stage and 0 < done < total and now - self._last < self.interval:
+            return
+        self._stage, self._last = stage, now
+        DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(
+            stage=stage[:50], done=max(done, 0), total=max(total, 0), updated_at=timezone.now()
+        )
+
+
+def start(build_id: int, worker: str) -> DatasetBuild | None:
+    """Mark a queued (or redelivered running) build running; ``None`` when it is already final."""
+    with transaction.atomic():
+        b = DatasetBuild.objects.select_for_update().get(pk=build_id)
+        if not b.is_active:
+            return None
+        now = timezone.now()
+        b.status = DatasetBuild.RUNNING
+        b.started_at = b.started_at or now
+        b.updated_at = now
+        b.worker = worker[:200]
+        b.save()
+    return b
+
+
+def finish(build_id: int, built: Built) -> None:
+    """Record a finished build.  Also over a reaper's ``failed``: the dataset was built and loaded."""
+    DatasetBuild.objects.filter(pk=build_id).update(
+        status=DatasetBuild.FINISHED, finished_at=timezone.now(), updated_at=timezone.now(), error="",
+        dataset_key=built.dataset.manifest.key, fingerprint=built.dataset.manifest.fingerprint,
+    )
+
+
+def fail(build_id: int, reason: str) -> None:
+    """Record a failed build with ``reason`` (one already final is left alone)."""
+    DatasetBuild.objects.filter(pk=build_id, status__in=DatasetBuild.ACTIVE).update(
+        status=DatasetBuild.FAILED, finished_at=timezone.now(), error=reason[:5000]
+    )
+
+
+def reason_of(exc: BaseException) -> str:
+    """A one-line failure reason (exception type and message)."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def active_build(name: str) -> DatasetBuild | None:
+    """The queued or running build of ``name`` that is still alive (progress within the stall limit)."""
+    stale = timezone.now() - timedelta(seconds=settings.QVAL_BUILD_STALL_S)
+    qs = DatasetBuild.objects.filter(name=name, status__in=DatasetBuild.ACTIVE)
+    for b in qs:
+        if b.status == DatasetBuild.QUEUED or (b.updated_at or b.created_at) >= stale:
+            return b
+    return None
+
+
+INTERRUPTED = "the worker stopped during the build; queue it again to resume"
+
+
+def fail_worker_builds(worker: str | None = None) -> int:
+    """Fail the builds marked running on Celery worker ``worker`` (default: on any worker, not the
+    inline command's) because that worker stopped; return how many."""
+    qs = DatasetBuild.objects.filter(status=DatasetBuild.RUNNING).exclude(worker__startswith="inline@")
+    if worker is not None:
+        qs = qs.filter(worker=worker)
+    return qs.update(status=DatasetBuild.FAILED, finished_at=timezone.now(), error=INTERRUPTED)
+
+
+def is_loaded(name: str) -> bool:
+    """Whether builder ``name``'s dataset is loaded: a finished build of it whose dataset exists,
+    or any dataset of the environment of that name (builder and environment share names)."""
+    keys = DatasetBuild.objects.filter(name=name, status=DatasetBuild.FINISHED).values_list("dataset_key", flat=True)
+    for key in keys:
+        slug, _, version = key.partition("@")
+        if Dataset.objects.filter(slug=slug, version=version).exists():
+            return True
+    return Dataset.objects.filter(environment__slug=name).exists()
+
+
+def reap(now=None) -> list[int]:  # type: ignore[no-untyped-def]
+    """Fail running builds silent for ``QVAL_BUILD_STALL_S`` and queued ones not started within
+    ``QVAL_BUILD_QUEUE_S``; return their ids."""
+    now = now or timezone.now()
+    stall = timedelta(seconds=settings.QVAL_BUILD_STALL_S)
+    queue = timedelta(seconds=settings.QVAL_BUILD_QUEUE_S)
+    reaped = []
+    for b in DatasetBuild.objects.filter(status__in=DatasetBuild.ACTIVE):
+        if b.status == DatasetBuild.RUNNING and (b.updated_at or b.started_at or b.created_at) < now - stall:
+            reason = (f"no progress for {int(stall.total_seconds())} s: the worker died or hung "
+                      f"(last: {b.stage} {b.done}/{b.total}); queue it again to resume")
+            status = DatasetBuild.RUNNING
+        elif b.status == DatasetBuild.QUEUED and b.created_at < now - queue:
+            reason = f"not started within {int(queue.total_seconds())} s: is a worker consuming the datasets queue?"
+            status = DatasetBuild.QUEUED
+        else:
+            continue
+        n = DatasetBuild.objects.filter(pk=b.pk, status=status, updated_at=b.updated_at).update(
+            status=DatasetBuild.FAILED, finished_at=now, error=reason)
+        if n:
+            reaped.append(b.pk)
+    return reaped

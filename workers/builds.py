@@ -1,0 +1,76 @@
+"""Dataset builds on the Celery queue ``datasets``.
+
+* ``build_dataset`` (queue ``datasets``; run those workers with ``--concurrency 1``) runs a
+  builder of :data:`qval.build.BUILDERS` through :func:`leaderboard.building.run_build`: the
+  :class:`~leaderboard.models.DatasetBuild` goes ``queued`` → ``running`` (stage, done/total
+  saved at most once a second and at every stage's start and end) → ``finished`` with the loaded
+  dataset's key and fingerprint, or ``failed`` with the reason.  The builder checkpoints into a
+  stable work folder, so a build queued again after an interruption resumes.
+* ``reap_stalled_builds`` (sent every minute by Celery beat) fails running builds without
+  progress for ``QVAL_BUILD_STALL_S`` (their worker died) and queued ones never started.
+* When a worker consuming ``datasets`` starts, the builds it was running when it died are failed
+  at once (``worker restarted``).
+
+Queue a build with :func:`enqueue` (``manage.py build_dataset NAME --queue``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from celery.signals import celeryd_after_setup
+from django.db import transaction
+
+from leaderboard import building
+from leaderboard.models import DatasetBuild
+
+log = logging.getLogger(__name__)
+
+
+def enqueue(name: str) -> DatasetBuild:
+    """Record a queued build of ``name`` and send it to the ``datasets`` queue once committed."""
+    b = DatasetBuild.objects.create(name=name)
+    transaction.on_commit(lambda: build_dataset.delay(b.pk))
+    return b
+
+
+@shared_task(bind=True, name="workers.builds.build_dataset", acks_late=True)
+def build_dataset(self, build_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Run one queued build; return its final status."""
+    b = building.start(build_id, self.request.hostname or "in-process")
+    if b is None:
+        status = DatasetBuild.objects.get(pk=build_id).status
+        log.info("dataset build %s is %s; nothing to do", build_id, status)
+        return status
+    log.info("dataset build %s: %s started", b.pk, b.name)
+    try:
+        built = building.run_build(b.name, progress=building.Recorder(b.pk))
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded with its reason
+        log.exception("dataset build %s (%s) failed", b.pk, b.name)
+        building.fail(b.pk, building.reason_of(exc))
+        return DatasetBuild.FAILED
+    building.finish(b.pk, built)
+    log.info("dataset build %s: %s %s at %s", b.pk, "loaded" if built.created else "already had",
+             built.dataset.manifest.key, built.path)
+    return DatasetBuild.FINISHED
+
+
+@shared_task(name="workers.builds.reap_stalled_builds")
+def reap_stalled_builds() -> list[int]:
+    """Fail stalled and never-started builds (:func:`leaderboard.building.reap`)."""
+    reaped = building.reap()
+    if reaped:
+        log.warning("reaped %d stalled dataset builds: %s", len(reaped), reaped)
+    return reaped
+
+
+@celeryd_after_setup.connect
+def fail_builds_of_a_dead_worker(sender: str, instance: Any, **kwargs: Any) -> None:
+    """At the start of a worker consuming ``datasets``: the builds this worker (same name) was
+    running died with it."""
+    if "datasets" not in instance.app.amqp.queues.consume_from:
+        return
+    n = building.fail_worker_builds(sender)
+    log.info("worker %s: %d interrupted dataset builds marked failed", sender, n)
