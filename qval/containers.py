@@ -208,7 +208,8 @@ def write_input(
     ids are the pointwise points, the others are scored for the per-state ranking).  Target ``v``:
     one line per state ``{"id", "task", "history", "state", "image"}``.  ``context.json`` describes
     the environment, reward, observation and action spaces, discount, horizon and target.  Image
-    file names refer to ``images/``, copied from ``images_from``.  No label is ever written.
+    file names refer to ``images/``, copied from ``images_from`` (default: the dataset's own
+    ``ds.images``).  No label is ever written.
     """
     if target not in schema.TARGETS:
         raise schema.SchemaError(f"unknown target {target!r}; expected one of {', '.join(schema.TARGETS)}")
@@ -231,12 +232,15 @@ def write_input(
                        "is_actor": c.is_actor, "next_image": c.next_image}
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     if images:
-        if images_from is None:
+        if images_from is None and not all(name in ds.images for name in images):
             raise schema.SchemaError(f"split {split!r} names {len(images)} images but no image folder was given")
         for name in sorted(images):
             if PurePosixPath(name).name != name:
                 raise schema.SchemaError(f"image name {name!r} must be a plain file name")
-            shutil.copyfile(Path(images_from) / name, directory / "images" / name)
+            if images_from is None:  # the dataset's own images (a build's, or images/ of a dataset read from disk)
+                (directory / "images" / name).write_bytes(ds.images[name])
+            else:
+                shutil.copyfile(Path(images_from) / name, directory / "images" / name)
     m = ds.manifest
     context = {
         "dataset": m.key,

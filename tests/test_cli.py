@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from qval import cli, schema
+from qval import build, cli, schema
 
-KEY = "frozenlake-8x8@1.0"
+KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
 
 
 @pytest.fixture

@@ -238,14 +238,21 @@ def test_input_folder_holds_inputs_only(frozenlake: schema.Dataset, tmp_path: Pa
 
 
 def test_input_folder_copies_the_images_it_names(frozenlake: schema.Dataset, tmp_path: Path) -> None:
-    state = frozenlake.states_in("dev")[0]
-    pictured = replace(frozenlake, states=[replace(state, image="s0.png")] + frozenlake.states[1:])
+    plain = [replace(s, image=None, candidates=tuple(replace(c, next_image=None) for c in s.candidates))
+             for s in frozenlake.states_in("dev")]  # no image but the one named here
+    state = plain[0]
+    pictured = replace(frozenlake, states=[replace(state, image="s0.png")] + plain[1:], images={})
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "s0.png").write_bytes(b"\x89PNG fake")
     qc.write_input(pictured, state.split, "v", tmp_path / "in", images_from=tmp_path / "imgs")
     assert (tmp_path / "in" / "images" / "s0.png").read_bytes() == b"\x89PNG fake"
     with pytest.raises(schema.SchemaError, match="names 1 images but no image folder"):
         qc.write_input(pictured, state.split, "v", tmp_path / "in2")
+    # Without images_from, the dataset's own images are written (FrozenLake has one per state).
+    own = qc.write_input(frozenlake, "dev", "v", tmp_path / "own")
+    dev = frozenlake.states_in("dev")
+    assert sorted(p.name for p in (own / "images").iterdir()) == sorted(s.image for s in dev)
+    assert (own / "images" / dev[0].image).read_bytes() == frozenlake.images[dev[0].image]
 
 
 def _tar(path: Path, members: dict[str, bytes]) -> Path:
@@ -505,14 +512,15 @@ def test_the_starter_kit_runs_through_the_cli(engine, probe_tar, frozenlake, tmp
         assert code == 0, err
         assert "container finished" in err
         printed = {r["metric"]: r["value"] for r in json.loads(out)}
-        frame = pd.read_json(tmp_path / "out" / "predictions.jsonl", lines=True, dtype={"id": str})
+        frame = pd.read_json(tmp_path / "out" / "predictions.jsonl", lines=True, dtype={"id": str},
+                             precise_float=True)  # the floats the CLI scored, to the last bit
         truth = truth_from_dataset(frozenlake, "dev", "q")
         expected = score(truth, frame["id"].to_numpy(object), frame["score"].to_numpy(np.float64), bootstrap_resamples=0)
         assert printed == {r.metric: r.value for r in expected}
         assert printed["spearman"] > 0.5 and printed["ranking_spearman"] > 0.5  # the heuristic is a good one
         meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
         assert meta == {"method": "manhattan-heuristic", "points": len(frame)}
-        assert (tmp_path / "out" / "stdout.txt").read_text().startswith(f"scored {len(frame)} points of frozenlake-8x8@1.0")
+        assert (tmp_path / "out" / "stdout.txt").read_text().startswith(f"scored {len(frame)} points of {frozenlake.manifest.key}")
 
         # The saved archive (the file a submitter uploads) runs the same way; here as a table.
         saved = engine.call("save", "-o", str(tmp_path / "kit.tar"), KIT_IMAGE)

@@ -19,12 +19,13 @@ from django.core.management import call_command
 from scipy import stats
 
 from leaderboard.models import Backbone, Candidate, Dataset, Label, Method, State
+from qval import build
 from submissions.models import Result, Submission
 from workers.tasks import score_submission
 
 pytestmark = pytest.mark.django_db
 
-KEY = "frozenlake-8x8@1.0"
+KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
 
 
 def csv_bytes(ids: list[str], scores: list[float] | np.ndarray) -> bytes:
@@ -172,7 +173,7 @@ def test_a_200_mb_file_is_refused_without_being_stored(api, loaded, data_dir) ->
 
 
 def test_request_errors_create_nothing(api, loaded) -> None:
-    cases = [({"dataset": "nope"}, 404, "dataset"), ({"split": "train"}, 400, "split"), ({"target": "x"}, 400, "target")]
+    cases = [({"dataset": "nope"}, 404, "dataset"), ({"split": "validation"}, 400, "split"), ({"target": "x"}, 400, "target")]
     for override, status, field in cases:
         data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "m",
                 "file": SimpleUploadedFile("p.csv", b"id,score\n"), **override}
