@@ -4,7 +4,7 @@
                                                           needed for a dataset directory
 ``qval submit FILE --dataset SLUG --split test --target q --method NAME``
 ``qval status ID``
-``qval download SLUG --split dev [--format parquet] [--out PATH]``
+``qval download SLUG --split dev [--format parquet|jsonl|csv|images|card|zip] [--out PATH]``
 ``qval run-container IMAGE --dataset DIR --split dev``  run a method container (image or saved archive)
                                                           exactly as the worker does, score it on public labels
 
@@ -191,11 +191,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return _print_submission(sub)
 
 
+DOWNLOAD_NAMES = {"images": "{name}-{split}-images.zip", "card": "{name}-README.md", "zip": "{name}.zip"}
+"""Default output file of the non-table download formats (``card`` and ``zip``: the whole dataset)."""
+
+
 def cmd_download(args: argparse.Namespace) -> int:
-    """Download a dataset split."""
+    """Download a dataset split (a table, or its images as a zip), the dataset card or the whole dataset."""
     resp = _request("GET", f"{_server(args)}/api/v1/datasets/{args.slug}/download/",
                     params={"split": args.split, "format": args.format})
-    out = Path(args.out or f"{args.slug.replace('@', '-')}-{args.split}.{args.format}")
+    name = args.slug.replace("@", "-")
+    default = DOWNLOAD_NAMES.get(args.format, "{name}-{split}.{format}")
+    out = Path(args.out or default.format(name=name, split=args.split, format=args.format))
     out.write_bytes(resp.content)
     print(f"wrote {out} ({len(resp.content)} bytes)")
     return 0
@@ -284,10 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("id", type=int)
     st.set_defaults(func=cmd_status)
 
-    dl = sub.add_parser("download", help="download a dataset split")
+    dl = sub.add_parser("download", help="download a dataset split, its images, the dataset card or the whole dataset")
     dl.add_argument("slug")
     dl.add_argument("--split", default="dev", choices=schema.SPLITS)
-    dl.add_argument("--format", default="parquet", choices=["parquet", "jsonl", "csv"])
+    dl.add_argument("--format", default="parquet", choices=["parquet", "jsonl", "csv", "images", "card", "zip"],
+                    help="a split's table (parquet, jsonl, csv) or images (a zip); the dataset card (README.md) or "
+                         "the whole dataset (zip: Hugging Face layout, no test labels)")
     dl.add_argument("--out")
     dl.set_defaults(func=cmd_download)
 

@@ -297,3 +297,11 @@ def test_a_datasets_worker_builds_frozenlake_from_the_queue(transactional_db, fr
     assert b.fingerprint == frozenlake.manifest.fingerprint
     assert frozenlake.manifest.key in client.get("/datasets/").content.decode()
     assert client.get(f"/datasets/{frozenlake.manifest.key}/").status_code == 200
+
+
+def test_builds_in_the_admin(admin_client, db) -> None:
+    b = DatasetBuild.objects.create(name="miniwob", status="running", stage="label", done=12, total=48,
+                                    started_at=timezone.now(), updated_at=timezone.now())
+    page = admin_client.get("/admin/leaderboard/datasetbuild/").content.decode()
+    assert "miniwob" in page and '<progress max="100" value="25">' in page and "12/48" in page
+    assert admin_client.get(f"/admin/leaderboard/datasetbuild/{b.pk}/change/").status_code == 200
