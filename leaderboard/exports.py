@@ -48,6 +48,7 @@ DOWNLOAD_COLUMNS = [
     ("candidate_index", "Position of the candidate within its state."),
     ("action", "Candidate action text."),
     ("next_state", "Text observation after taking the candidate action."),
+    ("next_image", "Image file after taking the candidate action (image datasets), else empty."),
     ("is_actor", "True for the action the collecting actor took (the pointwise evaluation point)."),
     ("q_label", "Reference Q of the candidate (public splits only)."),
     ("v_label", "Reference V of the state (public splits only)."),
@@ -72,13 +73,15 @@ def split_frame(dataset: Dataset, split: str) -> pd.DataFrame:
             "index",
             "action",
             "next_state",
+            "next_image",
             "is_actor",
         )
     )
-    names = [c for c, _ in DOWNLOAD_COLUMNS[:13]]
+    names = [c for c, _ in DOWNLOAD_COLUMNS if not c.endswith("_label")]
     frame = pd.DataFrame.from_records(list(rows), columns=names)
     frame["history"] = frame["history"].map(json.dumps)
     frame["image"] = frame["image"].fillna("")
+    frame["next_image"] = frame["next_image"].fillna("")
     if split in PUBLIC_SPLITS:
         labels = Label.objects.filter(labelset__dataset=dataset, split=split)
         q = dict(labels.filter(target="q").values_list("item_id", "value"))

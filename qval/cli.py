@@ -5,7 +5,7 @@
 ``qval submit FILE --dataset SLUG --split test --target q --method NAME``
 ``qval status ID``
 ``qval download SLUG --split dev [--format parquet|jsonl|csv|images|card|zip] [--out PATH]``
-``qval run-container IMAGE --dataset DIR --split dev``  run a method container (image or saved archive)
+``qval run-container IMAGE --dataset DIR|SLUG --split dev [--backbone MODEL_DIR]``  run a method container (image or saved archive)
                                                           exactly as the worker does, score it on public labels
 
 The server is ``--server``, else ``$QVAL_SERVER``, else the config file's ``server``, else
@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -207,15 +208,55 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version_key(version: str) -> tuple[Any, ...]:
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in version.split("."))
+
+
+def remote_split(server: str, key: str, split: str) -> schema.Dataset:
+    """One public split of a site's dataset (``slug`` = its latest version, or ``slug@version``) with
+    its labels and images, as a :class:`schema.Dataset` holding that split only."""
+    listing = _request("GET", f"{server}/api/v1/datasets/").json()
+    slug, _, version = key.partition("@")
+    matches = [d for d in listing if d["slug"] == slug and (not version or d["version"] == version)]
+    if not matches:
+        raise CliError(f"{key!r} is neither a dataset directory nor a dataset of {server} "
+                       f"(it has {', '.join(sorted(d['key'] for d in listing)) or 'none'})")
+    info = max(matches, key=lambda d: _version_key(d["version"]))
+    if split not in info["splits"]:
+        raise CliError(f"dataset {info['key']} has no split {split!r}; choose one of {sorted(info['splits'])}")
+    url = f"{server}/api/v1/datasets/{info['key']}/download/"
+    frame = pd.read_parquet(io.BytesIO(_request("GET", url, params={"split": split, "format": "parquet"}).content))
+    states, q_labels, v_labels = [], {}, {}
+    for state_id, rows in frame.groupby("state_id", sort=False):
+        first = rows.iloc[0]
+        candidates = tuple(
+            schema.Candidate(id=r.candidate_id, state_id=state_id, index=int(r.candidate_index), action=r.action,
+                             next_state=r.next_state, is_actor=bool(r.is_actor), next_image=r.next_image or None)
+            for r in rows.itertuples())
+        states.append(schema.State(id=state_id, split=split, trajectory=int(first.trajectory), step=int(first.step),
+                                   task=first.task, observation=first.observation,
+                                   history=tuple(json.loads(first.history)), candidates=candidates,
+                                   image=first.image or None))
+        q_labels.update(zip(rows.candidate_id, rows.q_label.astype(float)))
+        v_labels[state_id] = float(first.v_label)
+    images: dict[str, bytes] = {}
+    if (frame.image != "").any() or (frame.next_image != "").any():
+        body = _request("GET", url, params={"split": split, "format": "images"}).content
+        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+            images = {Path(n).name: archive.read(n) for n in archive.namelist() if not n.endswith("/")}
+    return schema.Dataset(manifest=schema.Manifest(**info["manifest"]), states=states, q_labels=q_labels,
+                          v_labels=v_labels, images=images)
+
+
 def cmd_run_container(args: argparse.Namespace) -> int:
     """Run a method container on a public split exactly as the worker does, then score its predictions."""
     if args.split not in schema.PUBLIC_SPLITS:
         raise CliError(f"split {args.split!r} has hidden labels; run containers locally on {sorted(schema.PUBLIC_SPLITS)}")
-    if not Path(args.dataset).is_dir():
-        raise CliError(f"{args.dataset} is not a dataset directory (run-container needs the dataset's files, e.g. "
-                       "from `manage.py build_dataset`)")
     try:
-        ds = schema.Dataset.read(args.dataset)
+        if Path(args.dataset).is_dir():
+            ds = schema.Dataset.read(args.dataset)
+        else:
+            ds = remote_split(_server(args), args.dataset, args.split)
         truth = truth_from_dataset(ds, args.split, args.target)
         engine = containers.Engine.from_env()
         limits = containers.Limits(timeout_s=args.timeout, memory_mb=args.memory, cpus=args.cpus, pids=args.pids,
@@ -231,8 +272,18 @@ def cmd_run_container(args: argparse.Namespace) -> int:
             image_id = job.load(archive)
             containers.write_input(ds, args.split, args.target, job.input_dir)
             print(f"running image {image_id[:12]} on {ds.manifest.key} {args.split} (target {args.target})", file=sys.stderr)
-            result = job.run(image_id, limits)
-    except (schema.SchemaError, containers.ContainerError) as exc:
+            if args.backbone is None:
+                result = job.run(image_id, limits)
+            else:
+                from qval import backbone  # torch + transformers: imported when used
+
+                model = backbone.TransformersBackend(args.backbone)
+                with backbone.BackboneServer(model, args.token_budget, socket_path=job.backbone_socket) as server:
+                    result = job.run(image_id, limits, backbone=model.name)
+                used = server.usage
+                print(f"backbone {model.name}: {used.total_tokens} of {used.budget} tokens in {used.requests} requests"
+                      f" ({used.refused} refused)", file=sys.stderr)
+    except (schema.SchemaError, containers.ContainerError, OSError) as exc:
         raise CliError(str(exc)) from exc
     evaluation = containers.evaluate(result, truth, bootstrap_resamples=args.bootstrap)
     if args.out:
@@ -301,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rc = sub.add_parser("run-container", help="run a method container locally as the worker does and score it")
     rc.add_argument("image", help="a saved image archive (tar or tar.gz), or an image of the local store")
-    rc.add_argument("--dataset", required=True, help="dataset directory")
+    rc.add_argument("--dataset", required=True, help="dataset directory, or slug[@version] to download from the server")
     rc.add_argument("--split", default="dev")
     rc.add_argument("--target", default="q", choices=schema.TARGETS)
     defaults = containers.Limits()
@@ -310,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--cpus", type=float, default=defaults.cpus)
     rc.add_argument("--pids", type=int, default=defaults.pids, help="process limit")
     rc.add_argument("--gpu", action="store_true", help="pass the GPUs through")
+    rc.add_argument("--backbone", help="serve this local checkpoint directory on the container's backbone socket")
+    rc.add_argument("--token-budget", type=int, default=2_000_000, help="the job's backbone token budget")
     rc.add_argument("--out", help="folder for the container's predictions, metadata, stdout and stderr")
     rc.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
     rc.add_argument("--json", action="store_true", help="print the metrics as JSON")

@@ -510,8 +510,10 @@ class Job:
         name = f"qval-{self.id}"
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
         start = time.monotonic()
+        # cwd: conmon (started by `podman run`) drops an empty "oom" file in its working directory when
+        # the container's cgroup v1 goes away; it must land in the job's folder, not the worker's.
         proc = subprocess.Popen(self.run_argv(name, image_id, limits, backbone), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=self.dir)
         assert proc.stdout is not None and proc.stderr is not None
         out, err = _Capture(proc.stdout), _Capture(proc.stderr)
         killed_for: str | None = None
@@ -657,7 +659,13 @@ def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
             removed.append(name)
     for point in _mounts_under(directory):
         _umount(point)
-    shutil.rmtree(directory, ignore_errors=True)
+    # A container's conmon may still be exiting (it writes a file into its working directory, the
+    # job's, as it goes): retry until the directory is gone, for up to a few seconds.
+    for _ in range(50):
+        shutil.rmtree(directory, ignore_errors=True)
+        if not directory.exists():
+            break
+        time.sleep(0.1)
     return removed
 
 

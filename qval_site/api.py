@@ -73,6 +73,8 @@ class DatasetList(APIView):
                     "fingerprint": ds.fingerprint,
                     "modalities": ds.modalities,
                     "splits": splits,
+                    # Provenance and labelling settings (qval.schema.Manifest): what a local run needs.
+                    "manifest": {k: v for k, v in ds.manifest.items() if k != "build_info"},
                     "download": request.build_absolute_uri(f"/api/v1/datasets/{ds.key}/download/"),
                 }
             )

@@ -28,6 +28,11 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_CONTAINER_GPU``          ``1`` passes the GPUs through (default off).
 ``QVAL_CONTAINER_QUEUE_S``      how long a container submission may wait in the queue (default 86400).
 ``QVAL_CONTAINER_GRACE_S``      on top of the timeout, for loading and scoring (default 900).
+``QVAL_BACKBONES``              JSON object: backbone name -> ``{"kind": "transformers", "path": DIR}`` or
+                                ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``
+                                (a vLLM server); containers may ask for these only (default none).
+``QVAL_BACKBONE_TOKEN_BUDGET``  tokens (prompt + completion) one container job may use (default 2000000);
+                                a backbone entry's ``token_budget`` overrides it.
 
 Dataset builds (queue ``datasets``, see workers/builds.py):
 
@@ -37,11 +42,13 @@ Dataset builds (queue ``datasets``, see workers/builds.py):
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -185,6 +192,14 @@ QVAL_CONTAINER_LIMITS_BY_DATASET: dict[str, dict[str, object]] = {}
 # timeout + GRACE_S, is failed by the reaper (workers.tasks.reap_overdue_submissions).
 QVAL_CONTAINER_QUEUE_S = float(os.environ.get("QVAL_CONTAINER_QUEUE_S", str(24 * 3600)))
 QVAL_CONTAINER_GRACE_S = float(os.environ.get("QVAL_CONTAINER_GRACE_S", "900"))
+# The models a container may use through its backbone socket (qval/backbone.py), served by the gpu worker.
+try:
+    QVAL_BACKBONES: dict[str, dict[str, object]] = json.loads(os.environ.get("QVAL_BACKBONES") or "{}")
+except json.JSONDecodeError as exc:
+    raise ImproperlyConfigured(f"QVAL_BACKBONES is not a JSON object: {exc}") from exc
+if not isinstance(QVAL_BACKBONES, dict) or not all(isinstance(v, dict) for v in QVAL_BACKBONES.values()):
+    raise ImproperlyConfigured('QVAL_BACKBONES must map names to objects, e.g. {"tiny": {"kind": "transformers", "path": "/models/tiny"}}')
+QVAL_BACKBONE_TOKEN_BUDGET = int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2000000"))
 # Dataset builds (workers/builds.py): the reaper fails a running build silent for STALL_S (its
 # worker died) and a queued one not started within QUEUE_S; DOWNLOAD_CACHE holds built archives.
 QVAL_BUILD_STALL_S = float(os.environ.get("QVAL_BUILD_STALL_S", "1800"))

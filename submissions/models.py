@@ -88,6 +88,8 @@ class Submission(models.Model):
     )
     exit_code = models.IntegerField(null=True, blank=True)
     wall_s = models.FloatField(null=True, blank=True, help_text="Seconds the container ran.")
+    token_usage = models.JSONField(
+        default=dict, blank=True, help_text="Backbone tokens the container used (qval.backbone.Usage.as_dict).")
     stdout = models.TextField(blank=True, help_text="First and last 64 KiB of the container's stdout.")
     stderr = models.TextField(blank=True, help_text="First and last 64 KiB of the container's stderr.")
     deadline = models.DateTimeField(

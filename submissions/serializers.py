@@ -53,7 +53,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
 def container_payload(sub: Submission) -> dict[str, Any] | None:
     """How a container submission ran (``None`` for a predictions file): image ID, limits,
     deadline, outcome (``finished`` or the runner's reason; empty until it ran), exit code,
-    seconds run and the first and last 64 KiB of stdout and stderr."""
+    seconds run, backbone tokens used (``None`` without a backbone) and the first and last 64 KiB of stdout and stderr."""
     if sub.kind != Submission.KIND_CONTAINER:
         return None
     return {
@@ -63,6 +63,7 @@ def container_payload(sub: Submission) -> dict[str, Any] | None:
         "outcome": sub.container_outcome or None,
         "exit_code": sub.exit_code,
         "wall_s": sub.wall_s,
+        "backbone_tokens": sub.token_usage or None,
         "stdout": sub.stdout,
         "stderr": sub.stderr,
     }

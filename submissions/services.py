@@ -213,6 +213,22 @@ def container_requests(datasets: Sequence[str], splits: Sequence[str], **fields:
     return [SubmissionRequest(dataset=d, split=sp, **fields) for d in ds_names for sp in split_names]
 
 
+NO_BACKBONE = frozenset({"", "none"})
+"""Backbone names that mean "no model" (a container gets no socket)."""
+
+
+def container_backbone(name: str) -> str | None:
+    """The served backbone a container submission asked for (None: none); raises for one not served."""
+    name = name.strip()
+    if name.lower() in NO_BACKBONE:
+        return None
+    served = sorted(settings.QVAL_BACKBONES)
+    if name not in served:
+        choices = f"choose one of {served} or 'none'" if served else "this site serves no backbone; use 'none'"
+        raise SubmissionRejected("backbone", f"backbone {name!r} is not served to containers here; {choices}")
+    return name
+
+
 def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload: UploadedFile) -> list[Submission]:  # type: ignore[no-untyped-def]
     """Store and check an uploaded image archive and queue one submission per request.
 
@@ -231,6 +247,8 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
     reqs = unique
     test_count = sum(1 for r in reqs if r.split == "test")
     datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
+    for req in reqs:
+        container_backbone(req.backbone)
     subs = []
     for req, dataset in zip(reqs, datasets):
         sub = Submission.objects.create(

@@ -38,13 +38,18 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _media_root(settings, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """Uploads, dataset files and download caches in the session's data dir, as the worker process sees them."""
     settings.MEDIA_ROOT = data_dir / "media"
+    settings.QVAL_DATASETS_DIR = data_dir / "datasets"
+    settings.QVAL_DOWNLOAD_CACHE = data_dir / "cache" / "downloads"
 
 
 @pytest.fixture(scope="session")
-def frozenlake(tmp_path_factory: pytest.TempPathFactory) -> schema.Dataset:
-    """The FrozenLake dataset built by our pipeline (once per session)."""
-    return build.build("frozenlake", tmp_path_factory.mktemp("frozenlake"))
+def frozenlake(data_dir: Path) -> schema.Dataset:
+    """The FrozenLake dataset built by our pipeline (once per session), written where the site
+    keeps a loaded dataset's files (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
+    spec = build.BUILDERS["frozenlake"]()[1]
+    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}")
 
 
 @pytest.fixture
@@ -139,3 +144,11 @@ def base_image(engine) -> str:  # type: ignore[no-untyped-def]
     built = subprocess.run([str(REPO / "scripts" / "build-base-image.sh")], capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
     return BASE_IMAGE
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight causal LM checkpoint built locally (qval.backbone.make_tiny_model)."""
+    from qval.backbone import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")

@@ -31,11 +31,6 @@ KIT = REPO / "examples" / "method-container"
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return bb.make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
-
-
-@pytest.fixture(scope="session")
 def backend(tiny_model: Path) -> bb.TransformersBackend:
     return bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu")
 
@@ -232,7 +227,7 @@ def text_only(ds: schema.Dataset) -> schema.Dataset:
     """The first 15 dev states of ``ds`` without image file names (the method reads text only)."""
     states = [replace(s, image=None, candidates=tuple(replace(c, next_image=None) for c in s.candidates))
               for s in ds.states_in("dev")[:15]]
-    return replace(ds, states=states)
+    return replace(ds, states=states, images={})
 
 
 def run_kit(engine: qc.Engine, archive: Path, ds: schema.Dataset, backend: bb.Backend | None,
@@ -292,3 +287,26 @@ def test_backbone_mount_is_read_only_and_named(engine: qc.Engine) -> None:
     assert "QVAL_BACKBONE_SOCKET=/run/qval/backbone.sock" in argv and "QVAL_BACKBONE_MODEL=tiny-llama" in argv
     plain = job.run_argv("n", "f" * 64, qc.Limits())
     assert not any("/run/qval" in a for a in plain)
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_run_container_serves_a_local_checkpoint(engine: qc.Engine, backbone_kit_tar: Path, frozenlake: schema.Dataset,
+                                                 tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from qval import cli
+
+    monkeypatch.setenv("QVAL_CONTAINER_WORK_ROOT", str(engine.work_root))
+    folder = text_only(frozenlake).write(tmp_path / "small")
+    code = cli.main(["run-container", str(backbone_kit_tar), "--dataset", str(folder), "--split", "dev",
+                     "--backbone", str(tiny_model), "--token-budget", "1000", "--bootstrap", "0",
+                     "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    line = next(x for x in err.splitlines() if x.startswith("backbone tiny-llama:"))
+    used, budget = (int(x) for x in line.split(":")[1].split("tokens")[0].split(" of "))
+    assert budget == 1000 and 0 < used <= 1000 and "(1 refused)" in line
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert meta["model"] == "tiny-llama" and meta["unscored_after_budget"] > 0
+    code = cli.main(["run-container", str(backbone_kit_tar), "--dataset", str(folder), "--backbone", str(tmp_path)])
+    assert code == 1 and "is not a model checkpoint directory" in capsys.readouterr().err

@@ -26,6 +26,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
+from qval import build
 from qval import containers as qc
 from qval import schema
 from qval.scoring import score, truth_from_dataset
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.container
 
 SESSION = uuid.uuid4().hex[:8]
 RESAMPLES = 200
+KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
 FAILING_METHOD = """import sys
 print("reading /input")
 sys.stderr.write("Traceback: <b>model weights</b> not found\\n" * 5000)
@@ -143,7 +145,7 @@ def test_the_starter_kit_finishes_on_dev_and_test(api, site, kit_tar, frozenlake
         run = data["container"]
         assert (run["outcome"], run["exit_code"]) == ("finished", 0)
         num_candidates = sum(len(s.candidates) for s in frozenlake.states_in(sub["split"]))
-        assert run["stdout"] == f"scored {num_candidates} points of frozenlake-8x8@1.0 ({sub['split']}, target q)\n"
+        assert run["stdout"] == f"scored {num_candidates} points of {KEY} ({sub['split']}, target q)\n"
         assert run["limits"]["timeout_s"] == 120.0 and run["limits"]["memory_mb"] == 512
         assert data["coverage"]["provided"] == data["coverage"]["expected"] == len(frozenlake.point_ids(sub["split"], "q"))
         assert_results_match(data["results"], expected_rows(frozenlake, sub["split"], tmp_path))
@@ -155,6 +157,88 @@ def test_the_starter_kit_finishes_on_dev_and_test(api, site, kit_tar, frozenlake
     page = api.get(f"/submissions/{subs[1]['id']}/").content.decode()
     assert 'id="kind">method container<' in page and 'id="container-outcome">finished<' in page
     assert f'<pre id="stdout" class="log">scored' in page and 'id="results"' in page
+
+
+@pytest.fixture(scope="session")
+def backbone_kit_tar(engine: qc.Engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The starter kit's backbone method (Containerfile.backbone) saved as an upload."""
+    out = tmp_path_factory.mktemp("bbkit") / "kit.tar"
+    tag = f"localhost/qval-test-bbkit-site:{SESSION}"
+    built = engine.call("build", "-q", "-f", str(REPO / "examples" / "method-container" / "Containerfile.backbone"),
+                        "-t", tag, str(REPO / "examples" / "method-container"))
+    assert built.returncode == 0, built.stderr
+    saved = engine.call("save", "-o", str(out), tag)
+    engine.call("rmi", tag)
+    assert saved.returncode == 0, saved.stderr
+    return out
+
+
+@pytest.mark.django_db
+@pytest.mark.slow
+def test_a_backbone_container_is_served_its_model_within_the_budget(api, user, site, backbone_kit_tar, tiny_model,
+                                                                   frozenlake) -> None:
+    site.QVAL_BACKBONES = {"tiny-llama": {"kind": "transformers", "path": str(tiny_model), "token_budget": 2000}}
+    refused = submit(api, backbone_kit_tar, status=400, backbone="gpt-9", method_name="yes-no")
+    assert refused["errors"] == {
+        "backbone": ["backbone 'gpt-9' is not served to containers here; choose one of ['tiny-llama'] or 'none'"]}
+    assert not Submission.objects.filter(method_name="yes-no").exists()
+
+    sub = submit(api, backbone_kit_tar, backbone="tiny-llama", method_name="yes-no")["submissions"][0]
+    assert run_container_submission(sub["id"]) == Submission.FINISHED
+    data = api.get(f"/api/v1/submissions/{sub['id']}/").json()
+    tokens = data["container"]["backbone_tokens"]
+    points = sum(len(s.candidates) for s in frozenlake.states_in("dev"))
+    asked = tokens["requests"] - tokens["refused"]
+    assert tokens["budget"] == 2000 and 0 < tokens["total_tokens"] <= 2000
+    assert tokens["refused"] == 1 and 0 < asked < points  # the method stopped at the first 429
+    assert data["container"]["stdout"] == (f"asked the backbone about {asked} points; {points - asked} scored 0 after "
+                                           "the token budget ran out\n")
+    assert data["backbone"] == "tiny-llama" and data["results"]
+    api.force_login(user)
+    page = api.get(f"/submissions/{sub['id']}/").content.decode()
+    assert f"{tokens['total_tokens']} of 2000 tokens" in page and "1 refused over the budget" in page
+
+    # The method without a backbone: no socket in its sandbox, so it exits 1 saying so.
+    sub = submit(api, backbone_kit_tar, backbone="none", method_name="yes-no")["submissions"][0]
+    assert run_container_submission(sub["id"]) == Submission.FAILED
+    data = api.get(f"/api/v1/submissions/{sub['id']}/").json()
+    assert data["error"] == "exited with code 1" and "no backbone" in data["container"]["stderr"]
+    assert data["container"]["backbone_tokens"] is None
+
+
+@pytest.mark.slow
+def test_run_container_by_slug_downloads_the_split_like_the_worker_sees_it(live_server, loaded, engine, kit_tar, frozenlake,
+                                                                           tmp_path, capsys, monkeypatch) -> None:
+    """`qval run-container IMAGE --dataset SLUG`: the split, its labels and its images come from the site;
+    the numbers equal those of the same run on the dataset's own files."""
+    from qval import cli
+
+    monkeypatch.setenv("QVAL_SERVER", live_server.url)
+    monkeypatch.setenv("QVAL_CONTAINER_WORK_ROOT", str(engine.work_root))
+    remote = cli.remote_split(live_server.url, "frozenlake-8x8", "dev")
+    assert remote.manifest.key == KEY and remote.states == frozenlake.states_in("dev")
+    assert {k: remote.q_labels[k] for k in remote.q_labels} == {c.id: frozenlake.q_labels[c.id]
+                                                               for s in remote.states for c in s.candidates}
+    names = {s.image for s in remote.states} | {c.next_image for s in remote.states for c in s.candidates}
+    assert names and all(remote.images[n] == frozenlake.images[n] for n in names)  # the PNGs, byte for byte
+
+    results = []
+    for dataset in ("frozenlake-8x8", str(frozenlake_dir(frozenlake))):
+        code = cli.main(["run-container", str(kit_tar), "--dataset", dataset, "--split", "dev", "--bootstrap", "0",
+                         "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        results.append({r["metric"]: r["value"] for r in json.loads(out)})
+    assert results[0] == results[1] and results[0]["spearman"] > 0.5
+    code = cli.main(["run-container", str(kit_tar), "--dataset", "no-such-set", "--split", "dev"])
+    assert code == 1 and f"'no-such-set' is neither a dataset directory nor a dataset of {live_server.url}" in capsys.readouterr().err
+
+
+def frozenlake_dir(ds: schema.Dataset) -> Path:
+    """Where the session's FrozenLake build lives (tests/conftest.py)."""
+    from django.conf import settings
+
+    return Path(settings.QVAL_DATASETS_DIR) / f"{ds.manifest.slug}-{ds.manifest.version}"
 
 
 # -- failures ----------------------------------------------------------------------------------
@@ -207,7 +291,7 @@ def test_bad_archives_and_requests_are_rejected_at_upload(api, user, loaded, set
     before = Submission.objects.count()
     errors = submit(api, text, dataset="no-such-dataset", status=404)["errors"]
     assert "unknown dataset 'no-such-dataset'" in errors["dataset"][0]
-    assert "dataset frozenlake-8x8@1.0 has no split 'val'" in submit(api, text, split="dev,val", status=400)["errors"]["split"][0]
+    assert f"dataset {KEY} has no split 'val'" in submit(api, text, split="dev,val", status=400)["errors"]["split"][0]
     assert "unknown kind 'vm'" in submit(api, text, kind="vm", status=400)["errors"]["kind"][0]
     assert Submission.objects.count() == before  # a bad request creates nothing, not even for its good parts
 
@@ -217,15 +301,15 @@ def test_bad_archives_and_requests_are_rejected_at_upload(api, user, loaded, set
     assert errors["split"][0].startswith("daily test-split quota reached: 1 of 1 submissions")
     assert Submission.objects.count() == before
     # Dev is unlimited; two names of one dataset give one submission.
-    subs = submit(api, text, split="dev", dataset="frozenlake-8x8,frozenlake-8x8@1.0")["submissions"]
-    assert [(s["dataset"], s["split"]) for s in subs] == [("frozenlake-8x8@1.0", "dev")]
+    subs = submit(api, text, split="dev", dataset=f"frozenlake-8x8,{KEY}")["submissions"]
+    assert [(s["dataset"], s["split"]) for s in subs] == [(KEY, "dev")]
 
 
 @pytest.mark.django_db
 def test_the_upload_page_takes_a_container(client, user, loaded, tmp_path) -> None:
     client.force_login(user)
     assert 'value="container"' in client.get("/submit/").content.decode()
-    resp = client.post("/submit/", {"kind": "container", "dataset": "frozenlake-8x8@1.0", "split": "dev", "target": "q",
+    resp = client.post("/submit/", {"kind": "container", "dataset": KEY, "split": "dev", "target": "q",
                                     "method_name": "form", "modality": "text",
                                     "file": SimpleUploadedFile("m.tar", b"not an image")})
     assert resp.status_code == 302

@@ -2,7 +2,8 @@
 
 * ``score_submission`` (queue ``scoring``) scores an uploaded predictions file;
 * ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
-  method container on the split's inputs and scores what it wrote;
+  method container on the split's inputs -- serving the backbone it asked for on the job's socket
+  with the per-job token budget (:mod:`qval.backbone`) -- and scores what it wrote;
 * ``reap_overdue_submissions`` (sent every minute by Celery beat) fails submissions whose
   deadline passed.
 
@@ -37,6 +38,7 @@ from leaderboard.loading import inputs_for, truth_for
 from leaderboard.models import Backbone, Method
 from qval import containers as qc
 from qval import predictions as qpred
+from qval.backbone import Backend, BackboneServer, backend_from_spec
 from qval.scoring import MetricRow, score
 from submissions import services
 from submissions.models import Result, Submission
@@ -106,19 +108,31 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
     try:
         inputs = inputs_for(sub.dataset, sub.split)
         images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
+        backbone = services.container_backbone(sub.backbone_name)
+        usage: dict[str, int] = {}
         with qc.Job(services.container_engine()) as job:
             image_id = job.load(sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
                                 max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
             qc.write_input(inputs, sub.split, sub.target, job.input_dir, images_from=images if images.is_dir() else None)
-            result = job.run(image_id, limits)
+            if backbone is None:
+                result = job.run(image_id, limits)
+            else:
+                spec = settings.QVAL_BACKBONES[backbone]
+                budget = int(spec.get("token_budget", settings.QVAL_BACKBONE_TOKEN_BUDGET))
+                with BackboneServer(served_backend(backbone), budget, socket_path=job.backbone_socket) as server:
+                    result = job.run(image_id, limits, backbone=backbone)
+                usage = server.usage.as_dict()
         truth = truth_for(sub.dataset, sub.split, sub.target)
         evaluation = qc.evaluate(result, truth, bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+    except services.SubmissionRejected as exc:  # accepted at upload; the backbone is no longer configured
+        return fail(sub.pk, f"cannot run: {exc.message}", Submission.FAULT_SYSTEM)
     except qc.ArchiveRejected as exc:  # passed the upload check; a changed cap or engine refused it
         return fail(sub.pk, f"invalid container archive: {exc}", Submission.FAULT_USER)
     except Exception:  # noqa: BLE001 - engine missing, mount refused, database: ours
         log.exception("running container submission %s failed", sub.pk)
         return fail(sub.pk, INTERNAL_ERROR.format(doing="running the container"), Submission.FAULT_SYSTEM)
     run = result_fields(evaluation)
+    run["token_usage"] = usage
     if evaluation.outcome == "failed":
         run["problems"] = [{"code": p.code, "message": p.message, "rows": list(p.rows)} for p in evaluation.problems]
         return fail(sub.pk, evaluation.error or "failed", Submission.FAULT_USER, **run)
@@ -127,6 +141,16 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         run["coverage"] = {"expected": cov.expected, "provided": cov.provided, "missing": cov.missing,
                            "missing_examples": list(cov.missing_examples)}
     return store_results(submission_id, evaluation.rows, **run)
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def served_backend(name: str) -> Backend:
+    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process (a model is large)."""
+    if name not in _BACKENDS:
+        _BACKENDS[name] = backend_from_spec(name, settings.QVAL_BACKBONES[name])
+    return _BACKENDS[name]
 
 
 def result_fields(evaluation: qc.Evaluation) -> dict[str, Any]:
