@@ -224,3 +224,27 @@ def test_rebuild_gives_the_same_fingerprint(dataset: schema.Dataset, game_root, 
     again = build.build_dataset(env, small_spec())
     again.write(tmp_path / "again")
     assert schema.Dataset.read(tmp_path / "again").manifest.fingerprint == dataset.compute_fingerprint()
+
+
+@pytest.mark.django_db
+def test_uploads_score_on_every_split(dataset: schema.Dataset, api) -> None:  # type: ignore[no-untyped-def]
+    """The upload path on ALFWorld: every split scores; ranking by the labels themselves picks the best."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from leaderboard.loading import load_dataset
+    from submissions.models import Submission
+    from workers.tasks import score_submission
+
+    load_dataset(dataset)
+    for split in ("train", "dev", "test"):
+        ids = [c.id for s in dataset.states_in(split) for c in s.candidates]
+        assert ids, split
+        body = "id,score\n" + "".join(f"{i},{dataset.q_labels[i]!r}\n" for i in ids)
+        resp = api.post("/api/v1/submissions/", {"dataset": dataset.manifest.key, "split": split, "target": "q",
+                                                 "method_name": "oracle", "file": SimpleUploadedFile("p.csv", body.encode())},
+                        format="multipart")
+        assert resp.status_code == 201, resp.content
+        assert score_submission(resp.json()["id"]) == Submission.FINISHED
+        rows = {r.metric: r for r in Submission.objects.get(pk=resp.json()["id"]).results.all()}
+        assert rows["top1_accuracy"].value == 1.0 and rows["regret_at_1"].value == 0.0, split
+        assert rows["spearman"].insufficient  # a handful of points: below the 50-pair minimum, reported as such

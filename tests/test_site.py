@@ -298,3 +298,18 @@ def test_management_commands(loaded, frozenlake, capsys) -> None:
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out), dtype={"id": str}, float_precision="round_trip")
     expected = {c.id: frozenlake.q_labels[c.id] for s in frozenlake.states if s.split == "test" for c in s.candidates}
     assert dict(zip(frame["id"], frame["label"])) == expected
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+@pytest.mark.parametrize("modality", ["text", "image"])
+def test_uploads_score_on_every_split_and_modality(api, loaded, frozenlake, split: str, modality: str) -> None:
+    """FrozenLake 1.1 has text and 512x512 images: a method of either modality is scored on every split,
+    its pointwise numbers equal scipy's and the leaderboard files it under its modality."""
+    ids, labels = actor_points(frozenlake, split)
+    scores = labels + np.random.default_rng(1).normal(0, 0.3, len(labels))
+    sub = upload(api, csv_bytes(ids, scores), split=split, modality=modality, method_name=f"m-{modality}")
+    rows = finish(sub["id"])
+    assert rows["spearman"].value == pytest.approx(stats.spearmanr(labels, scores)[0], abs=1e-12)
+    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8", "split": split}).json()["rows"]
+    assert [(r["method"], r["modality"]) for r in board] == [(f"m-{modality}", modality)]
