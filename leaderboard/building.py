@@ -14,13 +14,14 @@ Shared by ``manage.py build_dataset`` (inline) and the ``datasets`` queue's task
 
 from __future__ import annotations
 
-import inspect
+import queue
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -58,11 +59,47 @@ class Built:
     created: bool
 
 
-def _call_builder(name: str, out: Path, progress: Progress | None, checkpoint: Path) -> schema.Dataset:
-    kwargs: dict[str, object] = {"progress": progress}
-    if "work_dir" in inspect.signature(build.build).parameters:
-        kwargs["work_dir"] = checkpoint
-    return build.build(name, out, **kwargs)
+def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path) -> schema.Dataset:
+    """``build.build`` in a thread of its own, each progress report handled in this thread.
+
+    An environment may run an event loop in the thread it is driven from (Playwright's sync API,
+    behind MiniWoB), and Django refuses database calls in such a thread: the build gets a
+    thread and ``progress`` (which saves to the database) runs here, synchronously -- the build
+    waits for each report, and an exception ``progress`` raises (an interruption) is raised in
+    the build at that point, as if ``progress`` had run there.
+    """
+    reports: queue.Queue[tuple[tuple[int, int, str], queue.Queue[BaseException | None]] | None] = queue.Queue()
+    outcome: dict[str, Any] = {}
+
+    def relay(done: int, total: int, stage: str) -> None:
+        answer: queue.Queue[BaseException | None] = queue.Queue(maxsize=1)
+        reports.put(((done, total, stage), answer))
+        error = answer.get()
+        if error is not None:
+            raise error
+
+    def run() -> None:
+        try:
+            outcome["dataset"] = build.build(name, out, progress=relay, work_dir=checkpoint)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            outcome["error"] = exc
+        finally:
+            reports.put(None)
+
+    thread = threading.Thread(target=run, name=f"build-{name}", daemon=True)
+    thread.start()
+    while (report := reports.get()) is not None:
+        event, answer = report
+        try:
+            progress(*event)
+        except BaseException as exc:  # noqa: BLE001 - handed to the build, which stops with it
+            answer.put(exc)
+        else:
+            answer.put(None)
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["dataset"]
 
 
 def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True) -> Built:
@@ -75,7 +112,7 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
         shutil.rmtree(staging)
     checkpoint = work_dir(name)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    ds = _call_builder(name, staging, progress, checkpoint)
+    ds = _call_builder(name, staging, report, checkpoint)
     m = ds.manifest
     fingerprint = m.fingerprint or ds.compute_fingerprint()
     report(0, 1, "write")

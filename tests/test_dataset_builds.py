@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -137,6 +138,41 @@ def test_queue_if_missing_and_no_duplicates(db, datasets_dir, tiny, client, caps
     out = capsys.readouterr().out
     assert DatasetBuild.objects.get(pk=queued.pk).error == building.INTERRUPTED
     assert "alfworld: queued build" in out and f"build #{inline.pk} is already running" in out and len(sent) == 1
+
+
+def test_a_build_whose_environment_runs_an_event_loop_records_progress(db, datasets_dir, monkeypatch) -> None:
+    """MiniWoB drives Chromium through Playwright's sync API, which keeps an event loop running in
+    its thread, where Django refuses database calls: the build runs in a thread of its own and its
+    progress is saved from the task's thread."""
+    from playwright.sync_api import sync_playwright
+
+    threads = set()
+
+    class WithPlaywright(build.FrozenLake):  # type: ignore[name-defined]
+        playwright = None
+
+        def _reset(self, task):  # type: ignore[no-untyped-def]
+            if self.playwright is None:
+                self.playwright = sync_playwright().start()
+            threads.add(threading.get_ident())
+            super()._reset(task)
+
+        def close(self) -> None:
+            if self.playwright is not None:
+                self.playwright.stop()
+
+    def with_playwright():  # type: ignore[no-untyped-def]
+        env, spec = tiny_frozenlake()
+        env.__class__ = WithPlaywright
+        return env, dataclasses.replace(spec, slug="frozenlake-loop", num_trajectories=3)
+
+    monkeypatch.setitem(build.BUILDERS, "loop", with_playwright)
+    record = DatasetBuild.objects.create(name="loop")
+    assert build_dataset.apply(args=[record.pk]).get() == "finished"
+    record.refresh_from_db()
+    assert (record.status, record.stage, record.error) == ("finished", "load", "")
+    assert record.dataset_key.startswith("frozenlake-loop@") and Dataset.objects.filter(slug="frozenlake-loop").exists()
+    assert threads and threading.get_ident() not in threads  # the environment ran in the build's thread
 
 
 def test_a_failing_build_ends_failed_with_its_reason(db, datasets_dir, monkeypatch, client) -> None:

@@ -163,6 +163,7 @@ class _BrowserGymPlaywright:
     """What BrowserGym uses of its global Playwright: ``selectors`` and :class:`_SharedChromium`."""
 
     def __init__(self, pw: playwright.sync_api.Playwright, executable: str) -> None:
+        self.playwright = pw
         self.selectors = pw.selectors
         self.chromium = _SharedChromium(pw.chromium, executable)
 
@@ -183,6 +184,21 @@ def install_shared_chromium() -> None:
         _installed = _BrowserGymPlaywright(pw, executable)
         browsergym.core._set_global_playwright(_installed)  # type: ignore[arg-type]
         atexit.register(_installed.chromium.close_all)
+
+
+def shutdown_shared_chromium() -> None:
+    """Close the kept browsers and stop Playwright; the next episode starts them again.
+
+    While started, Playwright's sync API keeps an event loop running in its thread, so Django
+    refuses database calls there (``SynchronousOnlyOperation``): stop it when the episodes of a
+    thread are over (:meth:`MiniWoB.close` does).
+    """
+    global _installed
+    if _installed is not None:
+        _installed.chromium.close_all()
+        _installed.playwright.stop()
+        browsergym.core._set_global_playwright(None)  # type: ignore[arg-type]
+        _installed = None
 
 
 class _DropOverrideWarnings(logging.Filter):
@@ -423,10 +439,11 @@ class MiniWoB(Environment):
         return self._live_env().page.get_by_test_id(bid).input_value(timeout=ACTION_TIMEOUT_MS)
 
     def close(self) -> None:
-        """Close the BrowserGym environment (the shared browser processes stay for reuse)."""
+        """Close the BrowserGym environment, the shared browsers and Playwright (:func:`shutdown_shared_chromium`)."""
         if self._browser_env is not None:
             self._browser_env.close()
             self._browser_env = None
+        shutdown_shared_chromium()
 
     # -- helpers -----------------------------------------------------------------------
     def _live_env(self) -> BrowserEnv:
