@@ -111,13 +111,18 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
     return dataset
 
 
-def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Submission:  # type: ignore[no-untyped-def]
-    """Store, validate and queue an uploaded predictions file; return its submission.
+def _sha256(upload: UploadedFile) -> str:
+    """The hex SHA-256 of an uploaded file, read in chunks and rewound."""
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():
+        digest.update(chunk)
+    upload.seek(0)
+    return digest.hexdigest()
 
-    Raises :class:`SubmissionRejected` for a bad request. A bad file gives a ``failed``
-    submission whose ``problems`` list every issue found.
-    """
-    dataset = check_request(user, req)
+
+def _validating_submission(user, req: SubmissionRequest, dataset: Dataset, upload: UploadedFile,  # type: ignore[no-untyped-def]
+                           **fields: str) -> Submission:
+    """A new submission of ``req`` on ``dataset`` for ``upload`` (with ``fields``), moved to ``validating``."""
     sub = Submission.objects.create(
         user=user,
         dataset=dataset,
@@ -128,8 +133,19 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
         modality=req.modality,
         filename=(upload.name or "upload")[:255],
         size_bytes=upload.size or 0,
+        **fields,
     )
     sub.transition(Submission.VALIDATING)
+    return sub
+
+
+def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Submission:  # type: ignore[no-untyped-def]
+    """Store, validate and queue an uploaded predictions file; return its submission.
+
+    Raises :class:`SubmissionRejected` for a bad request. A bad file gives a ``failed``
+    submission whose ``problems`` list every issue found.
+    """
+    sub = _validating_submission(user, req, check_request(user, req), upload)
     limit = settings.QVAL_MAX_UPLOAD_BYTES
     if (upload.size or 0) > limit:
         _fail_validation(
@@ -137,15 +153,11 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
             [qpred.Problem("too_large", f"the file is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")],
         )
         return sub
-    digest = hashlib.sha256()
-    for chunk in upload.chunks():
-        digest.update(chunk)
-    upload.seek(0)
-    sub.sha256 = digest.hexdigest()
+    sub.sha256 = _sha256(upload)
     sub.file.save(f"{sub.pk}-{sub.sha256[:12]}.upload", upload, save=False)
     sub.save()
     try:
-        index = split_index(dataset, req.split, req.target)
+        index = split_index(sub.dataset, req.split, req.target)
         preds = qpred.parse(sub.file.path, sub.filename, max_bytes=limit, reference_ids=index.expected_ids)
         coverage = qpred.validate(preds, index)
     except qpred.ValidationFailed as exc:
@@ -251,21 +263,8 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
         container_backbone(req.backbone)
     subs = []
     for req, dataset in zip(reqs, datasets):
-        sub = Submission.objects.create(
-            user=user,
-            kind=Submission.KIND_CONTAINER,
-            dataset=dataset,
-            split=req.split,
-            target=req.target,
-            method_name=req.method_name.strip(),
-            backbone_name=req.backbone.strip(),
-            modality=req.modality,
-            filename=(upload.name or "upload")[:255],
-            size_bytes=upload.size or 0,
-            file_format=CONTAINER_FORMAT,
-        )
-        sub.transition(Submission.VALIDATING)
-        subs.append(sub)
+        subs.append(_validating_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
+                                           file_format=CONTAINER_FORMAT))
     limit = settings.QVAL_MAX_CONTAINER_BYTES
     if (upload.size or 0) > limit:
         problem = qpred.Problem(
@@ -273,12 +272,9 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
         for sub in subs:
             _fail_archive(sub, problem)
         return subs
-    digest = hashlib.sha256()
-    for chunk in upload.chunks():
-        digest.update(chunk)
-    upload.seek(0)
+    sha256 = _sha256(upload)
     first = subs[0]
-    first.file.save(f"{first.pk}-{digest.hexdigest()[:12]}.image", upload, save=False)
+    first.file.save(f"{first.pk}-{sha256[:12]}.image", upload, save=False)
     try:
         # Reading the whole archive is the check; the tag-free copy is only wanted by a job.
         image_id = qc.sanitize_archive(Path(first.file.path), Path(os.devnull), max_archive_bytes=limit,
@@ -291,7 +287,7 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
 
     for sub in subs:
         sub.file.name = first.file.name
-        sub.sha256 = digest.hexdigest()
+        sub.sha256 = sha256
         if problem is not None:
             _fail_archive(sub, problem)
             continue

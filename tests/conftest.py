@@ -11,7 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -77,35 +79,48 @@ def api(user):  # type: ignore[no-untyped-def]
     return client
 
 
-@pytest.fixture
-def celery_worker_process(transactional_db, data_dir: Path):  # type: ignore[no-untyped-def]
-    """A real ``celery worker`` process on queue ``scoring``, using the test database and Redis."""
+@contextmanager
+def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_timeout: float,
+                   **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``celery worker -Q queue --concurrency 1`` process named ``name`` on the test database
+    and the test Redis (flushed first), with ``QVAL_DATA_DIR=data_dir`` and ``env``; its output goes
+    to ``log_path``. Stopped with SIGTERM (SIGKILL after ``stop_timeout`` s) on exit."""
     import redis
     from django.db import connection
 
     redis.Redis.from_url(TEST_BROKER_URL).flushdb()
     db = connection.settings_dict
-    env = dict(os.environ)
-    env.update(
+    environ = dict(os.environ)
+    environ.update(
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         CELERY_BROKER_URL=TEST_BROKER_URL,
         QVAL_DATA_DIR=str(data_dir),
+        **env,
     )
-    env.pop("QVAL_INPROCESS_WORKER", None)
-    log = open(data_dir / "worker.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", "scoring", "-c", "1",
-         "-n", f"test-scoring-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    yield proc
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+    environ.pop("QVAL_INPROCESS_WORKER", None)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", queue, "--concurrency", "1",
+             "-n", name, "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+            cwd=REPO, env=environ, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            yield proc
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=stop_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, data_dir: Path):  # type: ignore[no-untyped-def]
+    """A real ``celery worker`` process on queue ``scoring``, using the test database and Redis."""
+    with worker_process("scoring", f"test-scoring-{os.getpid()}@%h", data_dir, data_dir / "worker.log", 20) as proc:
+        yield proc
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.25):  # type: ignore[no-untyped-def]
@@ -152,3 +167,17 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from qval.backbone import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def backbone_kit_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """The starter kit's backbone method (``Containerfile.backbone``) saved as the archive a submitter uploads."""
+    kit = REPO / "examples" / "method-container"
+    tag = f"localhost/qval-test-backbone-kit:{os.getpid()}-{time.monotonic_ns()}"
+    built = engine.call("build", "-q", "-f", str(kit / "Containerfile.backbone"), "-t", tag, str(kit))
+    assert built.returncode == 0, built.stderr
+    out = tmp_path_factory.mktemp("backbone-kit") / "kit.tar"
+    saved = engine.call("save", "-o", str(out), tag)
+    engine.call("rmi", tag)
+    assert saved.returncode == 0, saved.stderr
+    return out

@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,6 @@ from qval import backbone as bb
 from qval import containers as qc
 from qval import schema
 from qval.scoring import truth_from_dataset
-
-REPO = Path(__file__).resolve().parents[1]
-KIT = REPO / "examples" / "method-container"
 
 
 @pytest.fixture(scope="session")
@@ -210,19 +206,6 @@ def test_upstream_down_is_a_clear_error(tmp_path: Path) -> None:
 
 
 # -- in a real sandboxed container -----------------------------------------------------------
-@pytest.fixture(scope="session")
-def backbone_kit_tar(engine: qc.Engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The starter kit's backbone method (Containerfile.backbone) saved as an upload."""
-    tag = f"localhost/qval-test-backbone-kit:{uuid.uuid4().hex[:8]}"
-    built = engine.call("build", "-q", "-f", str(KIT / "Containerfile.backbone"), "-t", tag, str(KIT))
-    assert built.returncode == 0, built.stderr
-    out = tmp_path_factory.mktemp("bbkit") / "kit.tar"
-    saved = engine.call("save", "-o", str(out), tag)
-    engine.call("rmi", tag)
-    assert saved.returncode == 0, saved.stderr
-    return out
-
-
 def text_only(ds: schema.Dataset) -> schema.Dataset:
     """The first 15 dev states of ``ds`` without image file names (the method reads text only)."""
     states = [replace(s, image=None, candidates=tuple(replace(c, next_image=None) for c in s.candidates))

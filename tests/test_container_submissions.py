@@ -14,9 +14,7 @@ import io
 import tarfile
 import json
 import os
-import signal
 import subprocess
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -32,7 +30,7 @@ from qval import schema
 from qval.scoring import score, truth_from_dataset
 from submissions import services
 from submissions.models import Submission
-from tests.conftest import REPO, TEST_BROKER_URL, wait_for
+from tests.conftest import REPO, wait_for, worker_process
 from workers.tasks import fail, run_container_submission, store_results
 
 pytestmark = pytest.mark.container
@@ -156,21 +154,7 @@ def test_the_starter_kit_finishes_on_dev_and_test(api, site, kit_tar, frozenlake
     api.force_login(Submission.objects.get(pk=subs[1]["id"]).user)
     page = api.get(f"/submissions/{subs[1]['id']}/").content.decode()
     assert 'id="kind">method container<' in page and 'id="container-outcome">finished<' in page
-    assert f'<pre id="stdout" class="log">scored' in page and 'id="results"' in page
-
-
-@pytest.fixture(scope="session")
-def backbone_kit_tar(engine: qc.Engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The starter kit's backbone method (Containerfile.backbone) saved as an upload."""
-    out = tmp_path_factory.mktemp("bbkit") / "kit.tar"
-    tag = f"localhost/qval-test-bbkit-site:{SESSION}"
-    built = engine.call("build", "-q", "-f", str(REPO / "examples" / "method-container" / "Containerfile.backbone"),
-                        "-t", tag, str(REPO / "examples" / "method-container"))
-    assert built.returncode == 0, built.stderr
-    saved = engine.call("save", "-o", str(out), tag)
-    engine.call("rmi", tag)
-    assert saved.returncode == 0, saved.stderr
-    return out
+    assert '<pre id="stdout" class="log">scored' in page and 'id="results"' in page
 
 
 @pytest.mark.django_db
@@ -376,36 +360,11 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
 @pytest.fixture
 def gpu_worker(transactional_db, data_dir: Path, engine: qc.Engine):  # type: ignore[no-untyped-def]
     """A real ``celery worker -Q gpu --concurrency 1`` process on the test database and Redis."""
-    import redis
-    from django.db import connection
-
-    redis.Redis.from_url(TEST_BROKER_URL).flushdb()
-    db = connection.settings_dict
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        CELERY_BROKER_URL=TEST_BROKER_URL,
-        QVAL_DATA_DIR=str(data_dir),
-        QVAL_CONTAINER_WORK_ROOT=str(engine.work_root),
-        QVAL_BOOTSTRAP_RESAMPLES=str(RESAMPLES),
-        QVAL_CONTAINER_TIMEOUT_S="120",
-    )
-    env.pop("QVAL_INPROCESS_WORKER", None)
     log_path = data_dir / "gpu-worker.log"
-    log = log_path.open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", "gpu", "--concurrency", "1",
-         "-n", f"test-gpu-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    yield proc, log_path
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+    with worker_process("gpu", f"test-gpu-{os.getpid()}@%h", data_dir, log_path, 60,
+                        QVAL_CONTAINER_WORK_ROOT=str(engine.work_root), QVAL_BOOTSTRAP_RESAMPLES=str(RESAMPLES),
+                        QVAL_CONTAINER_TIMEOUT_S="120") as proc:
+        yield proc, log_path
 
 
 @pytest.mark.slow

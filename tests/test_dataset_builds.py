@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -22,7 +19,7 @@ from django.utils import timezone
 from leaderboard import building
 from leaderboard.models import Dataset, DatasetBuild
 from qval import build, schema
-from tests.conftest import REPO, TEST_BROKER_URL, wait_for
+from tests.conftest import wait_for, worker_process
 from workers.builds import build_dataset, reap_stalled_builds
 
 
@@ -227,7 +224,6 @@ def test_the_reaper_fails_stalled_and_never_started_builds(db, settings) -> None
     assert app.conf.task_routes["workers.builds.build_dataset"] == {"queue": "datasets"}
 
 
-@pytest.mark.skipif("work_dir" not in build.build.__code__.co_varnames, reason="qval.build has no work_dir yet")
 def test_an_interrupted_build_resumes_through_the_task_and_the_command(db, datasets_dir, tiny,
                                                                         monkeypatch) -> None:
     frozenlake = tiny
@@ -264,38 +260,13 @@ def test_an_interrupted_build_resumes_through_the_task_and_the_command(db, datas
 @pytest.fixture
 def datasets_worker(transactional_db, data_dir: Path, settings):  # type: ignore[no-untyped-def]
     """A real ``celery worker -Q datasets --concurrency 1`` process on the test database and Redis."""
-    import redis
-    from django.db import connection
-
-    redis.Redis.from_url(TEST_BROKER_URL).flushdb()
     root = data_dir / f"builds-{os.getpid()}-{time.monotonic_ns()}"
     settings.QVAL_DATASETS_DIR = root / "datasets"
     settings.QVAL_DOWNLOAD_CACHE = root / "cache" / "downloads"
-    db = connection.settings_dict
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        CELERY_BROKER_URL=TEST_BROKER_URL,
-        QVAL_DATA_DIR=str(root),
-    )
-    env.pop("QVAL_INPROCESS_WORKER", None)
     name = f"test-datasets-{os.getpid()}@{socket.gethostname()}"
     log_path = root / "datasets-worker.log"
-    log_path.parent.mkdir(parents=True)
-    log = log_path.open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", "datasets", "--concurrency", "1",
-         "-n", name, "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    yield proc, name, log_path
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+    with worker_process("datasets", name, root, log_path, 30) as proc:
+        yield proc, name, log_path
 
 
 @pytest.mark.slow
