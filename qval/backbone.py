@@ -480,8 +480,8 @@ class BackboneServer:
         if not all(isinstance(s, str) for s in stop) or len(stop) > 4:
             raise BackboneError(400, "stop must be a string or a list of at most 4 strings", param="stop")
         try:
-            temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-            top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
+            temperature = float(1.0 if body.get("temperature") is None else body["temperature"])
+            top_p = float(1.0 if body.get("top_p") is None else body["top_p"])
             seed = int(body.get("seed") or 0)
         except (TypeError, ValueError) as exc:
             raise BackboneError(400, f"temperature, top_p and seed must be numbers: {exc}") from exc
