@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -169,15 +168,6 @@ def test_bad_inputs_are_rejected() -> None:
         paired_bootstrap(x, a, b, metric="r2")
     with pytest.raises(ValueError, match="level"):
         paired_bootstrap(x, a, b, level=1.0)
-
-
-def test_2000_resamples_of_10000_points_are_fast() -> None:
-    x, a, b = _data(10, 10_000)
-    start = time.perf_counter()
-    result = paired_bootstrap(x, a, b, resamples=2000)
-    elapsed = time.perf_counter() - start
-    assert result.resamples == 2000
-    assert elapsed < 6.0, f"paired_bootstrap took {elapsed:.1f} s"  # about 1.5 s on a dev machine
 
 
 # -- Friedman / Nemenyi -----------------------------------------------------------------
