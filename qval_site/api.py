@@ -86,6 +86,7 @@ class DatasetDownload(APIView):
     images (a zip); with ``format=card`` the dataset card, with ``format=zip`` the whole dataset."""
 
     permission_classes = [AllowAny]
+    throttle_scope = "download"
 
     @extend_schema(
         parameters=[
@@ -147,6 +148,7 @@ class SubmissionCreate(APIView):
 
     permission_classes = [IsAuthenticated]
     parser_classes = [MultiPartParser, FormParser]
+    throttle_scope = "upload"
 
     @extend_schema(request={"multipart/form-data": SubmissionUpload}, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
@@ -270,9 +272,11 @@ class LeaderboardCriticalDifference(APIView):
 
 class Compare(APIView):
     """A vs B: paired bootstrap of the difference in each pointwise metric between two
-    finished submissions on the same dataset, split and target."""
+    finished submissions on the same dataset, split and target (on a hidden split only
+    submissions that score every point, rounded: :func:`submissions.comparison.resolve_pair`)."""
 
     permission_classes = [AllowAny]
+    throttle_scope = "compare"
 
     @extend_schema(
         parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],

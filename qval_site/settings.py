@@ -14,6 +14,11 @@ Variables:
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
 ``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
+``QVAL_USER_STORAGE_MB``    uploaded bytes one account may keep stored (default 10240).
+``QVAL_THROTTLE_RATES``     JSON object overriding rates of the expensive endpoints, e.g.
+                            ``{"compare_anon": "10/min"}`` (qval_site/throttling.py).
+``QVAL_RECEIVED_S``         a submission still ``received``/``validating`` after this long is failed (default 3600).
+``QVAL_SCORING_S``          a predictions file ``queued``/``scoring`` for longer than this is failed (default 3600).
 
 Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 
@@ -101,6 +106,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "qval_site.middleware.RejectInvalidParametersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -169,6 +175,25 @@ STATICFILES_FINDERS = [
 QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) * 1024 * 1024)
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
+QVAL_USER_STORAGE_BYTES = int(float(os.environ.get("QVAL_USER_STORAGE_MB", "10240")) * 1024 * 1024)
+# Deadlines of the non-final states of a predictions file (the reaper fails it past them; the
+# platform's fault, so it does not count towards the quota). Containers: QVAL_CONTAINER_*_S below.
+QVAL_RECEIVED_S = float(os.environ.get("QVAL_RECEIVED_S", "3600"))
+QVAL_SCORING_S = float(os.environ.get("QVAL_SCORING_S", "3600"))
+# Rates of the expensive endpoints (qval_site/throttling.py): "<scope>_anon" per client address,
+# "<scope>_user" per account. A scope without a rate is not limited.
+QVAL_THROTTLE_RATES = {
+    "compare_anon": "10/min",
+    "compare_user": "60/min",
+    "upload_user": "30/min",
+    "download_anon": "30/min",
+    "download_user": "120/min",
+    "signup_anon": "5/hour",
+}
+try:
+    QVAL_THROTTLE_RATES.update(json.loads(os.environ.get("QVAL_THROTTLE_RATES") or "{}"))
+except (json.JSONDecodeError, TypeError, ValueError) as exc:
+    raise ImproperlyConfigured(f"QVAL_THROTTLE_RATES is not a JSON object of rates: {exc}") from exc
 
 # Method containers (see qval/containers.py and workers/tasks.py).
 QVAL_MAX_CONTAINER_BYTES = int(float(os.environ.get("QVAL_MAX_CONTAINER_MB", "4096")) * 1024 * 1024)
@@ -227,6 +252,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Only views with a ``throttle_scope`` are limited, at QVAL_THROTTLE_RATES.
+    "DEFAULT_THROTTLE_CLASSES": ["qval_site.throttling.SiteThrottle"],
     # ``?format=`` selects a download's file format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
 }

@@ -95,6 +95,9 @@ class Submission(models.Model):
     deadline = models.DateTimeField(
         null=True, blank=True, help_text="Past this time an unfinished submission is failed by the reaper."
     )
+    predictions = models.FileField(
+        upload_to="predictions/%Y/%m/", blank=True,
+        help_text="Container submissions: the predictions.jsonl the container wrote, as scored.")
 
     class Meta:
         ordering = ["-received_at"]
@@ -122,6 +125,15 @@ class Submission(models.Model):
             self.fault = fault or self.FAULT_SYSTEM
         if save:
             self.save()
+
+    def scored_predictions(self) -> tuple[str, str]:
+        """``(path, file name)`` of the predictions this submission was scored on: the uploaded
+        file, or for a container the ``predictions.jsonl`` it wrote (never the image archive)."""
+        if self.kind == self.KIND_CONTAINER:
+            if not self.predictions:
+                raise ValueError(f"container submission {self.pk} has no stored predictions")
+            return self.predictions.path, "predictions.jsonl"
+        return self.file.path, self.filename
 
     def timeline(self) -> list[tuple[str, object]]:
         """``(state, timestamp)`` pairs of the transitions that happened, in order."""

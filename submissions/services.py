@@ -14,6 +14,7 @@ its own. :func:`reap_overdue` fails container submissions whose deadline passed.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,9 +22,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from leaderboard.loading import split_index
@@ -33,6 +35,8 @@ from qval import predictions as qpred
 from qval.schema import TARGETS
 
 from .models import Submission
+
+log = logging.getLogger(__name__)
 
 
 class SubmissionRejected(ValueError):
@@ -79,8 +83,34 @@ def quota_used(user, now=None) -> int:  # type: ignore[no-untyped-def]
     )
 
 
+def lock_account(user) -> None:  # type: ignore[no-untyped-def]
+    """Hold ``user``'s row lock until the transaction ends: the quota is counted and the new
+    submissions inserted under it, so concurrent uploads of one account cannot both pass the
+    count (check-then-insert without it let 6 of 12 concurrent uploads through a limit of 5)."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+
+
+def storage_used(user) -> int:  # type: ignore[no-untyped-def]
+    """Bytes of the files ``user``'s submissions keep stored (an archive shared by several counts once)."""
+    sizes = (Submission.objects.filter(user=user).exclude(file="")
+             .values("file").annotate(size=Max("size_bytes")).values_list("size", flat=True))
+    return int(sum(sizes))
+
+
+def check_storage(user, size: int) -> None:  # type: ignore[no-untyped-def]
+    """Refuse an upload of ``size`` bytes that would take ``user`` past ``QVAL_USER_STORAGE_BYTES``."""
+    limit, used = settings.QVAL_USER_STORAGE_BYTES, storage_used(user)
+    if used + size > limit:
+        raise SubmissionRejected(
+            "file", f"storage limit reached: your stored uploads take {used / 2**20:.1f} MiB and this one "
+            f"{size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB per account", status=413)
+
+
 def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Dataset:  # type: ignore[no-untyped-def]
     """Validate the request's fields and the quota; return the dataset.
+
+    Call it inside a transaction after :func:`lock_account`, and create the submissions in
+    that same transaction.
 
     ``quota_needed``: how many test-split submissions the whole request creates (a container
     upload naming several test datasets needs one each).
@@ -133,6 +163,7 @@ def _validating_submission(user, req: SubmissionRequest, dataset: Dataset, uploa
         modality=req.modality,
         filename=(upload.name or "upload")[:255],
         size_bytes=upload.size or 0,
+        deadline=timezone.now() + timedelta(seconds=settings.QVAL_RECEIVED_S),
         **fields,
     )
     sub.transition(Submission.VALIDATING)
@@ -145,8 +176,13 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     Raises :class:`SubmissionRejected` for a bad request. A bad file gives a ``failed``
     submission whose ``problems`` list every issue found.
     """
-    sub = _validating_submission(user, req, check_request(user, req), upload)
     limit = settings.QVAL_MAX_UPLOAD_BYTES
+    with transaction.atomic():
+        lock_account(user)
+        dataset = check_request(user, req)
+        if (upload.size or 0) <= limit:
+            check_storage(user, upload.size or 0)
+        sub = _validating_submission(user, req, dataset, upload)
     if (upload.size or 0) > limit:
         _fail_validation(
             sub,
@@ -163,6 +199,10 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     except qpred.ValidationFailed as exc:
         _fail_validation(sub, exc.problems)
         return sub
+    except Exception:  # noqa: BLE001 - the parser failed otherwise: ours; the submission still ends
+        log.exception("validating submission %s failed", sub.pk)
+        sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
+        return sub
     sub.file_format = preds.format
     sub.coverage = {
         "expected": coverage.expected,
@@ -171,6 +211,7 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
         "missing_examples": list(coverage.missing_examples),
         "rows": preds.num_rows,
     }
+    sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
     sub.transition(Submission.QUEUED)
     from workers.tasks import score_submission  # the worker module imports this one
 
@@ -189,7 +230,21 @@ def _fail_validation(sub: Submission, problems: list[qpred.Problem]) -> None:
 # -- method containers -------------------------------------------------------------------
 CONTAINER_FORMAT = "image-archive"
 QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
+SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
+VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed): the check of the upload stopped or hung"
+VALIDATION_ERROR_REASON = (
+    "internal error while validating; the maintainers have been notified and this submission does not "
+    "count towards your quota")
+
+
+def deadline_reason(sub: Submission) -> str:
+    """Why the reaper fails ``sub``, by the state it was stuck in."""
+    if sub.state in (Submission.RECEIVED, Submission.VALIDATING):
+        return VALIDATION_DEADLINE_REASON
+    if sub.state == Submission.SCORING:
+        return WORKER_DEADLINE_REASON
+    return QUEUE_DEADLINE_REASON if sub.kind == Submission.KIND_CONTAINER else SCORING_QUEUE_DEADLINE_REASON
 
 
 def container_engine() -> qc.Engine:
@@ -258,14 +313,17 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
             unique.append(req)
     reqs = unique
     test_count = sum(1 for r in reqs if r.split == "test")
-    datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
-    for req in reqs:
-        container_backbone(req.backbone)
-    subs = []
-    for req, dataset in zip(reqs, datasets):
-        subs.append(_validating_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
-                                           file_format=CONTAINER_FORMAT))
     limit = settings.QVAL_MAX_CONTAINER_BYTES
+    with transaction.atomic():
+        lock_account(user)
+        datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
+        for req in reqs:
+            container_backbone(req.backbone)
+        if (upload.size or 0) <= limit:
+            check_storage(user, upload.size or 0)
+        subs = [_validating_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
+                                       file_format=CONTAINER_FORMAT)
+                for req, dataset in zip(reqs, datasets)]
     if (upload.size or 0) > limit:
         problem = qpred.Problem(
             "too_large", f"the archive is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")
@@ -285,6 +343,8 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
         problem = None
     from workers.tasks import run_container_submission  # the worker module imports this one
 
+    if problem is not None:  # a rejected archive is not kept
+        first.file.delete(save=False)
     for sub in subs:
         sub.file.name = first.file.name
         sub.sha256 = sha256
@@ -306,8 +366,11 @@ def _fail_archive(sub: Submission, problem: qpred.Problem) -> None:
 def reap_overdue(now: datetime | None = None) -> list[int]:
     """Fail every unfinished submission whose deadline passed; return their ids.
 
-    A queued one timed out in the queue, one being run in the worker (a worker that died or
-    hung); either way the platform is at fault, so it does not count towards the quota.
+    Every non-final state has a deadline: ``received``/``validating`` ``QVAL_RECEIVED_S`` after
+    the upload; a queued predictions file ``QVAL_SCORING_S`` after it was queued, a container
+    ``QVAL_CONTAINER_QUEUE_S`` and, once running, its timeout plus ``QVAL_CONTAINER_GRACE_S``.
+    The reason names the state it was stuck in (:func:`deadline_reason`); the platform is at
+    fault, so it does not count towards the quota.
     """
     now = now or timezone.now()
     reaped = []
@@ -317,7 +380,6 @@ def reap_overdue(now: datetime | None = None) -> list[int]:
             sub = Submission.objects.select_for_update().get(pk=pk)
             if sub.is_final or sub.deadline is None or sub.deadline >= now:
                 continue  # finished (or re-deadlined) meanwhile
-            reason = WORKER_DEADLINE_REASON if sub.state == Submission.SCORING else QUEUE_DEADLINE_REASON
-            sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+            sub.transition(Submission.FAILED, error=deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
             reaped.append(pk)
     return reaped

@@ -46,6 +46,14 @@ def _media_root(settings, data_dir: Path) -> None:  # type: ignore[no-untyped-de
     settings.QVAL_DOWNLOAD_CACHE = data_dir / "cache" / "downloads"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """An empty cache per test: rate-limit counters and cached comparisons start from zero."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture(scope="session")
 def frozenlake(data_dir: Path) -> schema.Dataset:
     """The FrozenLake dataset built by our pipeline (once per session), written where the site

@@ -31,6 +31,8 @@ from typing import Any
 from celery import shared_task
 from celery.signals import celeryd_after_setup
 from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
@@ -39,7 +41,8 @@ from leaderboard.models import Backbone, Method
 from qval import containers as qc
 from qval import predictions as qpred
 from qval.backbone import Backend, BackboneServer, backend_from_spec
-from qval.scoring import MetricRow, score
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import MetricRow, disclose, score
 from submissions import services
 from submissions.models import Result, Submission
 
@@ -95,8 +98,7 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
             log.info("submission %s (%s) is %s; nothing to run", sub.pk, sub.kind, sub.state)
             return sub.state
         if sub.deadline is not None and sub.deadline < now:
-            reason = services.WORKER_DEADLINE_REASON if sub.state == Submission.SCORING else services.QUEUE_DEADLINE_REASON
-            sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
             return Submission.FAILED
         limits = services.container_limits(sub.dataset)
         if sub.state == Submission.QUEUED:
@@ -140,6 +142,9 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         cov = evaluation.coverage
         run["coverage"] = {"expected": cov.expected, "provided": cov.provided, "missing": cov.missing,
                            "missing_examples": list(cov.missing_examples)}
+    # Kept as scored, so the submission can be compared like an uploaded file.
+    run["predictions"] = default_storage.save(
+        f"predictions/{timezone.now():%Y/%m}/{sub.pk}-predictions.jsonl", ContentFile(evaluation.run.predictions or b""))
     return store_results(submission_id, evaluation.rows, **run)
 
 
@@ -169,6 +174,8 @@ def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> s
     """Replace a scored submission's results with ``rows``, set ``fields`` on it, link its method
     and backbone and finish it, in one transaction; return its final state.
 
+    On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored.
+
     A submission that is no longer being scored (the reaper failed it meanwhile) keeps its state
     and gets no results.
     """
@@ -178,6 +185,7 @@ def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> s
             log.warning("submission %s became %s while it was scored; results dropped", sub.pk, sub.state)
             return sub.state
         Result.objects.filter(submission=sub).delete()
+        rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
         Result.objects.bulk_create(
             Result(
                 submission=sub,
