@@ -272,7 +272,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "scoring"
 CELERY_TASK_ROUTES = {
+    "workers.tasks.validate_upload": {"queue": "scoring"},
     "workers.tasks.score_submission": {"queue": "scoring"},
+    # Archives are read where they are run (a gpu worker has the disk for them).
+    "workers.tasks.inspect_container_upload": {"queue": "gpu"},
     # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},

@@ -2,13 +2,15 @@
 
 The web form and the API both call :func:`create_submission` (a predictions file) or
 :func:`create_container_submissions` (a method container), so both give the same errors.
-Problems with the request itself (unknown dataset, split, target; quota exceeded) raise
-:class:`SubmissionRejected` and create nothing. Problems with the file create a submission
-that ends ``failed`` with every problem listed, and touch nothing else.
+Problems with the request itself (unknown dataset, split, target; quota exceeded; storage
+cap) raise :class:`SubmissionRejected` and create nothing. The request only stores the file
+and answers ``received``; a worker checks it (:func:`validate_submission`,
+:func:`inspect_archive`). Problems with the file make a submission that ends ``failed`` with
+every problem listed, and touch nothing else.
 
 A container upload may name several datasets and splits: it becomes one submission per
 (dataset, split), all sharing the one stored archive, each queued on its own and ending on
-its own. :func:`reap_overdue` fails container submissions whose deadline passed.
+its own. :func:`reap_overdue` fails submissions whose deadline passed (every non-final state has one).
 """
 
 from __future__ import annotations
@@ -150,10 +152,11 @@ def _sha256(upload: UploadedFile) -> str:
     return digest.hexdigest()
 
 
-def _validating_submission(user, req: SubmissionRequest, dataset: Dataset, upload: UploadedFile,  # type: ignore[no-untyped-def]
-                           **fields: str) -> Submission:
-    """A new submission of ``req`` on ``dataset`` for ``upload`` (with ``fields``), moved to ``validating``."""
-    sub = Submission.objects.create(
+def _received_submission(user, req: SubmissionRequest, dataset: Dataset, upload: UploadedFile,  # type: ignore[no-untyped-def]
+                         **fields: str) -> Submission:
+    """A new ``received`` submission of ``req`` on ``dataset`` for ``upload`` (with ``fields``),
+    with a deadline ``QVAL_RECEIVED_S`` away for its check."""
+    return Submission.objects.create(
         user=user,
         dataset=dataset,
         split=req.split,
@@ -166,15 +169,14 @@ def _validating_submission(user, req: SubmissionRequest, dataset: Dataset, uploa
         deadline=timezone.now() + timedelta(seconds=settings.QVAL_RECEIVED_S),
         **fields,
     )
-    sub.transition(Submission.VALIDATING)
-    return sub
 
 
 def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Submission:  # type: ignore[no-untyped-def]
-    """Store, validate and queue an uploaded predictions file; return its submission.
+    """Store an uploaded predictions file and send it to be checked; return its ``received`` submission.
 
-    Raises :class:`SubmissionRejected` for a bad request. A bad file gives a ``failed``
-    submission whose ``problems`` list every issue found.
+    The request does no parsing: :func:`validate_submission` runs on the ``scoring`` worker.
+    Raises :class:`SubmissionRejected` for a bad request (quota and storage counted under
+    :func:`lock_account`). A file over ``QVAL_MAX_UPLOAD_BYTES`` fails at once, unstored.
     """
     limit = settings.QVAL_MAX_UPLOAD_BYTES
     with transaction.atomic():
@@ -182,8 +184,9 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
         dataset = check_request(user, req)
         if (upload.size or 0) <= limit:
             check_storage(user, upload.size or 0)
-        sub = _validating_submission(user, req, dataset, upload)
+        sub = _received_submission(user, req, dataset, upload)
     if (upload.size or 0) > limit:
+        sub.transition(Submission.VALIDATING, save=False)
         _fail_validation(
             sub,
             [qpred.Problem("too_large", f"the file is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")],
@@ -192,17 +195,45 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     sub.sha256 = _sha256(upload)
     sub.file.save(f"{sub.pk}-{sub.sha256[:12]}.upload", upload, save=False)
     sub.save()
+    from workers.tasks import validate_upload  # the worker module imports this one
+
+    transaction.on_commit(lambda: validate_upload.delay(sub.pk))
+    return sub
+
+
+def _start_check(pk: int) -> Submission | None:
+    """Move a ``received`` submission to ``validating`` under its row lock; ``None`` if it is not
+    ``received`` (a repeated task, or the reaper failed it)."""
+    with transaction.atomic():
+        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=pk)
+        if sub.state != Submission.RECEIVED:
+            log.info("submission %s is %s; nothing to check", pk, sub.state)
+            return None
+        sub.transition(Submission.VALIDATING)
+    return sub
+
+
+def validate_submission(pk: int) -> str:
+    """Parse and validate a received predictions file and queue it for scoring; return its state.
+
+    A bad file fails with every problem listed (the user's fault); an error of ours fails it
+    without counting towards the quota.
+    """
+    sub = _start_check(pk)
+    if sub is None:
+        return Submission.objects.get(pk=pk).state
     try:
-        index = split_index(sub.dataset, req.split, req.target)
-        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=limit, reference_ids=index.expected_ids)
+        index = split_index(sub.dataset, sub.split, sub.target)
+        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=settings.QVAL_MAX_UPLOAD_BYTES,
+                            reference_ids=index.expected_ids)
         coverage = qpred.validate(preds, index)
     except qpred.ValidationFailed as exc:
         _fail_validation(sub, exc.problems)
-        return sub
+        return sub.state
     except Exception:  # noqa: BLE001 - the parser failed otherwise: ours; the submission still ends
         log.exception("validating submission %s failed", sub.pk)
         sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
-        return sub
+        return sub.state
     sub.file_format = preds.format
     sub.coverage = {
         "expected": coverage.expected,
@@ -216,7 +247,7 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     from workers.tasks import score_submission  # the worker module imports this one
 
     transaction.on_commit(lambda: score_submission.delay(sub.pk))
-    return sub
+    return sub.state
 
 
 def _fail_validation(sub: Submission, problems: list[qpred.Problem]) -> None:
@@ -297,13 +328,13 @@ def container_backbone(name: str) -> str | None:
 
 
 def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload: UploadedFile) -> list[Submission]:  # type: ignore[no-untyped-def]
-    """Store and check an uploaded image archive and queue one submission per request.
+    """Store an uploaded image archive once and send it to be inspected; return one ``received``
+    submission per request.
 
-    Every request is checked first (the test-split quota against all of them together), so a
-    bad request creates nothing. The archive is stored once and shared. An archive over
-    ``QVAL_MAX_CONTAINER_BYTES`` or one :func:`qval.containers.sanitize_archive` refuses fails
-    every submission with the problem listed; otherwise each is queued on ``gpu`` with a
-    deadline ``QVAL_CONTAINER_QUEUE_S`` away.
+    Every request is checked first (the test-split quota against all of them together, under
+    :func:`lock_account`), so a bad request creates nothing. An archive over
+    ``QVAL_MAX_CONTAINER_BYTES`` fails every submission at once, unstored; otherwise
+    :func:`inspect_archive` runs on a ``gpu`` worker, never in the request.
     """
     unique, seen = [], set()
     for req in reqs:  # "frozenlake-8x8" and "frozenlake-8x8@1.0" may name the same dataset
@@ -321,41 +352,65 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
             container_backbone(req.backbone)
         if (upload.size or 0) <= limit:
             check_storage(user, upload.size or 0)
-        subs = [_validating_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
-                                       file_format=CONTAINER_FORMAT)
+        subs = [_received_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
+                                     file_format=CONTAINER_FORMAT)
                 for req, dataset in zip(reqs, datasets)]
     if (upload.size or 0) > limit:
         problem = qpred.Problem(
             "too_large", f"the archive is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")
         for sub in subs:
+            sub.transition(Submission.VALIDATING, save=False)
             _fail_archive(sub, problem)
         return subs
     sha256 = _sha256(upload)
     first = subs[0]
     first.file.save(f"{first.pk}-{sha256[:12]}.image", upload, save=False)
-    try:
-        # Reading the whole archive is the check; the tag-free copy is only wanted by a job.
-        image_id = qc.sanitize_archive(Path(first.file.path), Path(os.devnull), max_archive_bytes=limit,
-                                       max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
-    except qc.ArchiveRejected as exc:
-        image_id, problem = "", qpred.Problem("archive_rejected", str(exc))
-    else:
-        problem = None
-    from workers.tasks import run_container_submission  # the worker module imports this one
-
-    if problem is not None:  # a rejected archive is not kept
-        first.file.delete(save=False)
     for sub in subs:
         sub.file.name = first.file.name
         sub.sha256 = sha256
-        if problem is not None:
+        sub.save()
+    from workers.tasks import inspect_container_upload  # the worker module imports this one
+
+    pks = [sub.pk for sub in subs]
+    transaction.on_commit(lambda: inspect_container_upload.delay(pks))
+    return subs
+
+
+def inspect_archive(pks: Sequence[int]) -> list[str]:
+    """Check the image archive the container submissions ``pks`` share
+    (:func:`qval.containers.sanitize_archive`) and queue each on ``gpu`` with a deadline
+    ``QVAL_CONTAINER_QUEUE_S`` away; return their states.
+
+    A rejected archive fails them all (the user's fault) and is deleted.
+    """
+    subs = [sub for sub in (_start_check(pk) for pk in pks) if sub is not None]
+    if not subs:
+        return [Submission.objects.get(pk=pk).state for pk in pks]
+    path = Path(subs[0].file.path)
+    try:
+        # Reading the whole archive is the check; the tag-free copy is only wanted by a job.
+        image_id = qc.sanitize_archive(path, Path(os.devnull), max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
+                                       max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
+    except qc.ArchiveRejected as exc:
+        problem = qpred.Problem("archive_rejected", str(exc))
+        path.unlink(missing_ok=True)  # a rejected archive is not kept
+        for sub in subs:
+            sub.file.name = ""
             _fail_archive(sub, problem)
-            continue
+        return [sub.state for sub in subs]
+    except Exception:  # noqa: BLE001 - the archive could not be read for a reason of ours
+        log.exception("inspecting the archive of submissions %s failed", pks)
+        for sub in subs:
+            sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
+        return [sub.state for sub in subs]
+    from workers.tasks import run_container_submission  # the worker module imports this one
+
+    for sub in subs:
         sub.image_id = image_id
         sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_CONTAINER_QUEUE_S)
         sub.transition(Submission.QUEUED)
         transaction.on_commit(lambda pk=sub.pk: run_container_submission.delay(pk))
-    return subs
+    return [sub.state for sub in subs]
 
 
 def _fail_archive(sub: Submission, problem: qpred.Problem) -> None:

@@ -21,7 +21,7 @@ from scipy import stats
 from leaderboard.models import Backbone, Candidate, Dataset, Label, Method, State
 from qval import build
 from submissions.models import Result, Submission
-from workers.tasks import score_submission
+from workers.tasks import score_submission, validate_upload
 
 pytestmark = pytest.mark.django_db
 
@@ -33,11 +33,16 @@ def csv_bytes(ids: list[str], scores: list[float] | np.ndarray) -> bytes:
 
 
 def upload(api, content: bytes, name: str = "preds.csv", **fields) -> dict:  # type: ignore[no-untyped-def]
+    """POST a predictions file (answered ``received``), run the real validation task on it in-process
+    (as ``finish`` runs the scoring task) and return the submission as the API then shows it."""
     data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "oracle", **fields}
     data["file"] = SimpleUploadedFile(name, content)
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == 201, resp.content
-    return resp.json()
+    sub = resp.json()
+    if sub["state"] == Submission.RECEIVED:
+        validate_upload(sub["id"])
+    return api.get(f"/api/v1/submissions/{sub['id']}/").json()
 
 
 def finish(sub_id: int) -> dict:

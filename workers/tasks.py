@@ -1,5 +1,8 @@
 """Celery tasks.
 
+* ``validate_upload`` (queue ``scoring``) parses and validates an uploaded predictions file and
+  queues it; ``inspect_container_upload`` (queue ``gpu``) checks an uploaded image archive and
+  queues its submissions -- the web request only stores the upload;
 * ``score_submission`` (queue ``scoring``) scores an uploaded predictions file;
 * ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
   method container on the split's inputs -- serving the backbone it asked for on the job's socket
@@ -52,6 +55,18 @@ INTERNAL_ERROR = (
     "internal error while {doing}; the maintainers have been notified and this "
     "submission does not count towards your quota"
 )
+
+
+@shared_task(name="workers.tasks.validate_upload", acks_late=True)
+def validate_upload(submission_id: int) -> str:
+    """Check a received predictions file (:func:`submissions.services.validate_submission`)."""
+    return services.validate_submission(submission_id)
+
+
+@shared_task(name="workers.tasks.inspect_container_upload", acks_late=True)
+def inspect_container_upload(submission_ids: list[int]) -> list[str]:
+    """Check the archive of received container submissions (:func:`submissions.services.inspect_archive`)."""
+    return services.inspect_archive(submission_ids)
 
 
 @shared_task(bind=True, name="workers.tasks.score_submission", acks_late=True)
