@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import UploadedFile
@@ -34,7 +35,7 @@ from leaderboard.loading import split_index
 from leaderboard.models import MODALITY_CHOICES, Dataset
 from qval import containers as qc
 from qval import predictions as qpred
-from qval.schema import TARGETS
+from qval.schema import PUBLIC_SPLITS, TARGETS
 
 from .models import Submission
 
@@ -85,6 +86,11 @@ def quota_used(user, now=None) -> int:  # type: ignore[no-untyped-def]
     )
 
 
+def has_verified_email(user) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``user`` confirmed an email address (django-allauth), as hidden splits require."""
+    return EmailAddress.objects.filter(user=user, verified=True).exists()
+
+
 def lock_account(user) -> None:  # type: ignore[no-untyped-def]
     """Hold ``user``'s row lock until the transaction ends: the quota is counted and the new
     submissions inserted under it, so concurrent uploads of one account cannot both pass the
@@ -125,6 +131,11 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
         raise SubmissionRejected("target", f"unknown target {req.target!r}; choose one of {list(TARGETS)}")
     if req.modality not in {m for m, _ in MODALITY_CHOICES}:
         raise SubmissionRejected("modality", f"unknown modality {req.modality!r}; choose text or image")
+    if req.split not in PUBLIC_SPLITS and not has_verified_email(user):
+        raise SubmissionRejected(
+            "split", f"verify your email address before submitting to the hidden {req.split} split: follow the "
+            "link we emailed you at sign-up (or add an address under /accounts/email/); the dev split needs no "
+            "verification", status=403)
     if not req.method_name.strip():
         raise SubmissionRejected("method_name", "method_name is required")
     if len(req.method_name) > 100:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -10,24 +9,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from qval_site import throttling
 
 from . import comparison
-from .forms import SignUpForm, UploadForm
+from .forms import UploadForm
 from .models import Submission
 from .serializers import submission_payload
 from .services import SubmissionRejected, SubmissionRequest, create_container_submissions, create_submission
-
-
-def signup(request: HttpRequest) -> HttpResponse:
-    """Create an account and log in (``signup`` rate per client address)."""
-    form = SignUpForm(request.POST or None)
-    if request.method == "POST":
-        allowed, wait = throttling.allow(request, "signup")
-        if not allowed:
-            return _too_many(request, wait)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        login(request, user)
-        return redirect("upload")
-    return render(request, "registration/signup.html", {"form": form})
 
 
 @login_required

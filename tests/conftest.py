@@ -72,8 +72,12 @@ def loaded(db, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def user(db, django_user_model):  # type: ignore[no-untyped-def]
-    """A registered researcher."""
-    return django_user_model.objects.create_user(username="ada", password="correct-horse-battery")
+    """A registered researcher whose email address is verified (hidden splits require one)."""
+    from allauth.account.models import EmailAddress
+
+    ada = django_user_model.objects.create_user(username="ada", email="ada@example.org", password="correct-horse-battery")
+    EmailAddress.objects.create(user=ada, email=ada.email, verified=True, primary=True)
+    return ada
 
 
 @pytest.fixture

@@ -270,9 +270,12 @@ def test_pages_walk(client, user, api, loaded, frozenlake) -> None:
     assert resp.status_code == 302 and re.match(r"/submissions/\d+/", resp["Location"])
 
 
-def test_signup_login_logout(client, db) -> None:
-    resp = client.post("/accounts/signup/", {"username": "grace", "password1": "q-aligned-2026", "password2": "q-aligned-2026"})
+def test_signup_login_logout(client, db, mailoutbox) -> None:
+    assert "Sign up" in client.get("/accounts/signup/").content.decode()
+    resp = client.post("/accounts/signup/", {"username": "grace", "email": "grace@example.org",
+                                             "password1": "q-aligned-2026", "password2": "q-aligned-2026"})
     assert resp.status_code == 302
+    assert mailoutbox and "/accounts/confirm-email/" in mailoutbox[0].body
     assert "Log out (grace)" in client.get("/").content.decode()
     client.post("/accounts/logout/")
     assert "Log in" in client.get("/").content.decode()
