@@ -304,8 +304,10 @@ def test_management_commands(loaded, frozenlake, capsys) -> None:
     call_command("issue_token", "--username", "bot")
     token = capsys.readouterr().out.strip()
     assert re.fullmatch(r"[0-9a-f]{40}", token)
-    call_command("issue_token", "--username", "bot")
+    call_command("issue_token", "--username", "bot", "--verified-email", "bot@example.org")
     assert capsys.readouterr().out.strip() == token
+    from allauth.account.models import EmailAddress
+    assert EmailAddress.objects.filter(user__username="bot", email="bot@example.org", verified=True).exists()
     call_command("export_labels", "--dataset", "frozenlake-8x8", "--split", "test", "--target", "q")
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out), dtype={"id": str}, float_precision="round_trip")
     expected = {c.id: frozenlake.q_labels[c.id] for s in frozenlake.states if s.split == "test" for c in s.candidates}
