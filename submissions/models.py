@@ -1,14 +1,15 @@
 """Submissions and their results.
 
-A submission moves through ``received → validating → queued → scoring → finished`` or ends
-``failed`` at any step; every transition is timestamped and a failure carries a reason the
+A submission moves through ``received`` (stored by the web request) ``→ validating`` (checked
+on a worker) ``→ queued → scoring → finished`` or ends ``failed`` at any step; every transition is timestamped and a failure carries a reason the
 user can act on. :meth:`Submission.transition` is the only place that changes the state.
 
 A submission is of one of two kinds: ``file`` (an uploaded predictions file, scored on the
 ``scoring`` queue) or ``container`` (an uploaded image archive that a ``gpu`` worker runs on the
 split's inputs, ``scoring`` meaning "running and scoring"; its stdout/stderr, outcome and the
-limits it ran under are kept). Container submissions carry a ``deadline``: past it, the reaper
-(:func:`submissions.services.reap_overdue`) fails them.
+limits it ran under are kept, and the predictions it wrote). Every submission carries a
+``deadline`` while it is not final: past it, the reaper (:func:`submissions.services.reap_overdue`)
+fails it.
 """
 
 from __future__ import annotations

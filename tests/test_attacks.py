@@ -328,6 +328,18 @@ class TestStuckStates:
         assert (reaped.state, reaped.error, reaped.fault) == ("failed", reason, Submission.FAULT_SYSTEM)
         assert services.quota_used(reaped.user) == 0  # the platform's fault: not counted
 
+    def test_a_redelivered_scoring_task_past_its_deadline_stops(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        from workers.tasks import score_submission
+
+        ids, labels = actor_points(frozenlake, "dev")
+        sub = upload(api, csv_bytes(ids, labels), split="dev")
+        Submission.objects.filter(pk=sub["id"]).update(state=Submission.SCORING,
+                                                       deadline=timezone.now() - timedelta(seconds=1))
+        assert score_submission(sub["id"]) == Submission.FAILED
+        failed = Submission.objects.get(pk=sub["id"])
+        assert (failed.error, failed.fault) == (services.WORKER_DEADLINE_REASON, Submission.FAULT_SYSTEM)
+        assert not failed.results.exists()
+
     def test_every_new_submission_has_a_deadline(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         ids, labels = actor_points(frozenlake, "dev")
         sub = Submission.objects.get(pk=upload(api, csv_bytes(ids, labels), split="dev")["id"])

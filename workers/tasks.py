@@ -71,12 +71,21 @@ def inspect_container_upload(submission_ids: list[int]) -> list[str]:
 
 @shared_task(bind=True, name="workers.tasks.score_submission", acks_late=True)
 def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
-    """Score one queued submission; return its final state."""
+    """Score one queued submission; return its final state.
+
+    A redelivered task (the worker died while scoring) scores it again until its deadline
+    (``QVAL_SCORING_S`` after it was queued); past that it fails, so a file that kills the
+    worker is not redelivered for ever.
+    """
     with transaction.atomic():
         sub = Submission.objects.select_for_update().select_related("dataset").get(pk=submission_id)
         if sub.state not in (Submission.QUEUED, Submission.SCORING, Submission.FINISHED):
             log.info("submission %s is %s; nothing to score", sub.pk, sub.state)
             return sub.state
+        if sub.state != Submission.FINISHED and sub.deadline is not None and sub.deadline < timezone.now():
+            # A redelivery after the worker scoring it died, past its deadline: stop here.
+            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
+            return Submission.FAILED
         sub.transition(Submission.SCORING, save=False)
         sub.worker = (self.request.hostname or "in-process")[:200]
         sub.save()
