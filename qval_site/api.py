@@ -33,6 +33,7 @@ from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission
 from submissions.serializers import submission_payload
+from submissions.uploads import too_large
 from submissions.services import (
     SubmissionRejected,
     SubmissionRequest,
@@ -153,6 +154,9 @@ class SubmissionCreate(APIView):
     @extend_schema(request={"multipart/form-data": SubmissionUpload}, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         kind = request.data.get("kind", Submission.KIND_FILE)
+        dropped = too_large(request)
+        if dropped:
+            return Response({"errors": {"file": [dropped]}}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         if kind == Submission.KIND_CONTAINER:
             return self._container(request)
         if kind != Submission.KIND_FILE:

@@ -12,6 +12,7 @@ from . import comparison
 from .forms import UploadForm
 from .models import Submission
 from .serializers import submission_payload
+from .uploads import too_large
 from .services import SubmissionRejected, SubmissionRequest, create_container_submissions, create_submission
 
 
@@ -19,6 +20,8 @@ from .services import SubmissionRejected, SubmissionRequest, create_container_su
 def upload(request: HttpRequest) -> HttpResponse:
     """Upload a predictions file or a method container; on success go to the submission's page."""
     form = UploadForm(request.POST or None, request.FILES or None, initial=request.GET.dict())
+    if request.method == "POST" and not form.is_valid() and too_large(request):
+        form.errors["file"] = form.error_class([too_large(request)])  # instead of "this field is required"
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         req = SubmissionRequest(

@@ -251,6 +251,25 @@ class TestRateLimits:
                 "password1": "correct-horse-9x", "password2": "correct-horse-9x"}).status_code)
         assert codes == [302, 302, 429]
 
+    def test_an_upload_past_the_largest_accepted_size_is_dropped_unstored(self, api, client, user, loaded, settings,
+                                                                           data_dir) -> None:  # type: ignore[no-untyped-def]
+        settings.QVAL_MAX_UPLOAD_BYTES = settings.QVAL_MAX_CONTAINER_BYTES = 1024 * 1024
+        body = b"id,score\n" + b"x,0.5\n" * 400_000  # 2.4 MB
+        before = sorted(p.name for p in (data_dir / "media").rglob("*") if p.is_file()) if (data_dir / "media").exists() else []
+        for kind in ("file", "container"):
+            data = {"kind": kind, "dataset": KEY, "split": "dev", "target": "q", "method_name": "m",
+                    "file": SimpleUploadedFile("huge.csv", body)}
+            resp = api.post("/api/v1/submissions/", data, format="multipart")
+            assert resp.status_code == 413, resp.content
+            assert "larger than 1 MiB, the most this site accepts" in resp.json()["errors"]["file"][0]
+        client.force_login(user)
+        page = client.post("/submit/", {"kind": "file", "dataset": KEY, "split": "dev", "target": "q", "method_name": "m",
+                                        "modality": "text", "file": SimpleUploadedFile("huge.csv", body)})
+        assert page.status_code == 200 and "the most this site accepts" in page.content.decode()
+        assert Submission.objects.count() == 0
+        after = sorted(p.name for p in (data_dir / "media").rglob("*") if p.is_file()) if (data_dir / "media").exists() else []
+        assert after == before
+
     def test_uploads_are_capped_per_account(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         ids, labels = actor_points(frozenlake, "dev")
         body = csv_bytes(ids, labels)
