@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from django.core.cache import cache
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -366,4 +365,3 @@ class TestStuckStates:
         ids, labels = actor_points(frozenlake, "dev")
         sub = Submission.objects.get(pk=upload(api, csv_bytes(ids, labels), split="dev")["id"])
         assert sub.state == Submission.QUEUED and sub.deadline is not None and sub.deadline > timezone.now()
-        cache.clear()
