@@ -164,6 +164,15 @@ def test_the_starter_kit_finishes_on_dev_and_test(api, site, kit_tar, frozenlake
     assert 'id="kind">method container<' in page and 'id="container-outcome">finished<' in page
     assert '<pre id="stdout" class="log">scored' in page and 'id="results"' in page
 
+    # Compare works on what the containers wrote (never their archives): the kit again, A vs B.
+    again = submit(api, kit_tar, method_name="manhattan-again")["submissions"][0]
+    assert run_container_submission(again["id"]) == Submission.FINISHED
+    compared = api.get("/api/v1/compare/", {"a": subs[0]["id"], "b": again["id"]})
+    assert compared.status_code == 200, compared.content
+    spearman = {m["metric"]: m for m in compared.json()["metrics"]}["spearman"]
+    assert spearman["difference"] == 0.0 and spearman["num_points"] == len(frozenlake.point_ids("dev", "q"))
+    assert spearman["rho_a"] == pytest.approx(expected_rows(frozenlake, "dev", tmp_path)["spearman"].value, abs=1e-12)
+
 
 @pytest.mark.django_db
 @pytest.mark.slow
