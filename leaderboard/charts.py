@@ -7,6 +7,7 @@ from a CDN.
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -19,6 +20,11 @@ from .aggregates import FamilyDistribution
 _CONFIG = {"displaylogo": False, "responsive": True}
 
 
+def plain(text: str) -> str:
+    """``text`` escaped for Plotly: its pseudo-HTML tags become literal characters."""
+    return html.escape(str(text), quote=True)
+
+
 def _html(fig: go.Figure, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
 
@@ -29,11 +35,11 @@ def family_plot(families: list[FamilyDistribution], metric_label: str) -> str:
         [
             go.Box(
                 y=list(f.values),
-                name=f.family,
+                name=plain(f.family),
                 boxpoints="all",
                 jitter=0.4,
                 pointpos=-1.6,
-                hovertext=list(f.points),
+                hovertext=[plain(p) for p in f.points],
                 hoverinfo="y+text",
                 boxmean=True,
             )
@@ -56,7 +62,7 @@ def critical_difference_diagram(cd: CriticalDifference) -> str:
     of methods whose average ranks differ by less than the CD."""
     k = len(cd.methods)
     ranks = [cd.average_ranks[i] for i in cd.order]
-    names = [cd.methods[i] for i in cd.order]
+    names = [plain(cd.methods[i]) for i in cd.order]
     half = math.ceil(k / 2)
     step, top = 0.35, 0.25 + 0.12 * len(cd.cliques)
     shapes: list[dict[str, object]] = []

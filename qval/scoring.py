@@ -19,6 +19,8 @@ Rules (documented on the site's "how we score" page):
 * **Samples.** A file with a ``sample`` column (several predictions per id) is scored on
   each id's mean prediction over the samples, with every sample's own value and their
   aggregate in the row's details (:func:`score_samples`).
+* **Disclosure.** What a user may see of the rows of a hidden split is decided by
+  :func:`disclose`: aggregates of the whole submission only, rounded.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ import pandas as pd
 
 from qval import metrics, schema
 from qval.predictions import SplitIndex
+
+DISCLOSED_DIGITS = 3
+"""Decimals of every number disclosed about a hidden split: what the leaderboard shows."""
+DISCLOSED_P_DIGITS = 2
+"""Significant digits of a p-value disclosed about a hidden split (enough for the stars)."""
+DISCLOSED_DETAILS = frozenset({"ci95", "significance", "std", "num_valid", "num_skipped", "samples"})
+"""The ``details`` keys that may be disclosed about a hidden split; ``samples`` only as
+``{"aggregation", "num_samples"}`` (:func:`disclose`)."""
 
 
 @dataclass(frozen=True)
@@ -390,3 +400,63 @@ def truth_from_frame(frame: pd.DataFrame, target: str) -> Truth:
         group_ids=group_ids,
         group_labels=group_labels,
     )
+
+
+def disclose_value(value: float | None, digits: int = DISCLOSED_DIGITS) -> float | None:
+    """A number computed on a hidden split, rounded as disclosed (:data:`DISCLOSED_DIGITS`)."""
+    return None if value is None else round(float(value), digits)
+
+
+def disclose_p_value(value: float | None) -> float | None:
+    """A p-value computed on a hidden split, as disclosed (:data:`DISCLOSED_P_DIGITS` significant digits)."""
+    return None if value is None else float(f"{float(value):.{DISCLOSED_P_DIGITS}g}")
+
+
+def disclose(rows: Sequence[MetricRow], *, hidden: bool) -> list[MetricRow]:
+    """The rows as a user may see them: unchanged on a public split; on a ``hidden`` split
+    only aggregates of the whole submission, rounded to what the leaderboard shows.
+
+    Every number a user sees that was computed on hidden labels is a channel to them, so on
+    a hidden split:
+
+    * values, confidence bounds and standard deviations keep :data:`DISCLOSED_DIGITS`
+      decimals, p-values :data:`DISCLOSED_P_DIGITS` significant digits (counts and coverage
+      depend on the file only and stay exact);
+    * ``details`` keep only :data:`DISCLOSED_DETAILS` (no per-point, per-state or per-sample
+      values);
+    * **several samples**: the submission is scored on the mean prediction only; of the
+      per-sample scores nothing is disclosed but how many samples there were
+      (``details["samples"] == {"aggregation": "mean_prediction", "num_samples": n}``) --
+      each sample scored on its own would let a file of n one-hot samples read n labels.
+
+    Idempotent: disclosing disclosed rows changes nothing.
+    """
+    if not hidden:
+        return list(rows)
+    out = []
+    for row in rows:
+        details: dict[str, Any] = {}
+        for key, value in row.details.items():
+            if key not in DISCLOSED_DETAILS:
+                continue
+            if key == "ci95":
+                value = [disclose_value(v) for v in value]
+            elif key == "std":
+                value = disclose_value(value)
+            elif key == "samples":
+                value = {"aggregation": value.get("aggregation", "mean_prediction"),
+                         "num_samples": int(value.get("num_samples", 0))}
+            details[key] = value
+        out.append(
+            MetricRow(
+                metric=row.metric,
+                value=disclose_value(row.value),
+                p_value=disclose_p_value(row.p_value),
+                num_points=row.num_points,
+                num_dropped=row.num_dropped,
+                coverage=row.coverage,
+                insufficient=row.insufficient,
+                details=details,
+            )
+        )
+    return out

@@ -33,6 +33,7 @@ from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission
 from submissions.serializers import submission_payload
+from submissions.uploads import too_large
 from submissions.services import (
     SubmissionRejected,
     SubmissionRequest,
@@ -86,6 +87,7 @@ class DatasetDownload(APIView):
     images (a zip); with ``format=card`` the dataset card, with ``format=zip`` the whole dataset."""
 
     permission_classes = [AllowAny]
+    throttle_scope = "download"
 
     @extend_schema(
         parameters=[
@@ -147,10 +149,14 @@ class SubmissionCreate(APIView):
 
     permission_classes = [IsAuthenticated]
     parser_classes = [MultiPartParser, FormParser]
+    throttle_scope = "upload"
 
     @extend_schema(request={"multipart/form-data": SubmissionUpload}, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         kind = request.data.get("kind", Submission.KIND_FILE)
+        dropped = too_large(request)
+        if dropped:
+            return Response({"errors": {"file": [dropped]}}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         if kind == Submission.KIND_CONTAINER:
             return self._container(request)
         if kind != Submission.KIND_FILE:
@@ -270,9 +276,11 @@ class LeaderboardCriticalDifference(APIView):
 
 class Compare(APIView):
     """A vs B: paired bootstrap of the difference in each pointwise metric between two
-    finished submissions on the same dataset, split and target."""
+    finished submissions on the same dataset, split and target (on a hidden split only
+    submissions that score every point, rounded: :func:`submissions.comparison.resolve_pair`)."""
 
     permission_classes = [AllowAny]
+    throttle_scope = "compare"
 
     @extend_schema(
         parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],

@@ -14,6 +14,13 @@ Variables:
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
 ``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
+``QVAL_USER_STORAGE_MB``    uploaded bytes one account may keep stored (default 10240).
+``QVAL_THROTTLE_RATES``     JSON object overriding rates of the expensive endpoints, e.g.
+                            ``{"compare_anon": "10/min"}`` (qval_site/throttling.py).
+``QVAL_SIGNUP_RATE``        sign-ups per client address, allauth's syntax (default ``5/h/ip``).
+``EMAIL_BACKEND``           default: the console (confirmation links are printed); SMTP settings as Django's.
+``QVAL_RECEIVED_S``         a submission still ``received``/``validating`` after this long is failed (default 3600).
+``QVAL_SCORING_S``          a predictions file ``queued``/``scoring`` for longer than this is failed (default 3600).
 
 Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 
@@ -94,6 +101,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "allauth",
+    "allauth.account",
     "leaderboard",
     "submissions",
     "workers",
@@ -101,12 +110,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "qval_site.middleware.RejectInvalidParametersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -145,6 +156,25 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"
 
+# Accounts (django-allauth): sign-up asks for an email address and sends a confirmation link;
+# an account submits to a hidden (test) split only once an address of it is verified
+# (submissions.services.check_request). Sign-ups are rate-limited per client address.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_EMAIL_VERIFICATION = "optional"
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_CONFIRM_EMAIL_ON_GET = True
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
+ACCOUNT_SIGNUP_REDIRECT_URL = "upload"
+ACCOUNT_RATE_LIMITS = {"signup": os.environ.get("QVAL_SIGNUP_RATE", "5/h/ip")}
+# Development and tests print mail to the console; set EMAIL_BACKEND (and EMAIL_HOST etc.) to send it.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "QVal Leaderboard <noreply@localhost>")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -169,6 +199,24 @@ STATICFILES_FINDERS = [
 QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) * 1024 * 1024)
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
+QVAL_USER_STORAGE_BYTES = int(float(os.environ.get("QVAL_USER_STORAGE_MB", "10240")) * 1024 * 1024)
+# Deadlines of the non-final states of a predictions file (the reaper fails it past them; the
+# platform's fault, so it does not count towards the quota). Containers: QVAL_CONTAINER_*_S below.
+QVAL_RECEIVED_S = float(os.environ.get("QVAL_RECEIVED_S", "3600"))
+QVAL_SCORING_S = float(os.environ.get("QVAL_SCORING_S", "3600"))
+# Rates of the expensive endpoints (qval_site/throttling.py): "<scope>_anon" per client address,
+# "<scope>_user" per account. A scope without a rate is not limited.
+QVAL_THROTTLE_RATES = {
+    "compare_anon": "10/min",
+    "compare_user": "60/min",
+    "upload_user": "30/min",
+    "download_anon": "30/min",
+    "download_user": "120/min",
+}
+try:
+    QVAL_THROTTLE_RATES.update(json.loads(os.environ.get("QVAL_THROTTLE_RATES") or "{}"))
+except (json.JSONDecodeError, TypeError, ValueError) as exc:
+    raise ImproperlyConfigured(f"QVAL_THROTTLE_RATES is not a JSON object of rates: {exc}") from exc
 
 # Method containers (see qval/containers.py and workers/tasks.py).
 QVAL_MAX_CONTAINER_BYTES = int(float(os.environ.get("QVAL_MAX_CONTAINER_MB", "4096")) * 1024 * 1024)
@@ -219,6 +267,12 @@ CACHES = {
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# Uploads stream to a temporary file; past the largest accepted size they are dropped (413).
+FILE_UPLOAD_HANDLERS = [
+    "submissions.uploads.CappedUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -227,6 +281,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Only views with a ``throttle_scope`` are limited, at QVAL_THROTTLE_RATES.
+    "DEFAULT_THROTTLE_CLASSES": ["qval_site.throttling.SiteThrottle"],
     # ``?format=`` selects a download's file format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
 }
@@ -245,7 +301,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "scoring"
 CELERY_TASK_ROUTES = {
+    "workers.tasks.validate_upload": {"queue": "scoring"},
     "workers.tasks.score_submission": {"queue": "scoring"},
+    # Archives are read where they are run (a gpu worker has the disk for them).
+    "workers.tasks.inspect_container_upload": {"queue": "gpu"},
     # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},

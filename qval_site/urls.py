@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from leaderboard import views as lb
@@ -25,9 +25,10 @@ urlpatterns = [
     path("submissions/", sv.mine, name="my-submissions"),
     path("submissions/<int:pk>/", sv.detail, name="submission"),
     path("submissions/<int:pk>/status/", sv.status, name="submission-status"),
-    path("accounts/signup/", sv.signup, name="signup"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Sign-up with email confirmation, email management (django-allauth).
+    path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/datasets/", api.DatasetList.as_view(), name="api-datasets"),
     path("api/v1/datasets/<str:key>/download/", api.DatasetDownload.as_view(), name="api-download"),

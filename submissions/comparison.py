@@ -6,6 +6,14 @@ metric(labels, B)`` on the points both submissions score, with the scores each p
 scored on (:func:`qval.scoring.point_scores`, matched by id).  Only correlations, their
 difference and counts leave this module, never a label.  Finished submissions are
 immutable, so results are cached.
+
+A container submission is compared on the predictions its container wrote (kept on the
+submission as ``predictions``), never on its image archive.  On a hidden split every
+comparison is a new number computed on hidden labels, so only submissions that score every
+point (coverage 1, nothing dropped) can be compared -- then ``rho_a``/``rho_b`` are the
+disclosed leaderboard values, and a file cannot pick the subset of points another
+submission is measured on -- and every number is rounded as :func:`qval.scoring.disclose`
+rounds results.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from leaderboard.loading import truth_for
 from qval import predictions as qpred
 from qval.compare import paired_bootstrap
 from qval.metrics import POINT_METRICS
-from qval.scoring import Truth, point_scores
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import Truth, disclose_p_value, disclose_value, point_scores
 
 from .models import Submission
 
@@ -58,6 +67,15 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     if sub.state != Submission.FINISHED:
         state = f" (it is {sub.state})" if sub.user_id == getattr(user, "pk", None) else ""
         return f"submission {pk} is not finished{state}; only finished submissions can be compared"
+    if sub.kind == Submission.KIND_CONTAINER and not sub.predictions:
+        return (f"submission {pk} ran before the site kept a container's predictions; "
+                "only container submissions scored since then can be compared")
+    if sub.split not in PUBLIC_SPLITS:
+        partial = sub.results.filter(metric__in=METRICS).exclude(coverage=1.0, num_dropped=0).first()
+        if partial is not None:
+            return (f"submission {pk} does not score every point of the hidden {sub.split} split "
+                    f"(coverage {partial.coverage:.3f}, {partial.num_dropped} dropped); on a hidden split "
+                    "only submissions that score every point can be compared")
     return sub
 
 
@@ -119,8 +137,10 @@ def _summary(sub: Submission) -> dict[str, Any]:
 
 
 def _scores(sub: Submission, truth: Truth) -> np.ndarray:
-    """The score of each evaluation point in ``sub``'s stored file, as the worker scored it."""
-    preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
+    """The score of each evaluation point in the predictions ``sub`` was scored on (the uploaded
+    file, or the file its container wrote), as the worker scored it."""
+    path, name = sub.scored_predictions()
+    preds = qpred.parse(path, name, reference_ids=truth.point_ids)
     return point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index))
 
 
@@ -134,12 +154,15 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     (a, b, their files, resamples, seed).
     """
     resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
-    key = f"qval:compare:v1:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
+    key = f"qval:compare:v2:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
     cached = cache.get(key)
     if cached is not None:
         return cached
     truth = truth_for(a.dataset, a.split, a.target)
     scores_a, scores_b = _scores(a, truth), _scores(b, truth)
+    hidden = a.split not in PUBLIC_SPLITS
+    value = disclose_value if hidden else (lambda x: x)
+    p_value = disclose_p_value if hidden else (lambda x: x)
     rows = []
     for metric in METRICS:
         pc = paired_bootstrap(
@@ -148,11 +171,11 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
         rows.append(
             {
                 "metric": metric,
-                "rho_a": pc.rho_a,
-                "rho_b": pc.rho_b,
-                "difference": pc.difference,
-                "ci95": [pc.low, pc.high] if pc.low is not None else None,
-                "p_value": pc.p_value,
+                "rho_a": value(pc.rho_a),
+                "rho_b": value(pc.rho_b),
+                "difference": value(pc.difference),
+                "ci95": [value(pc.low), value(pc.high)] if pc.low is not None else None,
+                "p_value": p_value(pc.p_value),
                 "significance": pc.significance(),
                 "num_points": pc.num_points,
                 "num_dropped": pc.num_dropped,

@@ -1,9 +1,8 @@
-"""Forms of the upload page and sign-up."""
+"""The form of the upload page (sign-up is django-allauth's)."""
 
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth.forms import UserCreationForm
 
 from leaderboard.models import MODALITY_CHOICES, TARGET_CHOICES, Dataset
 
@@ -28,7 +27,3 @@ class UploadForm(forms.Form):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in Dataset.objects.all()]
-
-
-class SignUpForm(UserCreationForm):
-    """User name and password."""

@@ -1,14 +1,15 @@
 """Submissions and their results.
 
-A submission moves through ``received → validating → queued → scoring → finished`` or ends
-``failed`` at any step; every transition is timestamped and a failure carries a reason the
+A submission moves through ``received`` (stored by the web request) ``→ validating`` (checked
+on a worker) ``→ queued → scoring → finished`` or ends ``failed`` at any step; every transition is timestamped and a failure carries a reason the
 user can act on. :meth:`Submission.transition` is the only place that changes the state.
 
 A submission is of one of two kinds: ``file`` (an uploaded predictions file, scored on the
 ``scoring`` queue) or ``container`` (an uploaded image archive that a ``gpu`` worker runs on the
 split's inputs, ``scoring`` meaning "running and scoring"; its stdout/stderr, outcome and the
-limits it ran under are kept). Container submissions carry a ``deadline``: past it, the reaper
-(:func:`submissions.services.reap_overdue`) fails them.
+limits it ran under are kept, and the predictions it wrote). Every submission carries a
+``deadline`` while it is not final: past it, the reaper (:func:`submissions.services.reap_overdue`)
+fails it.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class Submission(models.Model):
     deadline = models.DateTimeField(
         null=True, blank=True, help_text="Past this time an unfinished submission is failed by the reaper."
     )
+    predictions = models.FileField(
+        upload_to="predictions/%Y/%m/", blank=True,
+        help_text="Container submissions: the predictions.jsonl the container wrote, as scored.")
 
     class Meta:
         ordering = ["-received_at"]
@@ -122,6 +126,15 @@ class Submission(models.Model):
             self.fault = fault or self.FAULT_SYSTEM
         if save:
             self.save()
+
+    def scored_predictions(self) -> tuple[str, str]:
+        """``(path, file name)`` of the predictions this submission was scored on: the uploaded
+        file, or for a container the ``predictions.jsonl`` it wrote (never the image archive)."""
+        if self.kind == self.KIND_CONTAINER:
+            if not self.predictions:
+                raise ValueError(f"container submission {self.pk} has no stored predictions")
+            return self.predictions.path, "predictions.jsonl"
+        return self.file.path, self.filename
 
     def timeline(self) -> list[tuple[str, object]]:
         """``(state, timestamp)`` pairs of the transitions that happened, in order."""

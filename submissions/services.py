@@ -2,37 +2,44 @@
 
 The web form and the API both call :func:`create_submission` (a predictions file) or
 :func:`create_container_submissions` (a method container), so both give the same errors.
-Problems with the request itself (unknown dataset, split, target; quota exceeded) raise
-:class:`SubmissionRejected` and create nothing. Problems with the file create a submission
-that ends ``failed`` with every problem listed, and touch nothing else.
+Problems with the request itself (unknown dataset, split, target; quota exceeded; storage
+cap) raise :class:`SubmissionRejected` and create nothing. The request only stores the file
+and answers ``received``; a worker checks it (:func:`validate_submission`,
+:func:`inspect_archive`). Problems with the file make a submission that ends ``failed`` with
+every problem listed, and touch nothing else.
 
 A container upload may name several datasets and splits: it becomes one submission per
 (dataset, split), all sharing the one stored archive, each queued on its own and ending on
-its own. :func:`reap_overdue` fails container submissions whose deadline passed.
+its own. :func:`reap_overdue` fails submissions whose deadline passed (every non-final state has one).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from leaderboard.loading import split_index
 from leaderboard.models import MODALITY_CHOICES, Dataset
 from qval import containers as qc
 from qval import predictions as qpred
-from qval.schema import TARGETS
+from qval.schema import PUBLIC_SPLITS, TARGETS
 
 from .models import Submission
+
+log = logging.getLogger(__name__)
 
 
 class SubmissionRejected(ValueError):
@@ -79,8 +86,39 @@ def quota_used(user, now=None) -> int:  # type: ignore[no-untyped-def]
     )
 
 
+def has_verified_email(user) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``user`` confirmed an email address (django-allauth), as hidden splits require."""
+    return EmailAddress.objects.filter(user=user, verified=True).exists()
+
+
+def lock_account(user) -> None:  # type: ignore[no-untyped-def]
+    """Hold ``user``'s row lock until the transaction ends: the quota is counted and the new
+    submissions inserted under it, so concurrent uploads of one account cannot both pass the
+    count (check-then-insert without it let 6 of 12 concurrent uploads through a limit of 5)."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+
+
+def storage_used(user) -> int:  # type: ignore[no-untyped-def]
+    """Bytes of the files ``user``'s submissions keep stored (an archive shared by several counts once)."""
+    sizes = (Submission.objects.filter(user=user).exclude(file="")
+             .values("file").annotate(size=Max("size_bytes")).values_list("size", flat=True))
+    return int(sum(sizes))
+
+
+def check_storage(user, size: int) -> None:  # type: ignore[no-untyped-def]
+    """Refuse an upload of ``size`` bytes that would take ``user`` past ``QVAL_USER_STORAGE_BYTES``."""
+    limit, used = settings.QVAL_USER_STORAGE_BYTES, storage_used(user)
+    if used + size > limit:
+        raise SubmissionRejected(
+            "file", f"storage limit reached: your stored uploads take {used / 2**20:.1f} MiB and this one "
+            f"{size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB per account", status=413)
+
+
 def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Dataset:  # type: ignore[no-untyped-def]
     """Validate the request's fields and the quota; return the dataset.
+
+    Call it inside a transaction after :func:`lock_account`, and create the submissions in
+    that same transaction.
 
     ``quota_needed``: how many test-split submissions the whole request creates (a container
     upload naming several test datasets needs one each).
@@ -93,6 +131,11 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
         raise SubmissionRejected("target", f"unknown target {req.target!r}; choose one of {list(TARGETS)}")
     if req.modality not in {m for m, _ in MODALITY_CHOICES}:
         raise SubmissionRejected("modality", f"unknown modality {req.modality!r}; choose text or image")
+    if req.split not in PUBLIC_SPLITS and not has_verified_email(user):
+        raise SubmissionRejected(
+            "split", f"verify your email address before submitting to the hidden {req.split} split: follow the "
+            "link we emailed you at sign-up (or add an address under /accounts/email/); the dev split needs no "
+            "verification", status=403)
     if not req.method_name.strip():
         raise SubmissionRejected("method_name", "method_name is required")
     if len(req.method_name) > 100:
@@ -120,10 +163,11 @@ def _sha256(upload: UploadedFile) -> str:
     return digest.hexdigest()
 
 
-def _validating_submission(user, req: SubmissionRequest, dataset: Dataset, upload: UploadedFile,  # type: ignore[no-untyped-def]
-                           **fields: str) -> Submission:
-    """A new submission of ``req`` on ``dataset`` for ``upload`` (with ``fields``), moved to ``validating``."""
-    sub = Submission.objects.create(
+def _received_submission(user, req: SubmissionRequest, dataset: Dataset, upload: UploadedFile,  # type: ignore[no-untyped-def]
+                         **fields: str) -> Submission:
+    """A new ``received`` submission of ``req`` on ``dataset`` for ``upload`` (with ``fields``),
+    with a deadline ``QVAL_RECEIVED_S`` away for its check."""
+    return Submission.objects.create(
         user=user,
         dataset=dataset,
         split=req.split,
@@ -133,21 +177,27 @@ def _validating_submission(user, req: SubmissionRequest, dataset: Dataset, uploa
         modality=req.modality,
         filename=(upload.name or "upload")[:255],
         size_bytes=upload.size or 0,
+        deadline=timezone.now() + timedelta(seconds=settings.QVAL_RECEIVED_S),
         **fields,
     )
-    sub.transition(Submission.VALIDATING)
-    return sub
 
 
 def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Submission:  # type: ignore[no-untyped-def]
-    """Store, validate and queue an uploaded predictions file; return its submission.
+    """Store an uploaded predictions file and send it to be checked; return its ``received`` submission.
 
-    Raises :class:`SubmissionRejected` for a bad request. A bad file gives a ``failed``
-    submission whose ``problems`` list every issue found.
+    The request does no parsing: :func:`validate_submission` runs on the ``scoring`` worker.
+    Raises :class:`SubmissionRejected` for a bad request (quota and storage counted under
+    :func:`lock_account`). A file over ``QVAL_MAX_UPLOAD_BYTES`` fails at once, unstored.
     """
-    sub = _validating_submission(user, req, check_request(user, req), upload)
     limit = settings.QVAL_MAX_UPLOAD_BYTES
+    with transaction.atomic():
+        lock_account(user)
+        dataset = check_request(user, req)
+        if (upload.size or 0) <= limit:
+            check_storage(user, upload.size or 0)
+        sub = _received_submission(user, req, dataset, upload)
     if (upload.size or 0) > limit:
+        sub.transition(Submission.VALIDATING, save=False)
         _fail_validation(
             sub,
             [qpred.Problem("too_large", f"the file is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")],
@@ -156,13 +206,45 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     sub.sha256 = _sha256(upload)
     sub.file.save(f"{sub.pk}-{sub.sha256[:12]}.upload", upload, save=False)
     sub.save()
+    from workers.tasks import validate_upload  # the worker module imports this one
+
+    transaction.on_commit(lambda: validate_upload.delay(sub.pk))
+    return sub
+
+
+def _start_check(pk: int) -> Submission | None:
+    """Move a ``received`` submission to ``validating`` under its row lock; ``None`` if it is not
+    ``received`` (a repeated task, or the reaper failed it)."""
+    with transaction.atomic():
+        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=pk)
+        if sub.state != Submission.RECEIVED:
+            log.info("submission %s is %s; nothing to check", pk, sub.state)
+            return None
+        sub.transition(Submission.VALIDATING)
+    return sub
+
+
+def validate_submission(pk: int) -> str:
+    """Parse and validate a received predictions file and queue it for scoring; return its state.
+
+    A bad file fails with every problem listed (the user's fault); an error of ours fails it
+    without counting towards the quota.
+    """
+    sub = _start_check(pk)
+    if sub is None:
+        return Submission.objects.get(pk=pk).state
     try:
-        index = split_index(sub.dataset, req.split, req.target)
-        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=limit, reference_ids=index.expected_ids)
+        index = split_index(sub.dataset, sub.split, sub.target)
+        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=settings.QVAL_MAX_UPLOAD_BYTES,
+                            reference_ids=index.expected_ids)
         coverage = qpred.validate(preds, index)
     except qpred.ValidationFailed as exc:
         _fail_validation(sub, exc.problems)
-        return sub
+        return sub.state
+    except Exception:  # noqa: BLE001 - the parser failed otherwise: ours; the submission still ends
+        log.exception("validating submission %s failed", sub.pk)
+        sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
+        return sub.state
     sub.file_format = preds.format
     sub.coverage = {
         "expected": coverage.expected,
@@ -171,11 +253,12 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
         "missing_examples": list(coverage.missing_examples),
         "rows": preds.num_rows,
     }
+    sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
     sub.transition(Submission.QUEUED)
     from workers.tasks import score_submission  # the worker module imports this one
 
     transaction.on_commit(lambda: score_submission.delay(sub.pk))
-    return sub
+    return sub.state
 
 
 def _fail_validation(sub: Submission, problems: list[qpred.Problem]) -> None:
@@ -189,7 +272,21 @@ def _fail_validation(sub: Submission, problems: list[qpred.Problem]) -> None:
 # -- method containers -------------------------------------------------------------------
 CONTAINER_FORMAT = "image-archive"
 QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
+SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
+VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed): the check of the upload stopped or hung"
+VALIDATION_ERROR_REASON = (
+    "internal error while validating; the maintainers have been notified and this submission does not "
+    "count towards your quota")
+
+
+def deadline_reason(sub: Submission) -> str:
+    """Why the reaper fails ``sub``, by the state it was stuck in."""
+    if sub.state in (Submission.RECEIVED, Submission.VALIDATING):
+        return VALIDATION_DEADLINE_REASON
+    if sub.state == Submission.SCORING:
+        return WORKER_DEADLINE_REASON
+    return QUEUE_DEADLINE_REASON if sub.kind == Submission.KIND_CONTAINER else SCORING_QUEUE_DEADLINE_REASON
 
 
 def container_engine() -> qc.Engine:
@@ -242,13 +339,13 @@ def container_backbone(name: str) -> str | None:
 
 
 def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload: UploadedFile) -> list[Submission]:  # type: ignore[no-untyped-def]
-    """Store and check an uploaded image archive and queue one submission per request.
+    """Store an uploaded image archive once and send it to be inspected; return one ``received``
+    submission per request.
 
-    Every request is checked first (the test-split quota against all of them together), so a
-    bad request creates nothing. The archive is stored once and shared. An archive over
-    ``QVAL_MAX_CONTAINER_BYTES`` or one :func:`qval.containers.sanitize_archive` refuses fails
-    every submission with the problem listed; otherwise each is queued on ``gpu`` with a
-    deadline ``QVAL_CONTAINER_QUEUE_S`` away.
+    Every request is checked first (the test-split quota against all of them together, under
+    :func:`lock_account`), so a bad request creates nothing. An archive over
+    ``QVAL_MAX_CONTAINER_BYTES`` fails every submission at once, unstored; otherwise
+    :func:`inspect_archive` runs on a ``gpu`` worker, never in the request.
     """
     unique, seen = [], set()
     for req in reqs:  # "frozenlake-8x8" and "frozenlake-8x8@1.0" may name the same dataset
@@ -258,44 +355,73 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
             unique.append(req)
     reqs = unique
     test_count = sum(1 for r in reqs if r.split == "test")
-    datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
-    for req in reqs:
-        container_backbone(req.backbone)
-    subs = []
-    for req, dataset in zip(reqs, datasets):
-        subs.append(_validating_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
-                                           file_format=CONTAINER_FORMAT))
     limit = settings.QVAL_MAX_CONTAINER_BYTES
+    with transaction.atomic():
+        lock_account(user)
+        datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
+        for req in reqs:
+            container_backbone(req.backbone)
+        if (upload.size or 0) <= limit:
+            check_storage(user, upload.size or 0)
+        subs = [_received_submission(user, req, dataset, upload, kind=Submission.KIND_CONTAINER,
+                                     file_format=CONTAINER_FORMAT)
+                for req, dataset in zip(reqs, datasets)]
     if (upload.size or 0) > limit:
         problem = qpred.Problem(
             "too_large", f"the archive is {upload.size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB")
         for sub in subs:
+            sub.transition(Submission.VALIDATING, save=False)
             _fail_archive(sub, problem)
         return subs
     sha256 = _sha256(upload)
     first = subs[0]
     first.file.save(f"{first.pk}-{sha256[:12]}.image", upload, save=False)
-    try:
-        # Reading the whole archive is the check; the tag-free copy is only wanted by a job.
-        image_id = qc.sanitize_archive(Path(first.file.path), Path(os.devnull), max_archive_bytes=limit,
-                                       max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
-    except qc.ArchiveRejected as exc:
-        image_id, problem = "", qpred.Problem("archive_rejected", str(exc))
-    else:
-        problem = None
-    from workers.tasks import run_container_submission  # the worker module imports this one
-
     for sub in subs:
         sub.file.name = first.file.name
         sub.sha256 = sha256
-        if problem is not None:
+        sub.save()
+    from workers.tasks import inspect_container_upload  # the worker module imports this one
+
+    pks = [sub.pk for sub in subs]
+    transaction.on_commit(lambda: inspect_container_upload.delay(pks))
+    return subs
+
+
+def inspect_archive(pks: Sequence[int]) -> list[str]:
+    """Check the image archive the container submissions ``pks`` share
+    (:func:`qval.containers.sanitize_archive`) and queue each on ``gpu`` with a deadline
+    ``QVAL_CONTAINER_QUEUE_S`` away; return their states.
+
+    A rejected archive fails them all (the user's fault) and is deleted.
+    """
+    subs = [sub for sub in (_start_check(pk) for pk in pks) if sub is not None]
+    if not subs:
+        return [Submission.objects.get(pk=pk).state for pk in pks]
+    path = Path(subs[0].file.path)
+    try:
+        # Reading the whole archive is the check; the tag-free copy is only wanted by a job.
+        image_id = qc.sanitize_archive(path, Path(os.devnull), max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
+                                       max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
+    except qc.ArchiveRejected as exc:
+        problem = qpred.Problem("archive_rejected", str(exc))
+        path.unlink(missing_ok=True)  # a rejected archive is not kept
+        for sub in subs:
+            sub.file.name = ""
             _fail_archive(sub, problem)
-            continue
+        return [sub.state for sub in subs]
+    except Exception:  # noqa: BLE001 - the archive could not be read for a reason of ours
+        log.exception("inspecting the archive of submissions %s failed", pks)
+        for sub in subs:
+            sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
+        return [sub.state for sub in subs]
+    from workers.tasks import run_container_submission  # the worker module imports this one
+
+    for sub in subs:
         sub.image_id = image_id
         sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_CONTAINER_QUEUE_S)
         sub.transition(Submission.QUEUED)
         transaction.on_commit(lambda pk=sub.pk: run_container_submission.delay(pk))
-    return subs
+    return [sub.state for sub in subs]
 
 
 def _fail_archive(sub: Submission, problem: qpred.Problem) -> None:
@@ -306,8 +432,11 @@ def _fail_archive(sub: Submission, problem: qpred.Problem) -> None:
 def reap_overdue(now: datetime | None = None) -> list[int]:
     """Fail every unfinished submission whose deadline passed; return their ids.
 
-    A queued one timed out in the queue, one being run in the worker (a worker that died or
-    hung); either way the platform is at fault, so it does not count towards the quota.
+    Every non-final state has a deadline: ``received``/``validating`` ``QVAL_RECEIVED_S`` after
+    the upload; a queued predictions file ``QVAL_SCORING_S`` after it was queued, a container
+    ``QVAL_CONTAINER_QUEUE_S`` and, once running, its timeout plus ``QVAL_CONTAINER_GRACE_S``.
+    The reason names the state it was stuck in (:func:`deadline_reason`); the platform is at
+    fault, so it does not count towards the quota.
     """
     now = now or timezone.now()
     reaped = []
@@ -317,7 +446,6 @@ def reap_overdue(now: datetime | None = None) -> list[int]:
             sub = Submission.objects.select_for_update().get(pk=pk)
             if sub.is_final or sub.deadline is None or sub.deadline >= now:
                 continue  # finished (or re-deadlined) meanwhile
-            reason = WORKER_DEADLINE_REASON if sub.state == Submission.SCORING else QUEUE_DEADLINE_REASON
-            sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+            sub.transition(Submission.FAILED, error=deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
             reaped.append(pk)
     return reaped

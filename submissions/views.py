@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from qval_site import throttling
+
 from . import comparison
-from .forms import SignUpForm, UploadForm
+from .forms import UploadForm
 from .models import Submission
 from .serializers import submission_payload
+from .uploads import too_large
 from .services import SubmissionRejected, SubmissionRequest, create_container_submissions, create_submission
-
-
-def signup(request: HttpRequest) -> HttpResponse:
-    """Create an account and log in."""
-    form = SignUpForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        login(request, user)
-        return redirect("upload")
-    return render(request, "registration/signup.html", {"form": form})
 
 
 @login_required
 def upload(request: HttpRequest) -> HttpResponse:
     """Upload a predictions file or a method container; on success go to the submission's page."""
     form = UploadForm(request.POST or None, request.FILES or None, initial=request.GET.dict())
+    if request.method == "POST" and not form.is_valid() and too_large(request):
+        form.errors["file"] = form.error_class([too_large(request)])  # instead of "this field is required"
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         req = SubmissionRequest(
@@ -65,7 +59,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
     sampled = [
         {**r, "sample_values": list(zip(r["details"]["samples"]["sample_numbers"], r["details"]["samples"]["values"]))}
         for r in data["results"]
-        if "samples" in r["details"]
+        if "values" in r["details"].get("samples", {})  # per-sample values exist on public splits only
     ]
     others = comparison.candidates(sub) if sub.state == Submission.FINISHED else Submission.objects.none()
     context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others}
@@ -82,6 +76,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     context: dict[str, object] = {"a": request.GET.get("a", ""), "b": request.GET.get("b", "")}
     sub_a: Submission | None = None
     if "a" in request.GET or "b" in request.GET:
+        allowed, wait = throttling.allow(request, "compare")
+        if not allowed:
+            return _too_many(request, wait)
         try:
             sub_a, sub_b = comparison.resolve_pair(request.GET, request.user)
         except comparison.ComparisonError as exc:
@@ -92,6 +89,15 @@ def compare(request: HttpRequest) -> HttpResponse:
     if sub_a is not None:
         context.update(sub_a=sub_a, others=comparison.candidates(sub_a))
     return render(request, "submissions/compare.html", context, status=400 if "errors" in context else 200)
+
+
+def _too_many(request: HttpRequest, wait: float | None) -> HttpResponse:
+    """429 with how long to wait."""
+    after = f"; try again in {wait:.0f} s" if wait else ""
+    response = HttpResponse(f"too many requests{after}", status=429, content_type="text/plain; charset=utf-8")
+    if wait:
+        response["Retry-After"] = str(int(wait) + 1)
+    return response
 
 
 @login_required

@@ -46,6 +46,14 @@ def _media_root(settings, data_dir: Path) -> None:  # type: ignore[no-untyped-de
     settings.QVAL_DOWNLOAD_CACHE = data_dir / "cache" / "downloads"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """An empty cache per test: rate-limit counters and cached comparisons start from zero."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture(scope="session")
 def frozenlake(data_dir: Path) -> schema.Dataset:
     """The FrozenLake dataset built by our pipeline (once per session), written where the site
@@ -64,8 +72,12 @@ def loaded(db, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def user(db, django_user_model):  # type: ignore[no-untyped-def]
-    """A registered researcher."""
-    return django_user_model.objects.create_user(username="ada", password="correct-horse-battery")
+    """A registered researcher whose email address is verified (hidden splits require one)."""
+    from allauth.account.models import EmailAddress
+
+    ada = django_user_model.objects.create_user(username="ada", email="ada@example.org", password="correct-horse-battery")
+    EmailAddress.objects.create(user=ada, email=ada.email, verified=True, primary=True)
+    return ada
 
 
 @pytest.fixture

@@ -41,18 +41,22 @@ def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_newcomer_path(live_server, celery_worker_process, loaded, frozenlake, tmp_path, page) -> None:  # type: ignore[no-untyped-def]
+def test_newcomer_path(live_server, celery_worker_process, loaded, frozenlake, tmp_path, mailoutbox, page) -> None:  # type: ignore[no-untyped-def]
     # ``page`` comes last: Playwright's event loop must start after the database fixtures ran.
     base = live_server.url
     page.goto(base + "/")
     shot(page, "01-home")
     page.click("text=Sign up")
+    page.fill("#id_email", "newcomer@example.org")
     page.fill("#id_username", "newcomer")
     page.fill("#id_password1", "q-aligned-2026")
     page.fill("#id_password2", "q-aligned-2026")
     shot(page, "02-signup")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.wait_for_selector("text=Log out (newcomer)")
+    # The test split needs a verified address: follow the emailed confirmation link.
+    link = next(w for w in mailoutbox[0].body.split() if "/accounts/confirm-email/" in w)
+    page.goto(base + link[link.index("/accounts/"):])
 
     page.click("nav >> text=Datasets")
     page.click("text=FrozenLake")

@@ -27,11 +27,12 @@ from django.utils import timezone
 from qval import build
 from qval import containers as qc
 from qval import schema
-from qval.scoring import score, truth_from_dataset
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import disclose, score, truth_from_dataset
 from submissions import services
 from submissions.models import Submission
 from tests.conftest import REPO, wait_for, worker_process
-from workers.tasks import fail, run_container_submission, store_results
+from workers.tasks import fail, inspect_container_upload, run_container_submission, store_results
 
 pytestmark = pytest.mark.container
 
@@ -87,13 +88,20 @@ def site(settings, engine: qc.Engine, loaded):  # type: ignore[no-untyped-def]
 
 
 def submit(api, archive: Path, name: str = "kit.tar", status: int = 201, **fields: str) -> dict:  # type: ignore[no-untyped-def]
-    """POST a container archive; return the response body."""
+    """POST a container archive (answered ``received``), run the real inspection task on it in-process
+    as the gpu worker would, and return the body with the submissions as the API then shows them."""
     data = {"kind": "container", "dataset": "frozenlake-8x8", "split": "dev", "target": "q",
             "method_name": "manhattan", "backbone": "none", **fields}
     data["file"] = SimpleUploadedFile(name, archive.read_bytes())
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == status, resp.content
-    return resp.json()
+    body = resp.json()
+    if status != 201:
+        return body
+    received = [s["id"] for s in body["submissions"] if s["state"] == Submission.RECEIVED]
+    if received:
+        inspect_container_upload(received)
+    return {"submissions": [api.get(f"/api/v1/submissions/{s['id']}/").json() for s in body["submissions"]]}
 
 
 def expected_rows(ds: schema.Dataset, split: str, tmp_path: Path) -> dict[str, object]:
@@ -107,7 +115,7 @@ def expected_rows(ds: schema.Dataset, split: str, tmp_path: Path) -> dict[str, o
     ids = np.array([p["id"] for p in points], dtype=object)
     scores = np.array([method.value(p["state"], p["next_state"], discount) for p in points], dtype=np.float64)
     rows = score(truth_from_dataset(ds, split, "q"), ids, scores, bootstrap_resamples=RESAMPLES)
-    return {r.metric: r for r in rows}
+    return {r.metric: r for r in disclose(rows, hidden=split not in PUBLIC_SPLITS)}  # as the site shows them
 
 
 def assert_results_match(results: list[dict], expected: dict[str, object]) -> None:
@@ -155,6 +163,15 @@ def test_the_starter_kit_finishes_on_dev_and_test(api, site, kit_tar, frozenlake
     page = api.get(f"/submissions/{subs[1]['id']}/").content.decode()
     assert 'id="kind">method container<' in page and 'id="container-outcome">finished<' in page
     assert '<pre id="stdout" class="log">scored' in page and 'id="results"' in page
+
+    # Compare works on what the containers wrote (never their archives): the kit again, A vs B.
+    again = submit(api, kit_tar, method_name="manhattan-again")["submissions"][0]
+    assert run_container_submission(again["id"]) == Submission.FINISHED
+    compared = api.get("/api/v1/compare/", {"a": subs[0]["id"], "b": again["id"]})
+    assert compared.status_code == 200, compared.content
+    spearman = {m["metric"]: m for m in compared.json()["metrics"]}["spearman"]
+    assert spearman["difference"] == 0.0 and spearman["num_points"] == len(frozenlake.point_ids("dev", "q"))
+    assert spearman["rho_a"] == pytest.approx(expected_rows(frozenlake, "dev", tmp_path)["spearman"].value, abs=1e-12)
 
 
 @pytest.mark.django_db
@@ -298,6 +315,9 @@ def test_the_upload_page_takes_a_container(client, user, loaded, tmp_path) -> No
                                     "file": SimpleUploadedFile("m.tar", b"not an image")})
     assert resp.status_code == 302
     sub = Submission.objects.get(method_name="form")
+    assert sub.state == Submission.RECEIVED  # the request only stored it
+    inspect_container_upload([sub.pk])
+    sub.refresh_from_db()
     assert (sub.kind, sub.state, sub.problems[0]["code"]) == ("container", "failed", "archive_rejected")
     page = client.get(resp["Location"]).content.decode()
     assert 'id="kind">method container<' in page and "invalid container archive: the file is not a tar archive" in page

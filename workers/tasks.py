@@ -1,5 +1,8 @@
 """Celery tasks.
 
+* ``validate_upload`` (queue ``scoring``) parses and validates an uploaded predictions file and
+  queues it; ``inspect_container_upload`` (queue ``gpu``) checks an uploaded image archive and
+  queues its submissions -- the web request only stores the upload;
 * ``score_submission`` (queue ``scoring``) scores an uploaded predictions file;
 * ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
   method container on the split's inputs -- serving the backbone it asked for on the job's socket
@@ -31,6 +34,8 @@ from typing import Any
 from celery import shared_task
 from celery.signals import celeryd_after_setup
 from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
@@ -39,7 +44,8 @@ from leaderboard.models import Backbone, Method
 from qval import containers as qc
 from qval import predictions as qpred
 from qval.backbone import Backend, BackboneServer, backend_from_spec
-from qval.scoring import MetricRow, score
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import MetricRow, disclose, score
 from submissions import services
 from submissions.models import Result, Submission
 
@@ -51,14 +57,35 @@ INTERNAL_ERROR = (
 )
 
 
+@shared_task(name="workers.tasks.validate_upload", acks_late=True)
+def validate_upload(submission_id: int) -> str:
+    """Check a received predictions file (:func:`submissions.services.validate_submission`)."""
+    return services.validate_submission(submission_id)
+
+
+@shared_task(name="workers.tasks.inspect_container_upload", acks_late=True)
+def inspect_container_upload(submission_ids: list[int]) -> list[str]:
+    """Check the archive of received container submissions (:func:`submissions.services.inspect_archive`)."""
+    return services.inspect_archive(submission_ids)
+
+
 @shared_task(bind=True, name="workers.tasks.score_submission", acks_late=True)
 def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
-    """Score one queued submission; return its final state."""
+    """Score one queued submission; return its final state.
+
+    A redelivered task (the worker died while scoring) scores it again until its deadline
+    (``QVAL_SCORING_S`` after it was queued); past that it fails, so a file that kills the
+    worker is not redelivered for ever.
+    """
     with transaction.atomic():
         sub = Submission.objects.select_for_update().select_related("dataset").get(pk=submission_id)
         if sub.state not in (Submission.QUEUED, Submission.SCORING, Submission.FINISHED):
             log.info("submission %s is %s; nothing to score", sub.pk, sub.state)
             return sub.state
+        if sub.state != Submission.FINISHED and sub.deadline is not None and sub.deadline < timezone.now():
+            # A redelivery after the worker scoring it died, past its deadline: stop here.
+            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
+            return Submission.FAILED
         sub.transition(Submission.SCORING, save=False)
         sub.worker = (self.request.hostname or "in-process")[:200]
         sub.save()
@@ -95,8 +122,7 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
             log.info("submission %s (%s) is %s; nothing to run", sub.pk, sub.kind, sub.state)
             return sub.state
         if sub.deadline is not None and sub.deadline < now:
-            reason = services.WORKER_DEADLINE_REASON if sub.state == Submission.SCORING else services.QUEUE_DEADLINE_REASON
-            sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
             return Submission.FAILED
         limits = services.container_limits(sub.dataset)
         if sub.state == Submission.QUEUED:
@@ -140,6 +166,9 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         cov = evaluation.coverage
         run["coverage"] = {"expected": cov.expected, "provided": cov.provided, "missing": cov.missing,
                            "missing_examples": list(cov.missing_examples)}
+    # Kept as scored, so the submission can be compared like an uploaded file.
+    run["predictions"] = default_storage.save(
+        f"predictions/{timezone.now():%Y/%m}/{sub.pk}-predictions.jsonl", ContentFile(evaluation.run.predictions or b""))
     return store_results(submission_id, evaluation.rows, **run)
 
 
@@ -169,6 +198,8 @@ def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> s
     """Replace a scored submission's results with ``rows``, set ``fields`` on it, link its method
     and backbone and finish it, in one transaction; return its final state.
 
+    On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored.
+
     A submission that is no longer being scored (the reaper failed it meanwhile) keeps its state
     and gets no results.
     """
@@ -178,6 +209,7 @@ def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> s
             log.warning("submission %s became %s while it was scored; results dropped", sub.pk, sub.state)
             return sub.state
         Result.objects.filter(submission=sub).delete()
+        rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
         Result.objects.bulk_create(
             Result(
                 submission=sub,
