@@ -124,6 +124,13 @@ class Environment(ABC):
         """The image observation of the current state, or ``None`` (default) for a text-only adapter."""
         return None
 
+    def hide_tasks(self, seeds: dict[str, int | None]) -> None:
+        """Play each task named in ``seeds`` as the instance drawn from its seed instead (secret test
+        splits, :mod:`qval.hidden`); ``None``: the task is hidden but not playable (a build without
+        the secret).  :meth:`config` must then describe those tasks as hidden, never their seeds or
+        content, identically with or without the seeds.  Default: the adapter cannot hide tasks."""
+        raise NotImplementedError(f"{self.name} cannot draw hidden tasks from a secret")
+
     @abstractmethod
     def reference_action(self) -> str:
         """The reference policy's action in the current state."""
