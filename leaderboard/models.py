@@ -75,6 +75,10 @@ class State(models.Model):
     observation = models.TextField()
     history = models.JSONField(default=list)
     image = models.CharField(max_length=300, blank=True, null=True)
+    end_image = models.CharField(
+        max_length=300, blank=True, null=True,
+        help_text="Goal image: the final state of the reference rollout from this state (withheld on hidden splits).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["dataset", "external_id"], name="state_unique_id")]
@@ -92,6 +96,10 @@ class Candidate(models.Model):
     next_state = models.TextField()
     is_actor = models.BooleanField()
     next_image = models.CharField(max_length=300, blank=True, null=True)
+    end_image = models.CharField(
+        max_length=300, blank=True, null=True,
+        help_text="Goal image: the final state of the reference rollout after this action (withheld on hidden splits).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["state", "index"], name="candidate_unique_index")]

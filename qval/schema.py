@@ -39,6 +39,16 @@ SPLITS: tuple[str, ...] = ("train", "dev", "test")
 
 PUBLIC_SPLITS: frozenset[str] = frozenset({"train", "dev"})
 
+
+def goal_images_public(split: str) -> bool:
+    """Whether the goal images (``end_image``) of ``split`` may leave the platform.
+
+    They show where the reference rollout ends — reaching the goal or not — so they correlate
+    with V and Q: on a hidden split they are withheld from downloads, exports, image URLs and a
+    container's ``/input``, and only the platform's own (built-in) methods read them.
+    """
+    return split in PUBLIC_SPLITS
+
 TARGETS: tuple[str, ...] = ("q", "v")
 """``q``: a score per candidate action; ``v``: a score per state."""
 

@@ -47,11 +47,21 @@ def _media_root(settings, data_dir: Path) -> None:  # type: ignore[no-untyped-de
 
 
 @pytest.fixture(scope="session")
-def frozenlake(data_dir: Path) -> schema.Dataset:
-    """The FrozenLake dataset built by our pipeline (once per session), written where the site
-    keeps a loaded dataset's files (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
+def test_split_secret() -> str:
+    """The test-split secret of this session: the settings' (generated once in ``QVAL_DATA_DIR``
+    when ``QVAL_TEST_SPLIT_SECRET`` is unset); worker processes get the same one."""
+    from django.conf import settings
+
+    return settings.QVAL_TEST_SPLIT_SECRET
+
+
+@pytest.fixture(scope="session")
+def frozenlake(data_dir: Path, test_split_secret: str) -> schema.Dataset:
+    """The FrozenLake dataset built by our pipeline (once per session, its test split drawn from the
+    session's secret), written where the site keeps a loaded dataset's files
+    (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
     spec = build.BUILDERS["frozenlake"]()[1]
-    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}")
+    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
 
 
 @pytest.fixture
@@ -86,6 +96,7 @@ def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_t
     and the test Redis (flushed first), with ``QVAL_DATA_DIR=data_dir`` and ``env``; its output goes
     to ``log_path``. Stopped with SIGTERM (SIGKILL after ``stop_timeout`` s) on exit."""
     import redis
+    from django.conf import settings
     from django.db import connection
 
     redis.Redis.from_url(TEST_BROKER_URL).flushdb()
@@ -95,6 +106,7 @@ def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_t
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         CELERY_BROKER_URL=TEST_BROKER_URL,
         QVAL_DATA_DIR=str(data_dir),
+        QVAL_TEST_SPLIT_SECRET=settings.QVAL_TEST_SPLIT_SECRET,
         **env,
     )
     environ.pop("QVAL_INPROCESS_WORKER", None)
