@@ -26,10 +26,16 @@ BASE_IMAGE = "localhost/qval-base:py3-slim"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Send every task this test session queues to a Redis database of its own."""
+    """Send every task this test session queues to a Redis database of its own; export the
+    session's test-split secret (the settings', generated once in ``QVAL_DATA_DIR`` when unset) so
+    that every ``Dataset.read`` and worker process of the session uses it."""
+    from django.conf import settings
+
+    from qval import hidden
     from qval_site.celery import app
 
     app.conf.broker_url = TEST_BROKER_URL
+    os.environ[hidden.ENV_VAR] = settings.QVAL_TEST_SPLIT_SECRET
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +102,6 @@ def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_t
     and the test Redis (flushed first), with ``QVAL_DATA_DIR=data_dir`` and ``env``; its output goes
     to ``log_path``. Stopped with SIGTERM (SIGKILL after ``stop_timeout`` s) on exit."""
     import redis
-    from django.conf import settings
     from django.db import connection
 
     redis.Redis.from_url(TEST_BROKER_URL).flushdb()
@@ -106,7 +111,6 @@ def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_t
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         CELERY_BROKER_URL=TEST_BROKER_URL,
         QVAL_DATA_DIR=str(data_dir),
-        QVAL_TEST_SPLIT_SECRET=settings.QVAL_TEST_SPLIT_SECRET,
         **env,
     )
     environ.pop("QVAL_INPROCESS_WORKER", None)

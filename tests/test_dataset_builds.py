@@ -38,10 +38,11 @@ def tiny_frozenlake():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def tiny_reference(tmp_path_factory: pytest.TempPathFactory) -> schema.Dataset:
-    """The tiny FrozenLake dataset built once, uninterrupted (what every build must reproduce)."""
+def tiny_reference(tmp_path_factory: pytest.TempPathFactory, test_split_secret: str) -> schema.Dataset:
+    """The tiny FrozenLake dataset built once, uninterrupted, with the session's test-split secret
+    (what every build on the site must reproduce)."""
     env, spec = tiny_frozenlake()
-    ds = build.build_dataset(env, spec)
+    ds = build.build_dataset(env, spec, secret=test_split_secret)
     ds.write(tmp_path_factory.mktemp("tiny"))
     return ds
 
