@@ -290,10 +290,21 @@ def encode_png(image: "Image.Image") -> bytes:
 
 
 def _render(env: Environment, where: str) -> bytes:
+    """The PNG of the current state; drawn and encoded once per :meth:`Environment.image_key`."""
+    key = env.image_key()
+    cache_key = None
+    if key is not None:
+        cache_key = b"key:" + hashlib.blake2b(repr((env.name, key)).encode(), digest_size=32).digest()
+        png = _PNG_CACHE.get(cache_key)
+        if png is not None:
+            return png
     image = env.observation_image()
     if image is None:
         raise RuntimeError(f"{where}: the spec lists the image modality but {env.name} renders no image")
-    return encode_png(image)
+    png = encode_png(image)
+    if cache_key is not None:
+        _PNG_CACHE[cache_key] = png  # counted once, by encode_png
+    return png
 
 
 def make_state(

@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Sequence
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -122,6 +122,11 @@ class Environment(ABC):
 
     def observation_image(self) -> "Image.Image | None":
         """The image observation of the current state, or ``None`` (default) for a text-only adapter."""
+        return None
+
+    def image_key(self) -> Hashable | None:
+        """A key such that two states with equal keys have the same :meth:`observation_image`
+        (lets a build draw and encode each picture once), or ``None`` (default: no such key)."""
         return None
 
     def hide_tasks(self, seeds: dict[str, int | None]) -> None:

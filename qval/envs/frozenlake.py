@@ -214,6 +214,10 @@ class FrozenLake(Environment):
         """The current state drawn as a 512×512 RGB image (:func:`render_map`)."""
         return render_map(self.maps[self.task], self._position)
 
+    def image_key(self) -> tuple[tuple[str, ...], int]:
+        """The map and the agent's cell: all :func:`render_map` draws."""
+        return self.maps[self.task], self._position
+
     def reference_action(self) -> str:
         """The move to the neighbour closest to the goal (ties: lowest action id)."""
         dist = self._distances[self.task]
