@@ -194,9 +194,9 @@ class DatasetSpec:
 
 def hide_test_tasks(env: Environment, spec: DatasetSpec, secret: str | None) -> None:
     """Replace ``spec``'s test tasks by instances drawn from ``secret`` (hidden and unplayable
-    without it); nothing unless ``spec.secret_test``.  Idempotent."""
+    without it); nothing unless ``spec.secret_test``, nor when ``env`` hides tasks already."""
     tasks = spec.hidden_tasks(env)
-    if tasks:
+    if tasks and not env.hidden:
         key = f"{spec.slug}@{spec.version}"
         env.hide_tasks({t: hidden.derive_seed(secret, key, "task", t) if secret else None for t in tasks})
 
@@ -694,7 +694,25 @@ def frozenlake_8x8_v1_0() -> tuple[Environment, DatasetSpec]:
 
 
 def alfworld_text() -> tuple[Environment, DatasetSpec]:
-    """``alfworld-pick-place@1.0``: ALFWorld text ``pick_and_place_simple`` on 30 generated scenes.
+    """``alfworld-pick-place@1.1``: ``1.0``'s train and dev exactly, and a test split of 10 scenes drawn
+    from the maintainer's secret (ids ``hidden-{position}``, floorplan and scene seed from the secret)."""
+    env, spec = alfworld_text_v1_0()
+    return env, replace(
+        spec,
+        version="1.1",
+        description=spec.description.replace(
+            "Train, dev and test hold disjoint scenes (scene j goes to split j mod 3).",
+            "Train, dev and test hold disjoint scenes (scene j goes to split j mod 3). Train and dev are those of "
+            "1.0, byte for byte; the 10 test scenes (ids hidden-j) and the test trajectories' random draws come from "
+            "the maintainer's secret, so the test split cannot be rebuilt from public information. Supersedes 1.0.",
+        ),
+        secret_test=True,
+    )
+
+
+def alfworld_text_v1_0() -> tuple[Environment, DatasetSpec]:
+    """``alfworld-pick-place@1.0`` (superseded by 1.1, whose test split is secret; kept so that it can be
+    rebuilt with its fingerprint): ALFWorld text ``pick_and_place_simple`` on 30 generated scenes.
 
     30 scenes × 2 trajectories × up to 3 states give about 60 points per split, so every split
     clears the 50-point minimum of the global correlations.
@@ -747,7 +765,27 @@ click-checkboxes + use-spinner (about the same number of states each)."""
 
 
 def miniwob() -> tuple[Environment, DatasetSpec]:
-    """``miniwob@1.1``: six multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium, split by task."""
+    """``miniwob@1.2``: ``1.1``'s train and dev exactly, a test split whose instances (BrowserGym seeds)
+    come from the maintainer's secret, and goal images for every point."""
+    env, spec = miniwob_v1_1()
+    return env, replace(
+        spec,
+        version="1.2",
+        description=spec.description.replace(
+            "Supersedes 1.0 (no train split, about 20 states).",
+            "Goal images: the screenshot of the final state of the reference rollout from every state and "
+            "candidate. Train and dev are those of 1.1 (goal images aside); the test tasks' instances (ids "
+            "'{task}:hidden-{position}') use BrowserGym seeds derived from the maintainer's secret, and so do the "
+            "test trajectories' random draws. Supersedes 1.1 (public test seeds) and 1.0.",
+        ),
+        secret_test=True,
+        end_images=True,
+    )
+
+
+def miniwob_v1_1() -> tuple[Environment, DatasetSpec]:
+    """``miniwob@1.1`` (superseded by 1.2, whose test split is secret; kept so that it can be rebuilt with
+    its fingerprint): six multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium, split by task."""
     from qval.envs.miniwob import MiniWoB  # BrowserGym + Playwright: imported when used
 
     seeds = 16

@@ -43,6 +43,12 @@ def small_build(secret: str | None, trajectories: int = 20) -> schema.Dataset:
     return build.build_dataset(env, replace(spec, num_trajectories=trajectories), secret=secret)
 
 
+def scenes_id(scenes: list[tuple[int, int]], position: int) -> str:
+    """The public task id of ALFWorld scene ``position``."""
+    floorplan, seed = scenes[position]
+    return f"FloorPlan{floorplan}-s{seed}"
+
+
 def first_trajectories(ds: schema.Dataset, split: str, n: int) -> list[schema.State]:
     return [s for s in ds.states_in(split) if s.trajectory < n]
 
@@ -146,6 +152,34 @@ class TestSecretTestSplit:
         assert hidden.configured_secret(tmp_path) == first
         monkeypatch.setenv(hidden.ENV_VAR, "from-the-environment")
         assert hidden.configured_secret(tmp_path) == "from-the-environment"
+
+    @pytest.mark.slow
+    def test_alfworld_test_scenes_come_from_the_secret(self, tmp_path: Path) -> None:
+        """ALFWorld (text): the hidden scenes' ids (``hidden-{position}``) reveal nothing, train and dev
+        do not depend on the secret, and a wrong secret gives other scenes."""
+        from qval.envs.alfworld import ALFWorld, choose_scenes
+
+        scenes = choose_scenes(3, seed=0)
+        spec = build.DatasetSpec(
+            slug="alfworld-small", name="ALFWorld small", version="0", description="test build",
+            modalities=("text",), num_trajectories=3, max_states_per_trajectory=1, epsilon=0.3, seed=5,
+            discount=0.95, splits=("train", "dev", "test"), split_by="task", secret_test=True,
+        )
+
+        def run(secret: str | None) -> schema.Dataset:
+            return build.build_dataset(ALFWorld(scenes, horizon=15, game_root=tmp_path), spec, secret=secret)
+
+        public, real, guess = run(None), run("the maintainer's secret"), run("a guess at the secret")
+        assert public.states_in("test") == [] and real.states_in("test") and guess.states_in("test")
+        for split in ("train", "dev"):
+            assert public.states_in(split) == real.states_in(split) == guess.states_in(split)
+            assert public.split_fingerprint(split) == real.split_fingerprint(split)
+        assert {s.task for s in real.states_in("test")} == {"hidden-2"}
+        # The test scene differs: another room or task in the observation.
+        assert real.states_in("test")[0].observation != guess.states_in("test")[0].observation
+        assert "hidden" in json.dumps(real.manifest.config["environment"]["scenes"][2])
+        assert str(hidden.derive_seed("the maintainer's secret", "alfworld-small@0", "task", scenes_id(scenes, 2))) \
+            not in json.dumps(real.manifest.config)
 
     @pytest.mark.slow
     def test_frozenlake_1_1_still_rebuilds(self, tmp_path: Path) -> None:

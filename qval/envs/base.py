@@ -90,6 +90,8 @@ class Environment(ABC):
         if horizon < 1:
             raise ValueError(f"horizon must be positive, got {horizon}")
         self.horizon = horizon
+        self.hidden: frozenset[str] = frozenset()
+        """The ids of the tasks :meth:`hide_tasks` replaced."""
         self._task: str | None = None
         self._history: list[str] = []
         self._terminated = False
@@ -132,8 +134,10 @@ class Environment(ABC):
     def hide_tasks(self, seeds: dict[str, int | None]) -> None:
         """Play each task named in ``seeds`` as the instance drawn from its seed instead (secret test
         splits, :mod:`qval.hidden`); ``None``: the task is hidden but not playable (a build without
-        the secret).  :meth:`config` must then describe those tasks as hidden, never their seeds or
-        content, identically with or without the seeds.  Default: the adapter cannot hide tasks."""
+        the secret).  A hidden task keeps its position in :attr:`tasks` but may get a new id (an id
+        must not reveal the instance); :attr:`hidden` then holds the ids.  :meth:`config` must
+        describe those tasks as hidden, never their seeds or content, identically with or without
+        the seeds.  Default: the adapter cannot hide tasks."""
         raise NotImplementedError(f"{self.name} cannot draw hidden tasks from a secret")
 
     @abstractmethod

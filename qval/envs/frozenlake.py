@@ -150,7 +150,6 @@ class FrozenLake(Environment):
         self._distances = {task: goal_distances(rows) for task, rows in self.maps.items()}
         self._envs: dict[str, gymnasium.Env[Any, Any]] = {}
         self._position = 0
-        self.hidden: frozenset[str] = frozenset()
 
     # -- Environment -------------------------------------------------------------------
     @property
