@@ -236,14 +236,13 @@ def fail_worker_builds(worker: str | None = None) -> int:
 
 
 def is_loaded(name: str) -> bool:
-    """Whether builder ``name``'s dataset is loaded: a finished build of it whose dataset exists,
-    or any dataset of the environment of that name (builder and environment share names)."""
-    keys = DatasetBuild.objects.filter(name=name, status=DatasetBuild.FINISHED).values_list("dataset_key", flat=True)
-    for key in keys:
-        slug, _, version = key.partition("@")
-        if Dataset.objects.filter(slug=slug, version=version).exists():
-            return True
-    return Dataset.objects.filter(environment__slug=name).exists()
+    """Whether the version builder ``name`` makes now is loaded (an older version of the dataset
+    does not count, so ``make up`` builds a new version such as one with a secret test split)."""
+    env, spec = build.BUILDERS[name]()
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+    return Dataset.objects.filter(slug=spec.slug, version=spec.version).exists()
 
 
 def reap(now=None) -> list[int]:  # type: ignore[no-untyped-def]
