@@ -139,6 +139,8 @@ class TestSecretTestSplit:
                  (tmp_path / "export" / "README.md").read_text()]
         for text in texts:
             assert test_split_secret not in text and not any(seed in text for seed in seeds)
+        card = (tmp_path / "export" / "README.md").read_text()
+        assert all(f"{split} `{fp}`" in card for split, fp in frozenlake.manifest.split_fingerprints.items())
         config = json.loads((folder / "manifest.json").read_text())["config"]["environment"]
         assert [config["map_seeds"][j] for j in (3, 8, 13, 18)] == [None] * 4
         assert all(config["maps"][f"map-{j}"] is None for j in (3, 8, 13, 18))
