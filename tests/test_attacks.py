@@ -183,6 +183,29 @@ class TestSecretTestSplit:
         assert str(hidden.derive_seed("the maintainer's secret", "alfworld-small@0", "task", scenes_id(scenes, 2))) \
             not in json.dumps(real.manifest.config)
 
+    def test_miniwob_test_instances_come_from_the_secret(self) -> None:
+        """MiniWoB: the test tasks get ids that name their position, not their seed, and seeds from the
+        secret; the manifest lists no secret seed; without the secret they cannot be played."""
+        env, spec = build.BUILDERS["miniwob"]()
+        assert spec.secret_test and spec.end_images
+        public_tasks = list(env.tasks)
+        names = spec.hidden_tasks(env)
+        assert names and all(n.startswith(("enter-password:", "enter-text-2:")) for n in names)
+        build.hide_test_tasks(env, spec, "the maintainer's secret")
+        tasks = list(env.tasks)
+        assert [t for t in tasks if t not in env.hidden] == [t for t in public_tasks if t not in names]
+        assert all(tasks[j].endswith(f":hidden-{j}") for j, t in enumerate(public_tasks) if t in names)
+        key = f"{spec.slug}@{spec.version}"
+        seeds = {hidden.derive_seed("the maintainer's secret", key, "task", n) % 2**31 for n in names}
+        assert len(seeds) == len(names)
+        text = json.dumps(env.config())
+        assert "hidden_tasks" in text and not any(str(seed) in text for seed in seeds)
+        unplayable, _ = build.BUILDERS["miniwob"]()
+        build.hide_test_tasks(unplayable, spec, None)
+        assert json.dumps(unplayable.config()) == text  # the manifest is the same with or without the secret
+        with pytest.raises(RuntimeError, match="secret"):
+            unplayable.reset(tasks[1])
+
     @pytest.mark.slow
     def test_frozenlake_1_1_still_rebuilds(self, tmp_path: Path) -> None:
         """The superseded version keeps its published fingerprint (and the split fingerprints pinned above)."""
