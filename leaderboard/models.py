@@ -52,6 +52,19 @@ class Dataset(models.Model):
         """``slug@version``."""
         return f"{self.slug}@{self.version}"
 
+    @property
+    def secret_test(self) -> bool:
+        """Whether the test split was drawn from the maintainer's secret (:mod:`qval.hidden`)."""
+        return bool(self.manifest.get("config", {}).get("collection", {}).get("secret_test"))
+
+    def superseded_test_split(self) -> "Dataset | None":
+        """A newer version of this dataset whose test split is secret, when this one's is not: this
+        version's test split can be rebuilt from public information, so it takes no test submissions."""
+        if self.secret_test:
+            return None
+        newer = [d for d in Dataset.objects.filter(slug=self.slug).exclude(pk=self.pk) if d.secret_test]
+        return max(newer, key=lambda d: d.created_at, default=None)
+
     @classmethod
     def lookup(cls, key: str) -> "Dataset | None":
         """The dataset named ``slug@version``, or the newest version of ``slug``."""
