@@ -80,7 +80,9 @@ def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path) ->
 
     def run() -> None:
         try:
-            outcome["dataset"] = build.build(name, out, progress=relay, work_dir=checkpoint)
+            outcome["dataset"] = build.build(
+                name, out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET
+            )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
             outcome["error"] = exc
         finally:
@@ -127,7 +129,7 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
         same = False
         if (target / "manifest.json").exists():
             try:
-                same = schema.Dataset.read(target).manifest.fingerprint == fingerprint
+                same = schema.Dataset.read(target, settings.QVAL_TEST_SPLIT_SECRET).manifest.fingerprint == fingerprint
             except schema.SchemaError:
                 same = False
         if same:
@@ -138,7 +140,7 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staging), str(target))
     # Round trip: the files on disk carry the same fingerprint; images now read from target/images.
-    ds = schema.Dataset.read(target)
+    ds = schema.Dataset.read(target, settings.QVAL_TEST_SPLIT_SECRET)
     report(1, 1, "write")
     loaded, created = None, False
     if load:
@@ -234,14 +236,13 @@ def fail_worker_builds(worker: str | None = None) -> int:
 
 
 def is_loaded(name: str) -> bool:
-    """Whether builder ``name``'s dataset is loaded: a finished build of it whose dataset exists,
-    or any dataset of the environment of that name (builder and environment share names)."""
-    keys = DatasetBuild.objects.filter(name=name, status=DatasetBuild.FINISHED).values_list("dataset_key", flat=True)
-    for key in keys:
-        slug, _, version = key.partition("@")
-        if Dataset.objects.filter(slug=slug, version=version).exists():
-            return True
-    return Dataset.objects.filter(environment__slug=name).exists()
+    """Whether the version builder ``name`` makes now is loaded (an older version of the dataset
+    does not count, so ``make up`` builds a new version such as one with a secret test split)."""
+    env, spec = build.BUILDERS[name]()
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+    return Dataset.objects.filter(slug=spec.slug, version=spec.version).exists()
 
 
 def reap(now=None) -> list[int]:  # type: ignore[no-untyped-def]

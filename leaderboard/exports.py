@@ -49,6 +49,10 @@ DOWNLOAD_COLUMNS = [
     ("action", "Candidate action text."),
     ("next_state", "Text observation after taking the candidate action."),
     ("next_image", "Image file after taking the candidate action (image datasets), else empty."),
+    ("end_image", "Goal image: the final state of the reference rollout after the candidate (public splits of "
+                  "datasets with goal images), else empty."),
+    ("state_end_image", "Goal image of the state: the final state of the reference rollout from it (public "
+                        "splits of datasets with goal images), else empty."),
     ("is_actor", "True for the action the collecting actor took (the pointwise evaluation point)."),
     ("q_label", "Reference Q of the candidate (public splits only)."),
     ("v_label", "Reference V of the state (public splits only)."),
@@ -74,6 +78,8 @@ def split_frame(dataset: Dataset, split: str) -> pd.DataFrame:
             "action",
             "next_state",
             "next_image",
+            "end_image",
+            "state__end_image",
             "is_actor",
         )
     )
@@ -82,6 +88,8 @@ def split_frame(dataset: Dataset, split: str) -> pd.DataFrame:
     frame["history"] = frame["history"].map(json.dumps)
     frame["image"] = frame["image"].fillna("")
     frame["next_image"] = frame["next_image"].fillna("")
+    for column in ("end_image", "state_end_image"):  # goal images leave the platform on public splits only
+        frame[column] = frame[column].fillna("") if schema.goal_images_public(split) else ""
     if split in PUBLIC_SPLITS:
         labels = Label.objects.filter(labelset__dataset=dataset, split=split)
         q = dict(labels.filter(target="q").values_list("item_id", "value"))

@@ -80,6 +80,7 @@ def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
             observation=s.observation,
             history=list(s.history),
             image=s.image,
+            end_image=s.end_image,
         )
         for i, s in enumerate(ds.states)
     )
@@ -92,6 +93,7 @@ def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
             next_state=c.next_state,
             is_actor=c.is_actor,
             next_image=c.next_image,
+            end_image=c.end_image,
         )
         for db_state, s in zip(states, ds.states)
         for c in s.candidates
@@ -147,9 +149,15 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
     return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)
 
 
-def inputs_for(dataset: Dataset, split: str) -> schema.Dataset:
+def inputs_for(dataset: Dataset, split: str, *, hidden_goal_images: bool = False) -> schema.Dataset:
     """The manifest and one split's states and candidates as a :class:`qval.schema.Dataset`,
-    with no labels at all (what :func:`qval.containers.write_input` needs for a method container)."""
+    with no labels at all (what :func:`qval.containers.write_input` needs for a method container).
+
+    Goal images (``end_image``) are named only where :func:`qval.schema.goal_images_public` allows
+    it; ``hidden_goal_images=True`` names them on hidden splits too — the platform-only path for
+    built-in methods the platform runs itself, never for containers, downloads or pages.
+    """
+    goal = hidden_goal_images or schema.goal_images_public(split)
     fields = set(schema.Manifest.__dataclass_fields__)
     manifest = schema.Manifest(**{k: v for k, v in dataset.manifest.items() if k in fields})
     db_states = list(State.objects.filter(dataset=dataset, split=split).order_by("position"))
@@ -159,11 +167,12 @@ def inputs_for(dataset: Dataset, split: str) -> schema.Dataset:
         by_state[c.state_id].append(schema.Candidate(
             id=c.external_id, state_id=ids[c.state_id], index=c.index, action=c.action,
             next_state=c.next_state, is_actor=c.is_actor, next_image=c.next_image,
+            end_image=c.end_image if goal else None,
         ))
     states = [
         schema.State(id=s.external_id, split=s.split, trajectory=s.trajectory, step=s.step, task=s.task,
                      observation=s.observation, history=tuple(s.history), candidates=tuple(by_state[s.pk]),
-                     image=s.image)
+                     image=s.image, end_image=s.end_image if goal else None)
         for s in db_states
     ]
     return schema.Dataset(manifest=manifest, states=states, q_labels={}, v_labels={})

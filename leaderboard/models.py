@@ -52,6 +52,19 @@ class Dataset(models.Model):
         """``slug@version``."""
         return f"{self.slug}@{self.version}"
 
+    @property
+    def secret_test(self) -> bool:
+        """Whether the test split was drawn from the maintainer's secret (:mod:`qval.hidden`)."""
+        return bool(self.manifest.get("config", {}).get("collection", {}).get("secret_test"))
+
+    def superseded_test_split(self) -> "Dataset | None":
+        """A newer version of this dataset whose test split is secret, when this one's is not: this
+        version's test split can be rebuilt from public information, so it takes no test submissions."""
+        if self.secret_test:
+            return None
+        newer = [d for d in Dataset.objects.filter(slug=self.slug).exclude(pk=self.pk) if d.secret_test]
+        return max(newer, key=lambda d: d.created_at, default=None)
+
     @classmethod
     def lookup(cls, key: str) -> "Dataset | None":
         """The dataset named ``slug@version``, or the newest version of ``slug``."""
@@ -75,6 +88,10 @@ class State(models.Model):
     observation = models.TextField()
     history = models.JSONField(default=list)
     image = models.CharField(max_length=300, blank=True, null=True)
+    end_image = models.CharField(
+        max_length=300, blank=True, null=True,
+        help_text="Goal image: the final state of the reference rollout from this state (withheld on hidden splits).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["dataset", "external_id"], name="state_unique_id")]
@@ -92,6 +109,10 @@ class Candidate(models.Model):
     next_state = models.TextField()
     is_actor = models.BooleanField()
     next_image = models.CharField(max_length=300, blank=True, null=True)
+    end_image = models.CharField(
+        max_length=300, blank=True, null=True,
+        help_text="Goal image: the final state of the reference rollout after this action (withheld on hidden splits).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["state", "index"], name="candidate_unique_index")]

@@ -201,13 +201,17 @@ IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "w
 
 
 def dataset_image(request: HttpRequest, key: str, name: str) -> FileResponse:
-    """An image file the dataset names (state image or candidate next image; test inputs included)."""
+    """An image file the dataset names: state image or candidate next image (test inputs included),
+    or a goal image of a public split (never one of a hidden split: :func:`qval.schema.goal_images_public`)."""
     ds = _dataset_by_key(key)
     match = IMAGE_NAME.fullmatch(name)
     if match is None or ".." in name:
         raise Http404("no such image")
+    public = sorted(PUBLIC_SPLITS)
     named = (State.objects.filter(dataset=ds, image=name).exists()
-             or Candidate.objects.filter(state__dataset=ds, next_image=name).exists())
+             or Candidate.objects.filter(state__dataset=ds, next_image=name).exists()
+             or State.objects.filter(dataset=ds, split__in=public, end_image=name).exists()
+             or Candidate.objects.filter(state__dataset=ds, state__split__in=public, end_image=name).exists())
     folder = exports.images_dir(ds)
     if not named or folder is None or not (folder / name).is_file():
         raise Http404("no such image")

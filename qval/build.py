@@ -58,11 +58,11 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from qval import labelling, schema
+from qval import hidden, labelling, schema
 from qval.envs.base import Environment, Snapshot
 from qval.envs.frozenlake import MAP_SEEDS, FrozenLake
 
@@ -113,6 +113,12 @@ class DatasetSpec:
     split_cycle: tuple[str, ...] | None = None
     """Weighted split assignment: position ``j`` goes to ``split_cycle[j % len(split_cycle)]``
     (e.g. ``("train", "dev", "train", "test", "train")`` gives train 3 shares in 5)."""
+    secret_test: bool = False
+    """The test split's tasks and RNG seeds come from the maintainer's secret (:mod:`qval.hidden`);
+    needs ``split_by="task"``.  Without the secret only the other splits are built."""
+    end_images: bool = False
+    """Store the goal image of every point: the final state of its reference rollout
+    (``State.end_image``, ``Candidate.end_image``); needs the image modality."""
 
     def __post_init__(self) -> None:
         if self.split_by not in SPLIT_RULES:
@@ -122,6 +128,10 @@ class DatasetSpec:
         unknown = set(self.modalities) - {"text", "image"}
         if unknown:
             raise ValueError(f"unknown modalities {sorted(unknown)}; expected text and/or image")
+        if self.secret_test and (self.split_by != "task" or "test" not in self.splits):
+            raise ValueError("secret_test needs split_by='task' and a test split")
+        if self.end_images and not self.images:
+            raise ValueError("end_images needs the image modality")
 
     @property
     def cycle(self) -> tuple[str, ...]:
@@ -157,7 +167,47 @@ class DatasetSpec:
                 "PNG of the adapter's observation_image() for every state ({state id}.png) and every candidate's "
                 "next state ({candidate id}-next.png), in images/"
             )
+        if self.end_images:
+            config["end_images"] = (
+                "goal images: PNG of the final state of the reference rollout that gave each label, from every "
+                "candidate ({candidate id}-end.png, after forcing it) and every state ({state id}-end.png), in images/"
+            )
+        if self.secret_test:
+            config["secret_test"] = (
+                "the test positions' tasks are instances drawn from seeds HMAC-SHA256(secret, '<slug>@<version>/task/"
+                "<task>') and the test trajectories' actor, sample and candidate RNGs use a seed derived the same way "
+                "from the maintainer's secret; the test split's fingerprint is an HMAC keyed by it. Train and dev do "
+                "not depend on it"
+            )
         return config
+
+    def split_of(self, position: int) -> str:
+        """The split of task position (``split_by="task"``) or per-task trajectory number ``position``."""
+        return self.cycle[position % len(self.cycle)]
+
+    def hidden_tasks(self, env: Environment) -> list[str]:
+        """The tasks drawn from the secret: those at the test positions (none unless ``secret_test``)."""
+        if not self.secret_test:
+            return []
+        return [task for j, task in enumerate(env.tasks) if self.split_of(j) == "test"]
+
+
+def hide_test_tasks(env: Environment, spec: DatasetSpec, secret: str | None) -> None:
+    """Replace ``spec``'s test tasks by instances drawn from ``secret`` (hidden and unplayable
+    without it); nothing unless ``spec.secret_test``, nor when ``env`` hides tasks already."""
+    tasks = spec.hidden_tasks(env)
+    if tasks and not env.hidden:
+        key = f"{spec.slug}@{spec.version}"
+        env.hide_tasks({t: hidden.derive_seed(secret, key, "task", t) if secret else None for t in tasks})
+
+
+def trajectory_seed(spec: DatasetSpec, split: str, secret: str | None) -> str:
+    """The seed of a trajectory's RNGs: ``spec.seed``, or for a secret test split one derived from the secret."""
+    if spec.secret_test and split == "test":
+        if not secret:
+            raise ValueError(f"{spec.slug}@{spec.version}: the test split needs the secret")
+        return hidden.rng_seed(secret, f"{spec.slug}@{spec.version}")
+    return str(spec.seed)
 
 
 @dataclass(frozen=True)
@@ -177,28 +227,37 @@ class Trajectory:
     task: str
     split: str
     turns: tuple[Turn, ...]
+    seed: str
+    """The seed of its RNGs (:func:`trajectory_seed`)."""
 
 
-def collect(env: Environment, index: int, spec: DatasetSpec) -> Trajectory:
-    """Play trajectory ``index`` with the collecting actor."""
+def split_of_trajectory(env: Environment, index: int, spec: DatasetSpec) -> str:
+    """The split trajectory ``index`` goes to (step 6 of the pipeline)."""
+    tasks = env.tasks
+    position = index % len(tasks) if spec.split_by == "task" else index // len(tasks)
+    return spec.split_of(position)
+
+
+def collect(env: Environment, index: int, spec: DatasetSpec, secret: str | None = None) -> Trajectory:
+    """Play trajectory ``index`` with the collecting actor (``secret``: see :func:`trajectory_seed`)."""
     tasks = env.tasks
     task = tasks[index % len(tasks)]
-    rng = random.Random(f"{spec.seed}/actor/{index}")
+    split = split_of_trajectory(env, index, spec)
+    seed = trajectory_seed(spec, split, secret)
+    rng = random.Random(f"{seed}/actor/{index}")
     observation = env.reset(task)
     turns: list[Turn] = []
     while not env.done:
         action = env.actor_action(rng, spec.epsilon)
         turns.append(Turn(snapshot=env.snapshot(), observation=observation, action=action))
         observation = env.step(action).observation
-    position = tasks.index(task) if spec.split_by == "task" else index // len(tasks)
-    split = spec.cycle[position % len(spec.cycle)]
-    return Trajectory(index=index, task=task, split=split, turns=tuple(turns))
+    return Trajectory(index=index, task=task, split=split, turns=tuple(turns), seed=seed)
 
 
 def sample_turns(trajectory: Trajectory, spec: DatasetSpec) -> list[Turn]:
     """Up to ``max_states_per_trajectory`` turns, never the first or the last, in step order."""
     middle = range(1, len(trajectory.turns) - 1)
-    rng = random.Random(f"{spec.seed}/sample/{trajectory.index}")
+    rng = random.Random(f"{trajectory.seed}/sample/{trajectory.index}")
     picked = rng.sample(middle, min(spec.max_states_per_trajectory, len(middle)))
     return [trajectory.turns[i] for i in sorted(picked)]
 
@@ -231,10 +290,21 @@ def encode_png(image: "Image.Image") -> bytes:
 
 
 def _render(env: Environment, where: str) -> bytes:
+    """The PNG of the current state; drawn and encoded once per :meth:`Environment.image_key`."""
+    key = env.image_key()
+    cache_key = None
+    if key is not None:
+        cache_key = b"key:" + hashlib.blake2b(repr((env.name, key)).encode(), digest_size=32).digest()
+        png = _PNG_CACHE.get(cache_key)
+        if png is not None:
+            return png
     image = env.observation_image()
     if image is None:
         raise RuntimeError(f"{where}: the spec lists the image modality but {env.name} renders no image")
-    return encode_png(image)
+    png = encode_png(image)
+    if cache_key is not None:
+        _PNG_CACHE[cache_key] = png  # counted once, by encode_png
+    return png
 
 
 def make_state(
@@ -259,7 +329,7 @@ def make_state(
     if spec.images:
         state_image = f"{state_id}.png"
         pictures[state_image] = _render(env, state_id)
-    rng = random.Random(f"{spec.seed}/candidates/{trajectory.index}/{snap.step}")
+    rng = random.Random(f"{trajectory.seed}/candidates/{trajectory.index}/{snap.step}")
     actions = tuple(env.sample_candidates(turn.action, rng))
     if turn.action not in actions:
         raise RuntimeError(f"trajectory {trajectory.index} step {snap.step}: actor action {turn.action!r} not a candidate")
@@ -283,6 +353,17 @@ def make_state(
                 next_image=next_image,
             )
         )
+    at_end = (lambda e: _render(e, f"{state_id} rollout end")) if spec.end_images else None
+    labels = labelling.label_state(
+        env, snap, actions, discount=spec.discount, num_rollouts=spec.num_rollouts, at_end=at_end
+    )
+    state_end = None
+    if spec.end_images:
+        state_end = f"{state_id}-end.png"
+        pictures[state_end] = labels.v_end
+        for i, png in enumerate(labels.q_end):
+            candidates[i] = replace(candidates[i], end_image=f"{candidates[i].id}-end.png")
+            pictures[f"{candidates[i].id}-end.png"] = png
     state = schema.State(
         id=state_id,
         split=trajectory.split,
@@ -293,21 +374,24 @@ def make_state(
         history=snap.history,
         candidates=tuple(candidates),
         image=state_image,
+        end_image=state_end,
     )
-    labels = labelling.label_state(env, snap, actions, discount=spec.discount, num_rollouts=spec.num_rollouts)
     return state, labels
 
 
 # -- checkpoints ---------------------------------------------------------------------------
-def build_key(env: Environment, spec: DatasetSpec) -> str:
-    """SHA-256 (hex) naming the work of one build: checkpoint format, environment config and spec."""
-    identity = {
+def build_key(env: Environment, spec: DatasetSpec, secret: str | None = None) -> str:
+    """SHA-256 (hex) naming the work of one build: checkpoint format, environment config and spec
+    (and, for a secret test split, a tag derived from the secret, so secrets never share work)."""
+    identity: dict[str, Any] = {
         "checkpoint_format": CHECKPOINT_FORMAT,
         "environment": env.name,
         "reference_policy": env.reference_policy,
         "environment_config": env.config(),
         "spec": asdict(spec),
     }
+    if spec.secret_test and secret:
+        identity["secret_tag"] = hidden.derive(secret, f"{spec.slug}@{spec.version}", "checkpoint").hex()
     return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -336,9 +420,11 @@ class Checkpoint:
         self.image_dir = self.directory / "images"
 
     @classmethod
-    def for_build(cls, work_dir: str | Path, env: Environment, spec: DatasetSpec) -> "Checkpoint":
+    def for_build(
+        cls, work_dir: str | Path, env: Environment, spec: DatasetSpec, secret: str | None = None
+    ) -> "Checkpoint":
         """The checkpoint of ``spec`` on ``env`` under ``work_dir`` (folder named by :func:`build_key`)."""
-        return cls(Path(work_dir) / f"{spec.slug}-{spec.version}-{build_key(env, spec)[:16]}")
+        return cls(Path(work_dir) / f"{spec.slug}-{spec.version}-{build_key(env, spec, secret)[:16]}")
 
     def load(self) -> dict[str, Labelled]:
         """Every readable entry by state id; unreadable lines (and entries whose PNGs are missing
@@ -391,7 +477,7 @@ class Checkpoint:
             tmp.write_bytes(data)
             tmp.replace(self.image_dir / name)
         record = schema._state_record(entry.state)
-        record["candidates"] = [asdict(c) for c in entry.state.candidates]
+        record["candidates"] = [schema._candidate_record(c) for c in entry.state.candidates]
         line = {
             "state": record,
             "q": list(entry.q),
@@ -422,6 +508,7 @@ def build_dataset(
     spec: DatasetSpec,
     progress: Progress | None = None,
     checkpoint: Checkpoint | str | Path | None = None,
+    secret: str | None = None,
 ) -> schema.Dataset:
     """Collect, sample, label and split; the returned dataset is validated but not written.
 
@@ -429,16 +516,22 @@ def build_dataset(
     checkpoint (:meth:`Checkpoint.for_build`); states found there are not labelled again.
     ``Manifest.build_info`` records the timings (``label``: the labelling time of every state,
     summed over the runs that made them) and how many states were resumed.
+
+    ``secret``: the maintainer's test-split secret for a spec with ``secret_test``; without it
+    the test trajectories are skipped (train and dev come out exactly the same).
     """
     report: Progress = progress or (lambda done, total, stage: None)
+    hide_test_tasks(env, spec, secret)
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-        checkpoint = Checkpoint.for_build(checkpoint, env, spec)
+        checkpoint = Checkpoint.for_build(checkpoint, env, spec, secret)
     started = time.perf_counter()
 
+    skip_test = spec.secret_test and not secret
     report(0, spec.num_trajectories, "collect")
     trajectories = []
     for i in range(spec.num_trajectories):
-        trajectories.append(collect(env, i, spec))
+        if not (skip_test and split_of_trajectory(env, i, spec) == "test"):
+            trajectories.append(collect(env, i, spec, secret))
         report(i + 1, spec.num_trajectories, "collect")
     sampled = [(t, turn) for t in trajectories for turn in sample_turns(t, spec)]
     collected = time.perf_counter()
@@ -500,20 +593,47 @@ def build_dataset(
             "this_run_s": round(labelled - started, 3),
             "states_resumed": len(reuse),
             "states_labelled": labelled_now,
+            **({"test_split": "not built: no secret"} if skip_test else {}),
         },
     )
     ds_images = schema.ImageFolder(checkpoint.image_dir) if checkpoint is not None else images
-    ds = schema.Dataset(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels, images=ds_images)
+    ds = schema.Dataset(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels, images=ds_images,
+                        secret=secret if spec.secret_test else None)
     ds.validate()
     return ds
 
 
 FROZENLAKE_SPLIT_CYCLE: tuple[str, ...] = ("train", "dev", "train", "test", "train")
-"""``frozenlake-8x8@1.1``: map ``j`` goes to ``FROZENLAKE_SPLIT_CYCLE[j % 5]`` (train 3 : dev 1 : test 1)."""
+"""``frozenlake-8x8@1.1`` and ``1.2``: map ``j`` goes to ``FROZENLAKE_SPLIT_CYCLE[j % 5]`` (train 3 : dev 1 : test 1)."""
 
 
 def frozenlake_8x8() -> tuple[Environment, DatasetSpec]:
-    """``frozenlake-8x8@1.1``: 20 random maps split by map into train/dev/test, text and 512×512 images."""
+    """``frozenlake-8x8@1.2``: ``1.1``'s train and dev exactly, a test split drawn from the maintainer's
+    secret (four secret maps, secret RNG seeds), and goal images for every point."""
+    env, spec = frozenlake_8x8_v1_1()
+    return env, replace(
+        spec,
+        version="1.2",
+        description=(
+            "Gymnasium FrozenLake 8×8 (is_slippery=False), 20 maps; 100 trajectories (5 per map) of at most 30 "
+            "steps by a shortest-path actor with ε=0.1 uniform noise; up to 5 states per trajectory (not the first "
+            "or last turn); all 4 moves as candidates. Labels: restore the state, force the candidate, follow the "
+            "shortest-path policy until the 30-step horizon (counted from the episode start); reward 1 at the goal, "
+            "γ=0.95. Observation: the ASCII grid with @ for the agent and a 512×512 RGB drawing of it for every state "
+            "and candidate next state, plus goal images: the drawing of the final state of the reference rollout "
+            "from every state and candidate. Map j goes to (train, dev, train, test, train)[j mod 5]: the 12 train "
+            "and 4 dev maps (generate_random_map seeds 42–61 at their positions) and their states are those of 1.1, "
+            "byte for byte; the 4 test maps and the test trajectories' random draws come from the maintainer's "
+            "secret, so the test split cannot be rebuilt from public information. Supersedes 1.1."
+        ),
+        secret_test=True,
+        end_images=True,
+    )
+
+
+def frozenlake_8x8_v1_1() -> tuple[Environment, DatasetSpec]:
+    """``frozenlake-8x8@1.1`` (superseded by 1.2, whose test split is secret; kept so that it can be
+    rebuilt with its fingerprint): 20 random maps split by map into train/dev/test, text and 512×512 images."""
     env = FrozenLake(map_seeds=tuple(range(42, 62)), size=8, horizon=30)
     spec = DatasetSpec(
         slug="frozenlake-8x8",
@@ -574,7 +694,25 @@ def frozenlake_8x8_v1_0() -> tuple[Environment, DatasetSpec]:
 
 
 def alfworld_text() -> tuple[Environment, DatasetSpec]:
-    """``alfworld-pick-place@1.0``: ALFWorld text ``pick_and_place_simple`` on 30 generated scenes.
+    """``alfworld-pick-place@1.1``: ``1.0``'s train and dev exactly, and a test split of 10 scenes drawn
+    from the maintainer's secret (ids ``hidden-{position}``, floorplan and scene seed from the secret)."""
+    env, spec = alfworld_text_v1_0()
+    return env, replace(
+        spec,
+        version="1.1",
+        description=spec.description.replace(
+            "Train, dev and test hold disjoint scenes (scene j goes to split j mod 3).",
+            "Train, dev and test hold disjoint scenes (scene j goes to split j mod 3). Train and dev are those of "
+            "1.0, byte for byte; the 10 test scenes (ids hidden-j) and the test trajectories' random draws come from "
+            "the maintainer's secret, so the test split cannot be rebuilt from public information. Supersedes 1.0.",
+        ),
+        secret_test=True,
+    )
+
+
+def alfworld_text_v1_0() -> tuple[Environment, DatasetSpec]:
+    """``alfworld-pick-place@1.0`` (superseded by 1.1, whose test split is secret; kept so that it can be
+    rebuilt with its fingerprint): ALFWorld text ``pick_and_place_simple`` on 30 generated scenes.
 
     30 scenes × 2 trajectories × up to 3 states give about 60 points per split, so every split
     clears the 50-point minimum of the global correlations.
@@ -627,7 +765,27 @@ click-checkboxes + use-spinner (about the same number of states each)."""
 
 
 def miniwob() -> tuple[Environment, DatasetSpec]:
-    """``miniwob@1.1``: six multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium, split by task."""
+    """``miniwob@1.2``: ``1.1``'s train and dev exactly, a test split whose instances (BrowserGym seeds)
+    come from the maintainer's secret, and goal images for every point."""
+    env, spec = miniwob_v1_1()
+    return env, replace(
+        spec,
+        version="1.2",
+        description=spec.description.replace(
+            "Supersedes 1.0 (no train split, about 20 states).",
+            "Goal images: the screenshot of the final state of the reference rollout from every state and "
+            "candidate. Train and dev are those of 1.1 (goal images aside); the test tasks' instances (ids "
+            "'{task}:hidden-{position}') use BrowserGym seeds derived from the maintainer's secret, and so do the "
+            "test trajectories' random draws. Supersedes 1.1 (public test seeds) and 1.0.",
+        ),
+        secret_test=True,
+        end_images=True,
+    )
+
+
+def miniwob_v1_1() -> tuple[Environment, DatasetSpec]:
+    """``miniwob@1.1`` (superseded by 1.2, whose test split is secret; kept so that it can be rebuilt with
+    its fingerprint): six multi-step MiniWoB++ tasks through BrowserGym in Debian's Chromium, split by task."""
     from qval.envs.miniwob import MiniWoB  # BrowserGym + Playwright: imported when used
 
     seeds = 16
@@ -683,8 +841,12 @@ def build(
     out_dir: str | Path,
     progress: Progress | None = None,
     work_dir: str | Path | None = None,
+    secret: str | None = None,
 ) -> schema.Dataset:
     """Build the dataset ``name`` (a key of :data:`BUILDERS`), write it to ``out_dir``, return it.
+
+    ``secret``: the maintainer's test-split secret (:mod:`qval.hidden`); a dataset whose test
+    split is secret is built without its test split when it is ``None``.
 
     ``work_dir``: where the build keeps its checkpoint (:class:`Checkpoint`, in a folder keyed
     by the spec and environment config), so that rerunning an interrupted build labels only the
@@ -698,8 +860,9 @@ def build(
         raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(BUILDERS)}")
     env, spec = BUILDERS[name]()
     try:
-        checkpoint = Checkpoint.for_build(work_dir, env, spec) if work_dir is not None else None
-        ds = build_dataset(env, spec, progress, checkpoint)
+        hide_test_tasks(env, spec, secret)
+        checkpoint = Checkpoint.for_build(work_dir, env, spec, secret) if work_dir is not None else None
+        ds = build_dataset(env, spec, progress, checkpoint, secret)
         ds.write(out_dir)
         if checkpoint is not None:
             checkpoint.remove()

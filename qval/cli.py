@@ -231,16 +231,18 @@ def remote_split(server: str, key: str, split: str) -> schema.Dataset:
         first = rows.iloc[0]
         candidates = tuple(
             schema.Candidate(id=r.candidate_id, state_id=state_id, index=int(r.candidate_index), action=r.action,
-                             next_state=r.next_state, is_actor=bool(r.is_actor), next_image=r.next_image or None)
+                             next_state=r.next_state, is_actor=bool(r.is_actor), next_image=r.next_image or None,
+                             end_image=getattr(r, "end_image", None) or None)
             for r in rows.itertuples())
         states.append(schema.State(id=state_id, split=split, trajectory=int(first.trajectory), step=int(first.step),
                                    task=first.task, observation=first.observation,
                                    history=tuple(json.loads(first.history)), candidates=candidates,
-                                   image=first.image or None))
+                                   image=first.image or None,
+                                   end_image=getattr(first, "state_end_image", None) or None))
         q_labels.update(zip(rows.candidate_id, rows.q_label.astype(float)))
         v_labels[state_id] = float(first.v_label)
     images: dict[str, bytes] = {}
-    if (frame.image != "").any() or (frame.next_image != "").any():
+    if any((frame[c] != "").any() for c in ("image", "next_image", "end_image", "state_end_image") if c in frame):
         body = _request("GET", url, params={"split": split, "format": "images"}).content
         with zipfile.ZipFile(io.BytesIO(body)) as archive:
             images = {Path(n).name: archive.read(n) for n in archive.namelist() if not n.endswith("/")}

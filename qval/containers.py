@@ -206,7 +206,9 @@ def write_input(
     Target ``q``: one line per candidate ``{"id", "group", "task", "history", "state", "action",
     "next_state", "is_actor", "image", "next_image"}`` (``group``: the state id; the actors'
     ids are the pointwise points, the others are scored for the per-state ranking).  Target ``v``:
-    one line per state ``{"id", "task", "history", "state", "image"}``.  ``context.json`` describes
+    one line per state ``{"id", "task", "history", "state", "image"}``.  On a public split of a
+    dataset with goal images each line also has ``"end_image"`` (the candidate's, or the state's
+    for ``v``); on a hidden split never (:func:`qval.schema.goal_images_public`).  ``context.json`` describes
     the environment, reward, observation and action spaces, discount, horizon and target.  Image
     file names refer to ``images/``, copied from ``images_from`` (default: the dataset's own
     ``ds.images``).  No label is ever written.
@@ -219,17 +221,25 @@ def write_input(
     directory = Path(directory)
     (directory / "images").mkdir(parents=True, exist_ok=True)
     images: set[str] = set()
+    goal = schema.goal_images_public(split)
     with (directory / "points.jsonl").open("w", encoding="utf-8") as fh:
         for s in states:
             base = {"task": s.task, "history": list(s.history), "state": s.observation, "image": s.image}
             images.update(x for x in [s.image] if x)
             if target == "v":
-                fh.write(json.dumps({"id": s.id, **base}, ensure_ascii=False) + "\n")
+                rec = {"id": s.id, **base}
+                if goal and s.end_image:
+                    rec["end_image"] = s.end_image
+                    images.add(s.end_image)
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 continue
             for c in s.candidates:
                 images.update(x for x in [c.next_image] if x)
                 rec = {"id": c.id, "group": s.id, **base, "action": c.action, "next_state": c.next_state,
                        "is_actor": c.is_actor, "next_image": c.next_image}
+                if goal and c.end_image:
+                    rec["end_image"] = c.end_image
+                    images.add(c.end_image)
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     if images:
         if images_from is None and not all(name in ds.images for name in images):

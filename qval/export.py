@@ -48,6 +48,8 @@ CANDIDATE_COLUMNS: dict[str, str] = {
     "action": "The candidate action, as text.",
     "next_state": "Text observation after restoring the state and taking the candidate action.",
     "next_image": "File name of the next state's image in images/<split>.zip (null for text only).",
+    "end_image": "Goal image: the final state of the reference rollout after the candidate, in images/<split>.zip "
+                 "(datasets with goal images, public splits only; else null).",
     "is_actor": "True for the action the collecting actor took: the pointwise evaluation point.",
     "q_label": "Reference Q-value of the candidate (labelled splits only).",
     "v_label": "Reference V-value of the state (labelled splits only).",
@@ -58,6 +60,8 @@ STATE_COLUMNS: dict[str, str] = {
     key: CANDIDATE_COLUMNS[key]
     for key in ("state_id", "split", "task", "trajectory", "step", "observation", "history", "image")
 } | {
+    "end_image": "Goal image: the final state of the reference rollout from the state, in images/<split>.zip "
+                 "(datasets with goal images, public splits only; else null).",
     "num_candidates": "Number of candidate actions of the state.",
     "actor_candidate_id": "Id of the candidate the collecting actor took.",
     "v_label": "Reference V-value of the state (labelled splits only).",
@@ -68,7 +72,7 @@ _TYPES: dict[str, pa.DataType] = {
     "candidate_id": pa.string(), "state_id": pa.string(), "split": pa.string(), "task": pa.string(),
     "trajectory": pa.int64(), "step": pa.int64(), "observation": pa.string(), "history": pa.list_(pa.string()),
     "image": pa.string(), "candidate_index": pa.int64(), "action": pa.string(), "next_state": pa.string(),
-    "next_image": pa.string(), "is_actor": pa.bool_(), "q_label": pa.float64(), "v_label": pa.float64(),
+    "next_image": pa.string(), "end_image": pa.string(), "is_actor": pa.bool_(), "q_label": pa.float64(), "v_label": pa.float64(),
     "num_candidates": pa.int64(), "actor_candidate_id": pa.string(),
 }
 
@@ -76,13 +80,15 @@ _TYPES: dict[str, pa.DataType] = {
 def candidate_rows(ds: schema.Dataset, split: str, *, include_labels: bool) -> list[dict[str, Any]]:
     """One row per candidate of ``split``, in dataset order."""
     rows = []
+    goal = schema.goal_images_public(split)
     for s in _states(ds, split):
         for c in s.candidates:
             row: dict[str, Any] = {
                 "candidate_id": c.id, "state_id": s.id, "split": s.split, "task": s.task,
                 "trajectory": s.trajectory, "step": s.step, "observation": s.observation,
                 "history": list(s.history), "image": s.image, "candidate_index": c.index, "action": c.action,
-                "next_state": c.next_state, "next_image": c.next_image, "is_actor": c.is_actor,
+                "next_state": c.next_state, "next_image": c.next_image,
+                "end_image": c.end_image if goal else None, "is_actor": c.is_actor,
             }
             if include_labels:
                 row["q_label"] = ds.q_labels[c.id]
@@ -98,6 +104,7 @@ def state_rows(ds: schema.Dataset, split: str, *, include_labels: bool) -> list[
         row: dict[str, Any] = {
             "state_id": s.id, "split": s.split, "task": s.task, "trajectory": s.trajectory, "step": s.step,
             "observation": s.observation, "history": list(s.history), "image": s.image,
+            "end_image": s.end_image if schema.goal_images_public(split) else None,
             "num_candidates": len(s.candidates), "actor_candidate_id": s.actor_candidate.id,
         }
         if include_labels:
@@ -139,6 +146,9 @@ def export_split(
         _write_jsonl(path, ({c: r[c] for c in names} for r in rows))
         written[f"{table}.jsonl"] = path
     images = ds.image_names(split)
+    if not schema.goal_images_public(split):
+        withheld = set(ds.end_image_names(split))
+        images = [name for name in images if name not in withheld]
     if images:
         source = schema.ImageFolder(images_from) if images_from is not None else ds.images
         path = out / "images" / f"{split}.zip"
@@ -298,6 +308,9 @@ def dataset_card(ds: schema.Dataset, public_splits: Iterable[str] = schema.PUBLI
         f"* Modalities: {', '.join(m.modalities)}.",
         "* Build timings (s): " + (", ".join(f"{k} {v}" for k, v in timings.items()) or "not recorded") + ".",
         f"* Fingerprint (SHA-256 of the settings, inputs, labels and images): `{m.fingerprint or ds.compute_fingerprint()}`",
+        *([f"* Split fingerprints (`Dataset.split_fingerprint`; train and dev: SHA-256 anyone can check; test: "
+           f"HMAC keyed by the maintainer's secret, from which the test split is drawn): "
+           + ", ".join(f"{k} `{v}`" for k, v in sorted(m.split_fingerprints.items()))] if m.split_fingerprints else []),
         f"* Schema version {m.schema_version}.",
         "",
         "## License",

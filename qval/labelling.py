@@ -16,8 +16,12 @@ Only the :class:`~qval.envs.base.Environment` interface is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from qval.envs.base import Environment, Snapshot
+
+AtEnd = Callable[[Environment], Any]
+"""Called with the environment in the final state of a rollout (e.g. to render it)."""
 
 AGGREGATION = "max"
 """How the returns of several rollouts are combined (recorded in a manifest)."""
@@ -30,13 +34,18 @@ class StateLabels:
     candidates: tuple[str, ...]
     q: tuple[float, ...]
     v: float
+    q_end: tuple[Any, ...] = ()
+    """With ``at_end``: its value at the end of each candidate's best rollout (the trajectory end)."""
+    v_end: Any = None
+    """With ``at_end``: its value at the end of the state's best reference rollout."""
 
 
-def rollout_return(env: Environment, snapshot: Snapshot, first_action: str | None, discount: float) -> float:
-    """Discounted return of one rollout from ``snapshot``.
-
-    ``first_action`` is forced first (``None``: the reference policy acts from the start).
-    """
+def rollout(
+    env: Environment, snapshot: Snapshot, first_action: str | None, discount: float, at_end: AtEnd | None = None
+) -> tuple[float, Any]:
+    """Discounted return of one rollout from ``snapshot``, and ``at_end(env)`` in its final state
+    (``None`` without ``at_end``).  ``first_action`` is forced first (``None``: the reference policy
+    acts from the start)."""
     env.restore(snapshot)
     total, weight = 0.0, 1.0
     if first_action is not None:
@@ -45,7 +54,25 @@ def rollout_return(env: Environment, snapshot: Snapshot, first_action: str | Non
     while not env.done:
         total += weight * env.step(env.reference_action()).reward
         weight *= discount
-    return total
+    return total, at_end(env) if at_end is not None else None
+
+
+def rollout_return(env: Environment, snapshot: Snapshot, first_action: str | None, discount: float) -> float:
+    """Discounted return of one rollout from ``snapshot`` (:func:`rollout`)."""
+    return rollout(env, snapshot, first_action, discount)[0]
+
+
+def _best(
+    env: Environment, snapshot: Snapshot, action: str | None, discount: float, num_rollouts: int, at_end: AtEnd | None
+) -> tuple[float, Any]:
+    """The first rollout with the maximum return (and its ``at_end`` value)."""
+    best: tuple[float, Any] | None = None
+    for _ in range(num_rollouts):
+        result = rollout(env, snapshot, action, discount, at_end)
+        if best is None or result[0] > best[0]:
+            best = result
+    assert best is not None
+    return best
 
 
 def q_value(env: Environment, snapshot: Snapshot, action: str, *, discount: float, num_rollouts: int = 1) -> float:
@@ -67,11 +94,27 @@ def label_state(
     *,
     discount: float,
     num_rollouts: int = 1,
+    at_end: AtEnd | None = None,
 ) -> StateLabels:
-    """Q-values of every candidate and the V-value of ``snapshot``."""
-    q = tuple(q_value(env, snapshot, a, discount=discount, num_rollouts=num_rollouts) for a in candidates)
-    v = v_value(env, snapshot, discount=discount, num_rollouts=num_rollouts)
-    return StateLabels(candidates=candidates, q=q, v=v)
+    """Q-values of every candidate and the V-value of ``snapshot``.
+
+    ``at_end``: also record ``at_end(env)`` at the end of the rollout that gave each label (the
+    first rollout with the maximum return), in ``q_end`` and ``v_end``.
+    """
+    if at_end is None:
+        q = tuple(q_value(env, snapshot, a, discount=discount, num_rollouts=num_rollouts) for a in candidates)
+        v = v_value(env, snapshot, discount=discount, num_rollouts=num_rollouts)
+        return StateLabels(candidates=candidates, q=q, v=v)
+    _check(discount, num_rollouts)
+    q_results = [_best(env, snapshot, a, discount, num_rollouts, at_end) for a in candidates]
+    v, v_end = _best(env, snapshot, None, discount, num_rollouts, at_end)
+    return StateLabels(
+        candidates=candidates,
+        q=tuple(r[0] for r in q_results),
+        v=v,
+        q_end=tuple(r[1] for r in q_results),
+        v_end=v_end,
+    )
 
 
 def _check(discount: float, num_rollouts: int) -> None:

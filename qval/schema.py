@@ -28,6 +28,7 @@ This module is Django-free: the CLI, the workers and method containers use it di
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -37,6 +38,16 @@ SPLITS: tuple[str, ...] = ("train", "dev", "test")
 """Split names. ``train`` and ``dev`` labels are public, ``test`` labels are hidden."""
 
 PUBLIC_SPLITS: frozenset[str] = frozenset({"train", "dev"})
+
+
+def goal_images_public(split: str) -> bool:
+    """Whether the goal images (``end_image``) of ``split`` may leave the platform.
+
+    They show where the reference rollout ends — reaching the goal or not — so they correlate
+    with V and Q: on a hidden split they are withheld from downloads, exports, image URLs and a
+    container's ``/input``, and only the platform's own (built-in) methods read them.
+    """
+    return split in PUBLIC_SPLITS
 
 TARGETS: tuple[str, ...] = ("q", "v")
 """``q``: a score per candidate action; ``v``: a score per state."""
@@ -59,6 +70,8 @@ class Candidate:
     next_state: str
     is_actor: bool
     next_image: str | None = None
+    end_image: str | None = None
+    """The goal image: the final state of the reference rollout after this action (``trajectory_end``)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,8 @@ class State:
     history: tuple[str, ...]
     candidates: tuple[Candidate, ...]
     image: str | None = None
+    end_image: str | None = None
+    """The goal image: the final state of the reference policy's rollout from this state."""
 
     @property
     def actor_candidate(self) -> Candidate:
@@ -99,6 +114,13 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
     fingerprint: str = ""
     build_info: dict[str, Any] = field(default_factory=dict)
+    split_fingerprints: dict[str, str] = field(default_factory=dict)
+    """Per split (:meth:`Dataset.split_fingerprint`); a secret test split's is keyed by the secret."""
+
+    @property
+    def secret_test(self) -> bool:
+        """Whether the test split is drawn from the maintainer's secret (:mod:`qval.hidden`)."""
+        return bool(self.config.get("collection", {}).get("secret_test"))
 
     @property
     def key(self) -> str:
@@ -142,6 +164,8 @@ class Dataset:
     v_labels: dict[str, float]
     images: Mapping[str, bytes] = field(default_factory=dict, repr=False)
     """Image file name → PNG bytes for every name in ``State.image``/``Candidate.next_image``."""
+    secret: str | None = field(default=None, repr=False, compare=False)
+    """The test-split secret, needed for the fingerprint of a dataset whose test split is secret."""
 
     # -- views -------------------------------------------------------------------------
     def states_in(self, split: str) -> list[State]:
@@ -164,15 +188,24 @@ class Dataset:
         """Every image file name the states (of ``split``, or all) and their candidates name, sorted."""
         names: set[str] = set()
         for state in self.states if split is None else self.states_in(split):
-            if state.image:
-                names.add(state.image)
-            names.update(c.next_image for c in state.candidates if c.next_image)
+            names.update(n for n in (state.image, state.end_image) if n)
+            for c in state.candidates:
+                names.update(n for n in (c.next_image, c.end_image) if n)
         return sorted(names)
 
-    def image_sha256(self) -> dict[str, str]:
-        """SHA-256 (hex) of every named image; :class:`SchemaError` when one is missing."""
+    def end_image_names(self, split: str | None = None) -> list[str]:
+        """The goal images (``end_image`` of states and candidates) of ``split`` (or all), sorted."""
+        names: set[str] = set()
+        for state in self.states if split is None else self.states_in(split):
+            if state.end_image:
+                names.add(state.end_image)
+            names.update(c.end_image for c in state.candidates if c.end_image)
+        return sorted(names)
+
+    def image_sha256(self, split: str | None = None) -> dict[str, str]:
+        """SHA-256 (hex) of every named image (of ``split``, or all); :class:`SchemaError` when one is missing."""
         digests = {}
-        for name in self.image_names():
+        for name in self.image_names(split):
             if not _plain_name(name):
                 raise SchemaError(f"image name {name!r} must be a plain file name")
             try:
@@ -195,7 +228,10 @@ class Dataset:
         """SHA-256 over manifest settings, inputs, labels and image bytes (not build timings).
 
         The image part (the sorted ``(name, SHA-256 of the file)`` pairs) is added only when the
-        dataset names images, so text-only datasets keep their fingerprints.
+        dataset names images, so text-only datasets keep their fingerprints.  A dataset whose test
+        split is secret (``Manifest.secret_test``) hashes the settings and its
+        :meth:`split_fingerprints` instead, so its fingerprint confirms nothing about a guessed
+        test split either.
         """
         h = hashlib.sha256()
         head = {
@@ -207,16 +243,64 @@ class Dataset:
             "config": self.manifest.config,
         }
         h.update(_canonical(head))
+        if self.manifest.secret_test:
+            h.update(_canonical(sorted(self.split_fingerprints().items())))
+            return h.hexdigest()
         for state in self.states:
             h.update(_canonical(_state_record(state)))
             for cand in state.candidates:
-                h.update(_canonical(asdict(cand)))
+                h.update(_canonical(_candidate_record(cand)))
         h.update(_canonical(sorted(self.q_labels.items())))
         h.update(_canonical(sorted(self.v_labels.items())))
         digests = self.image_sha256()
         if digests:
             h.update(_canonical(sorted(digests.items())))
         return h.hexdigest()
+
+    def split_fingerprint(self, split: str, key: bytes | None = None) -> str:
+        """SHA-256 (hex) of one split: environment, labelling, the split's records, labels and image
+        digests — not the version or the collection settings, so a split copied unchanged into a
+        new version keeps its fingerprint.  With ``key``: HMAC-SHA256 under that key instead (a
+        commitment that only the key's holder can check)."""
+        h = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+        head = {
+            "schema_version": self.manifest.schema_version,
+            "environment": self.manifest.environment,
+            "labelling": self.manifest.labelling,
+            "split": split,
+        }
+        h.update(_canonical(head))
+        states = self.states_in(split)
+        for state in states:
+            h.update(_canonical(_state_record(state)))
+            for cand in state.candidates:
+                h.update(_canonical(_candidate_record(cand)))
+        h.update(_canonical(sorted((c.id, self.q_labels[c.id]) for s in states for c in s.candidates)))
+        h.update(_canonical(sorted((s.id, self.v_labels[s.id]) for s in states)))
+        digests = self.image_sha256(split)
+        if digests:
+            h.update(_canonical(sorted(digests.items())))
+        return h.hexdigest()
+
+    def split_fingerprints(self) -> dict[str, str]:
+        """:meth:`split_fingerprint` of every split present; a secret test split's is keyed by
+        :func:`qval.hidden.fingerprint_key` (:class:`SchemaError` without ``secret``)."""
+        from qval import hidden
+
+        out = {}
+        for split in SPLITS:
+            if not self.states_in(split):
+                continue
+            key = None
+            if split not in PUBLIC_SPLITS and self.manifest.secret_test:
+                if not self.secret:
+                    raise SchemaError(
+                        f"the test split of {self.manifest.key} is drawn from a secret: its fingerprint needs "
+                        f"{hidden.ENV_VAR}"
+                    )
+                key = hidden.fingerprint_key(self.secret, self.manifest.key)
+            out[split] = self.split_fingerprint(split, key)
+        return out
 
     # -- I/O ---------------------------------------------------------------------------
     def write(self, directory: str | Path) -> Path:
@@ -230,6 +314,8 @@ class Dataset:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.manifest.fingerprint = self.compute_fingerprint()
+        if self.manifest.secret_test:
+            self.manifest.split_fingerprints = self.split_fingerprints()
         names = self.image_names()
         if names:
             folder = directory / "images"
@@ -244,7 +330,7 @@ class Dataset:
         _write_jsonl(directory / "states.jsonl", (_state_record(s) for s in self.states))
         _write_jsonl(
             directory / "candidates.jsonl",
-            (asdict(c) for s in self.states for c in s.candidates),
+            (_candidate_record(c) for s in self.states for c in s.candidates),
         )
         labels = [{"id": k, "target": "q", "value": v} for k, v in self.q_labels.items()]
         labels += [{"id": k, "target": "v", "value": v} for k, v in self.v_labels.items()]
@@ -255,12 +341,16 @@ class Dataset:
         return directory
 
     @classmethod
-    def read(cls, directory: str | Path) -> "Dataset":
+    def read(cls, directory: str | Path, secret: str | None = None) -> "Dataset":
         """Read a dataset written by :meth:`write`, checking its fingerprint.
 
         Named images must exist in ``directory/images`` and hash to what the fingerprint
-        covers; their bytes are read from there on access (``images``).
+        covers; their bytes are read from there on access (``images``).  A dataset whose test
+        split is secret needs the secret (``secret``, else :func:`qval.hidden.configured_secret`)
+        when it holds that split.
         """
+        from qval import hidden
+
         directory = Path(directory)
         try:
             manifest = Manifest(**json.loads((directory / "manifest.json").read_text(encoding="utf-8")))
@@ -280,7 +370,7 @@ class Dataset:
         for rec in _read_jsonl(directory / "labels.jsonl"):
             (q_labels if rec["target"] == "q" else v_labels)[rec["id"]] = float(rec["value"])
         ds = cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels,
-                 images=ImageFolder(directory / "images"))
+                 images=ImageFolder(directory / "images"), secret=secret or hidden.configured_secret())
         expected = manifest.fingerprint
         try:
             actual = ds.compute_fingerprint()
@@ -319,6 +409,15 @@ def _state_record(state: State) -> dict[str, Any]:
     rec = asdict(state)
     rec.pop("candidates")
     rec["history"] = list(state.history)
+    if rec["end_image"] is None:  # absent, so datasets without goal images keep their fingerprints
+        del rec["end_image"]
+    return rec
+
+
+def _candidate_record(cand: Candidate) -> dict[str, Any]:
+    rec = asdict(cand)
+    if rec["end_image"] is None:
+        del rec["end_image"]
     return rec
 
 

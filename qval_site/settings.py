@@ -10,6 +10,8 @@ Variables:
 ``CELERY_BROKER_URL``       default ``redis://127.0.0.1:6379/0``.
 ``QVAL_INPROCESS_WORKER``   ``1`` runs Celery tasks inside the web process (laptop fallback only).
 ``QVAL_DATA_DIR``           where datasets and uploads live (default ``./var``).
+``QVAL_TEST_SPLIT_SECRET``  the maintainer's secret the hidden test splits are drawn from (``qval.hidden``);
+                            default: a random one generated once in ``QVAL_DATA_DIR/test_split_secret``.
 ``QVAL_MAX_UPLOAD_MB``      largest accepted predictions file (default 100).
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
@@ -55,6 +57,8 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+
+from qval import hidden
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -85,6 +89,11 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+# The maintainer's test-split secret (qval.hidden): the test splits of datasets built with
+# secret_test are drawn from it. Production sets it; development and tests get a random one
+# generated once in QVAL_DATA_DIR/test_split_secret. Never in the repository.
+QVAL_TEST_SPLIT_SECRET = os.environ.get(hidden.ENV_VAR, "").strip() or hidden.local_secret(QVAL_DATA_DIR)
 
 ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()

@@ -140,6 +140,12 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
         raise SubmissionRejected("method_name", "method_name is required")
     if len(req.method_name) > 100:
         raise SubmissionRejected("method_name", "method_name is longer than 100 characters")
+    if req.split == "test" and (newer := dataset.superseded_test_split()) is not None:
+        raise SubmissionRejected(
+            "split",
+            f"the test split of {dataset.key} is superseded: it can be rebuilt from public information; "
+            f"submit to {newer.key}, whose test split is secret (the dev split of {dataset.key} stays open)",
+        )
     if req.split == "test":
         limit = settings.QVAL_TEST_QUOTA_PER_DAY
         used = quota_used(user)

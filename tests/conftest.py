@@ -26,10 +26,16 @@ BASE_IMAGE = "localhost/qval-base:py3-slim"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Send every task this test session queues to a Redis database of its own."""
+    """Send every task this test session queues to a Redis database of its own; export the
+    session's test-split secret (the settings', generated once in ``QVAL_DATA_DIR`` when unset) so
+    that every ``Dataset.read`` and worker process of the session uses it."""
+    from django.conf import settings
+
+    from qval import hidden
     from qval_site.celery import app
 
     app.conf.broker_url = TEST_BROKER_URL
+    os.environ[hidden.ENV_VAR] = settings.QVAL_TEST_SPLIT_SECRET
 
 
 @pytest.fixture(scope="session")
@@ -55,11 +61,21 @@ def _fresh_cache() -> None:
 
 
 @pytest.fixture(scope="session")
-def frozenlake(data_dir: Path) -> schema.Dataset:
-    """The FrozenLake dataset built by our pipeline (once per session), written where the site
-    keeps a loaded dataset's files (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
+def test_split_secret() -> str:
+    """The test-split secret of this session: the settings' (generated once in ``QVAL_DATA_DIR``
+    when ``QVAL_TEST_SPLIT_SECRET`` is unset); worker processes get the same one."""
+    from django.conf import settings
+
+    return settings.QVAL_TEST_SPLIT_SECRET
+
+
+@pytest.fixture(scope="session")
+def frozenlake(data_dir: Path, test_split_secret: str) -> schema.Dataset:
+    """The FrozenLake dataset built by our pipeline (once per session, its test split drawn from the
+    session's secret), written where the site keeps a loaded dataset's files
+    (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
     spec = build.BUILDERS["frozenlake"]()[1]
-    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}")
+    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
 
 
 @pytest.fixture

@@ -220,7 +220,7 @@ def test_input_folder_holds_inputs_only(frozenlake: schema.Dataset, tmp_path: Pa
     states = frozenlake.states_in("dev")
     assert [p["id"] for p in points] == [c.id for s in states for c in s.candidates]
     assert set(points[0]) == {"id", "group", "task", "history", "state", "action", "next_state", "is_actor",
-                              "image", "next_image"}
+                              "image", "next_image", "end_image"}  # goal images: a public split
     first = states[0]
     assert points[0]["group"] == first.id and points[0]["state"] == first.observation
     assert points[0]["next_state"] == first.candidates[0].next_state
@@ -234,11 +234,12 @@ def test_input_folder_holds_inputs_only(frozenlake: schema.Dataset, tmp_path: Pa
     qc.write_input(frozenlake, "dev", "v", tmp_path / "v")
     v_points = [json.loads(line) for line in (tmp_path / "v" / "points.jsonl").read_text().splitlines()]
     assert [p["id"] for p in v_points] == [s.id for s in states]
-    assert set(v_points[0]) == {"id", "task", "history", "state", "image"}
+    assert set(v_points[0]) == {"id", "task", "history", "state", "image", "end_image"}
 
 
 def test_input_folder_copies_the_images_it_names(frozenlake: schema.Dataset, tmp_path: Path) -> None:
-    plain = [replace(s, image=None, candidates=tuple(replace(c, next_image=None) for c in s.candidates))
+    plain = [replace(s, image=None, end_image=None,
+                     candidates=tuple(replace(c, next_image=None, end_image=None) for c in s.candidates))
              for s in frozenlake.states_in("dev")]  # no image but the one named here
     state = plain[0]
     pictured = replace(frozenlake, states=[replace(state, image="s0.png")] + plain[1:], images={})
@@ -248,10 +249,10 @@ def test_input_folder_copies_the_images_it_names(frozenlake: schema.Dataset, tmp
     assert (tmp_path / "in" / "images" / "s0.png").read_bytes() == b"\x89PNG fake"
     with pytest.raises(schema.SchemaError, match="names 1 images but no image folder"):
         qc.write_input(pictured, state.split, "v", tmp_path / "in2")
-    # Without images_from, the dataset's own images are written (FrozenLake has one per state).
+    # Without images_from, the dataset's own images are written (FrozenLake has one per state, and a goal image).
     own = qc.write_input(frozenlake, "dev", "v", tmp_path / "own")
     dev = frozenlake.states_in("dev")
-    assert sorted(p.name for p in (own / "images").iterdir()) == sorted(s.image for s in dev)
+    assert sorted(p.name for p in (own / "images").iterdir()) == sorted([s.image for s in dev] + [s.end_image for s in dev])
     assert (own / "images" / dev[0].image).read_bytes() == frozenlake.images[dev[0].image]
 
 

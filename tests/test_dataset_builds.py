@@ -38,10 +38,11 @@ def tiny_frozenlake():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def tiny_reference(tmp_path_factory: pytest.TempPathFactory) -> schema.Dataset:
-    """The tiny FrozenLake dataset built once, uninterrupted (what every build must reproduce)."""
+def tiny_reference(tmp_path_factory: pytest.TempPathFactory, test_split_secret: str) -> schema.Dataset:
+    """The tiny FrozenLake dataset built once, uninterrupted, with the session's test-split secret
+    (what every build on the site must reproduce)."""
     env, spec = tiny_frozenlake()
-    ds = build.build_dataset(env, spec)
+    ds = build.build_dataset(env, spec, secret=test_split_secret)
     ds.write(tmp_path_factory.mktemp("tiny"))
     return ds
 
@@ -109,7 +110,12 @@ def test_queue_if_missing_and_no_duplicates(db, datasets_dir, tiny, client, caps
                                             django_capture_on_commit_callbacks) -> None:
     from leaderboard.loading import load_dataset
 
-    load_dataset(dataclasses.replace(tiny, manifest=dataclasses.replace(tiny.manifest)))  # environment frozenlake
+    current = build.BUILDERS["frozenlake"]()[1]  # the version `frozenlake` builds now counts as loaded ...
+    load_dataset(dataclasses.replace(tiny, manifest=dataclasses.replace(tiny.manifest, slug=current.slug,
+                                                                        version=current.version)))
+    # ... an older version of a dataset does not.
+    load_dataset(dataclasses.replace(tiny, manifest=dataclasses.replace(tiny.manifest, slug="alfworld-pick-place",
+                                                                        version="1.0")))
     with django_capture_on_commit_callbacks(execute=False) as sent:
         call_command("build_dataset", "frozenlake", "alfworld", "--queue", "--if-missing")
         call_command("build_dataset", "alfworld", "--queue", "--if-missing")

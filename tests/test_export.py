@@ -23,13 +23,13 @@ LABELS = {"q_label", "v_label"}
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[schema.Dataset, Path]:
+def small(tmp_path_factory: pytest.TempPathFactory, test_split_secret: str) -> tuple[schema.Dataset, Path]:
     """A small FrozenLake build (current spec, fewer trajectories; every split present), written."""
     env, spec = build.BUILDERS["frozenlake"]()
-    ds = build.build_dataset(env, replace(spec, num_trajectories=15, version="export-test"))
+    ds = build.build_dataset(env, replace(spec, num_trajectories=15, version="export-test"), secret=test_split_secret)
     folder = tmp_path_factory.mktemp("small")
     ds.write(folder)
-    return schema.Dataset.read(folder), folder
+    return schema.Dataset.read(folder, test_split_secret), folder
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,8 @@ def test_layout_and_rows(small, exported: Path) -> None:
             assert [r["q_label"] for r in cands] == [ds.q_labels[c.id] for s in states for c in s.candidates]
             assert [r["v_label"] for r in state_rows] == [ds.v_labels[s.id] for s in states]
         with zipfile.ZipFile(exported / "images" / f"{split}.zip") as zf:
-            assert sorted(zf.namelist()) == ds.image_names(split)
+            withheld = set() if schema.goal_images_public(split) else set(ds.end_image_names(split))
+            assert sorted(zf.namelist()) == [n for n in ds.image_names(split) if n not in withheld]
             png = Image.open(io.BytesIO(zf.read(s0.image)))
             assert png.size == (512, 512) and zf.read(s0.image) == ds.images[s0.image]
 
@@ -80,8 +81,8 @@ def test_export_is_deterministic_and_refuses_test_labels(small, exported: Path, 
         assert path.read_bytes() == (exported / name).read_bytes(), key
     with pytest.raises(schema.SchemaError, match="hidden"):
         export.export_split(ds, "test", tmp_path, include_labels=True)
-    text_only = replace(ds, states=[replace(s, image=None, candidates=tuple(replace(c, next_image=None)
-                                                                          for c in s.candidates)) for s in ds.states])
+    text_only = replace(ds, states=[replace(s, image=None, end_image=None, candidates=tuple(
+        replace(c, next_image=None, end_image=None) for c in s.candidates)) for s in ds.states])
     files = export.export_split(text_only, "dev", tmp_path / "text", include_labels=False)
     assert "images.zip" not in files and not (tmp_path / "text" / "images").exists()
 

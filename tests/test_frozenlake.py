@@ -33,8 +33,16 @@ V1_0_FINGERPRINT = "155c595b63d199e39054bde2c7ca319e01fc62b9f4151605a02a2c1e4c0c
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> schema.Dataset:
-    return build.build("frozenlake", tmp_path_factory.mktemp("fl"))
+def dataset(frozenlake: schema.Dataset) -> schema.Dataset:
+    """The session's build (its test split drawn from the session's secret)."""
+    return frozenlake
+
+
+def env_with_secret(secret: str) -> FrozenLake:
+    """The environment the build played: the test maps drawn from ``secret``."""
+    env = FrozenLake(map_seeds=MAP_SEEDS, size=8, horizon=HORIZON)
+    build.hide_test_tasks(env, SPEC, secret)
+    return env
 
 
 def small(**changes: object) -> tuple[FrozenLake, build.DatasetSpec]:
@@ -83,22 +91,28 @@ def _expected_q(rows: list[str], agent: tuple[int, int], action: str, step: int,
 
 
 def test_maps_are_gymnasium_random_maps_from_seed_42(dataset: schema.Dataset) -> None:
+    """Train and dev maps are public (seeds 42 + position); the test positions' maps are hidden."""
     maps = dataset.manifest.config["environment"]["maps"]
     assert MAP_SEEDS == list(range(42, 42 + NUM_MAPS)) and NUM_MAPS >= 10
-    assert [maps[f"map-{i}"] for i in range(NUM_MAPS)] == [generate_random_map(size=8, seed=s) for s in MAP_SEEDS]
+    hidden = {f"map-{j}" for j in range(NUM_MAPS) if SPEC.split_of(j) == "test"}
+    assert hidden == set(SPEC.hidden_tasks(ENV)) and len(hidden) == 4
+    assert [maps[f"map-{i}"] for i in range(NUM_MAPS)] == [
+        None if f"map-{i}" in hidden else generate_random_map(size=8, seed=s) for i, s in enumerate(MAP_SEEDS)
+    ]
     assert dataset.manifest.labelling["discount"] == GAMMA
     assert dataset.manifest.labelling["aggregation"] == "max"
-    assert dataset.manifest.key == f"{SPEC.slug}@{SPEC.version}" == "frozenlake-8x8@1.1"
+    assert dataset.manifest.key == f"{SPEC.slug}@{SPEC.version}" == "frozenlake-8x8@1.2"
     assert dataset.manifest.modalities == ["text", "image"]
 
 
-def test_every_q_label_matches_independent_shortest_path(dataset: schema.Dataset) -> None:
-    maps = [generate_random_map(size=8, seed=s) for s in MAP_SEEDS]
+def test_every_q_label_matches_independent_shortest_path(dataset: schema.Dataset, test_split_secret: str) -> None:
+    played = env_with_secret(test_split_secret).maps
+    maps = [list(played[f"map-{j}"]) for j in range(NUM_MAPS)]
     checked = 0
     nonzero = zero = 0
     for state in dataset.states:
         rows, agent = _grid(state.observation)
-        true_rows = dataset.manifest.config["environment"]["maps"][state.task]
+        true_rows = played[state.task]
         assert all(rows[r][c] in (true_rows[r][c], "@") for r in range(8) for c in range(8))
         for cand in state.candidates:
             expected = _expected_q(rows, agent, cand.action, state.step, maps)
@@ -149,10 +163,10 @@ def _png(data: bytes) -> Image.Image:
     return image
 
 
-def test_every_state_and_candidate_has_a_512px_image(dataset: schema.Dataset) -> None:
-    maps = dataset.manifest.config["environment"]["maps"]
+def test_every_state_and_candidate_has_a_512px_image(dataset: schema.Dataset, test_split_secret: str) -> None:
+    maps = env_with_secret(test_split_secret).maps
     names = dataset.image_names()
-    assert len(names) == sum(1 + len(s.candidates) for s in dataset.states)
+    assert len(names) == sum(2 + 2 * len(s.candidates) for s in dataset.states)  # goal images included
     for state in dataset.states[::5]:
         assert state.image == f"{state.id}.png"
         pictures = [(state.image, state.observation)] + [(c.next_image, c.next_state) for c in state.candidates]
@@ -175,9 +189,9 @@ def test_every_state_and_candidate_has_a_512px_image(dataset: schema.Dataset) ->
     assert dataset.images[first.image] not in others
 
 
-def test_the_same_state_renders_the_same_bytes(dataset: schema.Dataset) -> None:
+def test_the_same_state_renders_the_same_bytes(dataset: schema.Dataset, test_split_secret: str) -> None:
     build._PNG_CACHE.clear()  # encode again, do not reuse bytes
-    env = FrozenLake(map_seeds=MAP_SEEDS)
+    env = env_with_secret(test_split_secret)
     for state in dataset.states[::11]:
         env.restore(Snapshot(task=state.task, history=state.history))  # by replay
         assert build.encode_png(env.observation_image()) == dataset.images[state.image]
@@ -211,8 +225,10 @@ def test_text_only_datasets_keep_their_fingerprint(tmp_path) -> None:
     assert all(s.image is None and all(c.next_image is None for c in s.candidates) for s in ds.states)
 
 
-def test_restore_equals_replay_and_next_states_come_from_gymnasium(dataset: schema.Dataset) -> None:
-    env = FrozenLake(map_seeds=MAP_SEEDS)
+def test_restore_equals_replay_and_next_states_come_from_gymnasium(
+    dataset: schema.Dataset, test_split_secret: str
+) -> None:
+    env = env_with_secret(test_split_secret)
     for state in dataset.states[::7]:
         env.reset(state.task)
         for action in state.history:
@@ -221,8 +237,7 @@ def test_restore_equals_replay_and_next_states_come_from_gymnasium(dataset: sche
         env.restore(Snapshot(task=state.task, history=state.history))
         assert env.observation() == replayed == state.observation
         # The candidate's next state is what the raw gymnasium env produces.
-        raw = gymnasium.make("FrozenLake-v1", desc=dataset.manifest.config["environment"]["maps"][state.task],
-                             is_slippery=False)
+        raw = gymnasium.make("FrozenLake-v1", desc=list(env.maps[state.task]), is_slippery=False)
         for cand in state.candidates:
             raw.reset()
             for action in state.history:
@@ -242,8 +257,10 @@ def test_labelling_rejects_bad_settings() -> None:
         labelling.v_value(env, snap, discount=0.9, num_rollouts=0)
 
 
-def test_rebuild_is_byte_identical_and_fingerprint_is_checked(dataset: schema.Dataset, tmp_path) -> None:
-    again = build.build("frozenlake", tmp_path / "again")
+def test_rebuild_is_byte_identical_and_fingerprint_is_checked(
+    dataset: schema.Dataset, test_split_secret: str, tmp_path
+) -> None:
+    again = build.build("frozenlake", tmp_path / "again", secret=test_split_secret)
     assert again.manifest.fingerprint == dataset.manifest.fingerprint
     first_dir = tmp_path / "first"
     dataset.write(first_dir)
@@ -251,14 +268,14 @@ def test_rebuild_is_byte_identical_and_fingerprint_is_checked(dataset: schema.Da
         assert filecmp.cmp(first_dir / name, tmp_path / "again" / name, shallow=False), name
     for name in dataset.image_names():
         assert filecmp.cmp(first_dir / "images" / name, tmp_path / "again" / "images" / name, shallow=False), name
-    assert schema.Dataset.read(tmp_path / "again").manifest.fingerprint == dataset.manifest.fingerprint
+    assert schema.Dataset.read(tmp_path / "again", test_split_secret).manifest.fingerprint == dataset.manifest.fingerprint
     # Tampering with one label is detected on read.
     labels = (tmp_path / "again" / "labels.jsonl").read_text().splitlines()
     record = json.loads(labels[0])
     labels[0] = json.dumps({**record, "value": record["value"] + 0.5})
     (tmp_path / "again" / "labels.jsonl").write_text("\n".join(labels) + "\n")
     with pytest.raises(schema.SchemaError, match="fingerprint mismatch"):
-        schema.Dataset.read(tmp_path / "again")
+        schema.Dataset.read(tmp_path / "again", test_split_secret)
 
 
 def test_unknown_builder_is_a_clear_error(tmp_path) -> None:

@@ -373,7 +373,9 @@ class ALFWorld(Environment):
         self.restore_mode = restore_mode
         if memoize_parsing:
             set_parse_memoization(True)
-        self.scenes = {s.task: s for s in (generate_scene(fp, seed) for fp, seed in scenes)}
+        self.scenes: dict[str, Scene | None] = {
+            s.task: s for s in (generate_scene(fp, seed) for fp, seed in scenes)
+        }
         if len(self.scenes) != len(scenes):
             raise ValueError(f"duplicate scenes in {list(scenes)}")
         self._game_root = game_root
@@ -400,10 +402,13 @@ class ALFWorld(Environment):
             "task_type": TASK_TYPE,
             "scene_generator": f"qval.envs.alfworld.generate_scene v{GENERATOR_VERSION} from the wheel's FloorPlan layouts",
             "scenes": [
+                {"task": task, "hidden": True} if task in self.hidden else
                 {"task": s.task, "floorplan": s.floorplan, "seed": s.seed, "object_target": s.object_target,
                  "parent_target": s.parent_target, "task_description": s.task_description}
-                for s in self.scenes.values()
+                for task, s in self.scenes.items()
             ],
+            **({"hidden_scenes": "task ids 'hidden-{position}': generate_scene(floorplan, seed) with a seed derived "
+                "from the maintainer's secret and the floorplan drawn by random.Random(seed)"} if self.hidden else {}),
             "horizon": self.horizon,
             "reward": "1 when the goal holds (the episode ends), else 0",
             "actions": "the admissible commands",
@@ -465,10 +470,34 @@ class ALFWorld(Environment):
         self._terminated = bool(self._state["won"])
 
     # -- helpers -----------------------------------------------------------------------
+    def hide_tasks(self, seeds: dict[str, int | None]) -> None:
+        """Rename each task in ``seeds`` to ``hidden-{position}`` and play the scene drawn from its seed."""
+        unknown = set(seeds) - set(self.scenes)
+        if unknown:
+            raise KeyError(f"unknown tasks {sorted(unknown)}")
+        scenes: dict[str, Scene | None] = {}
+        hidden = set(self.hidden)
+        for j, (task, scene) in enumerate(self.scenes.items()):
+            if task not in seeds:
+                scenes[task] = scene
+                continue
+            seed = seeds[task]
+            new = f"hidden-{j}"
+            scenes[new] = None if seed is None else generate_scene(
+                random.Random(seed).choice(available_floorplans()), seed)
+            hidden.add(new)
+            self._games.pop(task, None)
+            self._envs.pop(task, None)
+        self.scenes = scenes
+        self.hidden = frozenset(hidden)
+
     def game_file(self, task: str) -> Path:
         """The scene's ``game.tw-pddl`` (written on first use; see :func:`write_game`)."""
         if task not in self._games:
-            self._games[task] = write_game(self.scenes[task], self._game_root)
+            scene = self.scenes[task]
+            if scene is None:
+                raise RuntimeError(f"task {task} is drawn from the test-split secret, which this build lacks")
+            self._games[task] = write_game(scene, self._game_root)
         return self._games[task]
 
     def _load(self, task: str) -> AlfredExpert:

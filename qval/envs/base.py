@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Sequence
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -90,6 +90,8 @@ class Environment(ABC):
         if horizon < 1:
             raise ValueError(f"horizon must be positive, got {horizon}")
         self.horizon = horizon
+        self.hidden: frozenset[str] = frozenset()
+        """The ids of the tasks :meth:`hide_tasks` replaced."""
         self._task: str | None = None
         self._history: list[str] = []
         self._terminated = False
@@ -123,6 +125,20 @@ class Environment(ABC):
     def observation_image(self) -> "Image.Image | None":
         """The image observation of the current state, or ``None`` (default) for a text-only adapter."""
         return None
+
+    def image_key(self) -> Hashable | None:
+        """A key such that two states with equal keys have the same :meth:`observation_image`
+        (lets a build draw and encode each picture once), or ``None`` (default: no such key)."""
+        return None
+
+    def hide_tasks(self, seeds: dict[str, int | None]) -> None:
+        """Play each task named in ``seeds`` as the instance drawn from its seed instead (secret test
+        splits, :mod:`qval.hidden`); ``None``: the task is hidden but not playable (a build without
+        the secret).  A hidden task keeps its position in :attr:`tasks` but may get a new id (an id
+        must not reveal the instance); :attr:`hidden` then holds the ids.  :meth:`config` must
+        describe those tasks as hidden, never their seeds or content, identically with or without
+        the seeds.  Default: the adapter cannot hide tasks."""
+        raise NotImplementedError(f"{self.name} cannot draw hidden tasks from a secret")
 
     @abstractmethod
     def reference_action(self) -> str:

@@ -157,7 +157,7 @@ class FrozenLake(Environment):
         return tuple(self.maps)
 
     def config(self) -> dict[str, Any]:
-        return {
+        config: dict[str, Any] = {
             "gymnasium_env": "FrozenLake-v1",
             "gymnasium_version": gymnasium.__version__,
             "is_slippery": False,
@@ -167,6 +167,27 @@ class FrozenLake(Environment):
             "horizon": self.horizon,
             "reward": "1 on reaching the goal, else 0",
         }
+        if self.hidden:  # absent otherwise, so older datasets keep their fingerprints
+            tasks = list(self.maps)
+            config["map_seeds"] = [None if t in self.hidden else s for t, s in zip(tasks, self.map_seeds)]
+            config["maps"] = {t: None if t in self.hidden else list(rows) for t, rows in self.maps.items()}
+            config["hidden_maps"] = "generate_random_map(size, seed) with a seed derived from the maintainer's secret"
+        return config
+
+    def hide_tasks(self, seeds: dict[str, int | None]) -> None:
+        """Replace the named maps by ``generate_random_map(size, seed)`` (``None``: hidden, unplayable)."""
+        unknown = set(seeds) - set(self.maps)
+        if unknown:
+            raise KeyError(f"unknown tasks {sorted(unknown)}")
+        for task, seed in seeds.items():
+            self._envs.pop(task, None)
+            if seed is None:
+                self.maps[task] = ()
+                self._distances[task] = []
+            else:
+                self.maps[task] = tuple(generate_random_map(size=self.size, seed=seed))
+                self._distances[task] = goal_distances(self.maps[task])
+        self.hidden = self.hidden | frozenset(seeds)
 
     def _reset(self, task: str) -> None:
         if task not in self._envs:
@@ -191,6 +212,10 @@ class FrozenLake(Environment):
     def observation_image(self) -> Image.Image:
         """The current state drawn as a 512×512 RGB image (:func:`render_map`)."""
         return render_map(self.maps[self.task], self._position)
+
+    def image_key(self) -> tuple[tuple[str, ...], int]:
+        """The map and the agent's cell: all :func:`render_map` draws."""
+        return self.maps[self.task], self._position
 
     def reference_action(self) -> str:
         """The move to the neighbour closest to the goal (ties: lowest action id)."""

@@ -311,6 +311,7 @@ class MiniWoB(Environment):
         self.task_names = tuple(task_names)
         self.seeds = tuple(int(s) for s in seeds)
         self._task_ids = tuple(f"{name}:{seed}" for seed in self.seeds for name in self.task_names)
+        self._hidden_seeds: dict[str, int | None] = {}
         self._url = miniwob_url()
         self._classes = {
             cls.subdomain: cls
@@ -329,6 +330,29 @@ class MiniWoB(Environment):
         return self._task_ids
 
     def config(self) -> dict[str, Any]:
+        config = self._config()
+        if self.hidden:  # absent otherwise, so older datasets keep their fingerprints
+            config["hidden_tasks"] = (
+                "task ids '{miniwob task}:hidden-{position}' replace the listed seed at that position: BrowserGym "
+                "reset(seed) with a seed derived from the maintainer's secret (below 2**31)"
+            )
+        return config
+
+    def hide_tasks(self, seeds: dict[str, int | None]) -> None:
+        """Rename each task in ``seeds`` to ``{name}:hidden-{position}`` and play it with that seed (mod 2**31)."""
+        unknown = set(seeds) - set(self._task_ids)
+        if unknown:
+            raise KeyError(f"unknown tasks {sorted(unknown)}")
+        ids = list(self._task_ids)
+        for j, task in enumerate(ids):
+            if task in seeds:
+                ids[j] = f"{_split_task(task)[0]}:hidden-{j}"
+                seed = seeds[task]
+                self._hidden_seeds[ids[j]] = None if seed is None else seed % 2**31
+        self._task_ids = tuple(ids)
+        self.hidden = frozenset(self._hidden_seeds)
+
+    def _config(self) -> dict[str, Any]:
         return {
             "browsergym_version": version("browsergym-core"),
             "browsergym_miniwob_version": version("browsergym-miniwob"),
@@ -355,6 +379,11 @@ class MiniWoB(Environment):
 
     def _reset(self, task: str) -> None:
         name, seed = _split_task(task)
+        if task in self._hidden_seeds:
+            hidden = self._hidden_seeds[task]
+            if hidden is None:
+                raise RuntimeError(f"task {task} is drawn from the test-split secret, which this build lacks")
+            seed = hidden
         if self._browser_env is None:
             install_shared_chromium()
             self._browser_env = BrowserEnv(
@@ -491,8 +520,9 @@ class MiniWoB(Environment):
 
 
 def _split_task(task: str) -> tuple[str, int]:
+    """``(MiniWoB task name, seed)`` of a task id; a hidden id's seed part is ``-1`` (its seed is secret)."""
     name, _, seed = task.rpartition(":")
-    return name, int(seed)
+    return name, -1 if seed.startswith("hidden-") else int(seed)
 
 
 def _quoted(text: str) -> list[str]:
