@@ -14,6 +14,8 @@ Variables:
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
 ``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
+``QVAL_LOG_FORMAT``         ``json`` (default: one JSON object per line, with ``submission_id``) or ``plain``.
+``LOG_LEVEL``               root log level (default ``INFO``).
 
 Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 
@@ -97,6 +99,7 @@ INSTALLED_APPS = [
     "leaderboard",
     "submissions",
     "workers",
+    "qval_site",  # manage.py wait_ready
 ]
 
 MIDDLEWARE = [
@@ -265,10 +268,18 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(max(3600, 2 * (QVAL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _flag("QVAL_INPROCESS_WORKER")
 
+# Logs: JSON lines (qval_site/logs.py) with the submission id on every line of its processing;
+# QVAL_LOG_FORMAT=plain for one-line text. Celery keeps this configuration (no root hijack).
+LOG_FORMAT = os.environ.get("QVAL_LOG_FORMAT", "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "qval_site.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "qval_site.logs.JsonFormatter"},
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [submission %(submission_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
