@@ -24,6 +24,8 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_CONTAINER_ENGINE``       ``podman`` (default) or ``docker``.
 ``QVAL_CONTAINERS_CONF``        podman engine configuration (default ``containers/containers.conf``).
 ``QVAL_CONTAINER_WORK_ROOT``    parent of the per-job directories (default ``/var/tmp/qval-jobs``).
+``QVAL_CONTAINER_IMAGE_CACHE``  the read-only per-image stores shared by jobs (default ``<work root>-images``).
+``QVAL_CONTAINER_IMAGE_CACHE_DAYS`` a cached image unused this long is pruned at worker start (default 7).
 ``QVAL_CONTAINER_TIMEOUT_S``    wall-clock limit of one run (default 600).
 ``QVAL_CONTAINER_MEMORY_MB``    memory limit, swap included (default 2048).
 ``QVAL_CONTAINER_CPUS``         CPU limit in cores (default 1).
@@ -179,6 +181,8 @@ QVAL_MAX_IMAGE_BYTES = int(float(os.environ.get("QVAL_MAX_IMAGE_MB", "8192")) * 
 QVAL_CONTAINER_ENGINE = os.environ.get("QVAL_CONTAINER_ENGINE", "podman")
 QVAL_CONTAINERS_CONF = Path(os.environ.get("QVAL_CONTAINERS_CONF", BASE_DIR / "containers" / "containers.conf"))
 QVAL_CONTAINER_WORK_ROOT = Path(os.environ.get("QVAL_CONTAINER_WORK_ROOT", "/var/tmp/qval-jobs"))
+QVAL_CONTAINER_IMAGE_CACHE = Path(os.environ["QVAL_CONTAINER_IMAGE_CACHE"]) if os.environ.get("QVAL_CONTAINER_IMAGE_CACHE") else None
+QVAL_CONTAINER_IMAGE_CACHE_DAYS = float(os.environ.get("QVAL_CONTAINER_IMAGE_CACHE_DAYS", "7"))
 # Keyword arguments of qval.containers.Limits for every run; QVAL_CONTAINER_LIMITS_BY_DATASET
 # maps a dataset slug to the keys it overrides, e.g. {"miniwob": {"timeout_s": 1800, "gpu": True}}.
 QVAL_CONTAINER_LIMITS = {
