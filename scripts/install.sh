@@ -16,6 +16,7 @@ if [ "$what" = dev ]; then
   need chromium chromium
   # podman-compose (tests/test_ops.py): service names resolve through the CNI dnsname plugin.
   [ -x /usr/lib/cni/dnsname ] || apt_missing+=(golang-github-containernetworking-plugin-dnsname)
+  need debootstrap debootstrap   # scripts/build-images.sh: the compose images' Debian base
 fi
 if [ ${#apt_missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   echo "installing Debian packages: ${apt_missing[*]}"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +20,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from qval import cli
+from qval import containers as qc
 from qval_site import logs
 from tests.conftest import REPO
 
@@ -118,3 +125,71 @@ def test_status_wait_follows_a_submission_and_the_worker_logs_it_as_json(
     # Celery's own lines for the task run carry it too; nothing carries another id.
     assert any(r["logger"].startswith("celery") and r["submission_id"] == sub_id for r in records), lines[-40:]
     assert {r["submission_id"] for r in records} <= {None, sub_id}
+
+
+# -- the image cache of method containers ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def hello_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """A tiny method image on the base image (writes an empty predictions file), saved as an archive."""
+    context = tmp_path_factory.mktemp("hello-image")
+    (context / "Containerfile").write_text(
+        f'FROM {base_image}\nCMD ["python3", "-c", "open(\'/output/predictions.jsonl\', \'w\').close()"]\n')
+    tag = f"localhost/qval-test-hello:{os.getpid()}-{time.monotonic_ns()}"
+    built = engine.call("build", "-q", "-t", tag, str(context))
+    assert built.returncode == 0, built.stderr
+    saved = engine.call("save", "-o", str(context / "hello.tar"), tag)
+    engine.call("rmi", tag)
+    assert saved.returncode == 0, saved.stderr
+    return context / "hello.tar"
+
+
+def _images_in(engine: qc.Engine, job_dir: Path, image_store: Path | None = None) -> list[str]:
+    """Image IDs podman sees from a job directory's own store, plus ``image_store`` when given."""
+    extra = ["--storage-opt", f"additionalimagestore={image_store}"] if image_store else []
+    done = subprocess.run(["podman", "--root", str(job_dir / "store"), "--runroot", str(job_dir / "run"), *extra,
+                           "images", "-q", "--no-trunc"], capture_output=True, text=True, check=True,
+                          env={**os.environ, "CONTAINERS_CONF": str(engine.conf)})
+    return [x.removeprefix("sha256:") for x in done.stdout.split()]
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_an_archive_is_loaded_once_into_a_read_only_store_its_jobs_share(engine, hello_tar, tmp_path) -> None:
+    eng = dataclasses.replace(engine, image_cache=tmp_path / "images")
+    cache = eng.images
+    first = qc.Job(eng)
+    image_id = first.load(hello_tar)
+    store = cache.store(image_id)
+    probe = Path(tempfile.mkdtemp(prefix="qvp", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    assert _images_in(eng, probe, store) == [image_id]  # the cached store holds the image
+    assert _images_in(eng, first.dir) == []  # the job's own store stays empty
+    loaded_at = store.stat().st_ino, (store.parent / "ready").stat().st_ino
+
+    # A rerun from another copy of the archive: found by its SHA-256, not loaded again.
+    copy = tmp_path / "again.tar"
+    shutil.copyfile(hello_tar, copy)
+    second = qc.Job(eng)
+    assert second.load(copy) == image_id
+    assert (cache.root / "archives" / qc.file_sha256(copy)).read_text() == image_id
+    assert (store.stat().st_ino, (store.parent / "ready").stat().st_ino) == loaded_at
+    for job in (first, second):  # both run from the shared store at once
+        (job.dir / "input" / "points.jsonl").write_text("")
+        result = job.run(image_id, qc.Limits(timeout_s=60))
+        assert result.exit_code == 0 and result.error is None, result.stderr
+    first.close()
+    second.close()
+    assert list(eng.work_root.iterdir()) == [] and _images_in(eng, probe, store) == [image_id]
+    shutil.rmtree(probe)
+
+    # A store whose load never finished (no ready mark) is loaded again.
+    (store.parent / "ready").unlink()
+    with qc.Job(eng) as job:
+        assert job.load(hello_tar) == image_id
+        assert store.stat().st_ino != loaded_at[0]
+
+        # Unused for longer than image_cache_days: pruned by the sweep, but never while a job holds it.
+        old = time.time() - (eng.image_cache_days + 1) * 86400
+        os.utime(store.parent / "ready", (old, old))
+        assert cache.prune() == []
+    assert f"image {image_id}" in qc.sweep(eng)
+    assert not store.parent.exists() and list((cache.root / "archives").iterdir()) == []
