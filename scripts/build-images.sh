@@ -3,14 +3,14 @@
 #
 # 1. localhost/qval-debian:bookworm -- a Debian root filesystem made by debootstrap from Debian
 #    packages (python3, PostgreSQL, Redis, podman + runc for the gpu worker), imported as one layer;
-# 2. build/wheelhouse/ -- wheels of requirements-site.txt (pip wheel);
+# 2. build/wheelhouse/ -- wheels of requirements-site.txt (pip wheel; kept in $QVAL_BUILD_CACHE);
 # 3. localhost/qval-site:latest -- containers/site.Containerfile: a virtualenv installed from the
 #    wheelhouse with --no-index, and the app's source (compose builds the same thing).
 #
 #   scripts/build-images.sh            # podman; QVAL_CONTAINER_ENGINE=docker for Docker
 #
 # Cached: the base image carries a label with the hash of its inputs (package list, suite, this
-# script's base section) and the wheelhouse a stamp with the hash of requirements-site.txt; both
+# script's base section) and the wheelhouse is kept under the hash of requirements-site.txt; both
 # are rebuilt only when those change. The site image reuses the engine's layer cache, so only the
 # source layer is rebuilt after a code change. Needs root (debootstrap).
 set -euo pipefail
@@ -47,16 +47,20 @@ else
   echo "built $base"
 fi
 
-wheels=build/wheelhouse
-stamp="$wheels/.stamp-$(sha256sum requirements-site.txt | cut -c1-16)"
-if [ -f "$stamp" ]; then
-  echo "$wheels is up to date"
+# The wheelhouse is kept between runs (and checkouts) in $QVAL_BUILD_CACHE, keyed by the hash of
+# requirements-site.txt, and hard-linked into build/wheelhouse, the build context's copy.
+cache=${QVAL_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qval/build}
+kept="$cache/wheelhouse-$(sha256sum requirements-site.txt | cut -c1-16)"
+if [ -f "$kept/.complete" ]; then
+  echo "wheelhouse $kept is up to date"
 else
-  rm -rf "$wheels"; mkdir -p "$wheels"
-  "$PY" -m pip wheel -q --disable-pip-version-check -r requirements-site.txt -w "$wheels"
-  touch "$stamp"
-  echo "built $wheels ($(ls "$wheels" | wc -l) wheels)"
+  rm -rf "$kept"; mkdir -p "$kept"
+  "$PY" -m pip wheel -q --disable-pip-version-check -r requirements-site.txt -w "$kept"
+  touch "$kept/.complete"
+  echo "built $kept ($(ls "$kept" | wc -l) wheels)"
 fi
+rm -rf build/wheelhouse; mkdir -p build
+cp -al "$kept" build/wheelhouse 2>/dev/null || cp -a "$kept" build/wheelhouse
 
 quiet=(); [ "$engine" = podman ] && quiet=(--pull=never)
 "$engine" build "${quiet[@]}" -q -f containers/site.Containerfile -t "$site" . >/dev/null

@@ -193,3 +193,94 @@ def test_an_archive_is_loaded_once_into_a_read_only_store_its_jobs_share(engine,
         assert cache.prune() == []
     assert f"image {image_id}" in qc.sweep(eng)
     assert not store.parent.exists() and list((cache.root / "archives").iterdir()) == []
+
+
+# -- the compose stack ----------------------------------------------------------------------------
+COMPOSE_PORT = 18651
+
+
+def _compose(checkout: Path, project: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    compose = Path(sys.executable).with_name("podman-compose")
+    return subprocess.run([str(compose), "-p", project, *args], cwd=checkout, capture_output=True, text=True,
+                          timeout=timeout, check=False,
+                          env={**os.environ, "CONTAINERS_CONF": str(REPO / "containers" / "containers.conf")})
+
+
+@pytest.fixture
+def compose_stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The compose stack brought up with podman-compose from a copy of the checkout (tracked and
+    untracked, not ignored files: no build/, var/ or .venv), torn down with its volumes after the test."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (scripts/install.sh installs it as root)")
+    checkout = tmp_path / "checkout"
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (REPO / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, checkout / name)
+    env = (checkout / ".env.example").read_text()
+    (checkout / ".env").write_text(env + f"POSTGRES_PASSWORD=pw-{os.getpid()}\nSECRET_KEY=test-{time.time_ns()}\n"
+                                   f"QVAL_HTTP_PORT={COMPOSE_PORT}\nQVAL_BOOTSTRAP_RESAMPLES=50\n")
+    start = time.monotonic()
+    built = subprocess.run([str(checkout / "scripts" / "build-images.sh")], cwd=checkout, capture_output=True,
+                           text=True, check=False, env={**os.environ, "PYTHON": sys.executable})
+    assert built.returncode == 0, built.stdout + built.stderr
+    build_s = time.monotonic() - start
+    project = f"qvaltest{os.getpid()}"
+    try:
+        up = _compose(checkout, project, "up", "-d")
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield checkout, project, f"http://127.0.0.1:{COMPOSE_PORT}"
+        print(f"compose: images built in {build_s:.0f} s ({built.stdout.strip()}); stack up in "
+              f"{time.monotonic() - start - build_s:.0f} s")
+    finally:
+        logs_out = _compose(checkout, project, "logs", timeout=120)
+        (REPO / "test-artifacts").mkdir(exist_ok=True)
+        (REPO / "test-artifacts" / "compose.log").write_text(logs_out.stdout[-200_000:] + logs_out.stderr[-20_000:])
+        _compose(checkout, project, "down", "-v", "-t", "10", timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.compose
+def test_the_compose_stack_scores_an_upload_through_its_api(compose_stack) -> None:
+    import requests
+    from scipy import stats
+
+    checkout, project, url = compose_stack
+    deadline = time.monotonic() + 600
+    ready = None
+    while time.monotonic() < deadline:
+        try:
+            ready = requests.get(f"{url}/readyz", timeout=5)
+            if ready.status_code == 200 and requests.get(f"{url}/api/v1/datasets/", timeout=10).json():
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(2)
+    assert ready is not None and ready.status_code == 200, "the compose stack never became ready"
+    assert requests.get(f"{url}/healthz", timeout=5).json() == {"status": "ok"}
+
+    issued = _compose(checkout, project, "exec", "-T", "web", "python", "manage.py", "issue_token",
+                      "--username", "compose", timeout=120)
+    assert issued.returncode == 0, issued.stderr
+    headers = {"Authorization": f"Token {issued.stdout.strip().splitlines()[-1]}"}
+    dev = pd.read_parquet(io.BytesIO(requests.get(f"{url}/api/v1/datasets/frozenlake-8x8/download/",
+                                                  params={"split": "dev", "format": "parquet"}, timeout=60).content))
+    actors = dev[dev.is_actor]
+    scores = actors.q_label.to_numpy() + np.random.default_rng(2).normal(0, 0.2, len(actors))
+    body = pd.DataFrame({"id": actors.candidate_id, "score": scores}).to_csv(index=False).encode()
+    resp = requests.post(f"{url}/api/v1/submissions/", headers=headers, timeout=60,
+                         files={"file": ("p.csv", body)},
+                         data={"dataset": "frozenlake-8x8", "split": "dev", "target": "q", "method_name": "compose"})
+    assert resp.status_code == 201, resp.text
+    sub_id = resp.json()["id"]
+    while time.monotonic() < deadline:
+        sub = requests.get(f"{url}/api/v1/submissions/{sub_id}/", headers=headers, timeout=30).json()
+        if sub["final"]:
+            break
+        time.sleep(0.5)
+    assert sub["state"] == "finished", sub
+    assert sub["worker"].startswith("scoring@")
+    rho = {r["metric"]: r["value"] for r in sub["results"]}["spearman"]
+    assert rho == pytest.approx(stats.spearmanr(actors.q_label, scores).statistic, abs=1e-9)
