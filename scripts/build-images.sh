@@ -2,12 +2,15 @@
 # Build the images of docker-compose.yml without any image registry:
 #
 # 1. localhost/qval-debian:bookworm -- a Debian root filesystem made by debootstrap from Debian
-#    packages (python3, PostgreSQL, Redis, podman + runc for the gpu worker), imported as one layer;
+#    packages (python3, PostgreSQL, Redis; apt for the gpu image), imported as one layer;
 # 2. build/wheelhouse/ -- wheels of requirements-site.txt (pip wheel; kept in $QVAL_BUILD_CACHE);
 # 3. localhost/qval-site:latest -- containers/site.Containerfile: a virtualenv installed from the
 #    wheelhouse with --no-index, and the app's source (compose builds the same thing).
 #
 #   scripts/build-images.sh            # podman; QVAL_CONTAINER_ENGINE=docker for Docker
+#
+# The gpu worker's image (containers/gpu.Containerfile: the site image plus podman and runc from
+# Debian, with apt) and vLLM's are built by compose for the profile gpu.
 #
 # Cached: the base image carries a label with the hash of its inputs (package list, suite, this
 # script's base section) and the wheelhouse is kept under the hash of requirements-site.txt; both
@@ -20,7 +23,7 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/containers/containers.conf}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 label=org.qval.inputs
-packages=python3,python3-venv,ca-certificates,postgresql,redis-server,podman,runc,conmon,iptables
+packages=python3,python3-venv,ca-certificates,postgresql,redis-server
 base=localhost/qval-debian:$suite
 site=localhost/qval-site:latest
 PY=${PYTHON:-.venv/bin/python}
