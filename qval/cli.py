@@ -72,7 +72,7 @@ def _token() -> str:
     return str(token)
 
 
-def _request(method: str, url: str, **kwargs: Any) -> "requests.Response":
+def _request(method: str, url: str, **kwargs: Any) -> requests.Response:
     import requests
 
     try:
@@ -93,7 +93,7 @@ def _request(method: str, url: str, **kwargs: Any) -> "requests.Response":
     return resp
 
 
-def format_rows(rows: "Sequence[MetricRow]" | Sequence[dict[str, Any]]) -> str:
+def format_rows(rows: Sequence[MetricRow] | Sequence[dict[str, Any]]) -> str:
     """A plain-text table of metric rows (from :func:`qval.scoring.score` or the API)."""
     lines = [f"{'metric':<20} {'value':>10} {'95% CI':>19} {'p-value':>10} {'points':>7} {'dropped':>8} {'coverage':>9}"]
     for row in rows:

@@ -2,7 +2,8 @@
 
 ``/readyz`` answers 200 only when the database and the Celery broker both answer; otherwise 503
 with what failed. ``manage.py wait_ready`` waits for the same checks before migrations and
-workers start (docker-compose.yml runs it first in every app service).
+workers start (docker-compose.yml runs it first in every app service; workers add
+``--migrated`` to also wait until the web service has applied every migration).
 """
 
 from __future__ import annotations
@@ -39,9 +40,29 @@ def check_broker() -> str | None:
     return None
 
 
-def readiness() -> dict[str, str | None]:
-    """Every dependency's check: ``{"database": None | reason, "broker": None | reason}``."""
-    return {"database": check_database(), "broker": check_broker()}
+def check_migrations() -> str | None:
+    """``None`` when every migration is applied to the default database; else which are not."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    try:
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except Exception as exc:  # noqa: BLE001
+        connection.close()
+        return f"{exc.__class__.__name__}: {str(exc).strip()[:300]}"
+    if plan:
+        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:5])
+        return f"{len(plan)} migrations not applied yet ({names})"
+    return None
+
+
+def readiness(*, migrations: bool = False) -> dict[str, str | None]:
+    """Every dependency's check: ``{"database": None | reason, "broker": None | reason}``, and
+    ``"migrations"`` when asked for (workers wait for the web service to migrate)."""
+    checks = {"database": check_database(), "broker": check_broker()}
+    if migrations:
+        checks["migrations"] = check_migrations() if checks["database"] is None else "the database does not answer"
+    return checks
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -58,8 +58,8 @@ def test_wait_ready_returns_when_ready_and_fails_with_the_reason_after_its_timeo
         call_command("wait_ready", "--timeout", "0.5", "--interval", "0.1")
     monkeypatch.undo()
     out = io.StringIO()
-    call_command("wait_ready", "--timeout", "10", stdout=out)
-    assert "ready" in out.getvalue()
+    call_command("wait_ready", "--timeout", "10", "--migrated", stdout=out)
+    assert out.getvalue().strip() == "ready: database, broker, migrations ok"
 
 
 # -- structured logs ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Entry point of the app services of docker-compose.yml: wait for PostgreSQL and Redis
-# (manage.py wait_ready), then start one role.
+# (manage.py wait_ready; every role but web also waits for web's migrations), then start one role.
 #
 #   app.sh web        migrate, collect static files, build + load FrozenLake when missing, gunicorn on :8000
 #   app.sh scoring    Celery worker on the scoring queue (scale it: --scale scoring=4)
@@ -11,7 +11,8 @@
 set -eu
 role=${1:?usage: app.sh web|scoring|beat|datasets|gpu}
 cd /app
-python manage.py wait_ready --timeout "${QVAL_WAIT_READY_S:-120}"
+migrated=--migrated; [ "$role" = web ] && migrated=   # web migrates; the others wait for it
+python manage.py wait_ready --timeout "${QVAL_WAIT_READY_S:-300}" $migrated
 case "$role" in
   web)
     python manage.py migrate --noinput -v 0

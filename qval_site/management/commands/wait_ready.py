@@ -1,4 +1,5 @@
-"""``manage.py wait_ready [--timeout 120]``: wait until the database and the broker answer."""
+"""``manage.py wait_ready [--timeout 120] [--migrated]``: wait until the database and the broker
+answer (and, with ``--migrated``, every migration is applied)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (default 120)")
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between checks (default 1)")
+        parser.add_argument("--migrated", action="store_true", help="also wait until every migration is applied")
 
-    def handle(self, *args: Any, timeout: float, interval: float, **options: Any) -> None:
+    def handle(self, *args: Any, timeout: float, interval: float, migrated: bool, **options: Any) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            failed = {name: reason for name, reason in readiness().items() if reason is not None}
+            checks = readiness(migrations=migrated)
+            failed = {name: reason for name, reason in checks.items() if reason is not None}
             if not failed:
-                self.stdout.write("ready: database and broker answer")
+                self.stdout.write(f"ready: {', '.join(checks)} ok")
                 return
             if time.monotonic() >= deadline:
                 raise CommandError(f"not ready after {timeout:g} s: "
