@@ -1,5 +1,5 @@
 # Quick start: `make up` then open http://127.0.0.1:8000 ; `make test` runs every test.
-.PHONY: up down test test-fast install base-image
+.PHONY: up down test test-fast install base-image images
 
 up:
 	scripts/up.sh
@@ -23,3 +23,7 @@ test-fast: install
 # The offline base image of method containers (python3 + numpy from Debian packages); cached.
 base-image: install
 	scripts/build-base-image.sh
+
+# The images of docker-compose.yml, from Debian packages and a wheelhouse (no registry); cached.
+images: install
+	scripts/build-images.sh

@@ -3,7 +3,7 @@
 ``qval evaluate FILE --dataset DIR|SLUG --split dev``   score against public labels, no server
                                                           needed for a dataset directory
 ``qval submit FILE --dataset SLUG --split test --target q --method NAME``
-``qval status ID``
+``qval status ID [--wait]``
 ``qval download SLUG --split dev [--format parquet|jsonl|csv|images|card|zip] [--out PATH]``
 ``qval run-container IMAGE --dataset DIR|SLUG --split dev [--backbone MODEL_DIR]``  run a method container (image or saved archive)
                                                           exactly as the worker does, score it on public labels
@@ -11,6 +11,11 @@
 The server is ``--server``, else ``$QVAL_SERVER``, else the config file's ``server``, else
 http://127.0.0.1:8000. The token is ``$QVAL_TOKEN``, else the config file's ``token``; the config
 file is ``$QVAL_CONFIG`` or ``~/.config/qval/config.json``.
+
+Start-up is kept short (``qval --help`` in about 0.1 s): pandas, requests and the scoring and
+container modules are imported by the commands that use them. Waiting for a result polls the
+submission every :data:`POLL_FIRST_S`, growing to at most :data:`POLL_MAX_S`, so a result is
+reported well within a second of the server having it (``benchmarks/cli_latency.py``).
 """
 
 from __future__ import annotations
@@ -23,17 +28,20 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import pandas as pd
-import requests
-
-from qval import containers
-from qval import predictions as qpred
 from qval import schema
-from qval.scoring import MetricRow, score, truth_from_dataset, truth_from_frame
+
+if TYPE_CHECKING:
+    import requests
+
+    from qval.scoring import MetricRow
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
+POLL_FIRST_S = 0.1
+"""The first wait between two looks at a submission that is not final yet."""
+POLL_MAX_S = 0.5
+"""The longest wait between two looks (each wait is 1.5 times the previous one, up to this)."""
 
 
 class CliError(Exception):
@@ -65,6 +73,8 @@ def _token() -> str:
 
 
 def _request(method: str, url: str, **kwargs: Any) -> requests.Response:
+    import requests
+
     try:
         resp = requests.request(method, url, timeout=kwargs.pop("timeout", 120), **kwargs)
     except requests.ConnectionError as exc:
@@ -105,6 +115,11 @@ def format_rows(rows: Sequence[MetricRow] | Sequence[dict[str, Any]]) -> str:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score a predictions file against a public split's labels."""
+    import pandas as pd
+
+    from qval import predictions as qpred
+    from qval.scoring import score, truth_from_dataset, truth_from_frame
+
     if args.split not in schema.PUBLIC_SPLITS:
         raise CliError(f"split {args.split!r} has hidden labels; evaluate locally on {sorted(schema.PUBLIC_SPLITS)} or use `qval submit`")
     path = Path(args.dataset)
@@ -156,21 +171,27 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.no_wait:
         print(sub["id"])
         return 0
-    return _follow(server, headers, sub, args.timeout)
+    return _print_submission(follow(server, headers, sub, args.timeout))
 
 
-def _follow(server: str, headers: dict[str, str], sub: dict[str, Any], timeout: float) -> int:
+def follow(server: str, headers: dict[str, str], sub: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Poll a submission until it is final (printing each new state to stderr); return it.
+
+    Waits :data:`POLL_FIRST_S` between looks at first, growing by half each time up to
+    :data:`POLL_MAX_S`; raises :class:`CliError` after ``timeout`` seconds.
+    """
     deadline = time.monotonic() + timeout
-    state = sub["state"]
+    state, pause = sub["state"], POLL_FIRST_S
     while not sub["final"]:
         if time.monotonic() > deadline:
             raise CliError(f"submission {sub['id']} still {sub['state']} after {timeout:.0f} s; check `qval status {sub['id']}`")
-        time.sleep(1.0)
+        time.sleep(pause)
+        pause = min(pause * 1.5, POLL_MAX_S)
         sub = _request("GET", f"{server}/api/v1/submissions/{sub['id']}/", headers=headers).json()
         if sub["state"] != state:
             state = sub["state"]
             print(f"submission {sub['id']}: {state}", file=sys.stderr)
-    return _print_submission(sub)
+    return sub
 
 
 def _print_submission(sub: dict[str, Any]) -> int:
@@ -186,9 +207,11 @@ def _print_submission(sub: dict[str, Any]) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print one submission."""
-    sub = _request("GET", f"{_server(args)}/api/v1/submissions/{args.id}/",
-                   headers={"Authorization": f"Token {_token()}"}).json()
+    """Print one submission (with ``--wait``: once it is final)."""
+    server, headers = _server(args), {"Authorization": f"Token {_token()}"}
+    sub = _request("GET", f"{server}/api/v1/submissions/{args.id}/", headers=headers).json()
+    if args.wait:
+        sub = follow(server, headers, sub, args.timeout)
     return _print_submission(sub)
 
 
@@ -215,6 +238,8 @@ def _version_key(version: str) -> tuple[Any, ...]:
 def remote_split(server: str, key: str, split: str) -> schema.Dataset:
     """One public split of a site's dataset (``slug`` = its latest version, or ``slug@version``) with
     its labels and images, as a :class:`schema.Dataset` holding that split only."""
+    import pandas as pd
+
     listing = _request("GET", f"{server}/api/v1/datasets/").json()
     slug, _, version = key.partition("@")
     matches = [d for d in listing if d["slug"] == slug and (not version or d["version"] == version)]
@@ -252,6 +277,9 @@ def remote_split(server: str, key: str, split: str) -> schema.Dataset:
 
 def cmd_run_container(args: argparse.Namespace) -> int:
     """Run a method container on a public split exactly as the worker does, then score its predictions."""
+    from qval import containers
+    from qval.scoring import truth_from_dataset
+
     if args.split not in schema.PUBLIC_SPLITS:
         raise CliError(f"split {args.split!r} has hidden labels; run containers locally on {sorted(schema.PUBLIC_SPLITS)}")
     try:
@@ -261,8 +289,8 @@ def cmd_run_container(args: argparse.Namespace) -> int:
             ds = remote_split(_server(args), args.dataset, args.split)
         truth = truth_from_dataset(ds, args.split, args.target)
         engine = containers.Engine.from_env()
-        limits = containers.Limits(timeout_s=args.timeout, memory_mb=args.memory, cpus=args.cpus, pids=args.pids,
-                                   gpu=args.gpu)
+        given = {"timeout_s": args.timeout, "memory_mb": args.memory, "cpus": args.cpus, "pids": args.pids}
+        limits = containers.Limits(gpu=args.gpu, **{k: v for k, v in given.items() if v is not None})
         with containers.Job(engine) as job:
             archive = Path(args.image)
             if not archive.is_file():  # an image of the local store: save it, then load it as an upload
@@ -341,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="show a submission")
     st.add_argument("id", type=int)
+    st.add_argument("--wait", action="store_true", help="wait until the submission is final")
+    st.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait")
     st.set_defaults(func=cmd_status)
 
     dl = sub.add_parser("download", help="download a dataset split, its images, the dataset card or the whole dataset")
@@ -357,11 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--dataset", required=True, help="dataset directory, or slug[@version] to download from the server")
     rc.add_argument("--split", default="dev")
     rc.add_argument("--target", default="q", choices=schema.TARGETS)
-    defaults = containers.Limits()
-    rc.add_argument("--timeout", type=float, default=defaults.timeout_s, help="wall-clock limit in seconds")
-    rc.add_argument("--memory", type=int, default=defaults.memory_mb, help="memory limit in MiB")
-    rc.add_argument("--cpus", type=float, default=defaults.cpus)
-    rc.add_argument("--pids", type=int, default=defaults.pids, help="process limit")
+    # Limits left out take qval.containers.Limits' defaults (the worker's).
+    rc.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default 600)")
+    rc.add_argument("--memory", type=int, help="memory limit in MiB (default 2048)")
+    rc.add_argument("--cpus", type=float, help="CPU limit in cores (default 1)")
+    rc.add_argument("--pids", type=int, help="process limit (default 256)")
     rc.add_argument("--gpu", action="store_true", help="pass the GPUs through")
     rc.add_argument("--backbone", help="serve this local checkpoint directory on the container's backbone socket")
     rc.add_argument("--token-budget", type=int, default=2_000_000, help="the job's backbone token budget")

@@ -4,9 +4,12 @@ A method container is a ``docker save``/``podman save`` archive (tar or tar.gz).
 
 1. **loads** it (:meth:`Job.load`): the archive is copied with caps on its size and on its
    uncompressed size, anything that is not a one-image docker-archive is refused, the tags it
-   claims are removed, and it is loaded into a store of its own (podman: ``--root``/``--runroot``
-   under the job's directory), so it can neither retag nor replace any other image; the image is
-   referred to by its ID and never pulled;
+   claims are removed, and it is loaded into a store of its own, so it can neither retag nor
+   replace any other image; the image is referred to by its ID and never pulled.  With podman that
+   store is loaded **once per image ID** (:class:`ImageCache`): a read-only store holding only
+   that image, shared by every job of the archive and its reruns as an additional image store of
+   the job's own empty store (``--root``/``--runroot`` under the job's directory), so a rerun
+   skips the load (the archive's SHA-256 names its image ID);
 2. **writes** ``/input`` (:func:`write_input`): ``points.jsonl`` (one line per candidate for target
    ``q``, per state for target ``v``), ``context.json`` and ``images/`` -- inputs only, labels are
    never written anywhere the container can see;
@@ -40,7 +43,9 @@ This module is Django-free: the CLI (``qval run-container``) and the worker call
 from __future__ import annotations
 
 import collections
+import fcntl
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -104,32 +109,51 @@ class EngineUnavailable(ContainerError):
 class Engine:
     """Which container engine runs method containers, and where jobs keep their files.
 
-    ``kind``: ``podman`` (each job loads into a store of its own) or ``docker`` (one shared store;
-    archives are loaded without their tags and images referred to by ID only).  ``conf``: the
-    podman engine configuration (``CONTAINERS_CONF``).  ``work_root``: the parent of every job's
-    directory; :func:`sweep` empties it.
+    ``kind``: ``podman`` (each job runs from a store of its own, its image from the shared
+    read-only :class:`ImageCache`) or ``docker`` (one shared store; archives are loaded without
+    their tags and images referred to by ID only).  ``conf``: the podman engine configuration
+    (``CONTAINERS_CONF``).  ``work_root``: the parent of every job's directory; :func:`sweep`
+    empties it.  ``image_cache``: where the per-image read-only stores live (default: beside
+    ``work_root``, named ``<work_root>-images``); ``image_cache_days``: a cached image not used
+    for this long is removed by :func:`sweep`.
     """
 
     kind: Literal["podman", "docker"] = "podman"
     conf: Path = DEFAULT_CONF
     work_root: Path = DEFAULT_WORK_ROOT
+    image_cache: Path | None = None
+    image_cache_days: float = 7.0
+
+    @property
+    def images(self) -> "ImageCache":
+        """The cache of loaded images (podman)."""
+        root = self.image_cache or self.work_root.with_name(self.work_root.name + "-images")
+        return ImageCache(self, root)
 
     @classmethod
     def from_env(cls) -> "Engine":
-        """The engine from ``QVAL_CONTAINER_ENGINE``, ``QVAL_CONTAINERS_CONF`` and ``QVAL_CONTAINER_WORK_ROOT``."""
+        """The engine from ``QVAL_CONTAINER_ENGINE``, ``QVAL_CONTAINERS_CONF``, ``QVAL_CONTAINER_WORK_ROOT``,
+        ``QVAL_CONTAINER_IMAGE_CACHE`` and ``QVAL_CONTAINER_IMAGE_CACHE_DAYS``."""
         kind = os.environ.get("QVAL_CONTAINER_ENGINE", "podman")
         if kind not in ("podman", "docker"):
             raise ContainerError(f"QVAL_CONTAINER_ENGINE={kind!r}: expected podman or docker")
+        cache = os.environ.get("QVAL_CONTAINER_IMAGE_CACHE")
         return cls(
             kind=kind,  # type: ignore[arg-type]
             conf=Path(os.environ.get("QVAL_CONTAINERS_CONF", DEFAULT_CONF)),
             work_root=Path(os.environ.get("QVAL_CONTAINER_WORK_ROOT", DEFAULT_WORK_ROOT)),
+            image_cache=Path(cache) if cache else None,
+            image_cache_days=float(os.environ.get("QVAL_CONTAINER_IMAGE_CACHE_DAYS", "7")),
         )
 
     def command(self, *args: str, store: Path | None = None) -> list[str]:
-        """An engine command line; ``store``: a podman job directory whose store it works on."""
+        """An engine command line; ``store``: a podman job directory whose store it works on (with the
+        read-only image store named in its ``imagestore`` file as an additional image store)."""
         if store is not None and self.kind == "podman":
-            return ["podman", "--root", str(store / "store"), "--runroot", str(store / "run"), *args]
+            extra = []
+            if (store / "imagestore").is_file():
+                extra = ["--storage-opt", f"additionalimagestore={(store / 'imagestore').read_text().strip()}"]
+            return ["podman", "--root", str(store / "store"), "--runroot", str(store / "run"), *extra, *args]
         return [self.kind, *args]
 
     def call(self, *args: str, store: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -390,6 +414,132 @@ def _read_manifest(tin: tarfile.TarFile, member: tarfile.TarInfo) -> list[dict[s
     return [{**entry, "RepoTags": None}]
 
 
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class ImageCache:
+    """Read-only podman stores of verified images, one per image ID, shared by the jobs that run them.
+
+    Layout under ``root``:
+
+    * ``<image id>/store``: a podman store holding only that image (no tag), loaded from a
+      sanitised archive (:func:`sanitize_archive`) and checked to hold that ID; complete once
+      ``<image id>/ready`` exists (its mtime: the last use);
+    * ``<image id>.lock``: jobs hold it shared while they run from the store; loading and removal
+      hold it exclusively;
+    * ``archives/<archive sha256>``: the image ID that archive was verified to hold, so a rerun
+      of the same upload skips reading and loading it.
+
+    A job mounts the store as an *additional image store* of its own empty store: the image is
+    found by ID only, the job cannot write to the shared store, and nothing another archive
+    claims (tags included) can reach it.  Podman's image ID is the SHA-256 of the image
+    configuration, which names every layer's digest, so one ID is one content.
+    """
+
+    def __init__(self, engine: Engine, root: Path) -> None:
+        self.engine, self.root = engine, root
+
+    def store(self, image_id: str) -> Path:
+        """The read-only store of an image ID."""
+        return self.root / image_id / "store"
+
+    def open(self, archive: Path, work_dir: Path, *, max_archive_bytes: int = MAX_ARCHIVE_BYTES,
+             max_image_bytes: int = MAX_IMAGE_BYTES) -> tuple[str, int]:
+        """The image ID of an uploaded archive, loaded into its store unless cached; and a file
+        descriptor holding the store's lock shared (close it when the job is done).
+
+        ``work_dir``: the job's directory (the sanitised copy and podman's run root of the load
+        go there).  Raises :class:`ArchiveRejected` as :func:`sanitize_archive` does, or when
+        podman cannot load the archive.
+        """
+        digest = file_sha256(archive)
+        index = self.root / "archives" / digest
+        if index.is_file():
+            image_id = index.read_text().strip()
+            fd = self._lock(image_id, fcntl.LOCK_SH)
+            if (self.root / image_id / "ready").exists():
+                (self.root / image_id / "ready").touch()
+                return image_id, fd
+            os.close(fd)  # removed since: load it again
+        copy = work_dir / "image.tar"
+        try:
+            image_id = sanitize_archive(archive, copy, max_archive_bytes=max_archive_bytes,
+                                        max_image_bytes=max_image_bytes)
+            fd = self._lock(image_id, fcntl.LOCK_EX)
+            try:
+                if not (self.root / image_id / "ready").exists():
+                    self._load(image_id, copy, work_dir / "lr")
+                (self.root / image_id / "ready").touch()
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except BaseException:
+                os.close(fd)
+                raise
+        finally:
+            copy.unlink(missing_ok=True)
+        index.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index.with_name(f".{digest}.{uuid.uuid4().hex}")
+        tmp.write_text(image_id)
+        os.replace(tmp, index)
+        return image_id, fd
+
+    def _lock(self, image_id: str, mode: int) -> int:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / f"{image_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, mode)
+        return fd
+
+    def _load(self, image_id: str, tar: Path, run_root: Path) -> None:
+        """Load a sanitised archive into the image's store (replacing a half-loaded one) and check its ID."""
+        folder = self.root / image_id
+        shutil.rmtree(folder, ignore_errors=True)
+        store = folder / "store"
+        store.mkdir(parents=True)
+        podman = ["podman", "--root", str(store), "--runroot", str(run_root)]
+        env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
+        loaded = subprocess.run([*podman, "load", "-q", "-i", str(tar)], capture_output=True, text=True, env=env,
+                                stdin=subprocess.DEVNULL, timeout=1800, check=False)
+        found = subprocess.run([*podman, "image", "inspect", "--format", "{{.Id}}", image_id], capture_output=True,
+                               text=True, env=env, stdin=subprocess.DEVNULL, timeout=300, check=False)
+        if loaded.returncode != 0 or found.stdout.strip().removeprefix("sha256:") != image_id:
+            shutil.rmtree(folder, ignore_errors=True)
+            why = loaded.stderr.strip()[-2000:] if loaded.returncode != 0 else f"it did not produce image {image_id[:12]}"
+            raise ArchiveRejected(f"podman could not load the image: {why}")
+
+    def prune(self) -> list[str]:
+        """Remove the stores not used for ``engine.image_cache_days`` and half-loaded ones that no
+        job holds; return their image IDs."""
+        if not self.root.is_dir():
+            return []
+        cutoff = time.time() - self.engine.image_cache_days * 86400
+        removed = []
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and p.name != "archives"):
+            ready = folder / "ready"
+            if ready.exists() and ready.stat().st_mtime >= cutoff:
+                continue
+            fd = os.open(self.root / f"{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # a job uses it or loads it right now
+            try:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder.name)
+            finally:
+                os.close(fd)
+        if removed and (self.root / "archives").is_dir():
+            for entry in (self.root / "archives").iterdir():
+                if entry.is_file() and entry.read_text().strip() in removed:
+                    entry.unlink(missing_ok=True)
+        return removed
+
+
 # -- running ---------------------------------------------------------------------------
 class _Capture:
     """Drains a pipe in a thread, keeping the first and last :data:`LOG_KEEP_BYTES`."""
@@ -439,6 +589,7 @@ class Job:
         self.input_dir = self.dir / "input"
         self._output_dir = self.dir / "output"
         self._images: list[str] = []
+        self._cache_lock: int | None = None
         self.dir.mkdir(parents=True)
         self.input_dir.mkdir()
 
@@ -457,15 +608,27 @@ class Job:
         self.close()
 
     def close(self) -> None:
-        """Remove everything this job created."""
+        """Remove everything this job created (a cached image stays, for the next job of its archive)."""
         if self.engine.kind == "docker":
             for image_id in self._images:
                 self.engine.call("rmi", image_id)  # fails, harmlessly, while another job runs the same image
         _remove_job_dir(self.engine, self.dir)
+        if self._cache_lock is not None:
+            os.close(self._cache_lock)
+            self._cache_lock = None
 
     def load(self, archive: str | Path, *, max_archive_bytes: int = MAX_ARCHIVE_BYTES,
              max_image_bytes: int = MAX_IMAGE_BYTES) -> str:
-        """Load an uploaded archive into this job's store (see :func:`sanitize_archive`); return the image ID."""
+        """Make an uploaded archive's image runnable by this job (see :func:`sanitize_archive`); return its ID.
+
+        podman: from the shared read-only store of its image ID (:class:`ImageCache`; loaded the
+        first time), added to the job's own empty store; docker: loaded into the engine's store.
+        """
+        if self.engine.kind == "podman":
+            image_id, self._cache_lock = self.engine.images.open(
+                Path(archive), self.dir, max_archive_bytes=max_archive_bytes, max_image_bytes=max_image_bytes)
+            (self.dir / "imagestore").write_text(str(self.engine.images.store(image_id)))  # checked at its load
+            return image_id
         copy = self.dir / "image.tar"
         try:
             image_id = sanitize_archive(Path(archive), copy, max_archive_bytes=max_archive_bytes,
@@ -682,8 +845,9 @@ def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
 def sweep(engine: Engine) -> list[str]:
     """Remove every container, job directory and mount a runner left behind; return what was removed.
 
-    Call it when a worker starts, before it runs any job: it empties ``engine.work_root`` and
-    removes every container labelled :data:`LABEL` in the engine's shared store.
+    Call it when a worker starts, before it runs any job: it empties ``engine.work_root``,
+    removes every container labelled :data:`LABEL` in the engine's shared store, and prunes the
+    image cache (:meth:`ImageCache.prune`; reported as ``image <id>``).
     """
     removed: list[str] = []
     listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
@@ -694,4 +858,6 @@ def sweep(engine: Engine) -> list[str]:
         for directory in sorted(engine.work_root.iterdir()):
             removed += _remove_job_dir(engine, directory)
             removed.append(str(directory))
+    if engine.kind == "podman":
+        removed += [f"image {image_id}" for image_id in engine.images.prune()]
     return removed

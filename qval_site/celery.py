@@ -2,6 +2,9 @@
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
+
+from qval_site import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qval_site.settings")
 
@@ -9,3 +12,7 @@ app = Celery("qval")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
 app.autodiscover_tasks(["workers"], related_name="builds")  # dataset builds (queue datasets)
+
+# Every log line of a submission task carries the submission id (qval_site/logs.py).
+task_prerun.connect(logs.bind_task, weak=False)
+task_postrun.connect(logs.unbind_task, weak=False)

@@ -23,6 +23,8 @@ Variables:
 ``EMAIL_BACKEND``           default: the console (confirmation links are printed); SMTP settings as Django's.
 ``QVAL_RECEIVED_S``         a submission still ``received``/``validating`` after this long is failed (default 3600).
 ``QVAL_SCORING_S``          a predictions file ``queued``/``scoring`` for longer than this is failed (default 3600).
+``QVAL_LOG_FORMAT``         ``json`` (default: one JSON object per line, with ``submission_id``) or ``plain``.
+``LOG_LEVEL``               root log level (default ``INFO``).
 
 Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 
@@ -31,6 +33,8 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_CONTAINER_ENGINE``       ``podman`` (default) or ``docker``.
 ``QVAL_CONTAINERS_CONF``        podman engine configuration (default ``containers/containers.conf``).
 ``QVAL_CONTAINER_WORK_ROOT``    parent of the per-job directories (default ``/var/tmp/qval-jobs``).
+``QVAL_CONTAINER_IMAGE_CACHE``  the read-only per-image stores shared by jobs (default ``<work root>-images``).
+``QVAL_CONTAINER_IMAGE_CACHE_DAYS`` a cached image unused this long is pruned at worker start (default 7).
 ``QVAL_CONTAINER_TIMEOUT_S``    wall-clock limit of one run (default 600).
 ``QVAL_CONTAINER_MEMORY_MB``    memory limit, swap included (default 2048).
 ``QVAL_CONTAINER_CPUS``         CPU limit in cores (default 1).
@@ -115,6 +119,7 @@ INSTALLED_APPS = [
     "leaderboard",
     "submissions",
     "workers",
+    "qval_site",  # manage.py wait_ready
 ]
 
 MIDDLEWARE = [
@@ -233,6 +238,8 @@ QVAL_MAX_IMAGE_BYTES = int(float(os.environ.get("QVAL_MAX_IMAGE_MB", "8192")) * 
 QVAL_CONTAINER_ENGINE = os.environ.get("QVAL_CONTAINER_ENGINE", "podman")
 QVAL_CONTAINERS_CONF = Path(os.environ.get("QVAL_CONTAINERS_CONF", BASE_DIR / "containers" / "containers.conf"))
 QVAL_CONTAINER_WORK_ROOT = Path(os.environ.get("QVAL_CONTAINER_WORK_ROOT", "/var/tmp/qval-jobs"))
+QVAL_CONTAINER_IMAGE_CACHE = Path(os.environ["QVAL_CONTAINER_IMAGE_CACHE"]) if os.environ.get("QVAL_CONTAINER_IMAGE_CACHE") else None
+QVAL_CONTAINER_IMAGE_CACHE_DAYS = float(os.environ.get("QVAL_CONTAINER_IMAGE_CACHE_DAYS", "7"))
 # Keyword arguments of qval.containers.Limits for every run; QVAL_CONTAINER_LIMITS_BY_DATASET
 # maps a dataset slug to the keys it overrides, e.g. {"miniwob": {"timeout_s": 1800, "gpu": True}}.
 QVAL_CONTAINER_LIMITS = {
@@ -333,10 +340,18 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(max(3600, 2 * (QVAL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _flag("QVAL_INPROCESS_WORKER")
 
+# Logs: JSON lines (qval_site/logs.py) with the submission id on every line of its processing;
+# QVAL_LOG_FORMAT=plain for one-line text. Celery keeps this configuration (no root hijack).
+LOG_FORMAT = os.environ.get("QVAL_LOG_FORMAT", "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "qval_site.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "qval_site.logs.JsonFormatter"},
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [submission %(submission_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -8,9 +8,11 @@ from drf_spectacular.views import SpectacularAPIView
 from leaderboard import views as lb
 from submissions import views as sv
 
-from . import api
+from . import api, health
 
 urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("", lb.home, name="home"),
     path("leaderboard/", lb.board, name="leaderboard"),
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),

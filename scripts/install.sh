@@ -14,6 +14,9 @@ need cmake cmake   # textworld[pddl] compiles fast-downward from source
 need g++ g++
 if [ "$what" = dev ]; then
   need chromium chromium
+  # podman-compose (tests/test_ops.py): service names resolve through the CNI dnsname plugin.
+  [ -x /usr/lib/cni/dnsname ] || apt_missing+=(golang-github-containernetworking-plugin-dnsname)
+  need debootstrap debootstrap   # scripts/build-images.sh: the compose images' Debian base
 fi
 if [ ${#apt_missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   echo "installing Debian packages: ${apt_missing[*]}"
@@ -25,7 +28,7 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 req=requirements.txt; [ "$what" = dev ] && req=requirements-dev.txt
-stamp=".venv/.installed-$what-$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$what-$(cat requirements-site.txt requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   # Source builds (fast-downward for textworld) run a bare `python`: make it the venv's.
   export PATH="$PWD/.venv/bin:$PATH"

@@ -301,6 +301,8 @@ def container_engine() -> qc.Engine:
         kind=settings.QVAL_CONTAINER_ENGINE,
         conf=Path(settings.QVAL_CONTAINERS_CONF),
         work_root=Path(settings.QVAL_CONTAINER_WORK_ROOT),
+        image_cache=settings.QVAL_CONTAINER_IMAGE_CACHE,
+        image_cache_days=settings.QVAL_CONTAINER_IMAGE_CACHE_DAYS,
     )
 
 

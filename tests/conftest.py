@@ -179,6 +179,7 @@ def engine():  # type: ignore[no-untyped-def]
     yield eng
     qc.sweep(eng)
     root.rmdir()
+    shutil.rmtree(eng.images.root, ignore_errors=True)  # the session's image cache (<work root>-images)
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-load", action="store_true", help="write the files only")
         parser.add_argument("--queue", action="store_true", help="queue the build on the datasets Celery queue")
         parser.add_argument("--if-missing", action="store_true",
-                            help="with --queue: skip a dataset already loaded or being built")
+                            help="skip a dataset already loaded (with --queue: or being built)")
         parser.add_argument("--workers-stopped", action="store_true",
                             help="with --queue: every Celery worker is stopped (make up), so the builds they were "
                                  "running died: fail them first, so that they are queued again (and resume)")
@@ -71,6 +71,9 @@ class Command(BaseCommand):
         if opts["out"] and len(names) > 1:
             raise CommandError("--out takes one dataset")
         for name in names:
+            if opts["if_missing"] and building.is_loaded(name):
+                self.stdout.write(f"{name}: already loaded, not built")
+                continue
             self._inline(name, opts["out"], bool(opts["no_load"]))  # type: ignore[arg-type]
 
     def _enqueue(self, name: str, if_missing: bool) -> None:
