@@ -36,7 +36,7 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, NoReturn, Sequence, Union
 
@@ -154,7 +154,10 @@ class ValidationFailed(Exception):
     """A file was rejected; :attr:`problems` lists every problem found."""
 
     def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems: list[Problem] = list(problems)
+        # a NUL from the file would make the message unstorable (PostgreSQL text holds none)
+        self.problems: list[Problem] = [
+            replace(p, message=p.message.replace("\x00", "\\x00")) if "\x00" in p.message else p for p in problems
+        ]
         super().__init__(self.problems)  # picklable: unpickling calls cls(problems)
 
     def __str__(self) -> str:
@@ -493,6 +496,13 @@ def _show(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
+def _show_name(name: str) -> str:
+    """A column or key name as a message shows it: shortened, quoted when not plainly printable."""
+    if len(name) <= _SHOW_CHARS and name.isprintable():
+        return name
+    return _show(name)
+
+
 def _human_bytes(n: int) -> str:
     if n < 1024:
         return f"{n:,} bytes"
@@ -502,7 +512,7 @@ def _human_bytes(n: int) -> str:
 
 
 def _column_list(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_COLUMN_LIST_LIMIT]) or "(none)"
+    shown = ", ".join(_show_name(name) for name in names[:_COLUMN_LIST_LIMIT]) or "(none)"
     rest = len(names) - _COLUMN_LIST_LIMIT
     return shown + (f" and {rest} more" if rest > 0 else "")
 

@@ -158,8 +158,7 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     sub.save()
     try:
         index = split_index(sub.dataset, req.split, req.target)
-        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=limit, reference_ids=index.expected_ids)
-        coverage = qpred.validate(preds, index)
+        preds, coverage = qpred.parse_and_validate(sub.file.path, sub.filename, index, max_bytes=limit)
     except qpred.ValidationFailed as exc:
         _fail_validation(sub, exc.problems)
         return sub
