@@ -209,37 +209,64 @@ class TestHostilePredictionFiles:
         assert "line 2: nesting deeper than 64 levels" in evaluation.error
 
     @pytest.mark.container
-    def test_a_container_writing_100k_deep_output_fails_as_the_users_fault(self, engine, base_image, frozenlake,
-                                                                           tmp_path) -> None:
-        method = textwrap.dedent(
-            f"""
-            import json
-            split = json.load(open("/input/context.json"))["split"]
-            deep = "[" * {DEEP} + "]" * {DEEP}
-            with open("/output/predictions.jsonl", "w") as out:
-                out.write('{{"id": "x", "score": ' + deep + '}}\\n')
-            if split == "test":
-                open("/output/metadata.json", "w").write('{{"m": ' + deep + '}}')
-            """
-        )
-        (tmp_path / "method.py").write_text(method)
-        (tmp_path / "Containerfile").write_text(f'FROM {base_image}\nCOPY method.py /method.py\nCMD ["python3", "/method.py"]\n')
-        tag = f"localhost/qval-test-deep:{uuid.uuid4().hex[:8]}"
-        built = engine.call("build", "-q", "-t", tag, str(tmp_path))
-        assert built.returncode == 0, built.stderr
-        saved = engine.call("save", "-o", str(tmp_path / "deep.tar"), tag)
-        engine.call("rmi", tag)
-        assert saved.returncode == 0, saved.stderr
-
+    def test_a_container_writing_100k_deep_output_fails_as_the_users_fault(self, engine, deep_tar, frozenlake) -> None:
         results = {}
         with qc.Job(engine) as job:
-            image_id = job.load(tmp_path / "deep.tar")
+            image_id = job.load(deep_tar)
             for split in ("dev", "test"):
                 qc.write_input(frozenlake, split, "q", job.input_dir)
                 results[split] = job.run(image_id, qc.Limits(timeout_s=60, memory_mb=256))
         assert results["test"].error == (
-            "metadata invalid: /output/metadata.json is not JSON (line 1, column 71: nesting deeper than 64 levels)"
+            "metadata invalid: /output/metadata.json is not JSON (line 1, column 70: nesting deeper than 64 levels)"
         )
         evaluation = qc.evaluate(results["dev"], truth_from_dataset(frozenlake, "dev", "q"), bootstrap_resamples=0)
         assert evaluation.outcome == "failed"
-        assert evaluation.error.startswith("predictions invalid: line 1: nesting deeper than 64 levels (at column 86)")
+        assert evaluation.error.startswith("predictions invalid: line 1: nesting deeper than 64 levels (at column 85)")
+
+    @pytest.mark.container
+    @pytest.mark.django_db
+    def test_a_submitted_container_writing_100k_deep_output_fails_as_the_users_fault(
+        self, api, settings, engine, deep_tar, loaded
+    ) -> None:
+        from submissions.models import Submission
+        from workers.tasks import run_container_submission
+
+        settings.QVAL_CONTAINER_WORK_ROOT = engine.work_root
+        settings.QVAL_CONTAINER_LIMITS = {**settings.QVAL_CONTAINER_LIMITS, "timeout_s": 60.0, "memory_mb": 256}
+        data = {"kind": "container", "dataset": "frozenlake-8x8", "split": "dev", "target": "q",
+                "method_name": "deep", "backbone": "none", "file": SimpleUploadedFile("deep.tar", deep_tar.read_bytes())}
+        resp = api.post("/api/v1/submissions/", data, format="multipart")
+        assert resp.status_code == 201, resp.content
+        sub_id = resp.json()["submissions"][0]["id"]
+        assert run_container_submission(sub_id) == Submission.FAILED  # in-process: a crash would end this test
+        sub = Submission.objects.get(pk=sub_id)
+        assert sub.fault == Submission.FAULT_USER
+        assert sub.error.startswith("predictions invalid: line 1: nesting deeper than 64 levels")
+        assert list(engine.work_root.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def deep_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """A method container writing a predictions line nested 10^5 deep (and, on the test split,
+    a metadata.json as deep), saved as the archive a submitter uploads."""
+    context = tmp_path_factory.mktemp("deep-method")
+    method = textwrap.dedent(
+        f"""
+        import json
+        split = json.load(open("/input/context.json"))["split"]
+        deep = "[" * {DEEP} + "]" * {DEEP}
+        with open("/output/predictions.jsonl", "w") as out:
+            out.write('{{"id": "x", "score": ' + deep + '}}\\n')
+        if split == "test":
+            open("/output/metadata.json", "w").write('{{"m": ' + deep + '}}')
+        """
+    )
+    (context / "method.py").write_text(method)
+    (context / "Containerfile").write_text(f'FROM {base_image}\nCOPY method.py /method.py\nCMD ["python3", "/method.py"]\n')
+    tag = f"localhost/qval-test-deep:{uuid.uuid4().hex[:8]}"
+    built = engine.call("build", "-q", "-t", tag, str(context))
+    assert built.returncode == 0, built.stderr
+    saved = engine.call("save", "-o", str(context / "deep.tar"), tag)
+    engine.call("rmi", tag)
+    assert saved.returncode == 0, saved.stderr
+    return context / "deep.tar"
