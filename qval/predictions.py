@@ -56,6 +56,12 @@ MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 MAX_JSONL_LINE_BYTES = 1024 * 1024
 """Longest line a JSON Lines file may have (a record is some tens of bytes)."""
 
+MAX_PARQUET_UNCOMPRESSED_BYTES = 1024**3
+"""Largest uncompressed size of the columns read from a Parquet file (a compression bomb stops here)."""
+
+MAX_SAMPLE = 2**31 - 1
+"""Largest sample number."""
+
 MAX_DEPTH = safejson.MAX_DEPTH
 """How deeply JSON arrays and objects may nest in a JSON Lines or reference file."""
 
@@ -356,7 +362,7 @@ def _check(preds: Predictions, index: SplitIndex, issues: _Issues, unusable: np.
         kept = np.flatnonzero(~unusable)
         ids, positions = ids[kept], positions[kept]
         samples = None if samples is None else samples[kept]
-        codes = index.encode(ids)
+        codes = index.encode(ids) if kept.size else np.empty(0, dtype=np.int64)
     else:
         codes = preds.codes(index)
     unknown = np.flatnonzero(codes < 0)
@@ -714,12 +720,14 @@ def _convert_samples(column: pa.Array, positions: np.ndarray, issues: _Issues) -
     else:
         values = np.full(len(column), np.nan)
     with np.errstate(invalid="ignore"):
-        good = np.isfinite(values) & (values >= 0) & (np.floor(values) == values)
+        good = np.isfinite(values) & (values >= 0) & (np.floor(values) == values) & (values <= MAX_SAMPLE)
 
     def describe(i: int) -> str:
         raw = column[i].as_py()
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             return "sample is missing"
+        if values[i] > MAX_SAMPLE and np.floor(values[i]) == values[i]:
+            return f"sample {_show(raw)} is larger than {MAX_SAMPLE:,}"
         return f"sample {_show(raw)} is not a whole number >= 0"
 
     _report(issues, "bad_sample", ~good, positions, describe)
@@ -1026,14 +1034,30 @@ def _parse_reference(data: bytes, reference_ids: Sequence[str]) -> _Parsed:
 
 
 # -- Parquet -----------------------------------------------------------------------------
+def _check_parquet_size(parquet: pq.ParquetFile, names: list[str]) -> None:
+    """Refuse a file whose columns would inflate past :data:`MAX_PARQUET_UNCOMPRESSED_BYTES`."""
+    meta = parquet.metadata
+    wanted = {i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in names}
+    size = sum(
+        meta.row_group(g).column(c).total_uncompressed_size for g in range(meta.num_row_groups) for c in wanted
+    )
+    if size > MAX_PARQUET_UNCOMPRESSED_BYTES:
+        _fail(
+            "too_large",
+            f"the Parquet file's id, score and sample columns take {_human_bytes(size)} uncompressed; "
+            f"at most {_human_bytes(MAX_PARQUET_UNCOMPRESSED_BYTES)} are accepted",
+        )
+
+
 def _parse_parquet(data: bytes) -> _Parsed:
     if not data.startswith(_PARQUET_MAGIC):
         _fail("parse", "not a Parquet file: it does not start with the Parquet magic bytes PAR1")
     try:
         parquet = pq.ParquetFile(pa.py_buffer(data))
         columns = _match_columns(parquet.schema_arrow.names, what="column")
+        _check_parquet_size(parquet, list(columns.values()))
         table = parquet.read(columns=list(columns.values()))
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, OSError) as exc:  # damaged pages raise a plain OSError
         _fail("parse", f"the Parquet file could not be read: {exc}")
     try:
         table.validate(full=True)
