@@ -6,6 +6,7 @@ channel gets a new class here.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -199,6 +200,15 @@ class TestHostilePredictionFiles:
         assert (sub.state, sub.fault) == (Submission.FAILED, Submission.FAULT_USER)
         assert "nesting deeper than 64 levels" in sub.error
         assert api.get("/api/v1/datasets/").status_code == 200  # the web process is still up
+
+    def test_a_100k_deep_json_request_body_is_a_parse_error(self) -> None:
+        from rest_framework.exceptions import ParseError
+
+        from qval_site.parsers import SafeJSONParser
+
+        with pytest.raises(ParseError, match="line 1, column 65: nesting deeper than 64 levels"):
+            SafeJSONParser().parse(io.BytesIO(b"[" * DEEP + b"]" * DEEP), "application/json")
+        assert SafeJSONParser().parse(io.BytesIO(b'{"a": [1]}'), "application/json") == {"a": [1]}
 
     def test_container_output_nested_100k_deep_is_a_failed_evaluation(self, frozenlake) -> None:
         truth = truth_from_dataset(frozenlake, "dev", "q")
