@@ -80,10 +80,11 @@ def too_deep(data: bytes, *, max_depth: int = MAX_DEPTH, per_line: bool = False)
     but never for a prefix a JSON decoder accepts: a decoder stops at the first error,
     so it never nests deeper than this scanner allows.
     """
-    if data.count(b"[") + data.count(b"{") <= max_depth:
+    if per_line:
+        if _opens_per_line_at_most(data, max_depth):
+            return np.empty(0, dtype=np.int64)  # the common case: no line has enough brackets to go deep
+    elif data.count(b"[") + data.count(b"{") <= max_depth:
         return np.empty(0, dtype=np.int64)  # the common case: too few brackets to go deep
-    if per_line and _opens_per_line_at_most(data, max_depth):
-        return np.empty(0, dtype=np.int64)  # JSON Lines: no line has enough brackets to go deep
     scan = _DepthScan(max_depth, per_line)
     found: list[np.ndarray] = []
     for start in range(0, len(data), _CHUNK_BYTES):
