@@ -121,55 +121,63 @@ class _DepthScan:
         self.line_reported = False  # the current line already has an excess returned
 
     def feed(self, buf: np.ndarray) -> np.ndarray:
-        """Offsets (in ``buf``) of the excesses it holds; updates the carried state."""
+        """Offsets (in ``buf``) of the excesses it holds; updates the carried state.
+
+        Per line, the running counts are reset at each line break by writing, at the break,
+        minus what its line added (one ``np.add.reduceat``), so one cumulative sum serves all lines.
+        """
         n = buf.size
-        idx = np.arange(n, dtype=np.int32)
         backslash = buf == _BACKSLASH
         if backslash.any() or self.backslashes:
             # run of backslashes ending at each byte; a byte after an odd run is escaped
+            idx = np.arange(n, dtype=np.int32)
             last_other = np.maximum.accumulate(np.where(backslash, -1, idx))
             run = idx - last_other + np.where(last_other < 0, self.backslashes, 0)
             escaped = np.empty(n, dtype=bool)
             escaped[0] = self.backslashes % 2 == 1
             escaped[1:] = run[:-1] % 2 == 1
             self.backslashes = int(run[-1])
-            quote = (buf == _QUOTE) & ~escaped
+            quote = ((buf == _QUOTE) & ~escaped).astype(np.int32)
         else:
-            quote = buf == _QUOTE
-        toggles = np.cumsum(quote, dtype=np.int32)  # quotes up to and including each byte
+            quote = (buf == _QUOTE).astype(np.int32)
+        breaks = np.flatnonzero((buf == _LF) | (buf == _CR)) if self.per_line else np.empty(0, dtype=np.int64)
+        carried_quote, carried_depth = int(self.in_string), self.depth
+        _reset_at(quote, breaks, carried_quote)
+        toggles = np.cumsum(quote, dtype=np.int32) + carried_quote  # quotes so far in the line
+        in_string = ((toggles - quote) & 1).astype(bool)  # inside a string before this byte
         delta = _DELTA[buf]
-        if self.per_line:
-            breaks = (buf == _LF) | (buf == _CR)
-            last_break = np.maximum.accumulate(np.where(breaks, idx, -1))
-            started = last_break >= 0
-            safe_break = np.maximum(last_break, 0)
-            quote_base = np.where(started, toggles[safe_break], -int(self.in_string))
-        else:
-            quote_base = np.full(n, -int(self.in_string), dtype=np.int32)
-        in_string = (toggles - quote - quote_base) % 2 == 1  # inside a string before this byte
         delta[in_string] = 0
-        levels = np.cumsum(delta)
-        if self.per_line:
-            depth = np.where(started, levels - levels[safe_break], levels + self.depth)
-        else:
-            depth = levels + self.depth
+        delta[breaks] = 0
+        _reset_at(delta, breaks, carried_depth)
+        depth = np.cumsum(delta, dtype=np.int32) + carried_depth
         over = np.flatnonzero(depth > self.max_depth)
-        if self.per_line and over.size:
-            line_of = last_break[over]  # -1: the line that began in an earlier chunk
-            first = np.empty(over.size, dtype=bool)
-            first[0] = True
-            first[1:] = line_of[1:] != line_of[:-1]
-            if self.line_reported:
-                first &= line_of != -1
-            over = over[first]
         if self.per_line:
-            if started[-1]:  # the chunk's last line began in it
-                self.line_reported = bool(over.size) and bool(last_break[over[-1]] == last_break[-1])
+            if over.size:
+                line_of = np.searchsorted(breaks, over)  # 0: the line that began before this chunk
+                first = np.empty(over.size, dtype=bool)
+                first[0] = not (self.line_reported and line_of[0] == 0)
+                first[1:] = line_of[1:] != line_of[:-1]
+                over = over[first]
+            last_line = breaks.size
+            if breaks.size:  # the chunk's last line began in it
+                self.line_reported = bool(over.size) and int(np.searchsorted(breaks, over[-1])) == last_line
             else:  # the whole chunk continues one line
                 self.line_reported = self.line_reported or bool(over.size)
         self.depth = int(depth[-1])
-        self.in_string = bool((toggles[-1] - quote_base[-1]) % 2 == 1)
+        self.in_string = bool(toggles[-1] & 1)
         return over
+
+
+def _reset_at(values: np.ndarray, breaks: np.ndarray, carried: int) -> None:
+    """Write at each line break minus the sum of its line so far (the first line starts at ``carried``)."""
+    if not breaks.size:
+        return
+    starts = np.empty(breaks.size, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = breaks[:-1] + 1
+    sums = np.add.reduceat(values[: breaks[-1] + 1], starts)
+    sums[0] += carried
+    values[breaks] -= sums
 
 
 def load_json(
