@@ -854,8 +854,10 @@ def _csv_structure_problems(data: bytes, expected_fields: int, arrow_message: st
 # -- JSON Lines --------------------------------------------------------------------------
 def _parse_jsonl(data: bytes) -> _Parsed:
     deep = safejson.too_deep(data, per_line=True)
-    if deep.size:
-        return _parse_jsonl_rows(data, deep)  # pyarrow's reader must never see these lines
+    if deep.size or data.count(b"\r") != data.count(b"\r\n"):
+        # pyarrow's reader must never see a deep line; a lone CR ends a line for the scan (as
+        # for splitlines) but JSON allows it as whitespace, so such files are read line by line
+        return _parse_jsonl_rows(data, deep)
     lines = _nonblank_lines(data, whitespace_is_blank=True)
     columns = [("id", pa.string()), ("score", pa.float64())]
     if b'"sample"' in data:

@@ -94,6 +94,12 @@ class TestHostilePredictionFiles:
         else:
             assert problems(data, "p.jsonl")["parse"].message.startswith("line 1: nesting deeper than 64 levels")
 
+    def test_nesting_split_by_lone_carriage_returns_is_not_handed_to_pyarrow(self) -> None:
+        # a CR ends a line for the scan but is whitespace inside one JSON document to pyarrow
+        data = b'{"id": "a", "score": 1}\n{"id": "b", "score": 1, "x": ' + (b"[" * 60 + b"\r") * 2_000 + b"}\n"
+        found = parse_in_child(data, "p.jsonl")
+        assert [p["code"] for p in found] == ["parse"] and found[0]["rows"][:2] == [2, 3]
+
     def test_brackets_inside_strings_do_not_count(self) -> None:
         data = b'{"id": "a", "score": 1, "note": "' + b'[\\"{' * 10_000 + b'"}\n'
         preds, _ = qpred.parse_and_validate(data, "p.jsonl", qpred.SplitIndex(IDS))
