@@ -61,7 +61,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Literal
 
 from qval import predictions as qpred
-from qval import schema
+from qval import safejson, schema
 from qval.backbone import SOCKET_IN_CONTAINER, is_socket
 from qval.scoring import MetricRow, Truth, score
 
@@ -400,9 +400,9 @@ def _read_manifest(tin: tarfile.TarFile, member: tarfile.TarInfo) -> list[dict[s
     fh = tin.extractfile(member)
     assert fh is not None
     try:
-        manifest = json.loads(fh.read())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArchiveRejected(f"manifest.json is not valid JSON: {exc}") from exc
+        manifest = safejson.load_json(fh.read())
+    except safejson.JSONError as exc:
+        raise ArchiveRejected(f"manifest.json is not valid JSON: {exc}") from None
     if not isinstance(manifest, list) or len(manifest) != 1:
         count = len(manifest) if isinstance(manifest, list) else "no list of"
         raise ArchiveRejected(f"the archive must hold exactly one image; its manifest.json has {count} images")
@@ -779,8 +779,8 @@ def _read_metadata(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if len(data) > MAX_METADATA_BYTES:
         return None, f"metadata invalid: /output/metadata.json is larger than {MAX_METADATA_BYTES // 1024} KiB"
     try:
-        meta = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        meta = safejson.load_json(data)
+    except safejson.JSONError as exc:
         return None, f"metadata invalid: /output/metadata.json is not JSON ({exc})"
     if not isinstance(meta, dict):
         return None, "metadata invalid: /output/metadata.json must hold a JSON object"
@@ -789,12 +789,16 @@ def _read_metadata(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 # -- scoring ---------------------------------------------------------------------------
 def evaluate(result: RunResult, truth: Truth, *, bootstrap_resamples: int = 1000) -> Evaluation:
-    """Score a run's ``predictions.jsonl`` exactly as an uploaded JSON Lines file is scored."""
+    """Score a run's ``predictions.jsonl`` exactly as an uploaded JSON Lines file is scored.
+
+    Whatever the container wrote -- malformed, hostile, nested a hundred thousand levels deep --
+    ends in a ``failed`` evaluation that lists the file's problems (the user's fault), never in
+    an exception.
+    """
     if result.error is not None or result.predictions is None:
         return Evaluation("failed", result.error or "no predictions written", result)
     try:
-        preds = qpred.parse(result.predictions, "predictions.jsonl")
-        coverage = qpred.validate(preds, truth.index)
+        preds, coverage = qpred.parse_and_validate(result.predictions, "predictions.jsonl", truth.index)
     except qpred.ValidationFailed as exc:
         shown = "; ".join(p.message for p in exc.problems[:3])
         more = f" (and {len(exc.problems) - 3} more problems)" if len(exc.problems) > 3 else ""

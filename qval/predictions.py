@@ -36,7 +36,7 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, NoReturn, Sequence, Union
 
@@ -48,8 +48,22 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from qval import safejson
+
 MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 """Default upload limit in bytes; :func:`parse` takes another one per call."""
+
+MAX_JSONL_LINE_BYTES = 1024 * 1024
+"""Longest line a JSON Lines file may have (a record is some tens of bytes)."""
+
+MAX_PARQUET_UNCOMPRESSED_BYTES = 1024**3
+"""Largest uncompressed size of the columns read from a Parquet file (a compression bomb stops here)."""
+
+MAX_SAMPLE = 2**31 - 1
+"""Largest sample number."""
+
+MAX_DEPTH = safejson.MAX_DEPTH
+"""How deeply JSON arrays and objects may nest in a JSON Lines or reference file."""
 
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet", "reference-json")
 
@@ -146,7 +160,10 @@ class ValidationFailed(Exception):
     """A file was rejected; :attr:`problems` lists every problem found."""
 
     def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems: list[Problem] = list(problems)
+        # a NUL from the file would make the message unstorable (PostgreSQL text holds none)
+        self.problems: list[Problem] = [
+            replace(p, message=p.message.replace("\x00", "\\x00")) if "\x00" in p.message else p for p in problems
+        ]
         super().__init__(self.problems)  # picklable: unpickling calls cls(problems)
 
     def __str__(self) -> str:
@@ -278,6 +295,31 @@ def parse(
     (:meth:`qval.schema.Dataset.point_ids`); entry ``i`` of ``values`` scores
     ``reference_ids[i]``.
     """
+    parsed = _read(path_or_bytes, filename, max_bytes, reference_ids)
+    parsed.issues.raise_if_any()
+    return parsed.preds
+
+
+def parse_and_validate(
+    path_or_bytes: Source, filename: str, index: SplitIndex, *, max_bytes: int = MAX_UPLOAD_BYTES
+) -> tuple[Predictions, Coverage]:
+    """:func:`parse` and :func:`validate` in one go, reporting the problems of both at once.
+
+    A file with a score that is not a number on one line and an id the split does not
+    have on another is refused with both problems listed (and every other problem
+    found), where :func:`parse` would stop before the ids are checked.  The reference
+    format's ``values`` follow ``index.expected_ids``.
+    """
+    parsed = _read(path_or_bytes, filename, max_bytes, index.expected_ids)
+    coverage = _check(parsed.preds, index, parsed.issues, parsed.unusable)
+    parsed.issues.raise_if_any()
+    return parsed.preds, coverage
+
+
+def _read(
+    path_or_bytes: Source, filename: str, max_bytes: int, reference_ids: Sequence[str] | None
+) -> _Parsed:
+    """Read a file; file-level problems raise, row-level ones are collected in the result."""
     data = _read_limited(path_or_bytes, max_bytes)
     fmt = detect_format(filename, data[: len(_PARQUET_MAGIC)])
     if fmt == "reference-json" and reference_ids is None:
@@ -304,24 +346,40 @@ def validate(preds: Predictions, index: SplitIndex) -> Coverage:
     (``unknown_id``) and ids given twice within the same sample (``duplicate_id``).
     Expected ids the file leaves out are not an error; :class:`Coverage` counts them.
     """
-    positions = np.arange(1, preds.num_rows + 1) if preds.positions is None else preds.positions
     issues = _Issues(preds.position_format)
-    codes = preds.codes(index)
+    coverage = _check(preds, index, issues, np.zeros(preds.num_rows, dtype=bool))
+    issues.raise_if_any()
+    return coverage
+
+
+def _check(preds: Predictions, index: SplitIndex, issues: _Issues, unusable: np.ndarray) -> Coverage:
+    """Add the unknown and repeated ids of ``preds`` to ``issues``; the coverage is only
+    meaningful when no problem was found.  Rows marked ``unusable`` (their id or sample
+    could not be read) are left out of the checks."""
+    positions = np.arange(1, preds.num_rows + 1) if preds.positions is None else preds.positions
+    ids, samples = preds.ids, preds.samples
+    if unusable.any():
+        kept = np.flatnonzero(~unusable)
+        ids, positions = ids[kept], positions[kept]
+        samples = None if samples is None else samples[kept]
+        codes = index.encode(ids) if kept.size else np.empty(0, dtype=np.int64)
+    else:
+        codes = preds.codes(index)
     unknown = np.flatnonzero(codes < 0)
     if unknown.size:
-        first_each = unknown[~pd.Series(preds.ids[unknown]).duplicated().to_numpy()][:ID_EXAMPLE_LIMIT]
+        first_each = unknown[~pd.Series(ids[unknown]).duplicated().to_numpy()][:ID_EXAMPLE_LIMIT]
         issues.add(
             "unknown_id",
             positions[first_each],
-            [f"id {_show(preds.ids[i])} is not an id of this split" for i in first_each],
+            [f"id {_show(ids[i])} is not an id of this split" for i in first_each],
             total=unknown.size,
         )
     keys = codes.copy()  # one number per distinct id, unknown ids included
     if unknown.size:
-        keys[unknown] = len(index) + pd.factorize(preds.ids[unknown])[0]
+        keys[unknown] = len(index) + pd.factorize(ids[unknown])[0]
     num_samples = 1
-    if preds.samples is not None:
-        sample_numbers, inverse = np.unique(preds.samples, return_inverse=True)
+    if samples is not None and samples.size:
+        sample_numbers, inverse = np.unique(samples, return_inverse=True)
         num_samples = sample_numbers.size
         keys = keys * num_samples + inverse.reshape(-1)
     repeated = np.flatnonzero(pd.Series(keys).duplicated(keep="first").to_numpy())
@@ -329,13 +387,12 @@ def validate(preds: Predictions, index: SplitIndex) -> Coverage:
         issues.add(
             "duplicate_id",
             positions[repeated[:EXAMPLE_LIMIT]],
-            [_describe_repeat(preds, positions, int(i)) for i in repeated[:EXAMPLE_LIMIT]],
+            [_describe_repeat(ids, samples, positions, preds.position_format, int(i)) for i in repeated[:EXAMPLE_LIMIT]],
             total=repeated.size,
         )
-    issues.raise_if_any()
 
-    # (id, sample) pairs are unique now: an expected id is provided when every sample has it
-    per_id = np.bincount(codes[codes < index.num_expected], minlength=index.num_expected)
+    # (id, sample) pairs are unique when no problem was found: an expected id is provided when every sample has it
+    per_id = np.bincount(codes[(codes >= 0) & (codes < index.num_expected)], minlength=index.num_expected)
     missing = np.flatnonzero(per_id < num_samples)
     return Coverage(
         expected=index.num_expected,
@@ -345,18 +402,28 @@ def validate(preds: Predictions, index: SplitIndex) -> Coverage:
     )
 
 
-def _describe_repeat(preds: Predictions, positions: np.ndarray, i: int) -> str:
+def _describe_repeat(
+    ids: np.ndarray, samples: np.ndarray | None, positions: np.ndarray, position_format: str, i: int
+) -> str:
     """Where the id of row ``i`` was first given (in the same sample)."""
-    same = preds.ids == preds.ids[i]
+    same = ids == ids[i]
     where = ""
-    if preds.samples is not None:
-        same &= preds.samples == preds.samples[i]
-        where = f" in sample {preds.samples[i]}"
+    if samples is not None:
+        same &= samples == samples[i]
+        where = f" in sample {samples[i]}"
     first = positions[np.flatnonzero(same)[0]]
-    return f"id {_show(preds.ids[i])} was already given{where} on {preds.position_format.format(first)}"
+    return f"id {_show(ids[i])} was already given{where} on {position_format.format(first)}"
 
 
 # -- problem collection ------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Parsed:
+    """A file read so far: its rows, the row-level problems found, and which rows' id or sample is unusable."""
+
+    preds: Predictions
+    issues: _Issues
+    unusable: np.ndarray
+
 def _fail(code: str, message: str) -> NoReturn:
     """Stop with a single file-level problem."""
     raise ValidationFailed([Problem(code, message)])
@@ -435,6 +502,13 @@ def _show(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
+def _show_name(name: str) -> str:
+    """A column or key name as a message shows it: shortened, quoted when not plainly printable."""
+    if len(name) <= _SHOW_CHARS and name.isprintable():
+        return name
+    return _show(name)
+
+
 def _human_bytes(n: int) -> str:
     if n < 1024:
         return f"{n:,} bytes"
@@ -444,7 +518,7 @@ def _human_bytes(n: int) -> str:
 
 
 def _column_list(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_COLUMN_LIST_LIMIT]) or "(none)"
+    shown = ", ".join(_show_name(name) for name in names[:_COLUMN_LIST_LIMIT]) or "(none)"
     rest = len(names) - _COLUMN_LIST_LIMIT
     return shown + (f" and {rest} more" if rest > 0 else "")
 
@@ -577,8 +651,8 @@ def _mask(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(column, False).to_numpy(zero_copy_only=False)
 
 
-def _convert_ids(column: pa.Array, positions: np.ndarray, issues: _Issues) -> np.ndarray:
-    """Ids as an object array of ``str``; text and integer columns are accepted."""
+def _convert_ids(column: pa.Array, positions: np.ndarray, issues: _Issues) -> tuple[np.ndarray, np.ndarray]:
+    """Ids as an object array of ``str`` (text and integer columns are accepted) and the mask of bad ones."""
     column = _plain(column)
     if pa.types.is_integer(column.type):
         column = pc.cast(column, pa.string())
@@ -587,10 +661,12 @@ def _convert_ids(column: pa.Array, positions: np.ndarray, issues: _Issues) -> np
     if _is_text(column.type):
         empty = _mask(pc.equal(pc.utf8_length(column), 0))
         _report(issues, "bad_id", empty, positions, lambda i: "id is empty")
+        bad = missing | empty
     else:
         describe = _describe_with(column, "id must be a string, got {}")
         _report(issues, "bad_id", ~missing, positions, describe)
-    return column.to_numpy(zero_copy_only=False)
+        bad = np.ones(len(column), dtype=bool)
+    return column.to_numpy(zero_copy_only=False), bad
 
 
 def _convert_scores(column: pa.Array, positions: np.ndarray, issues: _Issues) -> np.ndarray:
@@ -633,8 +709,8 @@ def _text_to_floats(column: pa.Array, positions: np.ndarray, issues: _Issues) ->
     return values
 
 
-def _convert_samples(column: pa.Array, positions: np.ndarray, issues: _Issues) -> np.ndarray:
-    """Sample numbers as int64; each must be a whole number >= 0."""
+def _convert_samples(column: pa.Array, positions: np.ndarray, issues: _Issues) -> tuple[np.ndarray, np.ndarray]:
+    """Sample numbers as int64 (each must be a whole number >= 0) and the mask of bad ones."""
     column = _plain(column)
     if _is_number(column.type):
         values = pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
@@ -644,16 +720,18 @@ def _convert_samples(column: pa.Array, positions: np.ndarray, issues: _Issues) -
     else:
         values = np.full(len(column), np.nan)
     with np.errstate(invalid="ignore"):
-        good = np.isfinite(values) & (values >= 0) & (np.floor(values) == values)
+        good = np.isfinite(values) & (values >= 0) & (np.floor(values) == values) & (values <= MAX_SAMPLE)
 
     def describe(i: int) -> str:
         raw = column[i].as_py()
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             return "sample is missing"
+        if values[i] > MAX_SAMPLE and np.floor(values[i]) == values[i]:
+            return f"sample {_show(raw)} is larger than {MAX_SAMPLE:,}"
         return f"sample {_show(raw)} is not a whole number >= 0"
 
     _report(issues, "bad_sample", ~good, positions, describe)
-    return np.where(good, values, 0).astype(np.int64)
+    return np.where(good, values, 0).astype(np.int64), ~good
 
 
 def _build(
@@ -664,13 +742,15 @@ def _build(
     positions: np.ndarray,
     issues: _Issues,
     method_name: str | None = None,
-) -> Predictions:
-    """Convert the three columns, raise if any problem was found, else wrap them up."""
-    id_values = _convert_ids(ids, positions, issues)
+) -> _Parsed:
+    """Convert the three columns, collecting their problems in ``issues``."""
+    id_values, unusable = _convert_ids(ids, positions, issues)
     score_values = _convert_scores(scores, positions, issues)
-    sample_values = None if samples is None else _convert_samples(samples, positions, issues)
-    issues.raise_if_any()
-    return Predictions(
+    sample_values = None
+    if samples is not None:
+        sample_values, bad_samples = _convert_samples(samples, positions, issues)
+        unusable |= bad_samples
+    preds = Predictions(
         ids=id_values,
         scores=score_values,
         samples=sample_values,
@@ -680,10 +760,11 @@ def _build(
         position_format=issues.position_format,
         method_name=method_name,
     )
+    return _Parsed(preds, issues, unusable)
 
 
 # -- CSV ---------------------------------------------------------------------------------
-def _parse_csv(data: bytes) -> Predictions:
+def _parse_csv(data: bytes) -> _Parsed:
     header = _csv_header(data)
     columns = _match_columns(
         header, what="column", hint="The first line must be the header, for example: id,score"
@@ -771,53 +852,77 @@ def _csv_structure_problems(data: bytes, expected_fields: int, arrow_message: st
 
 
 # -- JSON Lines --------------------------------------------------------------------------
-def _parse_jsonl(data: bytes) -> Predictions:
+def _parse_jsonl(data: bytes) -> _Parsed:
+    deep = safejson.too_deep(data, per_line=True)
+    if deep.size or data.count(b"\r") != data.count(b"\r\n"):
+        # pyarrow's reader must never see a deep line; a lone CR ends a line for the scan (as
+        # for splitlines) but JSON allows it as whitespace, so such files are read line by line
+        return _parse_jsonl_rows(data, deep)
     lines = _nonblank_lines(data, whitespace_is_blank=True)
+    columns = [("id", pa.string()), ("score", pa.float64())]
+    if b'"sample"' in data:
+        columns.append(("sample", pa.int64()))
     try:
         table = pa_json.read_json(
             pa.py_buffer(data),
             parse_options=pa_json.ParseOptions(
-                explicit_schema=pa.schema([("id", pa.string())]), unexpected_field_behavior="infer"
+                explicit_schema=pa.schema(columns), unexpected_field_behavior="ignore"
             ),
         )
     except pa.ArrowInvalid:
-        return _parse_jsonl_rows(data)  # mixed types, NaN literals, syntax errors, ...
+        return _parse_jsonl_rows(data, deep)  # text scores, NaN literals, long lines, syntax errors, ...
+    has_sample = "sample" in table.column_names and table["sample"].null_count < table.num_rows
     fast = (
         table.num_rows == len(lines)  # else several objects share a line or one spans lines
         and table["id"].null_count == 0
-        and "score" in table.column_names
-        and _is_fast_jsonl_type(table["score"].type)
-        and ("sample" not in table.column_names or _is_number(table["sample"].type))
+        and table["score"].null_count < table.num_rows  # else maybe no score key at all
+        and (has_sample or "sample" not in table.column_names)  # else maybe "sample" only in an id
     )
     if not fast:
-        return _parse_jsonl_rows(data)
+        return _parse_jsonl_rows(data, deep)
     return _build(
         "jsonl",
         table["id"],
         table["score"],
-        table["sample"] if "sample" in table.column_names else None,
+        table["sample"] if has_sample else None,
         lines,
         _Issues("line {}"),
     )
 
 
-def _is_fast_jsonl_type(t: pa.DataType) -> bool:
-    return _is_number(t) or _is_text(t) or pa.types.is_null(t)
+def _parse_jsonl_rows(data: bytes, deep: np.ndarray) -> _Parsed:
+    """Line-by-line JSON Lines reader: accepts what pyarrow does not and names bad lines.
 
-
-def _parse_jsonl_rows(data: bytes) -> Predictions:
-    """Line-by-line JSON Lines reader: accepts what pyarrow does not and names bad lines."""
+    ``deep`` holds the byte offsets found by :func:`qval.safejson.too_deep`; the lines
+    they fall in are reported, never decoded.
+    """
     issues = _Issues("line {}")
-    decode = json.JSONDecoder().decode
     records: list[dict[str, Any]] = []
     positions: list[int] = []
-    for number, line in enumerate(data.splitlines(), 1):
+    deep_offsets = iter(deep.tolist())
+    next_deep = next(deep_offsets, len(data))
+    offset = 0
+    for number, line in enumerate(data.splitlines(keepends=True), 1):
+        start, offset = offset, offset + len(line)
+        if next_deep < offset:
+            column = next_deep - start + 1
+            detail = f"{safejson.depth_message()} (at column {column:,})"
+            issues.add("parse", [number], [detail], hint=_JSONL_PARSE_HINT)
+            next_deep = next(deep_offsets, len(data))
+            continue
+        if len(line) > MAX_JSONL_LINE_BYTES:
+            detail = f"the line is {_human_bytes(len(line))}; lines may be at most {_human_bytes(MAX_JSONL_LINE_BYTES)}"
+            issues.add("parse", [number], [detail], hint=_JSONL_PARSE_HINT)
+            continue
         if not line.strip():
             continue
         try:
-            record = decode(line.decode("utf-8"))
-        except json.JSONDecodeError as exc:
-            detail = f"invalid JSON ({exc.msg} at column {exc.colno})"
+            record = safejson.decode(line.decode("utf-8"), allow_nan=True)
+        except safejson.JSONError as exc:
+            if exc.syntax:
+                detail = f"invalid JSON ({exc.message} at column {exc.column})"
+            else:
+                detail = f"invalid JSON: {exc.message}"
             issues.add("parse", [number], [detail], hint=_JSONL_PARSE_HINT)
             continue
         if not isinstance(record, dict):
@@ -833,6 +938,8 @@ def _parse_jsonl_rows(data: bytes) -> Predictions:
         message = _missing_message(missing, keys, what="key", hint=_JSONL_PARSE_HINT)
         problem = Problem("missing_column", message)
         raise ValidationFailed([problem, *issues.problems()])
+    if not records:
+        raise ValidationFailed(issues.problems())
     return _build(
         "jsonl",
         _json_ids([record.get("id") for record in records], positions, issues),
@@ -891,13 +998,15 @@ def _json_kind(value: Any) -> str:
 
 
 # -- reference JSON ----------------------------------------------------------------------
-def _parse_reference(data: bytes, reference_ids: Sequence[str]) -> Predictions:
+def _parse_reference(data: bytes, reference_ids: Sequence[str]) -> _Parsed:
     try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as exc:
-        where = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+        doc = safejson.load_json(data, allow_nan=True)
+    except safejson.JSONError as exc:
+        if not exc.syntax:
+            _fail("parse", f"the file could not be read: {exc}")
+        where = f"{exc.message} at line {exc.line}, column {exc.column}"
         jsonl = " (one object per line is the JSON Lines format: name the file .jsonl)"
-        hint = jsonl if exc.msg == "Extra data" else ""
+        hint = jsonl if exc.message == "Extra data" else ""
         _fail("parse", f"the file is not valid JSON: {where}{hint}")
     shape = 'expected {"method_name": "...", "values": [number or null, ...]}'
     if not isinstance(doc, dict):
@@ -927,14 +1036,30 @@ def _parse_reference(data: bytes, reference_ids: Sequence[str]) -> Predictions:
 
 
 # -- Parquet -----------------------------------------------------------------------------
-def _parse_parquet(data: bytes) -> Predictions:
+def _check_parquet_size(parquet: pq.ParquetFile, names: list[str]) -> None:
+    """Refuse a file whose columns would inflate past :data:`MAX_PARQUET_UNCOMPRESSED_BYTES`."""
+    meta = parquet.metadata
+    wanted = {i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in names}
+    size = sum(
+        meta.row_group(g).column(c).total_uncompressed_size for g in range(meta.num_row_groups) for c in wanted
+    )
+    if size > MAX_PARQUET_UNCOMPRESSED_BYTES:
+        _fail(
+            "too_large",
+            f"the Parquet file's id, score and sample columns take {_human_bytes(size)} uncompressed; "
+            f"at most {_human_bytes(MAX_PARQUET_UNCOMPRESSED_BYTES)} are accepted",
+        )
+
+
+def _parse_parquet(data: bytes) -> _Parsed:
     if not data.startswith(_PARQUET_MAGIC):
         _fail("parse", "not a Parquet file: it does not start with the Parquet magic bytes PAR1")
     try:
         parquet = pq.ParquetFile(pa.py_buffer(data))
         columns = _match_columns(parquet.schema_arrow.names, what="column")
+        _check_parquet_size(parquet, list(columns.values()))
         table = parquet.read(columns=list(columns.values()))
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, OSError) as exc:  # damaged pages raise a plain OSError
         _fail("parse", f"the Parquet file could not be read: {exc}")
     try:
         table.validate(full=True)

@@ -296,6 +296,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
+    "DEFAULT_PARSER_CLASSES": [  # JSON through qval.safejson (bounded nesting and size)
+        "qval_site.parsers.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # Only views with a ``throttle_scope`` are limited, at QVAL_THROTTLE_RATES.
     "DEFAULT_THROTTLE_CLASSES": ["qval_site.throttling.SiteThrottle"],

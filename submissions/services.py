@@ -241,9 +241,8 @@ def validate_submission(pk: int) -> str:
         return Submission.objects.get(pk=pk).state
     try:
         index = split_index(sub.dataset, sub.split, sub.target)
-        preds = qpred.parse(sub.file.path, sub.filename, max_bytes=settings.QVAL_MAX_UPLOAD_BYTES,
-                            reference_ids=index.expected_ids)
-        coverage = qpred.validate(preds, index)
+        preds, coverage = qpred.parse_and_validate(sub.file.path, sub.filename, index,
+                                                   max_bytes=settings.QVAL_MAX_UPLOAD_BYTES)
     except qpred.ValidationFailed as exc:
         _fail_validation(sub, exc.problems)
         return sub.state
