@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from qval import compare
+from qval import compare, metric_registry
 
 from .exports import BoardRow, leaderboard_rows
 
-METRICS = {"spearman": "Spearman ρ", "kendall_tau": "Kendall τ-b", "ranking_spearman": "per-state ranking ρ"}
-"""Metrics the aggregates can use (higher is better), with their labels."""
+METRICS = {name: metric_registry.get(name).label for name in metric_registry.COMPARABLE}
+"""Metrics the aggregates can use (higher is better), with their labels (:mod:`qval.metric_registry`)."""
 SPLITS = ("dev", "test")
 TARGETS = ("q", "v")
 ALPHA = 0.05

@@ -300,7 +300,7 @@ def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman") -> list[B
                 kendall_tau=res["kendall_tau"].value if "kendall_tau" in res else None,
                 ranking_spearman=res["ranking_spearman"].value if "ranking_spearman" in res else None,
                 num_points=rho.num_points if rho else 0,
-                submitted_by=s.user.username,
+                submitted_by=s.submitted_by,
                 date=s.finished_at,
             )
         )

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import pandas as pd
 import requests
 
-from qval import containers
+from qval import containers, metrics
 from qval import predictions as qpred
 from qval import schema
 from qval.scoring import MetricRow, score, truth_from_dataset, truth_from_frame
@@ -131,6 +131,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         samples=preds.samples,
         codes=preds.codes(truth.index),
         bootstrap_resamples=args.bootstrap,
+        rules=args.rules,
     )
     if args.json:
         print(json.dumps([vars(r) for r in rows], indent=2))
@@ -323,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--target", default="q", choices=schema.TARGETS)
     ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
     ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    ev.add_argument("--rules", default=metrics.QVAL_RULES, choices=metrics.RULES,
+                    help="scoring rules: ours (qval) or the QVal v1.0 reference code's (qval-v1.0)")
     ev.set_defaults(func=cmd_evaluate)
 
     sm = sub.add_parser("submit", help="upload a file and wait for its result")

@@ -114,7 +114,7 @@ def _summary(sub: Submission) -> dict[str, Any]:
         "method": sub.method_name,
         "family": sub.method.get_family_display() if sub.method else None,
         "backbone": sub.backbone_name or None,
-        "submitted_by": sub.user.username,
+        "submitted_by": sub.submitted_by,
     }
 
 
