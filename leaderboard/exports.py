@@ -21,6 +21,7 @@ from django.conf import settings
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
 
+from . import evaluations
 from .models import Candidate, Dataset, Label
 
 DOWNLOAD_FORMATS = {
@@ -229,7 +230,7 @@ def split_images_zip(dataset: Dataset, split: str) -> Path | None:
 
 @dataclass(frozen=True)
 class BoardRow:
-    """One leaderboard line: a finished submission with its headline metrics."""
+    """One leaderboard line: a finished submission with its headline metrics and its source badge."""
 
     submission_id: int
     method: str
@@ -247,63 +248,50 @@ class BoardRow:
     num_points: int
     submitted_by: str
     date: Any
+    source: str = "user"
+    rules: str = "qval"
+    spearman_ci: tuple[float, float] | None = None
+    ranking_spearman_std: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the API."""
         d = dict(vars(self))
         d["date"] = self.date.isoformat() if self.date else None
+        d["spearman_ci"] = list(self.spearman_ci) if self.spearman_ci else None
         return d
 
 
 SORT_KEYS = {"spearman", "kendall_tau", "ranking_spearman", "num_points", "date", "method", "family"}
-FILTER_KEYS = ("environment", "dataset", "split", "target", "modality", "family", "backbone")
+FILTER_KEYS = evaluations.FILTER_KEYS
 
 
-def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman") -> list[BoardRow]:
-    """Finished submissions with their ρ, τ and ranking Spearman, filtered and sorted."""
-    from submissions.models import Submission  # leaderboard must not import submissions at load time
-
-    subs = (
-        Submission.objects.filter(state=Submission.FINISHED)
-        .select_related("method", "backbone", "dataset__environment", "user")
-        .prefetch_related("results")
+def board_row(e: evaluations.Evaluation) -> BoardRow:
+    """The leaderboard line of one evaluation."""
+    rho = e.scores.get("spearman")
+    ranking = e.scores.get("ranking_spearman")
+    return BoardRow(
+        submission_id=e.submission_id, method=e.method, family=e.family_name, environment=e.environment,
+        dataset=e.dataset, split=e.split, target=e.target, modality=e.modality, backbone=e.backbone,
+        spearman=rho.value if rho else None, spearman_p=rho.p_value if rho else None,
+        kendall_tau=e.value("kendall_tau"), ranking_spearman=ranking.value if ranking else None,
+        num_points=rho.num_points if rho else (ranking.num_points if ranking else 0),
+        submitted_by=e.submitted_by, date=e.date, source=e.source, rules=e.rules,
+        spearman_ci=(rho.ci_low, rho.ci_high) if rho and rho.ci_low is not None and rho.ci_high is not None else None,
+        ranking_spearman_std=ranking.std if ranking else None,
     )
-    if filters.get("environment"):
-        subs = subs.filter(dataset__environment__slug=filters["environment"])
-    if filters.get("dataset"):
-        slug, _, version = filters["dataset"].partition("@")
-        subs = subs.filter(dataset__slug=slug, **({"dataset__version": version} if version else {}))
-    for key in ("split", "target", "modality"):
-        if filters.get(key):
-            subs = subs.filter(**{key: filters[key]})
-    if filters.get("family"):
-        subs = subs.filter(method__family=filters["family"])
-    if filters.get("backbone"):
-        subs = subs.filter(backbone__name=filters["backbone"])
-    rows = []
-    for s in subs:
-        res = {r.metric: r for r in s.results.all()}
-        rho = res.get("spearman")
-        rows.append(
-            BoardRow(
-                submission_id=s.pk,
-                method=s.method.name,
-                family=s.method.get_family_display(),
-                environment=s.dataset.environment.name,
-                dataset=s.dataset.key,
-                split=s.split,
-                target=s.target,
-                modality=s.modality,
-                backbone=s.backbone.name if s.backbone else "",
-                spearman=rho.value if rho else None,
-                spearman_p=rho.p_value if rho else None,
-                kendall_tau=res["kendall_tau"].value if "kendall_tau" in res else None,
-                ranking_spearman=res["ranking_spearman"].value if "ranking_spearman" in res else None,
-                num_points=rho.num_points if rho else 0,
-                submitted_by=s.submitted_by,
-                date=s.finished_at,
-            )
-        )
+
+
+def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
+    """Finished submissions with their ρ, τ and ranking Spearman, filtered, searched and sorted.
+
+    ``search`` keeps the rows whose method, backbone, dataset or submitter contains it
+    (case-insensitive).  Rows without a value of the sort key come last.
+    """
+    rows = [board_row(e) for e in evaluations.select(filters)]
+    if search:
+        needle = search.casefold()
+        rows = [r for r in rows if any(needle in str(v).casefold()
+                                       for v in (r.method, r.backbone, r.dataset, r.submitted_by, r.environment))]
     key = sort.lstrip("-")
     if key not in SORT_KEYS:
         key, sort = "spearman", "-spearman"
