@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from django.conf import settings
+from django.http import HttpResponse, JsonResponse
 
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
@@ -300,3 +302,28 @@ def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: s
     missing = [r for r in rows if getattr(r, key) is None]
     present.sort(key=lambda r: getattr(r, key), reverse=descending)
     return present + missing
+
+
+BOARD_COLUMNS = [
+    "submission_id", "method", "family", "environment", "dataset", "split", "target", "modality", "backbone",
+    "spearman", "spearman_p", "spearman_ci_low", "spearman_ci_high", "kendall_tau", "ranking_spearman",
+    "ranking_spearman_std", "num_points", "source", "rules", "submitted_by", "date",
+]
+
+
+def board_export(rows: list[BoardRow], fmt: str) -> HttpResponse:
+    """A download of leaderboard rows: ``csv`` (:data:`BOARD_COLUMNS`) or ``json`` (``{"rows": [...]}``)."""
+    if fmt == "json":
+        response = JsonResponse({"rows": [r.as_dict() for r in rows]}, json_dumps_params={"ensure_ascii": False})
+    else:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(BOARD_COLUMNS)
+        for r in rows:
+            d = r.as_dict()
+            ci = d.pop("spearman_ci") or [None, None]
+            d["spearman_ci_low"], d["spearman_ci_high"] = ci
+            writer.writerow(["" if d[c] is None else d[c] for c in BOARD_COLUMNS])
+        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
+    return response

@@ -15,6 +15,9 @@ urlpatterns = [
     path("leaderboard/", lb.board, name="leaderboard"),
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
+    path("figures/<str:name>/", lb.figure, name="figure"),
+    path("methods/<str:name>/", lb.method_detail, name="method"),
+    path("environments/<str:slug>/", lb.environment_detail, name="environment"),
     path("compare/", sv.compare, name="compare"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("datasets/", lb.dataset_list, name="datasets"),
@@ -38,6 +41,7 @@ urlpatterns = [
     path("api/v1/leaderboard/aggregate/", api.LeaderboardAggregate.as_view(), name="api-aggregate"),
     path("api/v1/leaderboard/critical-difference/", api.LeaderboardCriticalDifference.as_view(),
          name="api-critical-difference"),
+    path("api/v1/figures/<str:name>/", api.FigureData.as_view(), name="api-figure"),
     path("api/v1/compare/", api.Compare.as_view(), name="api-compare"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]
