@@ -118,7 +118,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         body = _request("GET", url, params={"split": args.split, "format": "parquet"}).content
         truth = truth_from_frame(pd.read_parquet(io.BytesIO(body)), args.target)
     try:
-        preds = qpred.parse(args.file, Path(args.file).name, reference_ids=truth.point_ids)
+        preds = qpred.parse(args.file, Path(args.file).name, reference_ids=truth.point_ids,
+                            allow_infinite=args.rules == metrics.REFERENCE_RULES)
         coverage = qpred.validate(preds, truth.index)
     except qpred.ValidationFailed as exc:
         raise CliError("invalid predictions file:\n" + "\n".join(f"  - {p.message}" for p in exc.problems)) from exc

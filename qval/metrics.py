@@ -177,7 +177,8 @@ def _statistic(x: FloatArray, y: FloatArray, metric: str) -> tuple[float | None,
     if metric == "kendall_tau":
         result = stats.kendalltau(x, y)
     else:
-        result = stats.pearsonr(x, y)
+        with np.errstate(invalid="ignore"):  # an infinite value (reference rules): undefined, no warning
+            result = stats.pearsonr(x, y)
     value = _optional(result.statistic)
     return value, (None if value is None else _optional(result.pvalue))
 
