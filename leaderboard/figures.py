@@ -132,6 +132,7 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     panels = [(global_metric, "x", "y"), ("ranking_spearman", "x2", "y2")]
     fig = Figure("per-family", "Per family", ["submission_id", "method", "family", "environment", "backbone",
                                                "target", "modality", "source", "metric", "value"])
+    shown: set[str] = set()
     for metric, xaxis, yaxis in panels:
         chosen = best(rows, metric)
         order = _order(chosen)
@@ -153,9 +154,10 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
                                "hovertemplate": "%{x}: mean %{y:.4f}<extra></extra>", **common})
             fig.traces.append({"type": "scatter", "mode": "markers", "x": [e.method for e, _ in points],
                                "y": [v for _, v in points], "name": family.name,
-                               "showlegend": metric == global_metric, "text": [_hover(e, v) for e, v in points],
+                               "showlegend": family.slug not in shown, "text": [_hover(e, v) for e, v in points],
                                "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points", "metric": metric},
                                **common})
+            shown.add(family.slug)
     fig.layout = _layout(
         "Per family", barmode="overlay", grid={"rows": 1, "columns": 2, "pattern": "independent"},
         xaxis={"domain": [0, 0.48], "title": {"text": _label(global_metric)}, "tickangle": -45},

@@ -28,6 +28,11 @@ from .exports import (
 from .models import Candidate, Dataset, DatasetBuild, Environment, Label, Method, State
 
 
+def healthz(request: HttpRequest) -> HttpResponse:
+    """``ok``: the server answers (no database); the baseline of ``benchmarks/pages.py``."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
 def home(request: HttpRequest) -> HttpResponse:
     """What QVal measures, the per-family figure of the board, and where to start."""
     fig = figures.build("per-family", figures.Filters())

@@ -12,6 +12,7 @@ from . import api
 
 urlpatterns = [
     path("", lb.home, name="home"),
+    path("healthz/", lb.healthz, name="healthz"),
     path("leaderboard/", lb.board, name="leaderboard"),
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
