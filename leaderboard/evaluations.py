@@ -128,14 +128,20 @@ def _load() -> list[Evaluation]:
     return rows
 
 
-def evaluations() -> list[Evaluation]:
-    """Every finished evaluation, ordered by submission id (memoised, see the module doc)."""
+def current() -> tuple[tuple[Any, ...], list[Evaluation]]:
+    """``(version, rows)``: every finished evaluation, ordered by submission id, and the
+    version it was read at (memoised, see the module doc).  Treat ``rows`` as read-only."""
     version = _version()
     with _lock:
         if _memo["version"] != version:
             _memo["rows"] = _load()
             _memo["version"] = version
-        return _memo["rows"]
+        return version, _memo["rows"]
+
+
+def evaluations() -> list[Evaluation]:
+    """Every finished evaluation, ordered by submission id (see :func:`current`)."""
+    return current()[1]
 
 
 def select(filters: Mapping[str, str], rows: Sequence[Evaluation] | None = None) -> list[Evaluation]:

@@ -283,13 +283,23 @@ def board_row(e: evaluations.Evaluation) -> BoardRow:
     )
 
 
+_board_memo: dict[str, Any] = {}
+"""The board line of every evaluation, for the evaluations' current version."""
+
+
 def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
     """Finished submissions with their ρ, τ and ranking Spearman, filtered, searched and sorted.
 
     ``search`` keeps the rows whose method, backbone, dataset or submitter contains it
     (case-insensitive).  Rows without a value of the sort key come last.
     """
-    rows = [board_row(e) for e in evaluations.select(filters)]
+    version, everything = evaluations.current()
+    memo = _board_memo.get("current")
+    if memo is None or memo[0] != version:
+        memo = (version, {e.submission_id: board_row(e) for e in everything})
+        _board_memo["current"] = memo
+    by_id = memo[1]
+    rows = [by_id[e.submission_id] for e in evaluations.select(filters, everything)]
     if search:
         needle = search.casefold()
         rows = [r for r in rows if any(needle in str(v).casefold()

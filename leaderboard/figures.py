@@ -19,7 +19,7 @@ from typing import Any
 
 from qval import compare, families, metric_registry
 
-from .evaluations import FILTER_KEYS, Evaluation, best, select
+from .evaluations import FILTER_KEYS, Evaluation, best, current, select
 
 SPLITS = ("dev", "test")
 TARGETS = ("q", "v")
@@ -102,11 +102,8 @@ class Figure:
 def _order(rows: Sequence[Evaluation]) -> list[str]:
     """Methods ordered by family (the reference's order) then name."""
     rank = {f.slug: i for i, f in enumerate((*families.FAMILIES, families.OTHER))}
-    return sorted({e.method for e in rows}, key=lambda m: (rank.get(_family_of(rows, m), 99), m))
-
-
-def _family_of(rows: Sequence[Evaluation], method: str) -> str:
-    return next(e.family for e in rows if e.method == method)
+    family_of = {e.method: e.family for e in rows}
+    return sorted(family_of, key=lambda m: (rank.get(family_of[m], 99), m))
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -140,14 +137,17 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
             mine = [e for e in chosen if e.family == family.slug]
             if not mine:
                 continue
-            points = [(e, e.value(metric)) for e in sorted(mine, key=lambda e: order.index(e.method))]
+            position = {m: i for i, m in enumerate(order)}
+            points = [(e, e.value(metric)) for e in sorted(mine, key=lambda e: position[e.method])]
             for e, v in points:
                 fig.rows.append({"submission_id": e.submission_id, "method": e.method, "family": family.name,
                                  "environment": e.environment, "backbone": e.backbone, "target": e.target,
                                  "modality": e.modality, "source": e.source, "metric": metric, "value": v})
-            methods = [m for m in order if any(e.method == m for e in mine)]
-            means = [sum(v for e, v in points if e.method == m) / sum(1 for e, _ in points if e.method == m)
-                     for m in methods]
+            sums: dict[str, list[float]] = {}
+            for e, v in points:
+                sums.setdefault(e.method, []).append(v)
+            methods = list(sums)
+            means = [sum(sums[m]) / len(sums[m]) for m in methods]
             common = {"xaxis": xaxis, "yaxis": yaxis, "legendgroup": family.slug, "marker": {"color": family.colour}}
             fig.traces.append({"type": "bar", "x": methods, "y": means, "name": f"{family.name} mean",
                                "opacity": 0.35, "showlegend": False, "meta": {"kind": "means", "metric": metric},
@@ -172,16 +172,20 @@ def per_environment(rows: Sequence[Evaluation], f: Filters) -> Figure:
     Student-t interval (one grouped bar per environment)."""
     chosen = best(rows, f.metric)
     order = _order(chosen)
+    family_of = {e.method: e.family for e in chosen}
     fig = Figure("per-environment", "Per environment",
                  ["method", "family", "environment", "metric", "n", "mean", "ci_low", "ci_high"])
+    grouped: dict[tuple[str, str], list[float | None]] = {}
+    for e in chosen:
+        grouped.setdefault((e.environment, e.method), []).append(e.value(f.metric))
     for env in sorted({e.environment for e in chosen}):
         xs, ys, lows, highs, texts = [], [], [], [], []
         for method in order:
-            values = [e.value(f.metric) for e in chosen if e.environment == env and e.method == method]
+            values = grouped.get((env, method))
             if not values:
                 continue
             iv = compare.mean_ci(values)
-            family = families.get(_family_of(chosen, method)).name
+            family = families.get(family_of[method]).name
             fig.rows.append({"method": method, "family": family, "environment": env, "metric": f.metric,
                              "n": iv.n, "mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
             xs.append(method)
@@ -250,13 +254,18 @@ def q_vs_v(rows: Sequence[Evaluation], f: Filters) -> Figure:
     chosen = best(rows, f.metric)
     fig = Figure("q-vs-v", "Q vs V", ["method", "family", "q_n", "q_mean", "q_se", "v_n", "v_mean", "v_se"])
     by_family: dict[str, list[dict[str, Any]]] = {}
+    by_target: dict[tuple[str, str], list[float]] = {}
+    family_of = {e.method: e.family for e in chosen}
+    for e in chosen:
+        value = e.value(f.metric)
+        if value is not None:
+            by_target.setdefault((e.method, e.target), []).append(value)
     for method in _order(chosen):
-        q = [v for e in chosen if e.method == method and e.target == "q" and (v := e.value(f.metric)) is not None]
-        v_ = [v for e in chosen if e.method == method and e.target == "v" and (v := e.value(f.metric)) is not None]
+        q, v_ = by_target.get((method, "q")), by_target.get((method, "v"))
         if not q or not v_:
             continue
         (qm, qse), (vm, vse) = _mean_se(q), _mean_se(v_)
-        family = families.get(_family_of(chosen, method))
+        family = families.get(family_of[method])
         row = {"method": method, "family": family.name, "q_n": len(q), "q_mean": qm, "q_se": qse,
                "v_n": len(v_), "v_mean": vm, "v_se": vse}
         fig.rows.append(row)
@@ -287,13 +296,19 @@ def heatmap(rows: Sequence[Evaluation], f: Filters) -> Figure:
     columns = sorted({column(e) for e in chosen})
     fig = Figure("heatmap", "Heatmap", ["method", "family", f.by, "n", "mean"])
     z: list[list[float | None]] = []
+    cells: dict[tuple[str, str], list[float]] = {}
+    family_of = {e.method: e.family for e in chosen}
+    for e in chosen:
+        value = e.value(f.metric)
+        if value is not None:
+            cells.setdefault((e.method, column(e)), []).append(value)
     for method in order:
         line: list[float | None] = []
         for col in columns:
-            values = [v for e in chosen if e.method == method and column(e) == col and (v := e.value(f.metric)) is not None]
+            values = cells.get((method, col))
             if values:
                 mean = sum(values) / len(values)
-                fig.rows.append({"method": method, "family": families.get(_family_of(chosen, method)).name,
+                fig.rows.append({"method": method, "family": families.get(family_of[method]).name,
                                  f.by: col, "n": len(values), "mean": mean})
                 line.append(mean)
             else:
@@ -320,13 +335,29 @@ FIGURES: dict[str, tuple[str, Builder]] = {
 """Every figure page: name (its URL) -> (title, builder)."""
 
 
+_built: dict[tuple[Any, ...], Figure] = {}
+_BUILT_MAX = 256
+
+
 def build(name: str, f: Filters) -> Figure:
-    """Figure ``name`` over the evaluations selected by ``f`` (``KeyError`` for an unknown name)."""
+    """Figure ``name`` over the evaluations selected by ``f`` (``KeyError`` for an unknown name).
+
+    Kept per process for the current evaluations (at most :data:`_BUILT_MAX` figures), so a
+    page asked for again costs only the check that nothing changed.
+    """
     _, builder = FIGURES[name]
-    rows = select(f.evaluation_filters())
-    if f.method:
-        rows = [e for e in rows if e.method == f.method]
-    return builder(rows, f)
+    version, everything = current()
+    key = (version, name, f)
+    fig = _built.get(key)
+    if fig is None:
+        rows = select(f.evaluation_filters(), everything)
+        if f.method:
+            rows = [e for e in rows if e.method == f.method]
+        fig = builder(rows, f)
+        if len(_built) >= _BUILT_MAX:
+            _built.clear()
+        _built[key] = fig
+    return fig
 
 
 def payload(fig: Figure, f: Filters) -> dict[str, Any]:
