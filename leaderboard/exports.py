@@ -283,8 +283,9 @@ def board_row(e: evaluations.Evaluation) -> BoardRow:
     )
 
 
-_board_memo: dict[str, Any] = {}
-"""The board line of every evaluation, for the evaluations' current version."""
+_board_memo: dict[Any, Any] = {}
+"""``"current"``: the board line of every evaluation for the evaluations' current version;
+``(version, filters, sort, search)``: a filtered, sorted list (treat it as read-only)."""
 
 
 def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
@@ -298,8 +299,21 @@ def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: s
     if memo is None or memo[0] != version:
         memo = (version, {e.submission_id: board_row(e) for e in everything})
         _board_memo["current"] = memo
-    by_id = memo[1]
-    rows = [by_id[e.submission_id] for e in evaluations.select(filters, everything)]
+    key = (version, tuple(sorted(filters.items())), sort, search)
+    cached = _board_memo.get(key)
+    if cached is not None:
+        return cached
+    if len(_board_memo) > 256:
+        _board_memo.clear()
+        _board_memo["current"] = memo
+    rows = _sorted_rows(memo[1], evaluations.select(filters, everything), sort, search)
+    _board_memo[key] = rows
+    return rows
+
+
+def _sorted_rows(by_id: dict[int, BoardRow], selected: list[evaluations.Evaluation], sort: str,
+                 search: str) -> list[BoardRow]:
+    rows = [by_id[e.submission_id] for e in selected]
     if search:
         needle = search.casefold()
         rows = [r for r in rows if any(needle in str(v).casefold()

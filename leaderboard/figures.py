@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from qval import compare, families, metric_registry
@@ -97,6 +99,13 @@ class Figure:
     def plotly(self) -> dict[str, Any]:
         """``{"data": traces, "layout": layout}`` for ``Plotly.newPlot``."""
         return {"data": self.traces, "layout": self.layout}
+
+    @cached_property
+    def plotly_json(self) -> str:
+        """:meth:`plotly` as JSON safe inside ``<script type="application/json">`` (``<``,
+        ``>`` and ``&`` escaped), serialised once per figure."""
+        text = json.dumps(self.plotly(), ensure_ascii=False, separators=(",", ":"))
+        return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def _order(rows: Sequence[Evaluation]) -> list[str]:

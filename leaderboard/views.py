@@ -36,8 +36,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
 def home(request: HttpRequest) -> HttpResponse:
     """What QVal measures, the per-family figure of the board, and where to start."""
     fig = figures.build("per-family", figures.Filters())
-    return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment"), "fig": fig,
-                                         "plotly": fig.plotly()})
+    return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment"), "fig": fig})
 
 
 def how_we_score(request: HttpRequest) -> HttpResponse:
@@ -333,8 +332,12 @@ def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], templat
     fig = figures.build(name, f)
     if request.GET.get("format") in ("csv", "json"):
         return _figure_response(request, name, fig, f)
-    context.update(filters=f, values=vars(f), fig=fig, plotly=fig.plotly(), title=figures.FIGURES[name][0])
+    context.update(filters=f, values=vars(f), fig=fig, title=figures.FIGURES[name][0])
     return render(request, template, context)
+
+
+RESULTS_SHOWN = 50
+"""Results listed on a method or environment page (best ρ first); the rest are on the leaderboard."""
 
 
 def method_detail(request: HttpRequest, name: str) -> HttpResponse:
@@ -345,9 +348,9 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     fig_name = request.GET.get("figure", "per-environment")
     if fig_name not in figures.FIGURES:
         fig_name = "per-environment"
-    rows = exports.leaderboard_rows({}, "-spearman")
-    extra = {"method": method, "family": families.get(method.family), "results": [r for r in rows if r.method == name],
-             "fixed": "method", "fixed_value": name}
+    rows = [r for r in exports.leaderboard_rows({}, "-spearman") if r.method == name]
+    extra = {"method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
+             "num_results": len(rows), "all_results": f"?q={name}", "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 
 
@@ -359,7 +362,8 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     fig_name = request.GET.get("figure", "heatmap")
     if fig_name not in figures.FIGURES:
         fig_name = "heatmap"
-    extra = {"environment": env, "datasets": list(env.datasets.all()),
-             "results": exports.leaderboard_rows({"environment": slug}, "-spearman"),
-             "fixed": "environment", "fixed_value": slug}
+    rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
+    extra = {"environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
+             "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
+             "fixed_value": slug}
     return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)

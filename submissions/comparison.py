@@ -58,6 +58,9 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     if sub.state != Submission.FINISHED:
         state = f" (it is {sub.state})" if sub.user_id == getattr(user, "pk", None) else ""
         return f"submission {pk} is not finished{state}; only finished submissions can be compared"
+    if sub.source in Submission.IMPORTED_SOURCES:
+        return (f"submission {pk} is an imported result ({sub.get_source_display()}): no per-point predictions "
+                "are stored here, so it cannot be compared point by point")
     return sub
 
 
@@ -104,6 +107,7 @@ def candidates(sub: Submission) -> QuerySet[Submission]:
             state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target
         )
         .exclude(pk=sub.pk)
+        .exclude(source__in=Submission.IMPORTED_SOURCES)
         .select_related("method", "backbone", "user")
     )
 

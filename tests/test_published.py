@@ -123,6 +123,9 @@ def test_import_is_idempotent_and_keeps_provenance(client) -> None:  # type: ign
     export = client.get("/leaderboard/?source=rescored&format=json").json()["rows"]
     assert len(export) == 75 and all(r["rules"] == "qval-v1.0" for r in export)
     assert "OpenApps" in client.get("/environments/openapps/").content.decode()
+    pair = list(Submission.objects.filter(source="rescored", target="q", dataset=rescored.dataset)[:2])
+    refused = client.get(f"/api/v1/compare/?a={pair[0].pk}&b={pair[1].pk}")
+    assert refused.status_code == 400 and "imported result" in refused.content.decode()
 
 
 def _page_figure(html: str) -> dict[str, Any]:
