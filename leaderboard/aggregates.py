@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from qval import compare
+from qval import compare, metric_registry
 
 from .exports import BoardRow, leaderboard_rows
 
-METRICS = {"spearman": "Spearman ρ", "kendall_tau": "Kendall τ-b", "ranking_spearman": "per-state ranking ρ"}
-"""Metrics the aggregates can use (higher is better), with their labels."""
+METRICS = {name: metric_registry.get(name).label for name in metric_registry.COMPARABLE}
+"""Metrics the aggregates can use (higher is better), with their labels (:mod:`qval.metric_registry`)."""
 SPLITS = ("dev", "test")
 TARGETS = ("q", "v")
 ALPHA = 0.05
@@ -78,8 +78,9 @@ class Entry:
 
 
 def best_rows(selection: Selection) -> list[Entry]:
-    """The best finished submission per (method, dataset, backbone) on the selection's split
+    """The best finished submission per (method, evaluation, backbone) on the selection's split
     and target, by the selection's metric; submissions without a value of it are left out.
+    The evaluation is :func:`evaluation_label` (dataset, modality, imported source).
 
     Ties go to the newest submission.  Ordered by method, dataset and backbone.
     """
@@ -89,12 +90,24 @@ def best_rows(selection: Selection) -> list[Entry]:
     best: dict[tuple[str, str, str], Entry] = {}
     for row in rows:  # sorted by the metric, best first; rows without a value come last
         value = getattr(row, selection.metric)
-        key = (row.method, row.dataset, row.backbone)
+        key = (row.method, evaluation_label(row), row.backbone)
         if value is None or key in best:
             continue
-        best[key] = Entry(row.method, row.family, row.environment, row.dataset, row.backbone or None, value,
+        best[key] = Entry(row.method, row.family, row.environment, key[1], row.backbone or None, value,
                           row.submission_id)
     return [best[k] for k in sorted(best)]
+
+
+def evaluation_label(row: BoardRow) -> str:
+    """The dataset an aggregate counts a row under: its key, marked ``[image]`` for image
+    inputs and with the source of an imported row, so reported, re-scored and our own
+    results, or text and image inputs, are never merged into one evaluation."""
+    label = row.dataset
+    if row.modality != "text":
+        label += f" [{row.modality}]"
+    if row.source in ("reported", "rescored"):
+        label += f" ({row.source})"
+    return label
 
 
 def _backbone_label(backbone: str | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -17,10 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from django.conf import settings
+from django.http import HttpResponse, JsonResponse
 
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
 
+from . import evaluations
 from .models import Candidate, Dataset, Label
 
 DOWNLOAD_FORMATS = {
@@ -237,7 +240,7 @@ def split_images_zip(dataset: Dataset, split: str) -> Path | None:
 
 @dataclass(frozen=True)
 class BoardRow:
-    """One leaderboard line: a finished submission with its headline metrics."""
+    """One leaderboard line: a finished submission with its headline metrics and its source badge."""
 
     submission_id: int
     method: str
@@ -255,63 +258,74 @@ class BoardRow:
     num_points: int
     submitted_by: str
     date: Any
+    source: str = "user"
+    rules: str = "qval"
+    spearman_ci: tuple[float, float] | None = None
+    ranking_spearman_std: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the API."""
         d = dict(vars(self))
         d["date"] = self.date.isoformat() if self.date else None
+        d["spearman_ci"] = list(self.spearman_ci) if self.spearman_ci else None
         return d
 
 
 SORT_KEYS = {"spearman", "kendall_tau", "ranking_spearman", "num_points", "date", "method", "family"}
-FILTER_KEYS = ("environment", "dataset", "split", "target", "modality", "family", "backbone")
+FILTER_KEYS = evaluations.FILTER_KEYS
 
 
-def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman") -> list[BoardRow]:
-    """Finished submissions with their ρ, τ and ranking Spearman, filtered and sorted."""
-    from submissions.models import Submission  # leaderboard must not import submissions at load time
-
-    subs = (
-        Submission.objects.filter(state=Submission.FINISHED)
-        .select_related("method", "backbone", "dataset__environment", "user")
-        .prefetch_related("results")
+def board_row(e: evaluations.Evaluation) -> BoardRow:
+    """The leaderboard line of one evaluation."""
+    rho = e.scores.get("spearman")
+    ranking = e.scores.get("ranking_spearman")
+    return BoardRow(
+        submission_id=e.submission_id, method=e.method, family=e.family_name, environment=e.environment,
+        dataset=e.dataset, split=e.split, target=e.target, modality=e.modality, backbone=e.backbone,
+        spearman=rho.value if rho else None, spearman_p=rho.p_value if rho else None,
+        kendall_tau=e.value("kendall_tau"), ranking_spearman=ranking.value if ranking else None,
+        num_points=rho.num_points if rho else (ranking.num_points if ranking else 0),
+        submitted_by=e.submitted_by, date=e.date, source=e.source, rules=e.rules,
+        spearman_ci=(rho.ci_low, rho.ci_high) if rho and rho.ci_low is not None and rho.ci_high is not None else None,
+        ranking_spearman_std=ranking.std if ranking else None,
     )
-    if filters.get("environment"):
-        subs = subs.filter(dataset__environment__slug=filters["environment"])
-    if filters.get("dataset"):
-        slug, _, version = filters["dataset"].partition("@")
-        subs = subs.filter(dataset__slug=slug, **({"dataset__version": version} if version else {}))
-    for key in ("split", "target", "modality"):
-        if filters.get(key):
-            subs = subs.filter(**{key: filters[key]})
-    if filters.get("family"):
-        subs = subs.filter(method__family=filters["family"])
-    if filters.get("backbone"):
-        subs = subs.filter(backbone__name=filters["backbone"])
-    rows = []
-    for s in subs:
-        res = {r.metric: r for r in s.results.all()}
-        rho = res.get("spearman")
-        rows.append(
-            BoardRow(
-                submission_id=s.pk,
-                method=s.method.name,
-                family=s.method.get_family_display(),
-                environment=s.dataset.environment.name,
-                dataset=s.dataset.key,
-                split=s.split,
-                target=s.target,
-                modality=s.modality,
-                backbone=s.backbone.name if s.backbone else "",
-                spearman=rho.value if rho else None,
-                spearman_p=rho.p_value if rho else None,
-                kendall_tau=res["kendall_tau"].value if "kendall_tau" in res else None,
-                ranking_spearman=res["ranking_spearman"].value if "ranking_spearman" in res else None,
-                num_points=rho.num_points if rho else 0,
-                submitted_by=s.user.username,
-                date=s.finished_at,
-            )
-        )
+
+
+_board_memo: dict[Any, Any] = {}
+"""``"current"``: the board line of every evaluation for the evaluations' current version;
+``(version, filters, sort, search)``: a filtered, sorted list (treat it as read-only)."""
+
+
+def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
+    """Finished submissions with their ρ, τ and ranking Spearman, filtered, searched and sorted.
+
+    ``search`` keeps the rows whose method, backbone, dataset or submitter contains it
+    (case-insensitive).  Rows without a value of the sort key come last.
+    """
+    version, everything = evaluations.current()
+    memo = _board_memo.get("current")
+    if memo is None or memo[0] != version:
+        memo = (version, {e.submission_id: board_row(e) for e in everything})
+        _board_memo["current"] = memo
+    key = (version, tuple(sorted(filters.items())), sort, search)
+    cached = _board_memo.get(key)
+    if cached is not None:
+        return cached
+    if len(_board_memo) > 256:
+        _board_memo.clear()
+        _board_memo["current"] = memo
+    rows = _sorted_rows(memo[1], evaluations.select(filters, everything), sort, search)
+    _board_memo[key] = rows
+    return rows
+
+
+def _sorted_rows(by_id: dict[int, BoardRow], selected: list[evaluations.Evaluation], sort: str,
+                 search: str) -> list[BoardRow]:
+    rows = [by_id[e.submission_id] for e in selected]
+    if search:
+        needle = search.casefold()
+        rows = [r for r in rows if any(needle in str(v).casefold()
+                                       for v in (r.method, r.backbone, r.dataset, r.submitted_by, r.environment))]
     key = sort.lstrip("-")
     if key not in SORT_KEYS:
         key, sort = "spearman", "-spearman"
@@ -320,3 +334,28 @@ def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman") -> list[B
     missing = [r for r in rows if getattr(r, key) is None]
     present.sort(key=lambda r: getattr(r, key), reverse=descending)
     return present + missing
+
+
+BOARD_COLUMNS = [
+    "submission_id", "method", "family", "environment", "dataset", "split", "target", "modality", "backbone",
+    "spearman", "spearman_p", "spearman_ci_low", "spearman_ci_high", "kendall_tau", "ranking_spearman",
+    "ranking_spearman_std", "num_points", "source", "rules", "submitted_by", "date",
+]
+
+
+def board_export(rows: list[BoardRow], fmt: str) -> HttpResponse:
+    """A download of leaderboard rows: ``csv`` (:data:`BOARD_COLUMNS`) or ``json`` (``{"rows": [...]}``)."""
+    if fmt == "json":
+        response = JsonResponse({"rows": [r.as_dict() for r in rows]}, json_dumps_params={"ensure_ascii": False})
+    else:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(BOARD_COLUMNS)
+        for r in rows:
+            d = r.as_dict()
+            ci = d.pop("spearman_ci") or [None, None]
+            d["spearman_ci_low"], d["spearman_ci_high"] = ci
+            writer.writerow(["" if d[c] is None else d[c] for c in BOARD_COLUMNS])
+        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
+    return response

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from qval import families
+
 SPLIT_CHOICES = [("train", "train"), ("dev", "dev"), ("test", "test")]
 TARGET_CHOICES = [("q", "Q (state–action)"), ("v", "V (state)")]
 MODALITY_CHOICES = [("text", "text"), ("image", "image")]
@@ -38,6 +40,9 @@ class Dataset(models.Model):
     fingerprint = models.CharField(max_length=64)
     modalities = models.JSONField(default=list)
     manifest = models.JSONField(default=dict, help_text="Provenance and build configuration.")
+    hosted = models.BooleanField(
+        default=True, help_text="False for the authors' datasets of imported results: no inputs or labels here."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -152,17 +157,7 @@ class Label(models.Model):
 class Method(models.Model):
     """A dense supervision method (one row per name; backbones are separate)."""
 
-    FAMILIES = [
-        ("direct", "Direct"),
-        ("ranking", "Ranking"),
-        ("intrinsic", "Intrinsic"),
-        ("self-distillation", "Self-Distillation"),
-        ("code", "Code"),
-        ("embedding", "Embedding"),
-        ("pre-trained", "Pre-trained"),
-        ("learned", "Learned"),
-        ("other", "Other"),
-    ]
+    FAMILIES = families.CHOICES
     name = models.CharField(max_length=100, unique=True)
     family = models.CharField(max_length=20, choices=FAMILIES, default="other")
     description = models.TextField(blank=True)

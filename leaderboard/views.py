@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
+from django.core.paginator import Paginator
 from django.db.models import Count
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from qval import metrics
+from qval import families, metric_registry, metrics
 from qval.schema import PUBLIC_SPLITS
 
-from . import aggregates, charts
+from . import aggregates, charts, evaluations, figures
 from . import exports
 from .exports import (
     DATASET_FORMATS,
@@ -27,9 +28,15 @@ from .exports import (
 from .models import Candidate, Dataset, DatasetBuild, Environment, Label, Method, State
 
 
+def healthz(request: HttpRequest) -> HttpResponse:
+    """``ok``: the server answers (no database); the baseline of ``benchmarks/pages.py``."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
 def home(request: HttpRequest) -> HttpResponse:
-    """What QVal measures, and where to start."""
-    return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment")})
+    """What QVal measures, the per-family figure of the board, and where to start."""
+    fig = figures.build("per-family", figures.Filters())
+    return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment"), "fig": fig})
 
 
 def how_we_score(request: HttpRequest) -> HttpResponse:
@@ -41,22 +48,36 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
     )
 
 
+BOARD_PAGE_SIZE = 50
+BOARD_EXPORT_FORMATS = ("csv", "json")
+
+
 def board(request: HttpRequest) -> HttpResponse:
-    """The leaderboard table, sortable and filterable through query parameters."""
+    """The leaderboard table: filters, search (``q``), sort, pages of :data:`BOARD_PAGE_SIZE`
+    and the export of the whole filtered view (``?format=csv|json``)."""
     filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
     sort = request.GET.get("sort", "-spearman")
+    search = request.GET.get("q", "").strip()
+    rows = leaderboard_rows(filters, sort, search)
+    fmt = request.GET.get("format")
+    if fmt in BOARD_EXPORT_FORMATS:
+        return exports.board_export(rows, fmt)
+    paginator = Paginator(rows, BOARD_PAGE_SIZE)
+    page = paginator.get_page(request.GET.get("page"))
     options = {
         "environment": list(Environment.objects.values_list("slug", "name")),
-        "dataset": [(d.key, d.key) for d in Dataset.objects.all()],
+        "dataset": [(d.key, d.key) for d in Dataset.objects.only("slug", "version")],
         "split": [("dev", "dev"), ("test", "test")],
         "target": [("q", "Q"), ("v", "V")],
         "modality": [("text", "text"), ("image", "image")],
         "family": Method.FAMILIES,
+        "source": [(s, s) for s in figures.SOURCES],
     }
     return render(
         request,
         "leaderboard/board.html",
-        {"rows": leaderboard_rows(filters, sort), "filters": filters, "sort": sort, "options": options},
+        {"rows": page.object_list, "page": page, "total": len(rows), "filters": filters, "sort": sort,
+         "options": options, "search": search},
     )
 
 
@@ -262,3 +283,91 @@ def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
     resp = HttpResponse(body, content_type=DOWNLOAD_FORMATS[fmt])
     resp["Content-Disposition"] = f'attachment; filename="{name}-{split}.{fmt}"'
     return resp
+
+
+# -- figures, method and environment pages --------------------------------------------------
+
+
+def _figure_options() -> dict[str, list[tuple[str, str]]]:
+    """The choices of the figure filters (values present in the evaluations)."""
+    rows = evaluations.evaluations()
+    return {
+        "environment": sorted({(e.environment_slug, e.environment) for e in rows}),
+        "backbone": [(b, b) for b in sorted({e.backbone for e in rows if e.backbone})],
+        "split": [("all", "all splits"), ("dev", "dev"), ("test", "test")],
+        "target": [("q", "Q"), ("v", "V")],
+        "modality": [(m, m) for m in figures.MODALITIES],
+        "family": list(Method.FAMILIES),
+        "source": [(s, s) for s in figures.SOURCES],
+        "metric": [(m, metric_registry.get(m).label) for m in metric_registry.COMPARABLE],
+    }
+
+
+def _figure_response(request: HttpRequest, name: str, fig: figures.Figure, f: figures.Filters) -> HttpResponse:
+    """The figure's data as a CSV or JSON download (``?format=``)."""
+    fmt = request.GET.get("format")
+    if fmt == "csv":
+        response = HttpResponse(figures.csv_text(fig), content_type="text/csv; charset=utf-8")
+    else:
+        response = JsonResponse(figures.payload(fig, f), json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="qval-{name}.{fmt}"'
+    return response
+
+
+def figure(request: HttpRequest, name: str) -> HttpResponse:
+    """A figure page (:data:`leaderboard.figures.FIGURES`) with its filters, permalink and
+    data downloads (``?format=csv|json``)."""
+    if name not in figures.FIGURES:
+        raise Http404(f"no figure {name!r}")
+    return _figure_page(request, name, {}, "leaderboard/figure.html", {})
+
+
+def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], template: str,
+                 extra: dict[str, object]) -> HttpResponse:
+    context: dict[str, object] = {"figures": figures.FIGURES, "name": name, "options": _figure_options(),
+                                  "values": {k: request.GET.get(k, "") for k in vars(figures.Filters())}, **extra}
+    try:
+        f = figures.read_filters(request.GET, **fixed)
+    except figures.InvalidFilter as exc:
+        if request.GET.get("format") in ("csv", "json"):
+            return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
+        context["error"] = exc.message
+        return render(request, template, context, status=400)
+    fig = figures.build(name, f)
+    if request.GET.get("format") in ("csv", "json"):
+        return _figure_response(request, name, fig, f)
+    context.update(filters=f, values=vars(f), fig=fig, title=figures.FIGURES[name][0])
+    return render(request, template, context)
+
+
+RESULTS_SHOWN = 50
+"""Results listed on a method or environment page (best ρ first); the rest are on the leaderboard."""
+
+
+def method_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """A method: its family and reference, every result, and the figures restricted to it."""
+    method = Method.objects.filter(name=name).first()
+    if method is None:
+        raise Http404(f"no method {name!r}")
+    fig_name = request.GET.get("figure", "per-environment")
+    if fig_name not in figures.FIGURES:
+        fig_name = "per-environment"
+    rows = [r for r in exports.leaderboard_rows({}, "-spearman") if r.method == name]
+    extra = {"method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
+             "num_results": len(rows), "all_results": f"?q={name}", "fixed": "method", "fixed_value": name}
+    return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
+
+
+def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    """An environment: its datasets, every result on it, and the figures restricted to it."""
+    env = Environment.objects.filter(slug=slug).first()
+    if env is None:
+        raise Http404(f"no environment {slug!r}")
+    fig_name = request.GET.get("figure", "heatmap")
+    if fig_name not in figures.FIGURES:
+        fig_name = "heatmap"
+    rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
+    extra = {"environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
+             "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
+             "fixed_value": slug}
+    return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)

@@ -30,6 +30,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from qval import metric_registry as rules_registry
 from qval import schema
 
 if TYPE_CHECKING:
@@ -133,7 +134,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         body = _request("GET", url, params={"split": args.split, "format": "parquet"}).content
         truth = truth_from_frame(pd.read_parquet(io.BytesIO(body)), args.target)
     try:
-        preds = qpred.parse(args.file, Path(args.file).name, reference_ids=truth.point_ids)
+        preds = qpred.parse(args.file, Path(args.file).name, reference_ids=truth.point_ids,
+                            allow_infinite=args.rules == rules_registry.REFERENCE_RULES)
         coverage = qpred.validate(preds, truth.index)
     except qpred.ValidationFailed as exc:
         raise CliError("invalid predictions file:\n" + "\n".join(f"  - {p.message}" for p in exc.problems)) from exc
@@ -146,6 +148,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         samples=preds.samples,
         codes=preds.codes(truth.index),
         bootstrap_resamples=args.bootstrap,
+        rules=args.rules,
     )
     if args.json:
         print(json.dumps([vars(r) for r in rows], indent=2))
@@ -353,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--target", default="q", choices=schema.TARGETS)
     ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
     ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    ev.add_argument("--rules", default=rules_registry.QVAL_RULES, choices=rules_registry.RULES,
+                    help="scoring rules: ours (qval) or the QVal v1.0 reference code's (qval-v1.0)")
     ev.set_defaults(func=cmd_evaluate)
 
     sm = sub.add_parser("submit", help="upload a file and wait for its result")

@@ -17,6 +17,18 @@ against its published summary files, see :mod:`qval.reference`):
 
 Values must be finite or NaN; an infinite value is rejected with :class:`ValueError`.
 Only numpy and scipy are used; nothing here knows about Django.
+
+**Rules.** Functions that differ between our rules and the reference code take
+``rules`` (:data:`RULES`): ``"qval"`` (ours, the default) or ``"qval-v1.0"``, which
+reproduces the reference code exactly:
+
+* a state where the method gives every candidate the same score has an undefined (NaN)
+  ranking Spearman, which makes the ranking mean and std undefined (ours: 0.0);
+* a state with a missing or NaN candidate score is skipped whole (ours: the candidate is
+  dropped and the state kept);
+* the std over exactly one valid state, and the aggregate std over exactly one valid
+  sample, are 0.0 (ours: ``None``);
+* infinite values are kept (ours: rejected).
 """
 
 from __future__ import annotations
@@ -29,12 +41,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special, stats
 
+from qval import metric_registry
+
 MIN_USABLE_POINTS: int = 50
 """Fewest pairs a pointwise correlation is reported on (the reference's
 ``min_usable_correlation_points``)."""
 
-POINT_METRICS: tuple[str, ...] = ("spearman", "kendall_tau", "pearson", "sign_agreement")
-"""Every pointwise metric, in the order they are reported."""
+POINT_METRICS: tuple[str, ...] = metric_registry.POINT
+"""Every pointwise metric, in the order they are reported (from :mod:`qval.metric_registry`)."""
 
 _CORRELATION_METRICS: frozenset[str] = frozenset({"spearman", "kendall_tau", "pearson"})
 """Metrics that are undefined (``None``) when either side is constant."""
@@ -54,6 +68,14 @@ BOOTSTRAP_MIN_CAPPED_RESAMPLES: int = 100
 """Resamples drawn at least when a work cap applies (unless fewer were requested)."""
 
 FloatArray = NDArray[np.float64]
+
+QVAL_RULES, REFERENCE_RULES, RULES = metric_registry.QVAL_RULES, metric_registry.REFERENCE_RULES, metric_registry.RULES
+
+
+def check_rules(rules: str) -> None:
+    """``ValueError`` unless ``rules`` is one of :data:`RULES`."""
+    if rules not in RULES:
+        raise ValueError(f"unknown rules {rules!r}; expected one of {', '.join(RULES)}")
 
 
 def significance_marks(p_value: float | None) -> str:
@@ -93,20 +115,22 @@ class Correlation:
         return significance_marks(self.p_value)
 
 
-def _finite_or_nan(values: ArrayLike, name: str) -> FloatArray:
-    """``values`` as a 1-D float64 array; ``ValueError`` if it is not 1-D or holds ±inf."""
+def _finite_or_nan(values: ArrayLike, name: str, rules: str = QVAL_RULES) -> FloatArray:
+    """``values`` as a 1-D float64 array; ``ValueError`` if it is not 1-D or, under our
+    rules, holds ±inf."""
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
-    if np.isinf(array).any():
+    if rules == QVAL_RULES and np.isinf(array).any():
         raise ValueError(f"{name} contains an infinite value at index {int(np.flatnonzero(np.isinf(array))[0])}")
     return array
 
 
-def _paired(labels: ArrayLike, scores: ArrayLike) -> tuple[FloatArray, FloatArray, int]:
+def _paired(labels: ArrayLike, scores: ArrayLike, rules: str = QVAL_RULES) -> tuple[FloatArray, FloatArray, int]:
     """Labels and scores with every pair holding a NaN removed, and how many were removed."""
-    x = _finite_or_nan(labels, "labels")
-    y = _finite_or_nan(scores, "scores")
+    check_rules(rules)
+    x = _finite_or_nan(labels, "labels", rules)
+    y = _finite_or_nan(scores, "scores", rules)
     if x.shape != y.shape:
         raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
     keep = ~(np.isnan(x) | np.isnan(y))
@@ -149,7 +173,8 @@ def _statistic(x: FloatArray, y: FloatArray, metric: str) -> tuple[float | None,
     if metric == "kendall_tau":
         result = stats.kendalltau(x, y)
     else:
-        result = stats.pearsonr(x, y)
+        with np.errstate(invalid="ignore"):  # an infinite value (reference rules): undefined, no warning
+            result = stats.pearsonr(x, y)
     value = _optional(result.statistic)
     return value, (None if value is None else _optional(result.pvalue))
 
@@ -196,7 +221,8 @@ def _correlation(x: FloatArray, y: FloatArray, metric: str, num_dropped: int, mi
 
 
 def correlate(
-    labels: ArrayLike, scores: ArrayLike, metric: str, *, min_points: int = MIN_USABLE_POINTS
+    labels: ArrayLike, scores: ArrayLike, metric: str, *, min_points: int = MIN_USABLE_POINTS,
+    rules: str = QVAL_RULES,
 ) -> Correlation:
     """One pointwise metric (one of :data:`POINT_METRICS`) of ``scores`` against ``labels``.
 
@@ -204,7 +230,7 @@ def correlate(
     """
     _check_metric(metric)
     _check_min_points(min_points)
-    x, y, dropped = _paired(labels, scores)
+    x, y, dropped = _paired(labels, scores, rules)
     return _correlation(x, y, metric, dropped, min_points)
 
 
@@ -214,6 +240,7 @@ def point_metrics(
     *,
     metrics: Sequence[str] = POINT_METRICS,
     min_points: int = MIN_USABLE_POINTS,
+    rules: str = QVAL_RULES,
 ) -> dict[str, Correlation]:
     """Several pointwise metrics at once, keyed by metric name in the order given.
 
@@ -224,7 +251,7 @@ def point_metrics(
     for metric in metrics:
         _check_metric(metric)
     _check_min_points(min_points)
-    x, y, dropped = _paired(labels, scores)
+    x, y, dropped = _paired(labels, scores, rules)
     return {metric: _correlation(x, y, metric, dropped, min_points) for metric in metrics}
 
 
@@ -248,7 +275,7 @@ class RankingSummary:
     per_state: list[float | None]
 
 
-def state_ranking_spearman(labels: ArrayLike, scores: ArrayLike) -> float | None:
+def state_ranking_spearman(labels: ArrayLike, scores: ArrayLike, rules: str = QVAL_RULES) -> float | None:
     """Spearman between one state's candidate labels and predicted scores.
 
     Candidates with a NaN label or score are dropped first.  ``None`` (skipped): fewer than
@@ -257,12 +284,17 @@ def state_ranking_spearman(labels: ArrayLike, scores: ArrayLike) -> float | None
     abstaining cannot raise a mean).  Otherwise the value equals
     ``scipy.stats.spearmanr(labels, scores).statistic``: the Pearson correlation of the
     average ranks.
+
+    Under the reference rules a state with any NaN score is skipped (``None``) and one
+    where every candidate got the same score is NaN.
     """
-    x, y, _ = _paired(labels, scores)
+    if rules == REFERENCE_RULES and np.isnan(_finite_or_nan(scores, "scores", rules)).any():
+        return None
+    x, y, _ = _paired(labels, scores, rules)
     if x.size < 2 or _is_constant(x):
         return None
     if _is_constant(y):
-        return 0.0
+        return math.nan if rules == REFERENCE_RULES else 0.0
     rx = stats.rankdata(x)
     ry = stats.rankdata(y)
     rx -= rx.mean()
@@ -277,15 +309,32 @@ def _valid(values: Sequence[float | None]) -> FloatArray:
     return array[~np.isnan(array)]
 
 
-def ranking_summary(per_state: Sequence[float | None]) -> RankingSummary:
+def _std(valid: FloatArray, rules: str) -> float | None:
+    """Sample std (``ddof=1``) of ``valid``: ``None`` below two values, except that the
+    reference rules give 0.0 for exactly one."""
+    if valid.size >= 2:
+        return float(valid.std(ddof=1))
+    return 0.0 if valid.size == 1 and rules == REFERENCE_RULES else None
+
+
+def ranking_summary(per_state: Sequence[float | None], rules: str = QVAL_RULES) -> RankingSummary:
     """Mean and sample std of the non-``None`` per-state values (the reference's rule 7).
 
-    NaN counts as ``None``.
+    NaN counts as ``None`` under our rules; under the reference rules a NaN state counts as
+    valid and makes the mean and std undefined (``None``).
     """
+    check_rules(rules)
+    if rules == REFERENCE_RULES and any(v is not None and math.isnan(v) for v in per_state):
+        num_valid = sum(v is not None for v in per_state)
+        return RankingSummary(
+            mean=None, std=None, num_valid=num_valid, num_skipped=len(per_state) - num_valid,
+            num_points=len(per_state),
+            per_state=[None if v is None or math.isnan(v) else float(v) for v in per_state],
+        )
     valid = _valid(per_state)
     return RankingSummary(
         mean=float(valid.mean()) if valid.size else None,
-        std=float(valid.std(ddof=1)) if valid.size >= 2 else None,
+        std=_std(valid, rules),
         num_valid=int(valid.size),
         num_skipped=len(per_state) - int(valid.size),
         num_points=len(per_state),
@@ -293,9 +342,9 @@ def ranking_summary(per_state: Sequence[float | None]) -> RankingSummary:
     )
 
 
-def ranking_spearman(groups: Iterable[tuple[ArrayLike, ArrayLike]]) -> RankingSummary:
+def ranking_spearman(groups: Iterable[tuple[ArrayLike, ArrayLike]], rules: str = QVAL_RULES) -> RankingSummary:
     """:func:`state_ranking_spearman` of every ``(labels, scores)`` state, summarised."""
-    return ranking_summary([state_ranking_spearman(labels, scores) for labels, scores in groups])
+    return ranking_summary([state_ranking_spearman(labels, scores, rules) for labels, scores in groups], rules)
 
 
 # -- aggregates over samples ------------------------------------------------------------
@@ -319,14 +368,16 @@ class Aggregate:
     num_nan: int
 
 
-def aggregate(values: Sequence[float | None]) -> Aggregate:
-    """:class:`Aggregate` of ``values`` (``None`` and NaN are missing)."""
+def aggregate(values: Sequence[float | None], rules: str = QVAL_RULES) -> Aggregate:
+    """:class:`Aggregate` of ``values`` (``None`` and NaN are missing); the std of one value
+    is 0.0 under the reference rules."""
+    check_rules(rules)
     valid = _valid(values)
     if not valid.size:
         return Aggregate(None, None, None, None, None, 0, len(values))
     return Aggregate(
         mean=float(valid.mean()),
-        std=float(valid.std(ddof=1)) if valid.size >= 2 else None,
+        std=_std(valid, rules),
         min=float(valid.min()),
         max=float(valid.max()),
         median=float(np.median(valid)),
@@ -357,7 +408,7 @@ class Selection:
     num_pairs: int
 
 
-def selection_metrics(groups: Iterable[tuple[ArrayLike, ArrayLike]]) -> Selection:
+def selection_metrics(groups: Iterable[tuple[ArrayLike, ArrayLike]], rules: str = QVAL_RULES) -> Selection:
     """Top-1 accuracy, regret@1 and pairwise accuracy over ``(labels, scores)`` states.
 
     Rules:
@@ -376,8 +427,8 @@ def selection_metrics(groups: Iterable[tuple[ArrayLike, ArrayLike]]) -> Selectio
     pair_credit = 0.0
     num_pairs = 0
     for labels, scores in groups:
-        x = _finite_or_nan(labels, "labels")
-        y = _finite_or_nan(scores, "scores")
+        x = _finite_or_nan(labels, "labels", rules)
+        y = _finite_or_nan(scores, "scores", rules)
         if x.shape != y.shape:
             raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
         labelled = ~np.isnan(x)
@@ -509,6 +560,7 @@ def bootstrap_point_ci(
     resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    rules: str = QVAL_RULES,
 ) -> Interval:
     """Seeded percentile-bootstrap interval of a pointwise metric, resampling pairs.
 
@@ -522,7 +574,7 @@ def bootstrap_point_ci(
     """
     _check_metric(metric)
     _check_bootstrap(resamples, level)
-    x, y, _ = _paired(labels, scores)
+    x, y, _ = _paired(labels, scores, rules)
     n = int(x.size)
     if n < 2 or (metric in _CORRELATION_METRICS and (_is_constant(x) or _is_constant(y))):
         return Interval(None, None, level, 0)

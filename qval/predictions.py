@@ -13,7 +13,8 @@ A prediction file gives one score per evaluation id.  Four formats are accepted:
 
 Ids are always strings (a CSV id ``007`` stays ``"007"``; integer ids in JSON Lines and
 Parquet are turned into their decimal text).  A score may be missing -- empty, ``nan`` or
-``null`` -- and is then NaN; infinite and non-numeric scores are errors.  The optional
+``null`` -- and is then NaN; non-numeric scores are errors, and so are infinite ones unless
+:func:`parse` is given ``allow_infinite`` (the ``qval-v1.0`` rules keep them).  The optional
 ``sample`` column holds a whole number >= 0 for files with several samples per id.
 
 :func:`parse` reads a file and :func:`validate` checks its ids against a split; both
@@ -32,6 +33,7 @@ This module is Django-free.
 from __future__ import annotations
 
 import codecs
+import contextvars
 import csv
 import io
 import json
@@ -280,12 +282,17 @@ def detect_format(filename: str, head: bytes) -> str:
     )
 
 
+_ALLOW_INFINITE: contextvars.ContextVar[bool] = contextvars.ContextVar("allow_infinite", default=False)
+"""Whether the :func:`parse` running in this context keeps infinite scores."""
+
+
 def parse(
     path_or_bytes: Source,
     filename: str,
     *,
     max_bytes: int = MAX_UPLOAD_BYTES,
     reference_ids: Sequence[str] | None = None,
+    allow_infinite: bool = False,
 ) -> Predictions:
     """Read a prediction file; raise :class:`ValidationFailed` listing all its problems.
 
@@ -293,24 +300,38 @@ def parse(
     A file over ``max_bytes`` is refused before it is read.  The reference format needs
     ``reference_ids``, the split's point ids in dataset order
     (:meth:`qval.schema.Dataset.point_ids`); entry ``i`` of ``values`` scores
-    ``reference_ids[i]``.
+    ``reference_ids[i]``.  ``allow_infinite`` keeps ±inf scores (the ``qval-v1.0`` rules)
+    instead of reporting them.
     """
-    parsed = _read(path_or_bytes, filename, max_bytes, reference_ids)
+    token = _ALLOW_INFINITE.set(allow_infinite)
+    try:
+        parsed = _read(path_or_bytes, filename, max_bytes, reference_ids)
+    finally:
+        _ALLOW_INFINITE.reset(token)
     parsed.issues.raise_if_any()
     return parsed.preds
 
 
 def parse_and_validate(
-    path_or_bytes: Source, filename: str, index: SplitIndex, *, max_bytes: int = MAX_UPLOAD_BYTES
+    path_or_bytes: Source,
+    filename: str,
+    index: SplitIndex,
+    *,
+    max_bytes: int = MAX_UPLOAD_BYTES,
+    allow_infinite: bool = False,
 ) -> tuple[Predictions, Coverage]:
     """:func:`parse` and :func:`validate` in one go, reporting the problems of both at once.
 
     A file with a score that is not a number on one line and an id the split does not
     have on another is refused with both problems listed (and every other problem
     found), where :func:`parse` would stop before the ids are checked.  The reference
-    format's ``values`` follow ``index.expected_ids``.
+    format's ``values`` follow ``index.expected_ids``; ``allow_infinite`` as in :func:`parse`.
     """
-    parsed = _read(path_or_bytes, filename, max_bytes, index.expected_ids)
+    token = _ALLOW_INFINITE.set(allow_infinite)
+    try:
+        parsed = _read(path_or_bytes, filename, max_bytes, index.expected_ids)
+    finally:
+        _ALLOW_INFINITE.reset(token)
     coverage = _check(parsed.preds, index, parsed.issues, parsed.unusable)
     parsed.issues.raise_if_any()
     return parsed.preds, coverage
@@ -682,7 +703,8 @@ def _convert_scores(column: pa.Array, positions: np.ndarray, issues: _Issues) ->
         describe = _describe_with(column, "score {} is not a number")
         _report(issues, "non_numeric", _mask(column.is_valid()), positions, describe)
         return np.full(len(column), np.nan)
-    _report(issues, "non_finite", np.isinf(values), positions, _describe_with(column, "score {} is infinite"))
+    if not _ALLOW_INFINITE.get():
+        _report(issues, "non_finite", np.isinf(values), positions, _describe_with(column, "score {} is infinite"))
     return values
 
 

@@ -111,7 +111,9 @@ def _check_correlations(
     if len(predicted) > len(truth):
         raise ValueError(f"{path}: {len(predicted)} predictions but only {len(truth)} ground-truth values")
     stored = entry["correlations"]
-    ours = metrics.point_metrics(truth[: len(predicted)], predicted, metrics=list(stored), min_points=min_points)
+    ours = metrics.point_metrics(
+        truth[: len(predicted)], predicted, metrics=list(stored), min_points=min_points, rules=metrics.REFERENCE_RULES
+    )
     for metric, corr in ours.items():
         where = f"{path}.correlations.{metric}"
         check.close(f"{where}.correlation", stored[metric]["correlation"], corr.value)
@@ -122,7 +124,7 @@ def _check_correlations(
 
 
 def _check_aggregate(check: _Checker, path: str, stored: Mapping[str, Any], values: list[float | None]) -> None:
-    ours = metrics.aggregate(values)
+    ours = metrics.aggregate(values, metrics.REFERENCE_RULES)
     for name in ("mean", "std", "min", "max", "median"):
         check.close(f"{path}.{name}", stored[name], getattr(ours, name))
     check.exact(f"{path}.num_samples", stored["num_samples"], ours.num_samples)
@@ -131,7 +133,7 @@ def _check_aggregate(check: _Checker, path: str, stored: Mapping[str, Any], valu
 
 
 def _check_ranking(check: _Checker, path: str, entry: Mapping[str, Any]) -> None:
-    ours = metrics.ranking_summary(entry["per_point_correlations"])
+    ours = metrics.ranking_summary(entry["per_point_correlations"], metrics.REFERENCE_RULES)
     stored = entry["correlations"]["ranking_spearman"]
     where = f"{path}.correlations.ranking_spearman"
     check.close(f"{where}.mean", stored["mean"], ours.mean)
@@ -144,7 +146,8 @@ def _check_ranking(check: _Checker, path: str, entry: Mapping[str, Any]) -> None
 def rescore_summary(
     summary: Mapping[str, Any], *, atol: float = ABS_TOLERANCE, rtol: float = REL_TOLERANCE
 ) -> Rescore:
-    """Recompute every stored correlation, aggregate and ranking summary of a summary file.
+    """Recompute every stored correlation, aggregate and ranking summary of a summary file,
+    under the reference rules (``qval-v1.0``, :data:`qval.metrics.RULES`).
 
     ``summary`` is the parsed JSON.  Floats must agree within ``atol`` (p-values: within
     ``atol`` or within ``rtol`` relative), counts exactly, and ``null`` only with ``None``.

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from qval import metrics, schema
+from qval import metric_registry, metrics, schema
 from qval.predictions import SplitIndex
 
 DISCLOSED_DIGITS = 3
@@ -102,6 +102,7 @@ def score(
     codes: np.ndarray | None = None,
     bootstrap_resamples: int = 1000,
     seed: int = 0,
+    rules: str = metrics.QVAL_RULES,
 ) -> list[MetricRow]:
     """Compute every metric of one submission (ids/scores/samples from :mod:`qval.predictions`).
 
@@ -109,22 +110,25 @@ def score(
     ``samples`` (each row's sample number) the submission is scored by
     :func:`score_samples`.  ``codes``, when given, are the ids' codes in ``truth.index``
     (:meth:`qval.predictions.Predictions.codes`), so ids already matched by
-    :func:`qval.predictions.validate` are not matched again.
+    :func:`qval.predictions.validate` are not matched again.  ``rules``: one of
+    :data:`qval.metrics.RULES` (``qval-v1.0`` reproduces the reference code).
     """
+    metrics.check_rules(rules)
     if samples is not None:
         return score_samples(
-            truth, ids, scores, samples, codes=codes, bootstrap_resamples=bootstrap_resamples, seed=seed
+            truth, ids, scores, samples, codes=codes, bootstrap_resamples=bootstrap_resamples, seed=seed,
+            rules=rules,
         )
     if codes is None:
         codes = truth.index.encode(ids)
     by_code, given = _scatter(codes, np.asarray(scores, dtype=np.float64), len(truth.index))
-    rows = _point_rows(truth, by_code, given, bootstrap_resamples=bootstrap_resamples, seed=seed)
-    rows.extend(_ranking_rows(truth, by_code, given, bootstrap_resamples=bootstrap_resamples, seed=seed))
+    rows = _point_rows(truth, by_code, given, bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules)
+    rows.extend(_ranking_rows(truth, by_code, given, bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules))
     return rows
 
 
 def _point_rows(
-    truth: Truth, by_code: np.ndarray, given: np.ndarray, *, bootstrap_resamples: int, seed: int
+    truth: Truth, by_code: np.ndarray, given: np.ndarray, *, bootstrap_resamples: int, seed: int, rules: str
 ) -> list[MetricRow]:
     """The pointwise metric rows of the scores by code of ``truth.index`` (see :func:`_scatter`)."""
     expected = truth.index.num_expected
@@ -135,10 +139,12 @@ def _point_rows(
     used_scores = point_scores[provided]
 
     rows: list[MetricRow] = []
-    for name, corr in metrics.point_metrics(labels, used_scores).items():
+    for name, corr in metrics.point_metrics(labels, used_scores, rules=rules).items():
         details: dict[str, Any] = {"significance": corr.significance()}
         if corr.value is not None and bootstrap_resamples:
-            ci = metrics.bootstrap_point_ci(labels, used_scores, name, resamples=bootstrap_resamples, seed=seed)
+            ci = metrics.bootstrap_point_ci(
+                labels, used_scores, name, resamples=bootstrap_resamples, seed=seed, rules=rules
+            )
             details["ci95"] = [ci.low, ci.high]
         rows.append(
             MetricRow(
@@ -214,6 +220,7 @@ def score_samples(
     codes: np.ndarray | None = None,
     bootstrap_resamples: int = 1000,
     seed: int = 0,
+    rules: str = metrics.QVAL_RULES,
 ) -> list[MetricRow]:
     """Score a submission with several samples per id (a file with a ``sample`` column).
 
@@ -237,7 +244,9 @@ def score_samples(
     if codes is None:
         codes = truth.index.encode(ids)
     table, codes, mean_by_code, mean_given = _mean_prediction(truth, scores, samples, codes)
-    rows = _point_rows(truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed)
+    rows = _point_rows(
+        truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules
+    )
 
     expected = truth.index.num_expected
     labels = np.asarray(truth.point_labels, dtype=np.float64)
@@ -246,11 +255,11 @@ def score_samples(
         given = table.given[:, s]
         by_code, provided = _scatter(codes[given], table.table[given, s], size)
         provided = provided[:expected]
-        for name, corr in metrics.point_metrics(labels[provided], by_code[:expected][provided]).items():
+        for name, corr in metrics.point_metrics(labels[provided], by_code[:expected][provided], rules=rules).items():
             per_sample[name].append(corr.value)
     numbers = [int(n) for n in table.sample_numbers.tolist()]
     for row in rows:
-        agg = metrics.aggregate(per_sample[row.metric])
+        agg = metrics.aggregate(per_sample[row.metric], rules)
         row.details["samples"] = {
             "aggregation": "mean_prediction",
             "num_samples": len(numbers),
@@ -266,7 +275,9 @@ def score_samples(
                 "num_nan": agg.num_nan,
             },
         }
-    rows.extend(_ranking_rows(truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed))
+    rows.extend(_ranking_rows(
+        truth, mean_by_code, mean_given, bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules
+    ))
     return rows
 
 
@@ -309,7 +320,7 @@ def point_scores(
 
 
 def _ranking_rows(
-    truth: Truth, by_code: np.ndarray, given: np.ndarray, *, bootstrap_resamples: int, seed: int
+    truth: Truth, by_code: np.ndarray, given: np.ndarray, *, bootstrap_resamples: int, seed: int, rules: str
 ) -> list[MetricRow]:
     """The ranking and selection rows (target ``q``), when candidates other than the actor's were scored."""
     if not truth.group_ids:
@@ -330,7 +341,7 @@ def _ranking_rows(
             groups.append((np.asarray(group_labels, dtype=np.float64), group_scores))
     coverage = scored_states / len(truth.group_ids)
     dropped = int((provided & np.isnan(flat_scores)).sum())
-    summary = metrics.ranking_spearman(groups)
+    summary = metrics.ranking_spearman(groups, rules)
     details: dict[str, Any] = {
         "std": summary.std,
         "num_valid": summary.num_valid,
@@ -351,8 +362,8 @@ def _ranking_rows(
             details=details,
         )
     ]
-    selection = metrics.selection_metrics(groups)
-    for name in ("top1_accuracy", "regret_at_1", "pairwise_accuracy"):
+    selection = metrics.selection_metrics(groups, rules)
+    for name in metric_registry.SELECTION:
         value = getattr(selection, name)
         rows.append(
             MetricRow(

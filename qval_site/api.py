@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import aggregates
+from leaderboard import aggregates, figures
 from leaderboard.exports import DATASET_FORMATS, FILTER_KEYS, SPLIT_FORMATS, leaderboard_rows
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
 from leaderboard.views import download_response
@@ -292,3 +292,23 @@ class Compare(APIView):
         except comparison.ComparisonError as exc:
             return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
         return Response(comparison.compare(a, b))
+
+
+class FigureData(APIView):
+    """The numbers behind a figure page (``per-family``, ``per-environment``, ``text-vs-image``,
+    ``q-vs-v``, ``heatmap``) for the same filters as the page."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        parameters=[OpenApiParameter(k, str) for k in vars(figures.Filters())],
+        responses=inline_serializer("FigureRows", {"rows": serializers.ListField(child=serializers.DictField())}),
+    )
+    def get(self, request: Request, name: str) -> Response:
+        if name not in figures.FIGURES:
+            raise Http404(f"no figure {name!r}")
+        try:
+            f = figures.read_filters(request.query_params)
+        except figures.InvalidFilter as exc:
+            return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(figures.payload(figures.build(name, f), f))

@@ -1,7 +1,8 @@
-"""Request checks done before any view runs."""
+"""Middleware run around every view: request checks, and the server time of each response."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -30,3 +31,16 @@ class RejectInvalidParametersMiddleware:
             return HttpResponseBadRequest(f"invalid request: {where} contains a NUL byte (\\x00)",
                                           content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+class ServerTiming:
+    """Adds ``Server-Timing: app;dur=<ms>`` (what ``benchmarks/pages.py`` reads)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        start = time.perf_counter()
+        response = self.get_response(request)
+        response["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+        return response

@@ -123,6 +123,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "qval_site.middleware.ServerTiming",
     "django.middleware.security.SecurityMiddleware",
     "qval_site.middleware.RejectInvalidParametersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -28,6 +28,7 @@ PY=.venv/bin/python
 $PY manage.py migrate --noinput -v 0
 $PY manage.py collectstatic --noinput -v 0
 $PY manage.py build_dataset frozenlake
+$PY manage.py import_results   # QVal v1.0 published results (idempotent)
 
 scripts/down.sh >/dev/null 2>&1 || true
 env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER)=' > var/run/env || true

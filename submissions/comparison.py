@@ -67,6 +67,9 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     if sub.state != Submission.FINISHED:
         state = f" (it is {sub.state})" if sub.user_id == getattr(user, "pk", None) else ""
         return f"submission {pk} is not finished{state}; only finished submissions can be compared"
+    if sub.source in Submission.IMPORTED_SOURCES:
+        return (f"submission {pk} is an imported result ({sub.get_source_display()}): no per-point predictions "
+                "are stored here, so it cannot be compared point by point")
     if sub.kind == Submission.KIND_CONTAINER and not sub.predictions:
         return (f"submission {pk} ran before the site kept a container's predictions; "
                 "only container submissions scored since then can be compared")
@@ -122,6 +125,7 @@ def candidates(sub: Submission) -> QuerySet[Submission]:
             state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target
         )
         .exclude(pk=sub.pk)
+        .exclude(source__in=Submission.IMPORTED_SOURCES)
         .select_related("method", "backbone", "user")
     )
 
@@ -132,7 +136,7 @@ def _summary(sub: Submission) -> dict[str, Any]:
         "method": sub.method_name,
         "family": sub.method.get_family_display() if sub.method else None,
         "backbone": sub.backbone_name or None,
-        "submitted_by": sub.user.username,
+        "submitted_by": sub.submitted_by,
     }
 
 

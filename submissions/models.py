@@ -51,7 +51,31 @@ class Submission(models.Model):
     KIND_FILE, KIND_CONTAINER = "file", "container"
     KINDS = [(KIND_FILE, "predictions file"), (KIND_CONTAINER, "method container")]
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="submissions")
+    # Where the row comes from (the badge shown wherever it appears).
+    SOURCE_USER, SOURCE_BASELINE, SOURCE_RESCORED, SOURCE_REPORTED = "user", "baseline", "rescored", "reported"
+    SOURCES = [
+        (SOURCE_USER, "user"),
+        (SOURCE_BASELINE, "baseline"),
+        (SOURCE_RESCORED, "re-scored from published predictions"),
+        (SOURCE_REPORTED, "reported by the authors"),
+    ]
+    IMPORTED_SOURCES = (SOURCE_RESCORED, SOURCE_REPORTED)
+
+    # Null only for imported rows (reported or re-scored results have no uploader).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="submissions"
+    )
+    source = models.CharField(max_length=10, choices=SOURCES, default=SOURCE_USER)
+    rules = models.CharField(
+        max_length=20, default="qval", help_text="Scoring rules (qval.metrics.RULES): ours, or qval-v1.0 (the reference's)."
+    )
+    provenance = models.JSONField(
+        default=dict, blank=True, help_text="Imported rows: repository, commit, file and entry they come from."
+    )
+    import_key = models.CharField(
+        max_length=300, null=True, blank=True, unique=True,
+        help_text="Imported rows: a stable key, so importing again updates instead of duplicating.",
+    )
     kind = models.CharField(max_length=10, choices=KINDS, default=KIND_FILE)
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="submissions")
     split = models.CharField(max_length=8, choices=SPLIT_CHOICES)
@@ -105,10 +129,16 @@ class Submission(models.Model):
         indexes = [
             models.Index(fields=["user", "split", "received_at"]),
             models.Index(fields=["state", "deadline"]),
+            models.Index(fields=["state", "split", "target"]),
         ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.method_name} on {self.dataset.key}/{self.split} ({self.state})"
+
+    @property
+    def submitted_by(self) -> str:
+        """The uploader's name, or the source of an imported row."""
+        return self.user.username if self.user_id else self.get_source_display()
 
     @property
     def is_final(self) -> bool:

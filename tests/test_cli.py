@@ -164,3 +164,19 @@ def test_the_installed_entry_point_runs() -> None:
     qval = Path(sys.executable).with_name("qval")
     result = subprocess.run([str(qval), "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "evaluate" in result.stdout and "submit" in result.stdout
+
+
+def test_evaluate_with_the_reference_rules_keeps_infinite_scores(dataset_dir, frozenlake, tmp_path, capsys,
+                                                                 no_config) -> None:
+    ids, labels = _points(frozenlake, "dev")
+    scores = labels.copy()
+    scores[int(np.argmax(labels))] = np.inf  # kept and ranked, as scipy ranks it
+    preds = _write(tmp_path / "inf.csv", ids, scores)
+    code, _, err = _run(capsys, "evaluate", str(preds), "--dataset", str(dataset_dir), "--bootstrap", "0")
+    assert code != 0 and "infinite" in err
+    code, out, _ = _run(capsys, "evaluate", str(preds), "--dataset", str(dataset_dir), "--bootstrap", "0",
+                        "--rules", "qval-v1.0", "--json")
+    assert code == 0
+    rows = {r["metric"]: r for r in json.loads(out)}
+    assert rows["spearman"]["value"] == pytest.approx(stats.spearmanr(labels, scores).statistic, abs=1e-9)
+    assert rows["spearman"]["value"] > 0.99 and rows["pearson"]["value"] is None

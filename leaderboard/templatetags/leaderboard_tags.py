@@ -30,3 +30,29 @@ def sort_query(context: template.Context, key: str) -> str:
     current = params.get("sort", "-spearman")
     params["sort"] = key if current == f"-{key}" else f"-{key}"
     return params.urlencode()
+
+
+BADGES = {
+    "reported": "reported by the authors",
+    "rescored": "re-scored from published predictions",
+    "baseline": "baseline",
+    "user": "user",
+}
+
+
+@register.inclusion_tag("leaderboard/_badge.html")
+def badge(source: str) -> dict[str, str]:
+    """The source badge of a result row (reported, re-scored, baseline, user)."""
+    return {"source": source, "label": BADGES.get(source, source)}
+
+
+@register.simple_tag(takes_context=True)
+def query_with(context: template.Context, **changes: Any) -> str:
+    """The current query string with some parameters replaced (``None`` removes one)."""
+    params = context["request"].GET.copy()
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = value
+    return params.urlencode()

@@ -1,0 +1,172 @@
+"""Every finished evaluation with its headline metrics: the rows the leaderboard, the
+aggregates, the figures and their APIs all start from.
+
+:func:`evaluations` reads them with a constant number of queries (two to learn whether
+anything changed, two more when it did) and keeps them in memory per process, so a page
+costs the same however many results the database holds.  The memo is keyed by a version
+made of the count and newest finish time of the finished submissions and the count and
+largest id of the results; a submission that finishes (or is re-scored, or re-imported)
+changes it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Max
+
+from qval import families, metric_registry
+
+FILTER_KEYS = ("environment", "dataset", "split", "target", "modality", "family", "backbone", "source")
+"""Query parameters that select evaluations (each an exact value; empty means any)."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """One metric of one evaluation."""
+
+    value: float | None
+    p_value: float | None
+    num_points: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+    std: float | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A finished submission (ours or imported) with its metrics by name."""
+
+    submission_id: int
+    method: str
+    family: str
+    environment: str
+    environment_slug: str
+    dataset: str
+    split: str
+    target: str
+    modality: str
+    backbone: str
+    source: str
+    rules: str
+    submitted_by: str
+    date: Any
+    scores: Mapping[str, Score] = field(default_factory=dict)
+
+    @property
+    def family_name(self) -> str:
+        """Display name of :attr:`family`."""
+        return families.get(self.family).name
+
+    def value(self, metric: str) -> float | None:
+        """The value of ``metric``, ``None`` when absent or undefined."""
+        score = self.scores.get(metric)
+        return score.value if score else None
+
+    def matches(self, filters: Mapping[str, str]) -> bool:
+        """Whether every non-empty filter (:data:`FILTER_KEYS`) holds."""
+        for key, wanted in filters.items():
+            if not wanted:
+                continue
+            if key == "environment":
+                have = self.environment_slug
+            elif key == "dataset":
+                have = self.dataset if "@" in wanted else self.dataset.partition("@")[0]
+            else:
+                have = getattr(self, key)
+            if have != wanted:
+                return False
+        return True
+
+
+_memo: dict[str, Any] = {"version": None, "rows": []}
+_lock = threading.Lock()
+
+
+def _version() -> tuple[Any, ...]:
+    from submissions.models import Result, Submission
+
+    subs = Submission.objects.filter(state=Submission.FINISHED).aggregate(n=Count("id"), last=Max("finished_at"))
+    results = Result.objects.aggregate(n=Count("id"), last=Max("id"))
+    return subs["n"], subs["last"], results["n"], results["last"]
+
+
+def _load() -> list[Evaluation]:
+    from submissions.models import Result, Submission
+
+    subs = (
+        Submission.objects.filter(state=Submission.FINISHED)
+        .order_by("id")
+        .values_list(
+            "id", "method__name", "method__family", "dataset__environment__name", "dataset__environment__slug",
+            "dataset__slug", "dataset__version", "split", "target", "modality", "backbone__name", "source", "rules",
+            "user__username", "finished_at",
+        )
+    )
+    scores: dict[int, dict[str, Score]] = {}
+    names = [m.name for m in metric_registry.METRICS]
+    results = Result.objects.filter(submission__state=Submission.FINISHED, metric__in=names).values_list(
+        "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std"
+    )
+    for sid, metric, value, p_value, num_points, ci, std in results:
+        low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
+        scores.setdefault(sid, {})[metric] = Score(value, p_value, num_points, low, high,
+                                                   std if isinstance(std, (int, float)) else None)
+    rows = []
+    sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
+    for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,
+         rules, username, finished) in subs:
+        rows.append(Evaluation(
+            submission_id=sid, method=method or "", family=family or families.OTHER.slug, environment=env,
+            environment_slug=env_slug, dataset=f"{ds_slug}@{ds_version}", split=split, target=target,
+            modality=modality, backbone=backbone or "", source=source, rules=rules,
+            submitted_by=username or sources.get(source, source), date=finished, scores=scores.get(sid, {}),
+        ))
+    return rows
+
+
+def current() -> tuple[tuple[Any, ...], list[Evaluation]]:
+    """``(version, rows)``: every finished evaluation, ordered by submission id, and the
+    version it was read at (memoised, see the module doc).  Treat ``rows`` as read-only."""
+    version = _version()
+    with _lock:
+        if _memo["version"] != version:
+            _memo["rows"] = _load()
+            _memo["version"] = version
+        return version, _memo["rows"]
+
+
+def evaluations() -> list[Evaluation]:
+    """Every finished evaluation, ordered by submission id (see :func:`current`)."""
+    return current()[1]
+
+
+def select(filters: Mapping[str, str], rows: Sequence[Evaluation] | None = None) -> list[Evaluation]:
+    """The evaluations matching ``filters`` (see :meth:`Evaluation.matches`)."""
+    return [e for e in (evaluations() if rows is None else rows) if e.matches(filters)]
+
+
+def best(rows: Sequence[Evaluation], metric: str) -> list[Evaluation]:
+    """The best evaluation per (method, dataset, backbone, split, target, modality, source)
+    by ``metric`` (by its direction; ties to the newest), leaving out those without a value,
+    so a method that submitted many times counts once per evaluation."""
+    spec = metric_registry.get(metric)
+    chosen: dict[tuple[str, ...], Evaluation] = {}
+    for e in rows:
+        value = e.value(metric)
+        if value is None:
+            continue
+        key = (e.method, e.dataset, e.backbone, e.split, e.target, e.modality, e.source)
+        old = chosen.get(key)
+        if old is None:
+            chosen[key] = e
+            continue
+        old_value = old.value(metric)
+        assert old_value is not None
+        better = value > old_value if spec.higher_is_better else value < old_value
+        if better or (value == old_value and e.submission_id > old.submission_id):
+            chosen[key] = e
+    return sorted(chosen.values(), key=lambda e: (e.method, e.dataset, e.backbone, e.target, e.modality, e.source))

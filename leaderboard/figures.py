@@ -1,0 +1,384 @@
+"""The paper's figures as live Plotly figures over the evaluations (:mod:`leaderboard.evaluations`).
+
+Each figure is a :class:`Figure`: the table of numbers behind it (``rows``, what the
+*download the data* links and the figure API return) and the Plotly ``traces``/``layout``
+built from exactly those rows.  Traces carry ``meta.kind``: ``points`` (one marker per
+row), ``means`` (summaries of the points) or ``guide`` (the diagonal), so a reader can
+count what is drawn.  Figures are plain dicts (no ``plotly.graph_objects`` validation), so
+building one is cheap.  Colours are the reference's family colours (:mod:`qval.families`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from qval import compare, families, metric_registry
+
+from .evaluations import FILTER_KEYS, Evaluation, best, current, select
+
+SPLITS = ("dev", "test")
+TARGETS = ("q", "v")
+MODALITIES = ("text", "image")
+SOURCES = ("reported", "rescored", "baseline", "user")
+HEATMAP_BY = ("environment", "backbone")
+
+
+class InvalidFilter(ValueError):
+    """A figure filter that is not allowed (names the field and the allowed values)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The state of a figure page's filters (every one is a query parameter)."""
+
+    environment: str = ""
+    dataset: str = ""
+    split: str = "test"
+    target: str = ""
+    modality: str = ""
+    family: str = ""
+    backbone: str = ""
+    source: str = ""
+    method: str = ""
+    metric: str = "spearman"
+    by: str = "environment"
+
+    def evaluation_filters(self) -> dict[str, str]:
+        """The filters :func:`leaderboard.evaluations.select` applies."""
+        return {key: getattr(self, key) for key in FILTER_KEYS}
+
+    def query(self) -> dict[str, str]:
+        """The non-default filters, for a permalink."""
+        default = Filters()
+        return {k: v for k, v in vars(self).items() if v != getattr(default, k)}
+
+
+def read_filters(params: Mapping[str, str], **fixed: str) -> Filters:
+    """The :class:`Filters` of query parameters (``fixed`` ones override them, e.g. the
+    method of a method page); a value outside its choices raises :class:`InvalidFilter`."""
+    default = Filters()
+    values = {key: (params.get(key) or getattr(default, key)) for key in vars(default)}
+    values.update({k: v for k, v in fixed.items() if v})
+    allowed: dict[str, Sequence[str]] = {
+        "split": ("", *SPLITS), "target": ("", *TARGETS), "modality": ("", *MODALITIES),
+        "source": ("", *SOURCES), "metric": metric_registry.COMPARABLE, "by": HEATMAP_BY,
+        "family": ("", *(slug for slug, _ in families.CHOICES)),
+    }
+    if values["split"] == "all":
+        values["split"] = ""
+    for key, choices in allowed.items():
+        if values[key] not in choices:
+            shown = ", ".join(c or "(any)" for c in choices)
+            raise InvalidFilter(key, f"unknown {key} {values[key]!r}; choose one of {shown}")
+    return Filters(**values)
+
+
+@dataclass
+class Figure:
+    """One figure: the rows behind it, and its Plotly traces and layout."""
+
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    traces: list[dict[str, Any]] = field(default_factory=list)
+    layout: dict[str, Any] = field(default_factory=dict)
+
+    def plotly(self) -> dict[str, Any]:
+        """``{"data": traces, "layout": layout}`` for ``Plotly.newPlot``."""
+        return {"data": self.traces, "layout": self.layout}
+
+    @cached_property
+    def plotly_json(self) -> str:
+        """:meth:`plotly` as JSON safe inside ``<script type="application/json">`` (``<``,
+        ``>`` and ``&`` escaped), serialised once per figure."""
+        text = json.dumps(self.plotly(), ensure_ascii=False, separators=(",", ":"))
+        return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _order(rows: Sequence[Evaluation]) -> list[str]:
+    """Methods ordered by family (the reference's order) then name."""
+    rank = {f.slug: i for i, f in enumerate((*families.FAMILIES, families.OTHER))}
+    family_of = {e.method: e.family for e in rows}
+    return sorted(family_of, key=lambda m: (rank.get(family_of[m], 99), m))
+
+
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    layout = {"title": {"text": title}, "template": "plotly_white", "height": 480,
+              "margin": {"l": 60, "r": 20, "t": 50, "b": 120}, "hovermode": "closest"}
+    layout.update(extra)
+    return layout
+
+
+def _label(metric: str) -> str:
+    return metric_registry.get(metric).label
+
+
+def _hover(e: Evaluation, value: float) -> str:
+    return (f"{e.method} ({e.family_name})<br>{e.environment} · {e.backbone or 'no backbone'}<br>"
+            f"target {e.target.upper()} · {e.modality} · {e.source}<br>value {value:.4f} · #{e.submission_id}")
+
+
+def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
+    """Paper Fig. 2: every evaluation as a point, methods grouped and coloured by family, a
+    bar at each method's mean; the global metric and the state-local ranking ρ side by side."""
+    global_metric = f.metric if f.metric != "ranking_spearman" else "spearman"
+    panels = [(global_metric, "x", "y"), ("ranking_spearman", "x2", "y2")]
+    fig = Figure("per-family", "Per family", ["submission_id", "method", "family", "environment", "backbone",
+                                               "target", "modality", "source", "metric", "value"])
+    shown: set[str] = set()
+    for metric, xaxis, yaxis in panels:
+        chosen = best(rows, metric)
+        order = _order(chosen)
+        for family in (*families.FAMILIES, families.OTHER):
+            mine = [e for e in chosen if e.family == family.slug]
+            if not mine:
+                continue
+            position = {m: i for i, m in enumerate(order)}
+            points = [(e, e.value(metric)) for e in sorted(mine, key=lambda e: position[e.method])]
+            for e, v in points:
+                fig.rows.append({"submission_id": e.submission_id, "method": e.method, "family": family.name,
+                                 "environment": e.environment, "backbone": e.backbone, "target": e.target,
+                                 "modality": e.modality, "source": e.source, "metric": metric, "value": v})
+            sums: dict[str, list[float]] = {}
+            for e, v in points:
+                sums.setdefault(e.method, []).append(v)
+            methods = list(sums)
+            means = [sum(sums[m]) / len(sums[m]) for m in methods]
+            common = {"xaxis": xaxis, "yaxis": yaxis, "legendgroup": family.slug, "marker": {"color": family.colour}}
+            fig.traces.append({"type": "bar", "x": methods, "y": means, "name": f"{family.name} mean",
+                               "opacity": 0.35, "showlegend": False, "meta": {"kind": "means", "metric": metric},
+                               "hovertemplate": "%{x}: mean %{y:.4f}<extra></extra>", **common})
+            fig.traces.append({"type": "scatter", "mode": "markers", "x": [e.method for e, _ in points],
+                               "y": [v for _, v in points], "name": family.name,
+                               "showlegend": family.slug not in shown, "text": [_hover(e, v) for e, v in points],
+                               "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points", "metric": metric},
+                               **common})
+            shown.add(family.slug)
+    fig.layout = _layout(
+        "Per family", barmode="overlay", grid={"rows": 1, "columns": 2, "pattern": "independent"},
+        xaxis={"domain": [0, 0.48], "title": {"text": _label(global_metric)}, "tickangle": -45},
+        xaxis2={"domain": [0.52, 1], "title": {"text": _label("ranking_spearman")}, "tickangle": -45},
+        yaxis={"range": [-1, 1], "title": {"text": "ρ"}}, yaxis2={"range": [-1, 1], "anchor": "x2"},
+    )
+    return fig
+
+
+def per_environment(rows: Sequence[Evaluation], f: Filters) -> Figure:
+    """Paper Fig. 3: per method, the mean over backbones in each environment with a 95%
+    Student-t interval (one grouped bar per environment)."""
+    chosen = best(rows, f.metric)
+    order = _order(chosen)
+    family_of = {e.method: e.family for e in chosen}
+    fig = Figure("per-environment", "Per environment",
+                 ["method", "family", "environment", "metric", "n", "mean", "ci_low", "ci_high"])
+    grouped: dict[tuple[str, str], list[float | None]] = {}
+    for e in chosen:
+        grouped.setdefault((e.environment, e.method), []).append(e.value(f.metric))
+    for env in sorted({e.environment for e in chosen}):
+        xs, ys, lows, highs, texts = [], [], [], [], []
+        for method in order:
+            values = grouped.get((env, method))
+            if not values:
+                continue
+            iv = compare.mean_ci(values)
+            family = families.get(family_of[method]).name
+            fig.rows.append({"method": method, "family": family, "environment": env, "metric": f.metric,
+                             "n": iv.n, "mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
+            xs.append(method)
+            ys.append(iv.mean)
+            lows.append(0.0 if iv.low is None else iv.mean - iv.low)
+            highs.append(0.0 if iv.high is None else iv.high - iv.mean)
+            texts.append(f"{method} ({family}) in {env}<br>mean {iv.mean:.4f} over {iv.n}"
+                         + (f"<br>95% CI [{iv.low:.4f}, {iv.high:.4f}]" if iv.low is not None else ""))
+        fig.traces.append({"type": "bar", "x": xs, "y": ys, "name": env, "text": texts, "textposition": "none",
+                           "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points"},
+                           "error_y": {"type": "data", "symmetric": False, "array": highs, "arrayminus": lows}})
+    fig.layout = _layout("Per environment (mean over backbones, 95% CI)", barmode="group",
+                         yaxis={"title": {"text": _label(f.metric)}}, xaxis={"tickangle": -45})
+    return fig
+
+
+def _diagonal() -> dict[str, Any]:
+    return {"type": "scatter", "mode": "lines", "x": [-1, 1], "y": [-1, 1], "name": "y = x",
+            "line": {"dash": "dot", "color": "#555"}, "hoverinfo": "skip", "meta": {"kind": "guide"}}
+
+
+def text_vs_image(rows: Sequence[Evaluation], f: Filters) -> Figure:
+    """Paper Fig. 4 (left): each method x environment x backbone x target scored on both
+    modalities as a point (text on x, image on y), with the diagonal."""
+    chosen = best(rows, f.metric)
+    pairs: dict[tuple[str, str, str, str, str], dict[str, Evaluation]] = {}
+    for e in chosen:
+        pairs.setdefault((e.method, e.environment, e.backbone, e.target, e.source), {})[e.modality] = e
+    fig = Figure("text-vs-image", "Text vs image",
+                 ["method", "family", "environment", "backbone", "target", "source", "text", "image"])
+    by_family: dict[str, list[tuple[tuple[str, ...], float, float]]] = {}
+    for key, both in sorted(pairs.items()):
+        if "text" in both and "image" in both:
+            text, image = both["text"].value(f.metric), both["image"].value(f.metric)
+            assert text is not None and image is not None
+            by_family.setdefault(both["text"].family, []).append((key, text, image))
+            fig.rows.append({"method": key[0], "family": both["text"].family_name, "environment": key[1],
+                             "backbone": key[2], "target": key[3], "source": key[4], "text": text, "image": image})
+    for family in (*families.FAMILIES, families.OTHER):
+        points = by_family.get(family.slug)
+        if points:
+            fig.traces.append({
+                "type": "scatter", "mode": "markers", "name": family.name, "marker": {"color": family.colour, "size": 9},
+                "x": [p[1] for p in points], "y": [p[2] for p in points],
+                "text": [f"{k[0]} · {k[1]} · {k[2] or 'no backbone'} · {k[3].upper()}" for k, _, _ in points],
+                "hovertemplate": "%{text}<br>text %{x:.4f} · image %{y:.4f}<extra></extra>", "meta": {"kind": "points"},
+            })
+    fig.traces.append(_diagonal())
+    label = _label(f.metric)
+    fig.layout = _layout("Text vs image", xaxis={"title": {"text": f"{label}, text"}, "range": [-1, 1]},
+                         yaxis={"title": {"text": f"{label}, image"}, "range": [-1, 1], "scaleanchor": "x"})
+    return fig
+
+
+def _mean_se(values: list[float]) -> tuple[float, float | None]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var / len(values))
+
+
+def q_vs_v(rows: Sequence[Evaluation], f: Filters) -> Figure:
+    """Paper Fig. 4 (right): per method, the mean ± standard error under target Q (x) and
+    target V (y), for methods evaluated under both, with the diagonal."""
+    chosen = best(rows, f.metric)
+    fig = Figure("q-vs-v", "Q vs V", ["method", "family", "q_n", "q_mean", "q_se", "v_n", "v_mean", "v_se"])
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    by_target: dict[tuple[str, str], list[float]] = {}
+    family_of = {e.method: e.family for e in chosen}
+    for e in chosen:
+        value = e.value(f.metric)
+        if value is not None:
+            by_target.setdefault((e.method, e.target), []).append(value)
+    for method in _order(chosen):
+        q, v_ = by_target.get((method, "q")), by_target.get((method, "v"))
+        if not q or not v_:
+            continue
+        (qm, qse), (vm, vse) = _mean_se(q), _mean_se(v_)
+        family = families.get(family_of[method])
+        row = {"method": method, "family": family.name, "q_n": len(q), "q_mean": qm, "q_se": qse,
+               "v_n": len(v_), "v_mean": vm, "v_se": vse}
+        fig.rows.append(row)
+        by_family.setdefault(family.slug, []).append(row)
+    for family in (*families.FAMILIES, families.OTHER):
+        points = by_family.get(family.slug)
+        if points:
+            fig.traces.append({
+                "type": "scatter", "mode": "markers", "name": family.name, "marker": {"color": family.colour, "size": 10},
+                "x": [p["q_mean"] for p in points], "y": [p["v_mean"] for p in points],
+                "error_x": {"type": "data", "array": [p["q_se"] or 0.0 for p in points]},
+                "error_y": {"type": "data", "array": [p["v_se"] or 0.0 for p in points]},
+                "text": [f"{p['method']}: Q {p['q_n']} evaluations, V {p['v_n']}" for p in points],
+                "hovertemplate": "%{text}<br>Q %{x:.4f} · V %{y:.4f}<extra></extra>", "meta": {"kind": "points"},
+            })
+    fig.traces.append(_diagonal())
+    label = _label(f.metric)
+    fig.layout = _layout("Q vs V (mean ± SE)", xaxis={"title": {"text": f"{label}, target Q"}, "range": [-1, 1]},
+                         yaxis={"title": {"text": f"{label}, target V"}, "range": [-1, 1], "scaleanchor": "x"})
+    return fig
+
+
+def heatmap(rows: Sequence[Evaluation], f: Filters) -> Figure:
+    """Method x environment (or x backbone, ``by``) of the mean of the chosen metric."""
+    chosen = best(rows, f.metric)
+    order = _order(chosen)
+    column = (lambda e: e.environment) if f.by == "environment" else (lambda e: e.backbone or "no backbone")
+    columns = sorted({column(e) for e in chosen})
+    fig = Figure("heatmap", "Heatmap", ["method", "family", f.by, "n", "mean"])
+    z: list[list[float | None]] = []
+    cells: dict[tuple[str, str], list[float]] = {}
+    family_of = {e.method: e.family for e in chosen}
+    for e in chosen:
+        value = e.value(f.metric)
+        if value is not None:
+            cells.setdefault((e.method, column(e)), []).append(value)
+    for method in order:
+        line: list[float | None] = []
+        for col in columns:
+            values = cells.get((method, col))
+            if values:
+                mean = sum(values) / len(values)
+                fig.rows.append({"method": method, "family": families.get(family_of[method]).name,
+                                 f.by: col, "n": len(values), "mean": mean})
+                line.append(mean)
+            else:
+                line.append(None)
+        z.append(line)
+    fig.traces.append({"type": "heatmap", "x": columns, "y": order, "z": z, "zmin": -1, "zmax": 1,
+                       "colorscale": "RdBu", "reversescale": True, "meta": {"kind": "points"},
+                       "hovertemplate": "%{y} · %{x}<br>mean %{z:.4f}<extra></extra>",
+                       "colorbar": {"title": {"text": _label(f.metric)}}})
+    fig.layout = _layout(f"Heatmap: method × {f.by}", height=max(400, 22 * len(order) + 160),
+                         margin={"l": 160, "r": 20, "t": 50, "b": 120})
+    return fig
+
+
+Builder = Callable[[Sequence[Evaluation], Filters], Figure]
+
+FIGURES: dict[str, tuple[str, Builder]] = {
+    "per-family": ("Per family", per_family),
+    "per-environment": ("Per environment", per_environment),
+    "text-vs-image": ("Text vs image", text_vs_image),
+    "q-vs-v": ("Q vs V", q_vs_v),
+    "heatmap": ("Heatmap", heatmap),
+}
+"""Every figure page: name (its URL) -> (title, builder)."""
+
+
+_built: dict[tuple[Any, ...], Figure] = {}
+_BUILT_MAX = 256
+
+
+def build(name: str, f: Filters) -> Figure:
+    """Figure ``name`` over the evaluations selected by ``f`` (``KeyError`` for an unknown name).
+
+    Kept per process for the current evaluations (at most :data:`_BUILT_MAX` figures), so a
+    page asked for again costs only the check that nothing changed.
+    """
+    _, builder = FIGURES[name]
+    version, everything = current()
+    key = (version, name, f)
+    fig = _built.get(key)
+    if fig is None:
+        rows = select(f.evaluation_filters(), everything)
+        if f.method:
+            rows = [e for e in rows if e.method == f.method]
+        fig = builder(rows, f)
+        if len(_built) >= _BUILT_MAX:
+            _built.clear()
+        _built[key] = fig
+    return fig
+
+
+def payload(fig: Figure, f: Filters) -> dict[str, Any]:
+    """The data behind a figure, as the JSON download and the figure API return it."""
+    return {"figure": fig.name, "title": fig.title, "filters": f.query(), "columns": fig.columns, "rows": fig.rows}
+
+
+def csv_text(fig: Figure) -> str:
+    """The data behind a figure as CSV (header: :attr:`Figure.columns`; empty cell for none)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fig.columns, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in fig.rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return out.getvalue()

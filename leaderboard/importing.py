@@ -1,0 +1,141 @@
+"""Import the published QVal v1.0 results (:mod:`qval.published`) into the database.
+
+Reported numbers become *reported* submissions, the stored predictions *re-scored*
+submissions (scored here under the reference rules); both sit on datasets of their own
+(``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*, ``hosted=False``: no inputs or labels),
+never mixed with rows scored on our datasets.  Each row carries its provenance and a stable
+``import_key``: importing again updates the rows in place, so the import is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from qval import families, metrics, published
+
+from .models import Backbone, Dataset, Environment, Method
+
+DATASET_VERSION = "1.0"
+ENVIRONMENT_INFO = {
+    "FrozenLake": "Gymnasium FrozenLake 8×8.",
+    "ALFWorld": "Text household tasks (ALFWorld).",
+    "OpenApps": "Web apps (OpenApps); its data is not hosted here.",
+    "TerminalBench": "Terminal tasks (TerminalBench lite); its data is not hosted here.",
+}
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_results` did."""
+
+    reported: int = 0
+    rescored: int = 0
+    results: int = 0
+    """Results written (0 when nothing changed since the last import)."""
+
+
+def published_dataset(environment: str) -> Dataset:
+    """The not-hosted dataset that holds the imported results of a paper environment."""
+    env, _ = Environment.objects.get_or_create(
+        slug=published.ENVIRONMENTS[environment],
+        defaults={"name": environment, "description": ENVIRONMENT_INFO.get(environment, "")},
+    )
+    dataset, _ = Dataset.objects.update_or_create(
+        slug=f"qval-v1.0-{env.slug}", version=DATASET_VERSION,
+        defaults={
+            "environment": env, "name": f"QVal-v1.0 {environment} (reported)", "hosted": False,
+            "description": "The authors' dataset of QVal v1.0; results imported from their publication.",
+            "fingerprint": "", "modalities": ["text", "image"],
+            "manifest": {"provenance": {"repository": published.REFERENCE_REPOSITORY,
+                                        "commit": published.REFERENCE_COMMIT}},
+        },
+    )
+    return dataset
+
+
+def _method(name: str) -> Method:
+    family = families.of_method(name).slug
+    method, created = Method.objects.get_or_create(name=name, defaults={"family": family})
+    if not created and method.family == families.OTHER.slug and family != families.OTHER.slug:
+        method.family = family
+        method.save(update_fields=["family"])
+    return method
+
+
+def _upsert(key: str, *, dataset: Dataset, method: str, backbone: str, target: str, modality: str,
+            source: str, rules: str, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    from submissions.models import Result, Submission  # leaderboard must not import submissions at load time
+
+    now = timezone.now()
+    fields = {
+        "dataset": dataset, "split": "test", "target": target, "modality": modality, "method_name": method,
+        "backbone_name": backbone, "method": _method(method), "backbone": Backbone.objects.get_or_create(name=backbone)[0],
+        "source": source, "rules": rules, "provenance": provenance, "state": Submission.FINISHED,
+        "filename": Path(provenance["file"]).name, "user": None,
+    }
+    sub, created = Submission.objects.update_or_create(import_key=key, defaults=fields)
+    if created:
+        Submission.objects.filter(pk=sub.pk).update(received_at=now, finished_at=now)
+    keep = [r["metric"] for r in rows]
+    sub.results.exclude(metric__in=keep).delete()
+    for row in rows:
+        Result.objects.update_or_create(submission=sub, metric=row.pop("metric"), defaults=row)
+
+
+def _unchanged(keys: list[str], digest: str) -> bool:
+    """Whether every row of ``keys`` was already imported from data with this ``digest``."""
+    from submissions.models import Submission
+
+    return Submission.objects.filter(import_key__in=keys, provenance__data_sha256=digest).count() == len(keys)
+
+
+def _reported(report: ImportReport) -> None:
+    provenance, records = published.reported()
+    provenance = dict(provenance, data_sha256=published.digest(published.REPORTED_FILE))
+    groups: dict[tuple[str, str, str, str, str], list[published.ReportedResult]] = {}
+    for r in records:
+        groups.setdefault((r.environment, r.backbone, r.method, r.target, r.modality), []).append(r)
+    datasets = {env: published_dataset(env) for env in published.ENVIRONMENTS}
+    keys = {group: "reported:" + ":".join(group) for group in groups}
+    if _unchanged(list(keys.values()), provenance["data_sha256"]):
+        report.reported = len(keys)
+        return
+    for (env, backbone, method, target, modality), group in groups.items():
+        rows = [{"metric": r.metric, "value": r.value, "p_value": None, "num_points": 0, "num_dropped": 0,
+                 "coverage": 1.0, "insufficient": False, "details": {"std": r.std, "record": r.index}}
+                for r in group]
+        _upsert(keys[(env, backbone, method, target, modality)], dataset=datasets[env], method=method,
+                backbone=backbone, target=target, modality=modality, source="reported", rules=metrics.REFERENCE_RULES,
+                provenance=dict(provenance, records=[r.index for r in group]), rows=rows)
+        report.reported += 1
+        report.results += len(rows)
+
+
+def _rescored(report: ImportReport, resamples: int) -> None:
+    for path in published.rescored_files():
+        evaluations = published.rescored(path)
+        digest = f"{published.digest(path)}:{resamples}"
+        report.rescored += len(evaluations)
+        if _unchanged([ev.key for ev in evaluations], digest):
+            continue
+        for ev in evaluations:
+            rows = [dict(vars(r)) for r in published.score_evaluation(ev, bootstrap_resamples=resamples)]
+            _upsert(ev.key, dataset=published_dataset(ev.environment), method=ev.method, backbone=ev.backbone,
+                    target=ev.target, modality=ev.modality, source="rescored", rules=metrics.REFERENCE_RULES,
+                    provenance=dict(ev.provenance, data_sha256=digest), rows=rows)
+            report.results += len(rows)
+
+
+def import_results(*, resamples: int | None = None) -> ImportReport:
+    """Import (or update) every reported and re-scored QVal v1.0 result, in one transaction."""
+    report = ImportReport()
+    with transaction.atomic():
+        _reported(report)
+        _rescored(report, settings.QVAL_BOOTSTRAP_RESAMPLES if resamples is None else resamples)
+    return report

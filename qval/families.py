@@ -1,0 +1,63 @@
+"""The seven method families of QVal v1.0, their colours, and which of the 21 methods of the
+paper belong to each.
+
+Names, order and colours are the reference's (Okabe–Ito palette, colour-blind safe).  A
+family is stored by its slug (:attr:`Family.slug`) and shown by its name.  Methods of our
+users that fit none of the seven are ``other``.  Nothing here knows about Django.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    """One method family: stored ``slug``, display ``name``, plot ``colour`` and its methods."""
+
+    slug: str
+    name: str
+    colour: str
+    methods: tuple[str, ...]
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("direct", "Direct", "#0072B2",
+           ("gvl", "direct-single", "direct-batched", "direct-sequential", "direct-16")),
+    Family("code", "Code", "#D55E00", ("eureka", "codegen", "codegen-avg")),
+    Family("self-distillation", "Self-Distillation", "#009E73", ("sdpo", "sdpo-gt")),
+    Family("intrinsic", "Intrinsic", "#E69F00", ("verifier", "Δbelief")),
+    Family("ranking", "Ranking", "#CC79A7", ("ranking",)),
+    Family("embedding", "Embedding", "#56B4E9", ("vlm-rm", "vlm-rm-cos", "vlm-sor", "vlm-sor-softmax")),
+    Family("pre-trained", "Pre-trained", "#999999", ("vip", "liv-cos", "liv-l2", "liv-txt")),
+)
+"""The reference's families, in the reference's order."""
+
+OTHER: Family = Family("other", "Other", "#000000", ())
+"""Methods outside the seven families."""
+
+_BY_SLUG: dict[str, Family] = {f.slug: f for f in (*FAMILIES, OTHER)}
+_BY_NAME: dict[str, Family] = {f.name: f for f in (*FAMILIES, OTHER)}
+_BY_METHOD: dict[str, Family] = {m: f for f in FAMILIES for m in f.methods}
+
+CHOICES: list[tuple[str, str]] = [(f.slug, f.name) for f in (*FAMILIES, OTHER)]
+"""``(slug, name)`` pairs, e.g. for a Django ``choices``."""
+
+
+def get(key: str) -> Family:
+    """The family with slug or display name ``key``; ``KeyError`` naming the known ones."""
+    family = _BY_SLUG.get(key) or _BY_NAME.get(key)
+    if family is None:
+        raise KeyError(f"unknown family {key!r}; expected one of {', '.join(_BY_SLUG)}")
+    return family
+
+
+def of_method(method: str) -> Family:
+    """The family of one of the paper's 21 methods, :data:`OTHER` for any other name."""
+    return _BY_METHOD.get(method, OTHER)
+
+
+def colour(key: str) -> str:
+    """Plot colour of a family given by slug or name (black for unknown ones)."""
+    family = _BY_SLUG.get(key) or _BY_NAME.get(key)
+    return family.colour if family else OTHER.colour

@@ -1,0 +1,295 @@
+"""The published results of QVal v1.0, converted into data files of the project.
+
+Two kinds, both on the authors' datasets (which we do not host):
+
+* **reported** (``data/qval-v1.0/reported.json``): the paper's numbers as the project
+  website lists them -- per environment, backbone, method, target and modality the global
+  Spearman ρ (metric ``spearman``) or the state-local ranking Spearman (``ranking_spearman``)
+  with its std where given;
+* **re-scored** (``data/qval-v1.0/rescored-<env>.json``): the per-point ground truth and
+  predictions stored in the four reference summary files, which :func:`score_evaluation`
+  scores with our own scorer under the reference rules (``qval-v1.0``).
+
+:func:`convert_reported` and :func:`convert_summary` made the data files once from the
+originals (``../shared/reference/qval-v1.0``); the tests check the files still equal them.
+Every file carries its ``provenance`` (repository, commit, file).  Nothing here knows about
+Django.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qval import families, metrics, scoring
+
+DATA_DIR: Path = Path(__file__).resolve().parent / "data" / "qval-v1.0"
+REPORTED_FILE: Path = DATA_DIR / "reported.json"
+
+REFERENCE_REPOSITORY = "bethgelab/qval"
+REFERENCE_COMMIT = "3519062a883eaea1004e6a1f473da608fe5268ed"
+SITE_REPOSITORY = "serhez/qval-site"
+SITE_COMMIT = "24a00cf0031950c8e8488394976ce6564b0c6e29"
+SITE_FILE = "shared/data.json"
+SUMMARY_PREFIX = "catalogs/qval_benchmark/data/evaluations"
+
+ENVIRONMENTS: dict[str, str] = {
+    "FrozenLake": "frozenlake",
+    "ALFWorld": "alfworld",
+    "OpenApps": "openapps",
+    "TerminalBench": "terminalbench",
+}
+"""The paper's environments and our environment slugs."""
+
+METRIC_TYPES: dict[str, str] = {"global": "spearman", "state-local": "ranking_spearman"}
+"""The site's ``metric_type`` and our metric name."""
+
+SUMMARY_ENTRIES: dict[str, str] = {
+    "direct": "direct-single",
+    "direct-verif16": "direct-16",
+    "direct-batch4-packed": "direct-batched",
+    "direct-batch8-seq": "direct-sequential",
+    "gvl": "gvl",
+    "eureka": "eureka",
+    "verifier": "verifier",
+    "codegen-mean": "codegen-avg",
+    "codegen": "codegen",
+    "llm_codegen": "codegen",
+    "ranking": "ranking",
+    "sdpo": "sdpo",
+    "sdpo-gt": "sdpo-gt",
+    "delta-belief": "Δbelief",
+}
+"""A summary file's predictor name (without ``_qv``/``_sv`` and ``_optimal``) and the
+paper's method name (our reading of the two naming schemes)."""
+
+SUMMARY_BACKBONES: dict[str, str] = {"q35-122": "Qwen3.5 122B-A10B", "g4-31": "Gemma4 31B", "q35-27": "Qwen3.5 27B"}
+"""The backbone tag in a summary's experiment directory and the paper's backbone name."""
+
+SUMMARY_ENVIRONMENTS: dict[str, str] = {
+    "frozen_lake": "FrozenLake", "alfworld": "ALFWorld", "open_apps": "OpenApps", "terminal_bench": "TerminalBench",
+}
+GROUND_TRUTH: dict[str, str] = {"qv_mc_max": "q", "sv_mc_max": "v"}
+"""Ground-truth estimators imported (Max-Value Monte Carlo, as on our leaderboard) and their target."""
+RANKING_GROUND_TRUTH = "ranking_gt_qv_mc_max"
+
+
+class PublishedDataError(ValueError):
+    """A published-results data file that does not have the expected shape (says where)."""
+
+
+# -- conversion (run once; kept so the tests can check the data files) -----------------
+
+
+def convert_reported(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The project's reported-results data of the website's ``data.json`` (parsed)."""
+    records = []
+    for i, r in enumerate(raw["records"]):
+        if r["environment"] not in ENVIRONMENTS or r["metric_type"] not in METRIC_TYPES:
+            raise PublishedDataError(f"record {i}: unknown environment or metric_type in {r}")
+        records.append([
+            r["environment"], r["model"], r["method"], families.get(r["family"]).slug, r["signal"], r["modality"],
+            METRIC_TYPES[r["metric_type"]], r["spearman"], r["spearman_std"],
+        ])
+    return {
+        "provenance": {"repository": SITE_REPOSITORY, "commit": SITE_COMMIT, "file": SITE_FILE},
+        "columns": ["environment", "backbone", "method", "family", "target", "modality", "metric", "value", "std"],
+        "environments": raw["meta"]["env_stats"],
+        "records": records,
+    }
+
+
+def _method_of(entry: str) -> tuple[str, str]:
+    """``(paper method name, target)`` of a summary predictor name such as ``direct-batch4-packed_qv``."""
+    base = entry.removesuffix("_optimal")
+    stem, _, kind = base.rpartition("_")
+    if kind not in ("qv", "sv") or stem not in SUMMARY_ENTRIES:
+        raise PublishedDataError(f"unknown predictor {entry!r}")
+    return SUMMARY_ENTRIES[stem], "q" if kind == "qv" else "v"
+
+
+def convert_summary(raw: Mapping[str, Any], relative: str) -> dict[str, Any]:
+    """The project's re-scoring data of one reference summary file (parsed) found at
+    ``relative`` (``<env>/<experiment_dir>/<file>``) under the upstream evaluations folder."""
+    env_dir, experiment, _ = relative.split("/")
+    backbone = next(name for tag, name in SUMMARY_BACKBONES.items() if f"_{tag}-" in experiment)
+    labels: dict[str, list[float | None]] = {}
+    evaluations: dict[tuple[str, str], dict[str, Any]] = {}
+    for gt, target in GROUND_TRUTH.items():
+        if gt not in raw["estimations"]:
+            continue
+        estimation = raw["estimations"][gt]
+        labels[target] = estimation["ground_truth_values"]
+        for entry, body in estimation["methods"].items():
+            method, _ = _method_of(entry)
+            ev = evaluations.setdefault((method, target), {"method": method, "target": target, "entries": []})
+            ev["entries"].append(f"estimations.{gt}.methods.{entry}")
+            if "per_sample" in body:
+                ev["samples"] = [s["predicted_values"] for s in body["per_sample"]]
+            else:
+                ev["values"] = body["predicted_values"]
+    for entry, body in raw["estimations"].get(RANKING_GROUND_TRUTH, {}).get("methods", {}).items():
+        method, target = _method_of(entry)
+        ev = evaluations.setdefault((method, target), {"method": method, "target": target, "entries": []})
+        ev["entries"].append(f"estimations.{RANKING_GROUND_TRUTH}.methods.{entry}")
+        ev["per_state"] = body["per_point_correlations"]
+    return {
+        "provenance": {"repository": REFERENCE_REPOSITORY, "commit": REFERENCE_COMMIT,
+                       "file": f"{SUMMARY_PREFIX}/{relative}"},
+        "environment": SUMMARY_ENVIRONMENTS[env_dir],
+        "backbone": backbone,
+        "modality": "text",
+        "min_points": int(raw["experiment_info"].get("min_usable_correlation_points", metrics.MIN_USABLE_POINTS)),
+        "labels": labels,
+        "evaluations": list(evaluations.values()),
+    }
+
+
+# -- reading the data files --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportedResult:
+    """One number the authors report (one record of ``reported.json``)."""
+
+    environment: str
+    backbone: str
+    method: str
+    family: str
+    target: str
+    modality: str
+    metric: str
+    value: float
+    std: float | None
+    index: int
+
+
+def digest(path: Path) -> str:
+    """SHA-256 of a data file (what an import records, to skip unchanged data)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PublishedDataError(f"{path}: cannot read ({exc})") from exc
+
+
+def reported(path: Path = REPORTED_FILE) -> tuple[dict[str, Any], list[ReportedResult]]:
+    """The provenance and records of the reported-results file, each checked: a bad record
+    raises :class:`PublishedDataError` naming its index, field and what was expected."""
+    data = _read(path)
+    rows = []
+    for i, record in enumerate(data["records"]):
+        fields = dict(zip(data["columns"], record))
+        where = f"{path.name}: record {i}"
+        checks = {
+            "environment": fields["environment"] in ENVIRONMENTS,
+            "target": fields["target"] in ("q", "v"),
+            "modality": fields["modality"] in ("text", "image"),
+            "metric": fields["metric"] in METRIC_TYPES.values(),
+            "value": isinstance(fields["value"], (int, float)) and math.isfinite(fields["value"]),
+            "std": fields["std"] is None or isinstance(fields["std"], (int, float)),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise PublishedDataError(f"{where}: field {name} = {fields[name]!r} is not allowed")
+        try:
+            families.get(fields["family"])
+        except KeyError as exc:
+            raise PublishedDataError(f"{where}: field family: {exc.args[0]}") from None
+        rows.append(ReportedResult(index=i, **fields))
+    return data["provenance"], rows
+
+
+def rescored_files() -> list[Path]:
+    """The re-scoring data files, in name order."""
+    return sorted(DATA_DIR.glob("rescored-*.json"))
+
+
+@dataclass(frozen=True)
+class RescoredEvaluation:
+    """One method's stored predictions for one target of one summary file, ready to score."""
+
+    environment: str
+    backbone: str
+    modality: str
+    method: str
+    target: str
+    provenance: dict[str, Any]
+    min_points: int
+    labels: tuple[float, ...]
+    values: tuple[float | None, ...] | None
+    samples: tuple[tuple[float | None, ...], ...] | None
+    per_state: tuple[float | None, ...] | None
+
+    @property
+    def key(self) -> str:
+        """Stable identity (file, method, target), for idempotent imports."""
+        return f"rescored:{self.provenance['file']}:{self.method}:{self.target}"
+
+
+def rescored(path: Path) -> list[RescoredEvaluation]:
+    """The evaluations of one re-scoring data file."""
+    data = _read(path)
+    out = []
+    for ev in data["evaluations"]:
+        provenance = dict(data["provenance"], entries=ev["entries"])
+        samples = tuple(tuple(s) for s in ev["samples"]) if "samples" in ev else None
+        out.append(RescoredEvaluation(
+            environment=data["environment"], backbone=data["backbone"], modality=data["modality"],
+            method=ev["method"], target=ev["target"], provenance=provenance, min_points=data["min_points"],
+            labels=tuple(data["labels"].get(ev["target"], ())),
+            values=tuple(ev["values"]) if "values" in ev else None, samples=samples,
+            per_state=tuple(ev["per_state"]) if "per_state" in ev else None,
+        ))
+    return out
+
+
+def _nan(values: tuple[float | None, ...]) -> np.ndarray:
+    return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def score_evaluation(ev: RescoredEvaluation, *, bootstrap_resamples: int = 1000, seed: int = 0) -> list[scoring.MetricRow]:
+    """Score one re-scored evaluation with our scorer under the reference rules.
+
+    Points are ``p0, p1, …`` in the file's order; a predictor with ``n`` values is scored on
+    the first ``n`` labels (the reference's prefix alignment), so the rest count as not
+    provided.  Sampled predictors are scored as a file with a ``sample`` column.  The
+    ranking row is :func:`qval.metrics.ranking_summary` of the stored per-state values
+    (the files hold no per-candidate scores) with a state bootstrap.
+    """
+    rules = metrics.REFERENCE_RULES
+    rows: list[scoring.MetricRow] = []
+    if ev.values is not None or ev.samples is not None:
+        truth = scoring.Truth(point_ids=[f"p{i}" for i in range(len(ev.labels))], point_labels=_nan(ev.labels))
+        if ev.samples is not None:
+            ids = np.array([f"p{i}" for s in ev.samples for i in range(len(s))], dtype=object)
+            scores = np.concatenate([_nan(s) for s in ev.samples])
+            samples = np.concatenate([np.full(len(s), k) for k, s in enumerate(ev.samples)])
+        else:
+            assert ev.values is not None
+            ids = np.array([f"p{i}" for i in range(len(ev.values))], dtype=object)
+            scores, samples = _nan(ev.values), None
+        rows.extend(scoring.score(truth, ids, scores, samples=samples, bootstrap_resamples=bootstrap_resamples,
+                                  seed=seed, rules=rules))
+    if ev.per_state is not None:
+        summary = metrics.ranking_summary(list(ev.per_state), rules)
+        details: dict[str, Any] = {"std": summary.std, "num_valid": summary.num_valid,
+                                   "num_skipped": summary.num_skipped}
+        if summary.mean is not None and bootstrap_resamples:
+            ci = metrics.bootstrap_ranking_ci(summary.per_state, resamples=bootstrap_resamples, seed=seed)
+            details["ci95"] = [ci.low, ci.high]
+        rows.append(scoring.MetricRow(
+            metric="ranking_spearman", value=summary.mean, p_value=None, num_points=summary.num_valid,
+            num_dropped=0, coverage=1.0, insufficient=summary.mean is None, details=details,
+        ))
+    return rows

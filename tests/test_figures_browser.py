@@ -1,0 +1,134 @@
+"""The figure pages in a real Chromium (Debian's), driven by Playwright, over the imported
+QVal v1.0 results: what Plotly draws equals what the database holds for the filters, a
+changed filter is reproduced by its permalink, and the downloaded data equals the API's.
+A screenshot of every page is saved under ``test-artifacts/figures/``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_browser import CHROMIUM
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "figures"
+
+COUNT_POINTS = """() => {
+  const el = document.getElementById('figure');
+  let traces = 0, points = 0;
+  for (const t of el.data) {
+    traces += 1;
+    if (!t.meta || t.meta.kind !== 'points') continue;
+    points += t.type === 'heatmap' ? t.z.flat().filter(v => v !== null).length : t.x.length;
+  }
+  return {traces, points};
+}"""
+
+
+FIGURE_SOURCES = [(name, source) for name in ("per-family", "per-environment", "heatmap")
+                  for source in ("", "reported", "rescored")]
+
+
+@pytest.fixture
+def imported(transactional_db) -> dict[tuple[str, str], tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """Import the published results; the (traces, points) each figure should then draw, read
+    from the database before the browser starts (its event loop forbids database calls)."""
+    from leaderboard.importing import import_results
+
+    import_results(resamples=0)
+    return {key: _expected(*key) for key in FIGURE_SOURCES}
+
+
+@pytest.fixture
+def page():  # type: ignore[no-untyped-def]
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed; `make test` installs it (scripts/install.sh)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        pg.set_default_timeout(30_000)
+        yield pg
+        browser.close()
+
+
+def _expected(name: str, source: str) -> tuple[int, int]:
+    """(traces, points) a figure should draw for ``source`` on the test split, from the database."""
+    from qval import families
+    from submissions.models import Result
+
+    base = Result.objects.filter(submission__state="finished", submission__split="test", value__isnull=False)
+    if source:
+        base = base.filter(submission__source=source)
+    if name == "per-family":
+        per_panel = [base.filter(metric=m) for m in ("spearman", "ranking_spearman")]
+        fams = [qs.values("submission__method__family").distinct().count() for qs in per_panel]
+        return 2 * sum(fams), sum(qs.count() for qs in per_panel)
+    rho = base.filter(metric="spearman")
+    if name == "heatmap":
+        return 1, rho.values("submission__method__name", "submission__dataset__environment").distinct().count()
+    if name == "per-environment":
+        return (rho.values("submission__dataset__environment").distinct().count(),
+                rho.values("submission__method__name", "submission__dataset__environment").distinct().count())
+    raise AssertionError(name)
+
+
+def _figure(page) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    page.wait_for_selector("#figure .main-svg")
+    return page.evaluate(COUNT_POINTS)
+
+
+def test_figure_pages(live_server, imported, page) -> None:  # type: ignore[no-untyped-def]
+    base = live_server.url
+    for name, source in FIGURE_SOURCES:
+        page.goto(f"{base}/figures/{name}/" + (f"?source={source}" if source else ""))
+        drawn = _figure(page)
+        assert (drawn["traces"], drawn["points"]) == imported[(name, source)], (name, source, drawn)
+        page.screenshot(path=str(ARTIFACTS / f"{name}{'-' + source if source else ''}.png"), full_page=True)
+
+    for name in ("text-vs-image", "q-vs-v"):
+        page.goto(f"{base}/figures/{name}/")
+        api = json.loads(page.context.request.get(f"{base}/api/v1/figures/{name}/").text())
+        assert _figure(page)["points"] == len(api["rows"]) > 0, name
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+    # Change a filter: the page reloads with it, and its permalink reproduces the figure.
+    page.goto(f"{base}/figures/per-family/")
+    with page.expect_navigation():
+        page.select_option("select[name=source]", "rescored")
+    assert "source=rescored" in page.url
+    with page.expect_navigation():
+        page.select_option("select[name=environment]", "alfworld")
+    changed = page.evaluate("() => JSON.stringify(document.getElementById('figure').data.map(t => [t.name, t.x, t.y]))")
+    permalink = page.get_attribute("#permalink", "href")
+    assert "environment=alfworld" in permalink and "source=rescored" in permalink
+    other = page.context.browser.new_page()
+    other.goto(page.url.split("?")[0] + permalink)
+    other.wait_for_selector("#figure .main-svg")
+    assert other.evaluate("() => JSON.stringify(document.getElementById('figure').data.map(t => [t.name, t.x, t.y]))") == changed
+    other.close()
+
+    # Download the data behind the figure and compare it with the API.
+    with page.expect_download() as dl:
+        page.click("#download-json")
+    downloaded = json.loads(Path(dl.value.path()).read_text())
+    api = json.loads(page.context.request.get(f"{base}/api/v1/figures/per-family/?source=rescored&environment=alfworld").text())
+    assert downloaded == api and len(api["rows"]) == page.evaluate(COUNT_POINTS)["points"]
+    with page.expect_download() as dl:
+        page.click("#download-csv")
+    assert len(Path(dl.value.path()).read_text().strip().splitlines()) == len(api["rows"]) + 1
+    page.screenshot(path=str(ARTIFACTS / "per-family-filtered.png"), full_page=True)
+
+    for url, shot in (("/", "home"), ("/methods/gvl/", "method"), ("/environments/terminalbench/", "environment")):
+        page.goto(base + url)
+        _figure(page)
+        page.screenshot(path=str(ARTIFACTS / f"{shot}.png"), full_page=True)
+    page.goto(base + "/leaderboard/?source=reported")
+    assert page.locator("#leaderboard .badge-reported").count() == 50  # one page of the 578 rows
+    page.screenshot(path=str(ARTIFACTS / "leaderboard.png"), full_page=True)
