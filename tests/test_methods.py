@@ -30,18 +30,20 @@ class Scripted:
     word]`` for scored continuations (the reply is split into words, each one token)."""
 
     def __init__(self, reply: Callable[[list[dict[str, str]]], str] = lambda m: "",
-                 logprobs: Callable[[list[dict[str, str]], str], list[float]] | None = None) -> None:
-        self.reply, self.logprobs = reply, logprobs
+                 logprobs: Callable[[list[dict[str, str]], str], list[float]] | None = None,
+                 fail: Callable[[list[dict[str, str]]], bool] = lambda m: False) -> None:
+        self.reply, self.logprobs, self.fail = reply, logprobs, fail
         self.bodies: list[dict[str, Any]] = []
+        self.local = threading.local()  # .body: the request being answered in this thread
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, payload: dict[str, Any]) -> None:
+            def _send(self, payload: dict[str, Any], status: int = 200) -> None:
                 data = json.dumps(payload).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -56,6 +58,10 @@ class Scripted:
                 with threading.Lock():
                     owner.bodies.append(body)
                 messages = body["messages"]
+                owner.local.body = body
+                if owner.fail(messages):
+                    self._send({"error": {"message": "scripted failure", "type": "invalid_request_error"}}, 400)
+                    return
                 payload: dict[str, Any] = {
                     "id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -157,6 +163,16 @@ def test_direct_single_parses_answers_counts_nan_and_caches(scripted, tmp_path: 
     assert len(preds.ids) == 6 and pq.read_table(path).column_names == ["id", "score"]
 
 
+def test_a_failing_point_is_nan_not_a_failed_run(scripted) -> None:  # type: ignore[no-untyped-def]
+    server = scripted(reply=lambda m: "<answer>1</answer>", fail=lambda m: "obs0-1" in m[-1]["content"])
+    out = run_method("direct-single", tiny_dataset(1, 3), "dev", "q", server.url)
+    assert out.scores["t0s0c1"] == 1.0 and math.isnan(out.scores["t0s1c1"])
+    assert out.num_nan == 1 and out.meta["failed_points"] == 1
+    server.fail = lambda m: True
+    with pytest.raises(Exception, match="scripted failure"):
+        run_method("direct-single", tiny_dataset(1, 3), "dev", "q", server.url)
+
+
 def test_direct_16_averages_parsable_samples(scripted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     server = scripted(reply=lambda m: "<answer>1</answer>")
     seeds: list[int] = []
@@ -164,7 +180,7 @@ def test_direct_16_averages_parsable_samples(scripted, tmp_path: Path) -> None: 
                      options={"samples": 4})
     seeds = [b["seed"] for b in server.bodies]
     assert out.scores == {"t0s0": 1.0} and sorted(seeds) == [5, 6, 7, 8]
-    server.reply = lambda m: "<answer>2</answer>" if server.bodies[-1]["seed"] % 2 else "bad"
+    server.reply = lambda m: "<answer>2</answer>" if server.local.body["seed"] % 2 else "bad"
     out = run_method("direct-16", tiny_dataset(1, 1), "dev", "v", server.url, seed=5, options={"samples": 4})
     assert out.scores == {"t0s0": 2.0} and out.meta["unparsable_answers"] == 2
 
@@ -279,7 +295,7 @@ def test_signature_validation() -> None:
 def test_codegen_runs_functions_in_the_sandbox(scripted, engine, base_image, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("QVAL_CONTAINER_WORK_ROOT", str(engine.work_root))
     bodies = [GOOD, LOOP, FILE, NET]
-    server = scripted(reply=lambda m: f"```python\n{bodies[server.bodies[-1]['seed'] % 4]}```")
+    server = scripted(reply=lambda m: f"```python\n{bodies[server.local.body['seed'] % 4]}```")
     out = run_method("codegen", tiny_dataset(1, 2), "dev", "q", server.url, options={"samples": 4, "call_timeout_s": 0.5})
     # obs0-0 has 6 characters; only the first function is valid and finite
     assert out.samples is not None and out.samples["t0s0c1"][0] == 6.5
@@ -302,12 +318,11 @@ def test_eureka_refines_with_the_judges_pick(scripted, engine, base_image, monke
         if "Pick the candidate" in text:
             return "the second separates them <best>2</best>"
         constant = 2.0 if "return 2.0" in text else 1.0  # round 2 sees round 1's winner
-        seed = next(b["seed"] for b in reversed(Scripted_bodies) if b["messages"] == messages)
+        seed = server.local.body["seed"]
         value = constant * 10 + seed % 2
         return f"```python\ndef signal_function(state, action, next_state):\n    return {value}\n```"
 
-    server = scripted(reply=lambda m: reply(m))
-    Scripted_bodies = server.bodies  # noqa: N806
+    server = scripted(reply=reply)
     out = run_method("eureka", tiny_dataset(1, 3), "dev", "q", server.url,
                      options={"iterations": 2, "samples": 2, "judge_points": 2, "call_timeout_s": 0.5})
     rounds = out.meta["rounds"]

@@ -23,7 +23,7 @@ from typing import Any
 from qval.methods import context, parsing, sandbox
 from qval.methods.common import env_of, llm_for, run_meta, sampling
 from qval.methods.context import Point
-from qval.methods.llm import LLMClient
+from qval.methods.llm import LLMClient, LLMError
 from qval.methods.registry import MethodContext, MethodOutput, MethodSpec, get_method, method
 
 _GEN = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 1024, "call_timeout_s": 2.0}
@@ -59,7 +59,8 @@ def generate(llm: LLMClient, spec: MethodSpec, ctx: MethodContext, messages: lis
     """``n`` generated functions (None where the reply had no valid one) and the reasons for the invalid ones."""
     params = sampling(spec, ctx)
     arity = signature(ctx.target)[1]
-    replies = llm.map(lambda k: llm.chat(messages, seed=seed + k, **params).text, list(range(n)))
+    replies = llm.map(lambda k: llm.chat(messages, seed=seed + k, **params).text, list(range(n)),
+                      on_error=lambda k: "")
     sources: list[str | None] = []
     problems = []
     for reply in replies:
@@ -142,13 +143,17 @@ def eureka(ctx: MethodContext) -> MethodOutput:
                                     for j, i in enumerate(valid, 1))
                 shown = "\n\n".join(f"Datapoint {k}:\n{context.point_text(env, p.state, p.candidate)}"
                                     for k, p in enumerate(judged, 1))
-                reply = llm.chat([{"role": "user", "content": context.render(
-                    "eureka_judge", value_definition=context.value_definition(ctx.target),
-                    environment=context.environment_block(env), n_points=len(judged), quantity=context.quantity(ctx.target),
-                    points=shown, candidates=listing)}], seed=ctx.seed + it, max_tokens=256, temperature=0.0)
-                pick = parse_best(reply.text, len(valid))
+                try:
+                    judgement = llm.chat([{"role": "user", "content": context.render(
+                        "eureka_judge", value_definition=context.value_definition(ctx.target),
+                        environment=context.environment_block(env), n_points=len(judged),
+                        quantity=context.quantity(ctx.target), points=shown, candidates=listing)}],
+                        seed=ctx.seed + it, max_tokens=256, temperature=0.0).text
+                except LLMError:
+                    judgement = ""
+                pick = parse_best(judgement, len(valid))
                 chosen = valid[pick if pick is not None else 0]
-                remark = re.sub(r"<best>.*?</best>", "", reply.text, flags=re.S).strip()[:300] or "(none)"
+                remark = re.sub(r"<best>.*?</best>", "", judgement, flags=re.S).strip()[:300] or "(none)"
                 best = (sources[chosen] or "", rows[chosen], remark)
                 history.append({"iteration": it, "valid": len(valid), "judge_pick": None if pick is None else pick + 1})
             else:

@@ -22,6 +22,7 @@ def llm_for(ctx: MethodContext) -> Iterator[LLMClient]:
     cache = ctx.cache_dir / "llm" if ctx.cache_dir else None
     with open_backbone(ctx.backbone, cache_dir=cache, concurrency=int(ctx.options.get("concurrency", DEFAULT_CONCURRENCY)),
                        model=ctx.options.get("model")) as client:
+        ctx.meter = client
         yield client
 
 
@@ -44,7 +45,7 @@ def run_meta(spec: MethodSpec, ctx: MethodContext, client: LLMClient, **extra: A
         "method": spec.name, "method_version": spec.version, "prompt_version": context.PROMPT_VERSION,
         "prompt_hash": context.prompt_hash(), "backbone": client.identity, "model": client.model,
         "params": {**dict(spec.params), **{k: v for k, v in ctx.options.items() if k in spec.params}},
-        "seed": ctx.seed, "requests": client.requests, "cache_hits": client.cache_hits,
+        "seed": ctx.seed, "requests": client.requests, "cache_hits": client.cache_hits, "failed_points": client.failures,
         "prompt_tokens": client.prompt_tokens, "completion_tokens": client.completion_tokens, **extra,
     }
 

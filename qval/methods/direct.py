@@ -47,7 +47,7 @@ def _pointwise(name: str, ctx: MethodContext, samples: int) -> MethodOutput:
             values = [parsing.parse_answer(llm.chat(messages, seed=ctx.seed + k, **params).text) for k in range(samples)]
             return parsing.mean(values), values
 
-        results = llm.map(score, points, ctx.progress)
+        results = llm.map(score, points, ctx.progress, on_error=lambda p: (math.nan, [math.nan] * samples))
         unparsed = sum(1 for _, values in results for v in values if math.isnan(v))
         return MethodOutput.from_scores({p.id: r[0] for p, r in zip(points, results)},
                                         run_meta(spec, ctx, llm, unparsable_answers=unparsed))
@@ -90,7 +90,7 @@ def direct_batched(ctx: MethodContext) -> MethodOutput:
                               {"role": "user", "content": user}], seed=ctx.seed, **params)
             return parsing.parse_numbered_answers(reply.text, len(batch))
 
-        results = llm.map(score, batches, ctx.progress)
+        results = llm.map(score, batches, ctx.progress, on_error=lambda b: [math.nan] * len(b))
         scores = {p.id: v for batch, values in zip(batches, results) for p, v in zip(batch, values)}
         return MethodOutput.from_scores(scores, run_meta(spec, ctx, llm, prompts=len(batches)))
 
@@ -127,7 +127,7 @@ def direct_sequential(ctx: MethodContext) -> MethodOutput:
                 values.append(parsing.parse_answer(reply))
             return values
 
-        results = llm.map(score, batches, ctx.progress)
+        results = llm.map(score, batches, ctx.progress, on_error=lambda b: [math.nan] * len(b))
         scores = {p.id: v for batch, values in zip(batches, results) for p, v in zip(batch, values)}
         return MethodOutput.from_scores(scores, run_meta(spec, ctx, llm, conversations=len(batches)))
 
@@ -162,6 +162,6 @@ def gvl(ctx: MethodContext) -> MethodOutput:
             by_id = dict(zip((p.id for p in shown), parsing.parse_numbered_answers(reply.text, len(shown))))
             return [by_id[p.id] for p in group]
 
-        results = llm.map(score, groups, ctx.progress)
+        results = llm.map(score, groups, ctx.progress, on_error=lambda g: [math.nan] * len(g))
         scores = {p.id: v for group, values in zip(groups, results) for p, v in zip(group, values)}
         return MethodOutput.from_scores(scores, run_meta(spec, ctx, llm, trajectories=len(groups)))

@@ -13,6 +13,8 @@ token logprobs, :meth:`~qval.methods.llm.LLMClient.continuation_logprobs`) and n
 
 from __future__ import annotations
 
+import math
+
 from qval.methods import context, parsing
 from qval.methods.common import env_of, llm_for, run_meta
 from qval.methods.context import Point
@@ -44,7 +46,7 @@ def verifier(ctx: MethodContext) -> MethodOutput:
                                                            criterion_description=c["description"], point=text,
                                                            question=c["question"])}]) for c in env.criteria])
 
-        results = llm.map(score, points, ctx.progress)
+        results = llm.map(score, points, ctx.progress, on_error=lambda p: math.nan)
         return MethodOutput.from_scores({p.id: r for p, r in zip(points, results)},
                                         run_meta(spec, ctx, llm, criteria=[c["name"] for c in env.criteria]))
 
@@ -64,5 +66,6 @@ def delta_belief(ctx: MethodContext) -> MethodOutput:
             return {c.id: log_p_yes(llm, [{"role": "system", "content": system}, {"role": "user", "content": context.render(
                 "belief_post", point=context.point_text(env, state, c))}]) - pre for c in state.candidates}
 
-        results = llm.map(score, ctx.points, ctx.progress)
+        results = llm.map(score, ctx.points, ctx.progress,
+                          on_error=lambda s: {c.id: math.nan for c in s.candidates})
         return MethodOutput.from_scores({k: v for r in results for k, v in r.items()}, run_meta(spec, ctx, llm))

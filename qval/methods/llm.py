@@ -73,7 +73,7 @@ class LLMClient:
         self.concurrency = max(1, concurrency)
         self._lock = threading.Lock()
         self.prompt_tokens = self.completion_tokens = 0
-        self.requests = self.cache_hits = 0
+        self.requests = self.cache_hits = self.failures = 0
 
     def _served_model(self) -> str:
         models = list(self._client.models.list())
@@ -165,15 +165,31 @@ class LLMClient:
                 return list(reversed(values))
         raise LLMError(f"the continuation {continuation!r} is not at the end of the scored prompt")
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Callable[[int, int], None] | None = None) -> list[R]:
-        """``[fn(x) for x in items]`` with up to ``concurrency`` calls at once; ``progress(done, total)`` after each."""
+    def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Callable[[int, int], None] | None = None,
+            on_error: Callable[[T], R] | None = None) -> list[R]:
+        """``[fn(x) for x in items]`` with up to ``concurrency`` calls at once; ``progress(done, total)`` after each.
+
+        With ``on_error``, an item whose ``fn`` raises :class:`LLMError` (after the SDK's retries) gets
+        ``on_error(item)`` instead (``failures`` counts them), so one failed point does not fail a run;
+        when every item fails the last error is raised (the backbone itself is broken).
+        """
         total = len(items)
-        done = 0
+        done = failed = 0
         lock = threading.Lock()
+        last_error: list[LLMError] = []
 
         def call(item: T) -> R:
-            nonlocal done
-            result = fn(item)
+            nonlocal done, failed
+            try:
+                result = fn(item)
+            except LLMError as exc:
+                if on_error is None:
+                    raise
+                result = on_error(item)
+                with lock:
+                    failed += 1
+                    self.failures += 1
+                    last_error[:] = [exc]
             with lock:
                 done += 1
                 if progress is not None:
@@ -181,9 +197,13 @@ class LLMClient:
             return result
 
         if self.concurrency == 1:
-            return [call(x) for x in items]
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qval-llm") as pool:
-            return list(pool.map(call, items))
+            results = [call(x) for x in items]
+        else:
+            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qval-llm") as pool:
+                results = list(pool.map(call, items))
+        if total and failed == total:
+            raise last_error[0]
+        return results
 
     def close(self) -> None:
         """Close the HTTP connections."""

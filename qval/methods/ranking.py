@@ -47,7 +47,7 @@ def ranking(ctx: MethodContext) -> MethodOutput:
                              seed=ctx.seed, **params)
             return permutation_scores(parsing.parse_permutation(reply.text, k), k)
 
-        results = llm.map(score, ctx.points, ctx.progress)
+        results = llm.map(score, ctx.points, ctx.progress, on_error=lambda s: [math.nan] * len(s.candidates))
         scores = {c.id: v for state, values in zip(ctx.points, results) for c, v in zip(state.candidates, values)}
         unparsable = sum(1 for values in results if values and math.isnan(values[0]))
         return MethodOutput.from_scores(scores, run_meta(spec, ctx, llm, unparsable_states=unparsable))

@@ -22,10 +22,12 @@ from qval.methods.registry import MethodContext, MethodError, MethodOutput, get_
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a run is: ``done`` of ``total`` units (points, states or batches, as the method counts them)."""
+    """Where a run is: ``done`` of ``total`` units (points, states or batches, as the method counts them) and the
+    model tokens sent so far (cache hits cost none)."""
 
     done: int
     total: int
+    tokens: int = 0
 
 
 def run_method(name: str, dataset: schema.Dataset, split: str, target: str, backbone: str, *, seed: int = 0,
@@ -49,7 +51,7 @@ def run_method(name: str, dataset: schema.Dataset, split: str, target: str, back
 
     def report(done: int, total: int) -> None:
         if progress is not None:
-            progress(Progress(done, total))
+            progress(Progress(done, total, int(getattr(ctx.meter, "tokens", 0))))
 
     ctx = MethodContext(dataset=dataset, split=split, target=target, points=states, backbone=backbone,
                         dataset_dir=Path(dataset_dir) if dataset_dir else None, seed=seed, progress=report,

@@ -77,7 +77,8 @@ def _sdpo(name: str, ctx: MethodContext, oracle: bool) -> MethodOutput:
                                            llm.continuation_logprobs(student, cand.action))
             return out
 
-        results = llm.map(score, ctx.points, ctx.progress)
+        results = llm.map(score, ctx.points, ctx.progress,
+                          on_error=lambda s: {c.id: math.nan for c in s.candidates})
         return MethodOutput.from_scores({k: v for r in results for k, v in r.items()}, run_meta(spec, ctx, llm))
 
 
