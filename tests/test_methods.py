@@ -331,18 +331,28 @@ def test_eureka_refines_with_the_judges_pick(scripted, engine, base_image, monke
     assert len(set(out.scores.values())) == 1 and out.num_nan == 0
 
 
-# -- end to end with the tiny model -----------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [m for m in TEXT_METHODS if m not in ("codegen", "codegen-avg", "eureka")])
-def test_text_methods_end_to_end_on_frozenlake(name: str, frozenlake: schema.Dataset, tiny_model: Path,
-                                                 tmp_path: Path) -> None:
-    ds = schema.Dataset(manifest=frozenlake.manifest, states=frozenlake.states_in("dev")[:3],
-                        q_labels=frozenlake.q_labels, v_labels=frozenlake.v_labels)
-    options = {"max_tokens": 8, "samples": 2}
-    first = run_method(name, ds, "dev", "q", str(tiny_model), seed=1, cache_dir=tmp_path / "a", options=options)
-    again = run_method(name, ds, "dev", "q", str(tiny_model), seed=1, cache_dir=tmp_path / "b", options=options)
-    ids = set(ds.point_ids("dev", "q")) | ({c.id for s in ds.states for c in s.candidates}
-                                         if "ranking" in get_method(name).targets else set())
-    assert set(first.scores) == ids
-    assert first.num_nan == sum(math.isnan(v) for v in first.scores.values())
-    assert json.dumps(first.scores, sort_keys=True) == json.dumps(again.scores, sort_keys=True)
+# -- the command line -------------------------------------------------------------------------
+def test_cli_lists_methods_and_predicts_a_file_the_site_accepts(scripted, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from qval.cli import main
+    from qval.scoring import score, truth_from_dataset
+
+    assert main(["methods", "--json"]) == 0
+    listed = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
+    assert listed["Δbelief"]["family"] == "intrinsic" and set(TEXT_METHODS) <= set(listed)
+    server = scripted(reply=lambda m: f"<answer>{int(marker(m)[0][5]) / 4}</answer>")
+    directory = tiny_dataset().write(tmp_path / "ds")
+    out = tmp_path / "preds.parquet"
+    args = ["predict", "--method", "direct-single", "--backbone", server.url, "--dataset", str(directory),
+            "--split", "dev", "--cache", str(tmp_path / "cache"), "-o", str(out)]
+    assert main(args) == 0
+    assert "6 scores, 0 NaN (6 requests, 0 from the cache)" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "(0 requests, 6 from the cache)" in capsys.readouterr().out
+    truth = truth_from_dataset(schema.Dataset.read(directory), "dev", "q")
+    preds = qpred.parse(out, out.name)
+    qpred.validate(preds, truth.index)
+    rows = {r.metric: r for r in score(truth, preds.ids, preds.scores, bootstrap_resamples=0)}
+    assert rows["spearman"].coverage == 1.0 and rows["spearman"].num_dropped == 0
+    assert main(["predict", "--method", "sdpo", "--backbone", server.url, "--dataset", str(directory),
+                 "--target", "v"]) == 1
+    assert "not target 'v'" in capsys.readouterr().err
