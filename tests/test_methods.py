@@ -356,3 +356,44 @@ def test_cli_lists_methods_and_predicts_a_file_the_site_accepts(scripted, tmp_pa
     assert main(["predict", "--method", "sdpo", "--backbone", server.url, "--dataset", str(directory),
                  "--target", "v"]) == 1
     assert "not target 'v'" in capsys.readouterr().err
+
+
+ESCAPE = '''def _os():
+    for c in ().__class__.__base__.__subclasses__():
+        if c.__name__ == "_wrap_close":
+            return c.__init__.__globals__
+'''
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_code_that_escapes_the_restricted_builtins_is_still_contained(engine, base_image) -> None:  # type: ignore[no-untyped-def]
+    """Validation would refuse these (dunder access); run unvalidated, the container alone must hold them."""
+    import socket
+
+    from qval.methods import sandbox
+
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    connect = f"import socket; socket.create_connection(('10.0.2.2', {port}), timeout=1)"
+    sources = [
+        ESCAPE + "def signal_function(state, action, next_state):\n    return float(_os()['getuid']())\n",
+        ESCAPE + "def signal_function(state, action, next_state):\n"
+                 "    return float(_os()['system']('touch /input/pwned 2>/dev/null || exit 3') >> 8)\n",
+        ESCAPE + "def signal_function(state, action, next_state):\n"
+                 f"    return float(_os()['system'](\"python3 -c \\\"{connect}\\\" 2>/dev/null\") >> 8)\n",
+        ESCAPE + "def signal_function(state, action, next_state):\n    _os()['open']('/input/job.json', 1)\n    return 1.0\n",
+        ESCAPE + "def signal_function(state, action, next_state):\n    _os()['system']('sleep 600')\n    return 1.0\n",
+    ]
+    assert all(sandbox.validate(s, 3) for s in sources)  # refused by validation in codegen/eureka
+    rows = sandbox.run_functions(sources, [("a", "b", "c")], call_timeout_s=3, engine=engine, image=base_image)
+    assert rows[0] == [65534.0]  # it escaped, but runs as nobody
+    assert rows[1] == [3.0]  # /input is read-only
+    assert rows[2] == [1.0]  # no network: the connection failed
+    assert math.isnan(rows[3][0]) and math.isnan(rows[4][0])  # write refused; the endless call was cut off
+    with pytest.raises(socket.timeout):
+        listener.accept()
+    listener.close()

@@ -230,17 +230,23 @@ def checkpoint_identity(path: str | Path) -> str:
 
 @contextlib.contextmanager
 def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency: int = 8,
-                  model: str | None = None) -> Iterator[LLMClient]:
+                  model: str | None = None, identity: str | None = None) -> Iterator[LLMClient]:
     """A client for ``spec``: an ``http(s)://`` URL of an OpenAI-compatible server (``/v1`` added when
     missing), ``unix:PATH`` of a socket, or a local checkpoint directory, served here by
-    :class:`qval.backbone.BackboneServer` on a private socket for the duration."""
+    :class:`qval.backbone.BackboneServer` on a private socket for the duration.
+
+    ``identity`` names the model in cache keys (default: the served model's name, or for a
+    checkpoint directory :func:`checkpoint_identity`); a caller serving a checkpoint elsewhere
+    (a vLLM server it manages) passes that checkpoint's identity, so responses of two different
+    checkpoints served under one name never share cache entries.
+    """
     if spec.startswith(("http://", "https://")):
         base = spec.rstrip("/")
         client = LLMClient(base if base.endswith("/v1") else base + "/v1", model=model, cache_dir=cache_dir,
-                           concurrency=concurrency)
+                           concurrency=concurrency, identity=identity)
     elif spec.startswith("unix:"):
         client = LLMClient("http://localhost/v1", socket_path=spec[len("unix:"):], model=model, cache_dir=cache_dir,
-                           concurrency=concurrency)
+                           concurrency=concurrency, identity=identity)
     else:
         path = Path(spec)
         if not (path / "config.json").is_file():
@@ -253,7 +259,8 @@ def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency
             with BackboneServer(backend, budget=2**62, socket_path=Path(tmp) / "llm.sock") as server:
                 assert server.socket_path is not None
                 client = LLMClient("http://localhost/v1", socket_path=server.socket_path, model=backend.name,
-                                   cache_dir=cache_dir, concurrency=concurrency, identity=checkpoint_identity(path))
+                                   cache_dir=cache_dir, concurrency=concurrency,
+                                   identity=identity or checkpoint_identity(path))
                 try:
                     yield client
                 finally:
