@@ -701,7 +701,7 @@ def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     tokenizer.save_pretrained(directory)
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     LlamaForCausalLM(config).save_pretrained(directory)

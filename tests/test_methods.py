@@ -31,7 +31,7 @@ class Scripted:
 
     def __init__(self, reply: Callable[[list[dict[str, str]]], str] = lambda m: "",
                  logprobs: Callable[[list[dict[str, str]], str], list[float]] | None = None,
-                 fail: Callable[[list[dict[str, str]]], bool] = lambda m: False) -> None:
+                 fail: Callable[[list[dict[str, str]]], int] = lambda m: 0) -> None:
         self.reply, self.logprobs, self.fail = reply, logprobs, fail
         self.bodies: list[dict[str, Any]] = []
         self.local = threading.local()  # .body: the request being answered in this thread
@@ -59,8 +59,9 @@ class Scripted:
                     owner.bodies.append(body)
                 messages = body["messages"]
                 owner.local.body = body
-                if owner.fail(messages):
-                    self._send({"error": {"message": "scripted failure", "type": "invalid_request_error"}}, 400)
+                status = owner.fail(messages)  # an HTTP error status, or 0
+                if status:
+                    self._send({"error": {"message": f"scripted failure {status}", "type": "error"}}, status)
                     return
                 payload: dict[str, Any] = {
                     "id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
@@ -164,12 +165,15 @@ def test_direct_single_parses_answers_counts_nan_and_caches(scripted, tmp_path: 
 
 
 def test_a_failing_point_is_nan_not_a_failed_run(scripted) -> None:  # type: ignore[no-untyped-def]
-    server = scripted(reply=lambda m: "<answer>1</answer>", fail=lambda m: "obs0-1" in m[-1]["content"])
+    server = scripted(reply=lambda m: "<answer>1</answer>", fail=lambda m: 400 * ("obs0-1" in m[-1]["content"]))
     out = run_method("direct-single", tiny_dataset(1, 3), "dev", "q", server.url)
     assert out.scores["t0s0c1"] == 1.0 and math.isnan(out.scores["t0s1c1"])
     assert out.num_nan == 1 and out.meta["failed_points"] == 1
-    server.fail = lambda m: True
-    with pytest.raises(Exception, match="scripted failure"):
+    server.fail = lambda m: 400  # every request refused (e.g. prompts beyond the context): all NaN, counted
+    out = run_method("direct-single", tiny_dataset(1, 3), "dev", "q", server.url)
+    assert out.num_nan == 3 and out.meta["failed_points"] == 3
+    server.fail = lambda m: 404  # a broken backbone (wrong model): the run fails
+    with pytest.raises(Exception, match="scripted failure 404"):
         run_method("direct-single", tiny_dataset(1, 3), "dev", "q", server.url)
 
 

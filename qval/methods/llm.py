@@ -41,7 +41,15 @@ Messages = Sequence[dict[str, str]]
 
 
 class LLMError(RuntimeError):
-    """The model server failed a request after every retry, or answered something unusable."""
+    """The model server failed a request after every retry, or answered something unusable.
+
+    ``refused``: the server refused this request itself (HTTP 400/413/422, e.g. a prompt longer than
+    the model's context), as opposed to a server that is down or broken.
+    """
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,8 @@ class LLMClient:
         try:
             response = self._client.chat.completions.create(model=self.model, **standard, extra_body=extra or None)
         except openai.OpenAIError as exc:
-            raise LLMError(f"the model server failed the request: {exc}") from exc
+            status = getattr(exc, "status_code", None)
+            raise LLMError(f"the model server failed the request: {exc}", refused=status in (400, 413, 422)) from exc
         return response.model_dump()
 
     def chat(self, messages: Messages, *, max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
@@ -171,7 +180,8 @@ class LLMClient:
 
         With ``on_error``, an item whose ``fn`` raises :class:`LLMError` (after the SDK's retries) gets
         ``on_error(item)`` instead (``failures`` counts them), so one failed point does not fail a run;
-        when every item fails the last error is raised (the backbone itself is broken).
+        when every item fails and the last failure is not a refusal of the request itself
+        (:attr:`LLMError.refused`) that error is raised: the backbone is down or broken.
         """
         total = len(items)
         done = failed = 0
@@ -201,7 +211,7 @@ class LLMClient:
         else:
             with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qval-llm") as pool:
                 results = list(pool.map(call, items))
-        if total and failed == total:
+        if total and failed == total and not last_error[0].refused:
             raise last_error[0]
         return results
 
