@@ -68,11 +68,11 @@ class LLMClient:
     def __init__(self, base_url: str, *, model: str | None = None, socket_path: str | Path | None = None,
                  cache_dir: str | Path | None = None, concurrency: int = 8, retries: int = 3,
                  timeout_s: float = 600.0, identity: str | None = None) -> None:
-        import httpx
+        import httpx2  # the openai SDK's own HTTP client package
         import openai
 
-        transport = httpx.HTTPTransport(uds=str(socket_path)) if socket_path else None
-        http_client = httpx.Client(transport=transport, timeout=timeout_s) if transport else None
+        transport = httpx2.HTTPTransport(uds=str(socket_path)) if socket_path else None
+        http_client = httpx2.Client(transport=transport, timeout=timeout_s) if transport else None
         self._client = openai.OpenAI(base_url=base_url, api_key=os.environ.get("QVAL_LLM_API_KEY", "none"),
                                      max_retries=retries, timeout=timeout_s, http_client=http_client)
         self.model = model or self._served_model()
