@@ -11,7 +11,7 @@ and prints points/s of each with the ratios (2)/(1) and (3)/(2).  The server is 
 checkpoint served by our transformers-backed server (``--backbone DIR``; default: a tiny
 random-weight model built here) or any OpenAI-compatible server (``--backbone http://...``,
 e.g. ``vllm serve``, which batches concurrent requests; ours serialises them, so there the
-ratio shows the client's overhead rather than a batching gain).
+ratio shows the client's overlap of request handling with generation rather than a batching gain).
 
     .venv/bin/python benchmarks/methods.py [--points 24] [--concurrency 8] [--backbone DIR|URL]
 """
@@ -39,7 +39,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--backbone", help="checkpoint directory or http(s):// URL (default: a tiny model built here)")
     parser.add_argument("--dataset", help="a FrozenLake dataset directory (default: built here)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch intra-op threads of the local server (default 1: on a busy CPU, OpenMP threads "
+                             "make a long-lived serving thread many times slower than a fresh one, which would "
+                             "show up as a false concurrency gain)")
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     with tempfile.TemporaryDirectory(prefix="qval-bench-") as tmp:
         work = Path(tmp)
         backbone = args.backbone or str(make_tiny_model(work / "tiny"))
