@@ -390,7 +390,8 @@ def test_code_that_escapes_the_restricted_builtins_is_still_contained(engine, ba
         ESCAPE + "def signal_function(state, action, next_state):\n"
                  f"    return float(_os()['system'](\"python3 -c \\\"{connect}\\\" 2>/dev/null\") >> 8)\n",
         ESCAPE + "def signal_function(state, action, next_state):\n    _os()['open']('/input/job.json', 1)\n    return 1.0\n",
-        ESCAPE + "def signal_function(state, action, next_state):\n    _os()['system']('sleep 600')\n    return 1.0\n",
+        ESCAPE + "def signal_function(state, action, next_state):\n"
+                 "    _os()['system'](\"python3 -c 'while True: pass'\")\n    return 1.0\n",
     ]
     assert all(sandbox.validate(s, 3) for s in sources)  # refused by validation in codegen/eureka
     rows = sandbox.run_functions(sources, [("a", "b", "c")], call_timeout_s=3, engine=engine, image=base_image)
