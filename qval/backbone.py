@@ -14,7 +14,12 @@ Endpoints (JSON over HTTP/1.1, a subset of the OpenAI API that vLLM also serves)
 
 * ``GET /v1/models``;
 * ``POST /v1/chat/completions``: ``messages``, ``max_tokens`` (or ``max_completion_tokens``),
-  ``temperature``, ``top_p``, ``seed``, ``stop``, ``logprobs`` + ``top_logprobs`` (≤ 20);
+  ``temperature``, ``top_p``, ``seed``, ``stop``, ``logprobs`` + ``top_logprobs`` (≤ 20), and
+  vLLM's extensions for scoring a given assistant text: ``add_generation_prompt`` (default true),
+  ``continue_final_message`` (the last message is an assistant message to continue, not to
+  close) and ``prompt_logprobs`` (0 only here: the response's top-level ``prompt_logprobs`` lists,
+  per prompt token, ``None`` for the first and otherwise ``{token_id: {"logprob", "rank",
+  "decoded_token"}}`` holding the prompt's own token);
 * ``POST /v1/completions``: ``prompt``, ``max_tokens`` (may be 0), ``temperature``, ``top_p``,
   ``seed``, ``stop``, ``logprobs`` (≤ 20) and ``echo`` (the prompt's own token logprobs, for
   scoring an action by its likelihood).
@@ -82,6 +87,18 @@ class TokenLogprob:
     token: str
     logprob: float
     top: tuple[tuple[str, float], ...] = ()
+    token_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """How a chat is turned into a prompt: vLLM's ``add_generation_prompt`` and ``continue_final_message``."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+
+
+DEFAULT_TEMPLATE = ChatTemplate()
 
 
 @dataclass(frozen=True)
@@ -114,11 +131,13 @@ class Backend(Protocol):
 
     name: str
 
-    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> int | None:
+    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
+                     template: ChatTemplate = DEFAULT_TEMPLATE) -> int | None:
         """Prompt tokens of a chat (``messages``) or plain ``prompt`` request; None when unknown."""
 
-    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
-        """Complete a chat or a prompt."""
+    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling,
+                 template: ChatTemplate = DEFAULT_TEMPLATE) -> Generation:
+        """Complete a chat or a prompt (``sampling.echo``: with the prompt's own token logprobs)."""
 
 
 class TransformersBackend:
@@ -141,16 +160,20 @@ class TransformersBackend:
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(self.device).eval()
         self._lock = threading.Lock()
 
-    def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> list[int]:
+    def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
+                    template: ChatTemplate = DEFAULT_TEMPLATE) -> list[int]:
         if messages is not None:
-            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            ids = self.tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=template.add_generation_prompt,
+                continue_final_message=template.continue_final_message, tokenize=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer releases
                 ids = ids["input_ids"]
             return list(ids)
         return list(self.tokenizer(prompt or "", add_special_tokens=True)["input_ids"])
 
-    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> int | None:
-        return len(self._prompt_ids(messages, prompt))
+    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
+                     template: ChatTemplate = DEFAULT_TEMPLATE) -> int | None:
+        return len(self._prompt_ids(messages, prompt, template))
 
     def _token(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
@@ -162,12 +185,13 @@ class TransformersBackend:
         if k:
             values, indices = torch.topk(logprobs_row, min(k, logprobs_row.shape[-1]))
             top = tuple((self._token(int(i)), float(v)) for v, i in zip(values, indices))
-        return TokenLogprob(self._token(token_id), float(logprobs_row[token_id]), top)
+        return TokenLogprob(self._token(token_id), float(logprobs_row[token_id]), top, token_id)
 
-    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling,
+                 template: ChatTemplate = DEFAULT_TEMPLATE) -> Generation:
         import torch
 
-        ids = self._prompt_ids(messages, prompt)
+        ids = self._prompt_ids(messages, prompt, template)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and len(ids) + sampling.max_tokens > limit:
             raise BackboneError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({sampling.max_tokens}) exceeds the "
@@ -180,7 +204,7 @@ class TransformersBackend:
             prompt_logprobs: tuple[TokenLogprob, ...] = ()
             if sampling.echo:
                 logits = self.model(input_ids).logits[0].float().log_softmax(-1)
-                first = TokenLogprob(self._token(ids[0]), float("nan"))
+                first = TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0])
                 prompt_logprobs = (first,) + tuple(
                     self._logprob_entry(logits[i - 1], ids[i], k) for i in range(1, len(ids)))
             generated: list[int] = []
@@ -247,10 +271,12 @@ class UpstreamBackend:
         self.name = name or model
         self.timeout_s = timeout_s
 
-    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None) -> int | None:
+    def count_prompt(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
+                     template: ChatTemplate = DEFAULT_TEMPLATE) -> int | None:
         return None
 
-    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+    def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling,
+                 template: ChatTemplate = DEFAULT_TEMPLATE) -> Generation:
         body: dict[str, Any] = {"model": self.model, "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
                                 "top_p": sampling.top_p, "seed": sampling.seed}
         if sampling.stop:
@@ -259,6 +285,11 @@ class UpstreamBackend:
             path, body["messages"] = "/v1/chat/completions", list(messages)
             if sampling.top_logprobs is not None:
                 body.update(logprobs=True, top_logprobs=sampling.top_logprobs)
+            if template != DEFAULT_TEMPLATE:
+                body.update(add_generation_prompt=template.add_generation_prompt,
+                            continue_final_message=template.continue_final_message)
+            if sampling.echo:
+                body["prompt_logprobs"] = sampling.top_logprobs or 0
         else:
             path, body["prompt"] = "/v1/completions", prompt or ""
             if sampling.top_logprobs is not None:
@@ -283,7 +314,7 @@ class UpstreamBackend:
             text = choice["message"]["content"] or ""
             entries = tuple(TokenLogprob(e["token"], e["logprob"], tuple((t["token"], t["logprob"]) for t in e.get("top_logprobs", [])))
                             for e in ((choice.get("logprobs") or {}).get("content") or []))
-            prompt_entries: tuple[TokenLogprob, ...] = ()
+            prompt_entries = tuple(_prompt_entry(e) for e in (payload.get("prompt_logprobs") or []))
         else:
             text = choice["text"]
             lp = choice.get("logprobs") or {}
@@ -297,6 +328,18 @@ class UpstreamBackend:
         return Generation(text=text, prompt_tokens=int(usage.get("prompt_tokens", 0)),
                           completion_tokens=int(usage.get("completion_tokens", 0)),
                           finish_reason=choice.get("finish_reason") or "stop", logprobs=entries, prompt_logprobs=prompt_entries)
+
+
+def _prompt_entry(entry: dict[str, Any] | None) -> TokenLogprob:
+    """One vLLM ``prompt_logprobs`` entry (``None`` for the first token) as the prompt token's logprob.
+
+    With k = 0 the entry holds the prompt's own token only; with k > 0 vLLM adds the k most likely
+    tokens, and the prompt's own token is the first entry it lists.
+    """
+    if not entry:
+        return TokenLogprob("", float("nan"))
+    token_id, info = next(iter(entry.items()))
+    return TokenLogprob(info.get("decoded_token") or "", float(info["logprob"]), (), int(token_id))
 
 
 def backend_from_spec(name: str, spec: dict[str, Any]) -> Backend:
@@ -506,10 +549,11 @@ class BackboneServer:
             raise BackboneError(400, f"max_tokens must be an integer >= {minimum}, got {raw!r}", param="max_tokens")
         return raw
 
-    def _run(self, messages: list[dict[str, str]] | None, prompt: str | None, sampling: Sampling) -> Generation:
+    def _run(self, messages: list[dict[str, str]] | None, prompt: str | None, sampling: Sampling,
+             template: ChatTemplate = DEFAULT_TEMPLATE) -> Generation:
         """Check the budget, generate, charge the tokens."""
         usage = self.usage
-        needed = self.backend.count_prompt(messages, prompt)
+        needed = self.backend.count_prompt(messages, prompt, template)
         with usage._lock:
             usage.requests += 1
             left = usage.budget - usage.total_tokens
@@ -523,7 +567,7 @@ class BackboneServer:
         if sampling.max_tokens > cap:
             sampling = replace(sampling, max_tokens=cap)
         try:
-            result = self.backend.generate(messages, prompt, sampling)
+            result = self.backend.generate(messages, prompt, sampling, template)
         except Exception:
             with usage._lock:
                 usage.prompt_tokens -= needed or 0
@@ -545,16 +589,29 @@ class BackboneServer:
             top = body.get("top_logprobs") or 0
             if not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
                 raise BackboneError(400, f"top_logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}", param="top_logprobs")
-        sampling = self._sampling(body, self._max_tokens(body, DEFAULT_MAX_TOKENS, 1), top, echo=False)
+        prompt_top = body.get("prompt_logprobs")
+        if prompt_top is not None and (prompt_top != 0 or isinstance(prompt_top, bool)):
+            raise BackboneError(400, "prompt_logprobs must be 0 (the prompt's own tokens) here", param="prompt_logprobs")
+        template = ChatTemplate(add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+                                continue_final_message=bool(body.get("continue_final_message", False)))
+        if template.continue_final_message and (template.add_generation_prompt or messages[-1]["role"] != "assistant"):
+            raise BackboneError(400, "continue_final_message needs add_generation_prompt=false and a last message "
+                                     "of role assistant", param="continue_final_message")
+        sampling = self._sampling(body, self._max_tokens(body, DEFAULT_MAX_TOKENS, 1), top, echo=prompt_top is not None)
         msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
-        result = self._run(msgs, None, sampling)
+        result = self._run(msgs, None, sampling, template)
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result.text},
                                   "finish_reason": result.finish_reason, "logprobs": None}
         if top is not None:
             choice["logprobs"] = {"content": [
                 {"token": e.token, "logprob": e.logprob, "top_logprobs": [{"token": t, "logprob": v} for t, v in e.top]}
                 for e in result.logprobs]}
-        return self._envelope("chat.completion", choice, result)
+        envelope = self._envelope("chat.completion", choice, result)
+        if prompt_top is not None:
+            envelope["prompt_logprobs"] = [
+                None if i == 0 else {str(e.token_id): {"logprob": e.logprob, "rank": None, "decoded_token": e.token}}
+                for i, e in enumerate(result.prompt_logprobs)]
+        return envelope
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """``/v1/completions``."""
@@ -644,7 +701,7 @@ def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     tokenizer.save_pretrained(directory)
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     LlamaForCausalLM(config).save_pretrained(directory)

@@ -343,6 +343,49 @@ def cmd_run_container(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_methods(args: argparse.Namespace) -> int:
+    """List the built-in methods."""
+    from qval.methods.registry import all_methods
+
+    rows = [(m.name, m.family, ",".join(m.targets), m.modality, m.needs, m.description) for m in all_methods()]
+    if args.json:
+        print(json.dumps([dict(zip(("name", "family", "targets", "modality", "needs", "description"), r)) for r in rows],
+                         indent=2, ensure_ascii=False))
+        return 0
+    widths = [max(len(str(r[i])) for r in rows) for i in range(5)] if rows else [0] * 5
+    for r in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r[:5], widths)) + "  " + r[5])
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """Run a built-in method locally on a dataset split and write a predictions file."""
+    from qval.methods.registry import MethodError
+    from qval.methods.run import run_method, write_predictions
+
+    try:
+        if Path(args.dataset).is_dir():
+            ds, ds_dir = schema.Dataset.read(args.dataset), Path(args.dataset)
+        else:
+            ds, ds_dir = remote_split(_server(args), args.dataset, args.split), None
+        out = Path(args.out or f"{args.method}-{ds.manifest.slug}-{args.split}-{args.target}.parquet")
+        cache = Path(args.cache or Path.home() / ".cache" / "qval" / "methods")
+
+        def progress(p: Any) -> None:
+            print(f"\r{args.method}: {p.done}/{p.total}", end="", file=sys.stderr, flush=True)
+
+        options = {"concurrency": args.concurrency, **({"model": args.model} if args.model else {})}
+        output = run_method(args.method, ds, args.split, args.target, args.backbone, seed=args.seed, cache_dir=cache,
+                            options=options, dataset_dir=ds_dir, progress=progress)
+        print(file=sys.stderr)
+        write_predictions(output, out)
+    except (MethodError, schema.SchemaError, OSError) as exc:
+        raise CliError(str(exc)) from exc
+    print(f"wrote {out}: {len(output.scores)} scores, {output.num_nan} NaN "
+          f"({output.meta.get('requests', 0)} requests, {output.meta.get('cache_hits', 0)} from the cache)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``qval``."""
     parser = argparse.ArgumentParser(prog="qval", description="Score and submit Q-alignment predictions.")
@@ -404,6 +447,24 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
     rc.add_argument("--json", action="store_true", help="print the metrics as JSON")
     rc.set_defaults(func=cmd_run_container)
+
+    me = sub.add_parser("methods", help="list the built-in methods")
+    me.add_argument("--json", action="store_true")
+    me.set_defaults(func=cmd_methods)
+
+    pr = sub.add_parser("predict", help="run a built-in method locally and write a predictions file")
+    pr.add_argument("--method", required=True, help="a name `qval methods` lists")
+    pr.add_argument("--backbone", required=True,
+                    help="an OpenAI-compatible server (http://host:port), unix:SOCKET, or a local checkpoint directory")
+    pr.add_argument("--dataset", required=True, help="dataset directory, or slug[@version] to download from the server")
+    pr.add_argument("--split", default="dev")
+    pr.add_argument("--target", default="q", choices=schema.TARGETS)
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--concurrency", type=int, default=8, help="requests sent at once")
+    pr.add_argument("--model", help="the served model's name (default: the first the server lists)")
+    pr.add_argument("--cache", help="response cache folder (default ~/.cache/qval/methods)")
+    pr.add_argument("-o", "--out", help="predictions file (.parquet, .csv or .jsonl)")
+    pr.set_defaults(func=cmd_predict)
     return parser
 
 

@@ -644,8 +644,10 @@ class Job:
             raise ArchiveRejected(f"the loaded archive did not produce image {image_id[:12]}: {found.stderr.strip()}")
         return image_id
 
-    def run_argv(self, name: str, image_id: str, limits: Limits, backbone: str | None = None) -> list[str]:
-        """The engine command line that runs ``image_id`` in the sandbox (see the module docstring).
+    def run_argv(self, name: str, image_id: str, limits: Limits, backbone: str | None = None,
+                 command: tuple[str, ...] = ()) -> list[str]:
+        """The engine command line that runs ``image_id`` (with ``command`` instead of its own, when given)
+        in the sandbox (see the module docstring).
 
         ``backbone``: the served model's name; the socket's folder is mounted read-only at
         ``/run/qval`` and ``QVAL_BACKBONE_SOCKET`` / ``QVAL_BACKBONE_MODEL`` tell the container.
@@ -669,9 +671,10 @@ class Job:
             inside = PurePosixPath(SOCKET_IN_CONTAINER)
             argv += ["-v", f"{self.backbone_socket.parent}:{inside.parent}:ro",
                      "-e", f"QVAL_BACKBONE_SOCKET={inside}", "-e", f"QVAL_BACKBONE_MODEL={backbone}"]
-        return self.engine.command(*argv, image_id, store=self.dir)
+        return self.engine.command(*argv, image_id, *command, store=self.dir)
 
-    def run(self, image_id: str, limits: Limits = Limits(), backbone: str | None = None) -> RunResult:
+    def run(self, image_id: str, limits: Limits = Limits(), backbone: str | None = None,
+            command: tuple[str, ...] = ()) -> RunResult:
         """Run a loaded image once on ``input_dir`` under ``limits`` and classify how it ended.
 
         ``backbone``: the name of the model a :class:`qval.backbone.BackboneServer` serves on
@@ -685,7 +688,7 @@ class Job:
         start = time.monotonic()
         # cwd: conmon (started by `podman run`) drops an empty "oom" file in its working directory when
         # the container's cgroup v1 goes away; it must land in the job's folder, not the worker's.
-        proc = subprocess.Popen(self.run_argv(name, image_id, limits, backbone), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(self.run_argv(name, image_id, limits, backbone, command), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=self.dir)
         assert proc.stdout is not None and proc.stderr is not None
         out, err = _Capture(proc.stdout), _Capture(proc.stderr)

@@ -40,6 +40,9 @@ _BY_SLUG: dict[str, Family] = {f.slug: f for f in (*FAMILIES, OTHER)}
 _BY_NAME: dict[str, Family] = {f.name: f for f in (*FAMILIES, OTHER)}
 _BY_METHOD: dict[str, Family] = {m: f for f in FAMILIES for m in f.methods}
 
+FAMILY_SLUGS: frozenset[str] = frozenset(f.slug for f in FAMILIES)
+"""Slugs a built-in method may declare (:func:`qval.methods.registry.method`)."""
+
 CHOICES: list[tuple[str, str]] = [(f.slug, f.name) for f in (*FAMILIES, OTHER)]
 """``(slug, name)`` pairs, e.g. for a Django ``choices``."""
 

@@ -116,6 +116,36 @@ def test_echo_logprobs_score_a_text_like_a_forward_pass(served: bb.BackboneServe
     assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
 
 
+def test_continue_final_message_prompt_logprobs_score_a_reply_like_a_forward_pass(
+        served: bb.BackboneServer, backend: bb.TransformersBackend, tmp_path: Path) -> None:
+    """vLLM's extensions the built-in logprob methods use: the assistant reply's tokens scored in place,
+    the same through the upstream (vLLM) path."""
+    messages = CHAT + [{"role": "assistant", "content": "Yes"}]
+    req = {"messages": messages, "max_tokens": 1, "temperature": 0, "add_generation_prompt": False,
+           "continue_final_message": True, "prompt_logprobs": 0}
+    status, body = call(served, "POST", "/v1/chat/completions", req)
+    assert status == 200, body
+    ids = backend.tokenizer.apply_chat_template(messages, continue_final_message=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    assert backend.tokenizer.decode(ids).endswith("<|assistant|>\nYes")
+    with torch.no_grad():
+        logprobs = backend.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    got = body["prompt_logprobs"]
+    assert got[0] is None and len(got) == len(ids)
+    assert [next(iter(e)) for e in got[1:]] == [str(i) for i in ids[1:]]
+    assert [next(iter(e.values()))["logprob"] for e in got[1:]] == pytest.approx(
+        [float(logprobs[i - 1, ids[i]]) for i in range(1, len(ids))], abs=1e-4)
+    status, bad = call(served, "POST", "/v1/chat/completions", {**req, "add_generation_prompt": True})
+    assert status == 400 and "continue_final_message" in bad["error"]["message"]
+    with bb.BackboneServer(backend, 10**6, address=("127.0.0.1", 0)) as upstream:
+        host, port = upstream.address
+        proxy = bb.UpstreamBackend(f"http://{host}:{port}", "tiny-llama")
+        result = proxy.generate(messages, None, bb.Sampling(max_tokens=1, temperature=0, echo=True),
+                                bb.ChatTemplate(add_generation_prompt=False, continue_final_message=True))
+        assert [e.logprob for e in result.prompt_logprobs[1:]] == pytest.approx(
+            [next(iter(e.values()))["logprob"] for e in got[1:]], abs=1e-6)
+
+
 def test_sampling_is_seeded(served: bb.BackboneServer) -> None:
     req = {"prompt": "click the button", "max_tokens": 12, "temperature": 1.5}
     outs = [call(served, "POST", "/v1/completions", {**req, "seed": s})[1]["choices"][0]["text"] for s in (1, 1, 2, 3, 4)]

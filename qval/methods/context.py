@@ -1,0 +1,136 @@
+"""The shared method context of every prompted method, and its versioned prompt templates.
+
+Templates live in ``prompts/<PROMPT_VERSION>/`` beside this module (``string.Template`` files,
+``${slot}`` placeholders), with the per-environment texts (task, reward, observation and
+action spaces, horizon, verifier criteria) in ``prompts/<PROMPT_VERSION>/environments/<env>.json``.
+:func:`prompt_hash` is the SHA-256 of that whole folder, recorded with every run.  A changed
+wording is a new version folder, so older runs stay reproducible.
+
+A *point* (:class:`Point`) is one evaluation point: a state and, for target ``q``, one of its
+candidates; its text (:func:`point_text`) follows the shared context of the QVal paper
+(Appendix C.1): task, bounded history of earlier actions, current state, and for ``q`` the
+action and its resulting state.  Django-free.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qval import schema
+
+PROMPT_VERSION = "v1"
+PROMPTS_DIR = Path(__file__).resolve().parent / "prompts" / PROMPT_VERSION
+MAX_HISTORY_TURNS = 8
+"""How many of the latest earlier actions a point shows (older ones are summarised as a count)."""
+
+
+class PromptError(KeyError):
+    """A template or environment text that is missing."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluation point: ``id`` is the candidate's id (target ``q``) or the state's (target ``v``)."""
+
+    id: str
+    state: schema.State
+    candidate: schema.Candidate | None
+
+
+@dataclass(frozen=True)
+class EnvText:
+    """The per-environment texts of the method context."""
+
+    name: str
+    task_description: str
+    reward_description: str
+    observation_space: str
+    action_space: str
+    max_steps: int
+    criteria: tuple[dict[str, str], ...]
+    action_label: str
+    outcome_label: str
+
+
+@functools.lru_cache(maxsize=None)
+def template(name: str) -> string.Template:
+    """The template ``prompts/<version>/<name>.txt``."""
+    path = PROMPTS_DIR / f"{name}.txt"
+    if not path.is_file():
+        raise PromptError(f"no prompt template {path}")
+    return string.Template(path.read_text(encoding="utf-8").rstrip("\n"))
+
+
+def render(name: str, **slots: Any) -> str:
+    """Template ``name`` with every ``${slot}`` filled (a missing slot is an error)."""
+    return template(name).substitute({k: str(v) for k, v in slots.items()})
+
+
+@functools.lru_cache(maxsize=None)
+def env_text(environment: str) -> EnvText:
+    """The texts of ``environment`` (a dataset manifest's ``environment``)."""
+    path = PROMPTS_DIR / "environments" / f"{environment}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in (PROMPTS_DIR / "environments").glob("*.json"))
+        raise PromptError(f"no method context for environment {environment!r}; known: {', '.join(known)}")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return EnvText(name=environment, criteria=tuple(data.pop("criteria")), **data)
+
+
+@functools.lru_cache(maxsize=None)
+def prompt_hash() -> str:
+    """SHA-256 over every file of the prompt version folder (names and bytes)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in PROMPTS_DIR.rglob("*") if p.is_file()):
+        h.update(path.relative_to(PROMPTS_DIR).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def environment_block(env: EnvText) -> str:
+    """Task, reward, observation and action spaces."""
+    return render("environment", task_description=env.task_description, reward_description=env.reward_description,
+                  observation_space=env.observation_space, action_space=env.action_space)
+
+
+def value_definition(target: str) -> str:
+    """What Q(s, a) (target ``q``) or V(s) (target ``v``) means."""
+    return render("value_q" if target == "q" else "value_v")
+
+
+def quantity(target: str) -> str:
+    """``Q(s, a)`` or ``V(s)``."""
+    return "Q(s, a)" if target == "q" else "V(s)"
+
+
+def history_text(state: schema.State, max_turns: int = MAX_HISTORY_TURNS) -> str:
+    """The latest ``max_turns`` earlier actions, oldest first, with their turn numbers."""
+    if not state.history:
+        return "(none: this is the first turn)"
+    shown = list(enumerate(state.history, 1))[-max_turns:]
+    lines = [f"[{len(state.history) - len(shown)} earlier actions not shown]"] if len(shown) < len(state.history) else []
+    return "\n".join(lines + [f"Turn {i}: {action}" for i, action in shown])
+
+
+def point_text(env: EnvText, state: schema.State, candidate: schema.Candidate | None) -> str:
+    """The shared context of one point: task, history, state and (with a candidate) action and next state."""
+    actions = "" if candidate is None else render("point_action", action=candidate.action, next_state=candidate.next_state)
+    return render("point", task=state.task, history=history_text(state), step=state.step + 1, max_steps=env.max_steps,
+                  state=state.observation, action_sections=actions)
+
+
+def points_of(states: list[schema.State], target: str) -> list[Point]:
+    """The pointwise points of a split: the actor candidate of every state (``q``) or every state (``v``)."""
+    if target == "q":
+        return [Point(s.actor_candidate.id, s, s.actor_candidate) for s in states]
+    return [Point(s.id, s, None) for s in states]
+
+
+def answer_tags(n: int) -> str:
+    """``<answer_1>…</answer_1> … <answer_n>…</answer_n>``."""
+    return " ".join(f"<answer_{i}>…</answer_{i}>" for i in range(1, n + 1))
