@@ -59,6 +59,8 @@ class Candidate:
     next_state: str
     is_actor: bool
     next_image: str | None = None
+    end_image: str | None = None
+    """Goal image (``trajectory_end``): the final state of the reference rollout after this action."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class State:
     history: tuple[str, ...]
     candidates: tuple[Candidate, ...]
     image: str | None = None
+    end_image: str | None = None
+    """Goal image (``trajectory_end``): the final state of the reference rollout from this state."""
 
     @property
     def actor_candidate(self) -> Candidate:
@@ -164,9 +168,8 @@ class Dataset:
         """Every image file name the states (of ``split``, or all) and their candidates name, sorted."""
         names: set[str] = set()
         for state in self.states if split is None else self.states_in(split):
-            if state.image:
-                names.add(state.image)
-            names.update(c.next_image for c in state.candidates if c.next_image)
+            names.update(n for n in (state.image, state.end_image) if n)
+            names.update(n for c in state.candidates for n in (c.next_image, c.end_image) if n)
         return sorted(names)
 
     def image_sha256(self) -> dict[str, str]:
@@ -210,7 +213,7 @@ class Dataset:
         for state in self.states:
             h.update(_canonical(_state_record(state)))
             for cand in state.candidates:
-                h.update(_canonical(asdict(cand)))
+                h.update(_canonical(_candidate_record(cand)))
         h.update(_canonical(sorted(self.q_labels.items())))
         h.update(_canonical(sorted(self.v_labels.items())))
         digests = self.image_sha256()
@@ -244,7 +247,7 @@ class Dataset:
         _write_jsonl(directory / "states.jsonl", (_state_record(s) for s in self.states))
         _write_jsonl(
             directory / "candidates.jsonl",
-            (asdict(c) for s in self.states for c in s.candidates),
+            (_candidate_record(c) for s in self.states for c in s.candidates),
         )
         labels = [{"id": k, "target": "q", "value": v} for k, v in self.q_labels.items()]
         labels += [{"id": k, "target": "v", "value": v} for k, v in self.v_labels.items()]
@@ -319,6 +322,15 @@ def _state_record(state: State) -> dict[str, Any]:
     rec = asdict(state)
     rec.pop("candidates")
     rec["history"] = list(state.history)
+    if rec["end_image"] is None:  # absent in versions without goal images: their fingerprints stay
+        rec.pop("end_image")
+    return rec
+
+
+def _candidate_record(cand: Candidate) -> dict[str, Any]:
+    rec = asdict(cand)
+    if rec["end_image"] is None:
+        rec.pop("end_image")
     return rec
 
 
