@@ -23,8 +23,8 @@ LIV and VIP releases (``module.``, ``model.``, ``convnet.``), which are stripped
 must then match the architecture exactly.
 
 **Running.**  Images are embedded in batches (``batch_size``) on ``cuda`` when available (or the
-device named by ``QVAL_ENCODER_DEVICE``), in eval mode and without gradients; embeddings come
-back as float64 NumPy arrays, unnormalised.  On CPU a seed gives the same numbers every run.
+device named by ``QVAL_ENCODER_DEVICE``), in eval mode and without gradients, each batch
+preprocessed by a few threads; embeddings come back as float64 NumPy arrays, unnormalised.  On CPU a seed gives the same numbers every run.
 
 torch, torchvision and open_clip are imported inside functions, so listing methods stays cheap.
 """
@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -55,6 +56,8 @@ VIP_EMBED_DIM = 1024
 """Width of VIP's linear head on the ResNet-50 features."""
 
 DEFAULT_BATCH_SIZE = 32
+PREPROCESS_THREADS = min(8, os.cpu_count() or 1)
+"""Threads that decode/resize a batch's images (PIL releases the GIL while resizing)."""
 _PREFIXES = ("module.", "model.", "convnet.")
 _CONTAINERS = ("state_dict", "model", "liv", "vip")
 
@@ -170,14 +173,24 @@ class Encoder:
         """Embeddings of ``images`` (RGB PIL images), shape ``(n, dim)``, in batches."""
         import torch
 
+        pil_stage, tensor_stage = _split_preprocess(self.preprocess)
         out = []
-        with torch.inference_mode():
+        with ThreadPoolExecutor(PREPROCESS_THREADS) as pool:
             for start in range(0, len(images), self.batch_size):
-                batch = torch.stack([self.preprocess(im.convert("RGB")) for im in images[start:start + self.batch_size]])
-                batch = batch.to(self.device, non_blocking=True)
-                features = self.model(batch) if self.spec.kind == "resnet" else self.model.encode_image(batch)
-                out.append(features.float().cpu().numpy().astype(np.float64))
+                # PIL resizes outside the GIL, so threads keep a GPU fed; the tensor steps stay in
+                # this thread (torch ops in fresh threads would each start their own CPU thread team)
+                resized = pool.map(lambda im: pil_stage(im.convert("RGB")), images[start:start + self.batch_size])
+                out.append(self.embed_tensors(torch.stack([tensor_stage(im) for im in resized])))
         return np.concatenate(out) if out else np.zeros((0, 0))
+
+    def embed_tensors(self, batch: Any) -> np.ndarray:
+        """Embeddings of an already preprocessed batch tensor ``(n, 3, H, W)``."""
+        import torch
+
+        with torch.inference_mode():
+            batch = batch.to(self.device, non_blocking=True)
+            features = self.model(batch) if self.spec.kind == "resnet" else self.model.encode_image(batch)
+            return features.float().cpu().numpy().astype(np.float64)
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Embeddings of ``texts``, shape ``(n, dim)``; :class:`EncoderError` for an image-only encoder."""
@@ -215,6 +228,15 @@ def _open_clip(spec: EncoderSpec) -> tuple[Any, Any, Any]:
     else:
         tokenizer = open_clip.get_tokenizer(spec.arch)
     return model, preprocess, tokenizer
+
+
+def _split_preprocess(preprocess: Any) -> tuple[Any, Any]:
+    """A torchvision ``Compose`` split into its PIL steps and its steps from ``ToTensor`` on."""
+    from torchvision import transforms
+
+    steps = list(getattr(preprocess, "transforms", [preprocess]))
+    cut = next((i for i, step in enumerate(steps) if isinstance(step, transforms.ToTensor)), 0)
+    return transforms.Compose(steps[:cut]), transforms.Compose(steps[cut:])
 
 
 def _resnet(spec: EncoderSpec) -> Any:
