@@ -246,3 +246,14 @@ def test_end_images_round_trip_and_leave_other_fingerprints_alone(image_dataset,
 
 def _lines(directory: Path) -> list[str]:
     return [line for name in ("states.jsonl", "candidates.jsonl") for line in (directory / name).read_text().splitlines()]
+
+
+def test_batched_preprocessing_matches_the_native_preprocessor() -> None:
+    import torch
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, size=(120, 90, 3), dtype=np.uint8)) for _ in range(5)]
+    encoder = encoders.Encoder(encoders.resolve("qval-tiny-vit:random"), seed=0, device="cpu", batch_size=2)
+    native = encoder.embed_tensors(torch.stack([encoder.preprocess(im) for im in images]))
+    assert encoder.encode_images(images) == pytest.approx(native, abs=1e-5)

@@ -174,13 +174,21 @@ class Encoder:
         import torch
 
         pil_stage, tensor_stage = _split_preprocess(self.preprocess)
+        normalize = _plain_normalize(tensor_stage)
         out = []
         with ThreadPoolExecutor(PREPROCESS_THREADS) as pool:
             for start in range(0, len(images), self.batch_size):
                 # PIL resizes outside the GIL, so threads keep a GPU fed; the tensor steps stay in
                 # this thread (torch ops in fresh threads would each start their own CPU thread team)
-                resized = pool.map(lambda im: pil_stage(im.convert("RGB")), images[start:start + self.batch_size])
-                out.append(self.embed_tensors(torch.stack([tensor_stage(im) for im in resized])))
+                resized = list(pool.map(lambda im: pil_stage(im.convert("RGB")), images[start:start + self.batch_size]))
+                if normalize is None:
+                    out.append(self.embed_tensors(torch.stack([tensor_stage(im) for im in resized])))
+                    continue
+                # ToTensor + Normalize on the whole batch, on the device: the same arithmetic, far fewer ops
+                pixels = torch.from_numpy(np.stack([np.asarray(im, dtype=np.uint8) for im in resized]))
+                pixels = pixels.to(self.device).permute(0, 3, 1, 2).float().div_(255)
+                mean, std = (torch.tensor(v, device=self.device).view(1, -1, 1, 1) for v in normalize)
+                out.append(self.embed_tensors((pixels - mean) / std))
         return np.concatenate(out) if out else np.zeros((0, 0))
 
     def embed_tensors(self, batch: Any) -> np.ndarray:
@@ -237,6 +245,16 @@ def _split_preprocess(preprocess: Any) -> tuple[Any, Any]:
     steps = list(getattr(preprocess, "transforms", [preprocess]))
     cut = next((i for i, step in enumerate(steps) if isinstance(step, transforms.ToTensor)), 0)
     return transforms.Compose(steps[:cut]), transforms.Compose(steps[cut:])
+
+
+def _plain_normalize(tensor_stage: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """(mean, std) when the tensor steps are exactly ToTensor then Normalize (done batched), else None."""
+    from torchvision import transforms
+
+    steps = tensor_stage.transforms
+    if len(steps) == 2 and isinstance(steps[0], transforms.ToTensor) and isinstance(steps[1], transforms.Normalize):
+        return tuple(map(float, steps[1].mean)), tuple(map(float, steps[1].std))
+    return None
 
 
 def _resnet(spec: EncoderSpec) -> Any:
