@@ -257,3 +257,29 @@ def test_batched_preprocessing_matches_the_native_preprocessor() -> None:
     encoder = encoders.Encoder(encoders.resolve("qval-tiny-vit:random"), seed=0, device="cpu", batch_size=2)
     native = encoder.embed_tensors(torch.stack([encoder.preprocess(im) for im in images]))
     assert encoder.encode_images(images) == pytest.approx(native, abs=1e-5)
+
+
+def test_goal_texts_per_environment() -> None:
+    frozen = goals.goal_texts("frozenlake")
+    assert frozen.goal_for("anything") == frozen.goal and len(frozen.negatives) == 3 and frozen.baseline
+    alfworld = goals.goal_texts("alfworld")
+    assert alfworld.goal_for("You are in a room.\nYour task is to: put a mug in the sink.\n").endswith(
+        "put a mug in the sink.")
+    assert alfworld.goal_for("no objective here") is None
+    assert "click the red button" in goals.goal_texts("miniwob").goal_for("Goal: click the red button\n\nRootWebArea")
+    with pytest.raises(MethodError, match="no goal texts for environment 'nethack'"):
+        goals.goal_texts("nethack")
+
+
+def test_a_state_without_its_objective_is_an_unscored_nan(image_dataset) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    states = [dataclasses.replace(s, observation=("Your task is to: reach the gift.\n" if i % 2 else "") + s.observation)
+              for i, s in enumerate(image_dataset.states)]
+    manifest = dataclasses.replace(image_dataset.manifest, environment="alfworld")
+    ds = schema.Dataset(manifest=manifest, states=states, q_labels=image_dataset.q_labels,
+                        v_labels=image_dataset.v_labels, images=image_dataset.images)
+    out = _run("vlm-sor-softmax", ds, "v")
+    without = {s.id for i, s in enumerate(states) if i % 2 == 0 and s.id != BROKEN_STATE}
+    assert {k for k, v in out.scores.items() if math.isnan(v)} == without | {BROKEN_STATE}
+    assert out.meta["unscored"] == len(without) and out.meta["unreadable_image"] == 1

@@ -157,11 +157,12 @@ class Encoder:
         if batch_size < 1:
             raise EncoderError(f"batch_size must be at least 1, got {batch_size}")
         self.spec, self.device, self.batch_size = spec, device or default_device(), batch_size
-        torch.manual_seed(seed)  # random-weight architectures: the same weights for the same seed
-        if spec.kind == "resnet":
-            self.model, self.preprocess, self.tokenizer = _resnet(spec), _resnet_preprocess(), None
-        else:
-            self.model, self.preprocess, self.tokenizer = _open_clip(spec)
+        with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+            torch.manual_seed(seed)  # random-weight architectures: the same weights for the same seed
+            if spec.kind == "resnet":
+                self.model, self.preprocess, self.tokenizer = _resnet(spec), _resnet_preprocess(), None
+            else:
+                self.model, self.preprocess, self.tokenizer = _open_clip(spec)
         self.model = self.model.to(self.device).eval()
 
     @property

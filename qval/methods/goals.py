@@ -173,7 +173,7 @@ def score_points(ctx: MethodContext, encoder: encoders.Encoder, scorer: Scorer, 
     if goal_image:
         require_goal_images(ctx)
     scores = {point.id: math.nan for point in points}  # dataset order
-    counts = {"no_image": 0, "unreadable_image": 0, "no_goal_image": 0, "no_objective": 0}
+    counts = {"no_image": 0, "unreadable_image": 0, "no_goal_image": 0, "unscored": 0}
     done = 0
     for start in range(0, len(points), encoder.batch_size):
         chunk = points[start:start + encoder.batch_size]
@@ -199,8 +199,8 @@ def score_points(ctx: MethodContext, encoder: encoders.Encoder, scorer: Scorer, 
             batch = Batch(goal_images=encoder.encode_images(goals) if goal_image else None, encoder=encoder)
             values = scorer(states, usable, batch)
             for point, value in zip(usable, values):
-                if np.isnan(value):
-                    counts["no_objective"] += 1
+                if not np.isfinite(value):  # e.g. no objective in the observation for a per-task goal text
+                    counts["unscored"] += 1
                 scores[point.id] = float(value)
         done += len(chunk)
         ctx.progress(done, len(points))
