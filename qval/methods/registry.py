@@ -18,7 +18,8 @@ Contract (other modules of :mod:`qval.methods` register against exactly this)::
   :class:`~qval.schema.State` objects in dataset order), ``backbone`` (an OpenAI-compatible URL,
   ``unix:PATH`` of a socket, a local checkpoint directory or an encoder spec), ``seed``,
   ``progress(done, total)``, ``cache_dir`` (responses and anything else worth keeping between
-  runs) and ``options``.
+  runs) and ``options``; a method's model client sets ``meter`` (anything with a ``tokens``
+  count), which a caller's progress report reads.
 * :class:`MethodOutput` -- ``scores`` (evaluation id → score; NaN allowed: a point the method
   could not score), ``num_nan``, ``meta`` (JSON-serialisable: counts, prompt hashes, ...) and,
   for methods that produce several samples per id (``codegen``), ``samples`` (id → one score per
@@ -72,6 +73,7 @@ class MethodContext:
     progress: Callable[[int, int], None] = _no_progress
     cache_dir: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    meter: Any = None
 
     def option(self, spec: "MethodSpec", name: str) -> Any:
         """``options[name]`` when given, else the method's own ``params[name]``."""
