@@ -240,6 +240,9 @@ def test_end_images_round_trip_and_leave_other_fingerprints_alone(image_dataset,
     back = schema.Dataset.read(written)
     assert back.states[1].end_image == "t0-s1-end.png" and back.states[1].candidates[0].end_image == "t0-s1-a0-end.png"
     assert "t0-s1-a0-end.png" in back.image_names()
+    from_disk, in_memory = _run("liv-l2", back, "q"), _run("liv-l2", image_dataset, "q")  # images read from images/
+    assert list(from_disk.scores) == list(in_memory.scores) and from_disk.num_nan == in_memory.num_nan == 1
+    assert all(math.isnan(a) and math.isnan(b) or a == b for a, b in zip(from_disk.scores.values(), in_memory.scores.values()))
     plain = build_image_dataset(goal_images=False, states=2)
     assert all("end_image" not in line for line in _lines(plain.write(tmp_path / "plain")))
 
