@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "leaderboard",
     "submissions",
     "workers",
+    "learning",
 ]
 
 MIDDLEWARE = [
@@ -249,6 +250,7 @@ CELERY_TASK_ROUTES = {
     # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},
+    "learning.tasks.train_learned": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},

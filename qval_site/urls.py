@@ -6,6 +6,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from leaderboard import views as lb
+from learning import views as lv
 from submissions import views as sv
 
 from . import api
@@ -16,6 +17,8 @@ urlpatterns = [
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
     path("compare/", sv.compare, name="compare"),
+    path("learned/", lv.run_list, name="learned"),
+    path("learned/<int:pk>/", lv.run_detail, name="learned-run"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
