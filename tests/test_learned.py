@@ -311,3 +311,42 @@ def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
         train_and_score_everywhere(env, spec, tmp_path / "ds", tmp_path, fast)
     finally:
         env.close()
+
+
+# -- the embeddings path: the project's own server with a tiny local model -----------------
+def test_embeddings_endpoint_mean_pools_the_last_layer_and_trains_a_method(tiny_model: Path, fl_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    import transformers
+
+    from qval import backbone as bb
+    from qval.learned.features import EmbeddingsEndpoint, featuriser_from_spec
+
+    backend = bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu")
+    with bb.BackboneServer(backend, 10**7, address=("127.0.0.1", 0)) as server:
+        url = "http://%s:%d" % server.address
+        endpoint = featuriser_from_spec(f"{url}#tiny-llama")
+        assert isinstance(endpoint, EmbeddingsEndpoint) and endpoint.dim == 32
+        texts = ["move left", "SFFF\nF@FH"]
+        got = endpoint.encode(texts)
+        tok = transformers.AutoTokenizer.from_pretrained(tiny_model)
+        model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+        for text, vec in zip(texts, got):
+            with torch.no_grad():
+                hidden = model(torch.tensor([tok(text)["input_ids"]]), output_hidden_states=True).hidden_states[-1]
+            assert vec == pytest.approx(hidden[0].mean(0).numpy(), abs=1e-5)
+        assert server.usage.prompt_tokens > 0
+        env, spec = small_frozenlake()
+        folder, trained = methods.train("qlass", fl_dir, tmp_path / "models", featuriser=endpoint, seed=0,
+                                        params={"steps": 40, "max_roots": 6, "width": 2}, env=env, spec=spec,
+                                        cache_dir=tmp_path / "features")
+        assert trained.featuriser == "embeddings-tiny-llama-32"
+        inputs = read_inputs(fl_dir)
+        feats = FeatureCache(endpoint, tmp_path / "features", inputs.fingerprint)
+        scores = methods.score_split(trained, inputs, "dev", "q", feats)
+        assert all(np.isfinite(list(scores.values())))
+        refeats = FeatureCache(endpoint, tmp_path / "features", inputs.fingerprint)
+        refeats.encode([s.observation for s in inputs.states_in("dev")])
+        assert refeats.encoded == 0  # cached per dataset fingerprint
+        bad = server.embeddings  # bad input is a clear 400
+        with pytest.raises(bb.BackboneError, match="input must be"):
+            bad({"input": []})
