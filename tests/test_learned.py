@@ -299,11 +299,12 @@ def test_every_learned_method_trains_on_alfworld(tmp_path: Path) -> None:
 def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
     from qval.envs.miniwob import MiniWoB
 
-    env = MiniWoB(task_names=("login-user", "enter-password", "click-checkboxes"), seeds=range(1), horizon=8)
+    # tasks login-user:0, enter-password:0, login-user:1, enter-password:1 → train, dev, test, train
+    # (both need three actions, so an ε = 0 trajectory has a middle turn to sample)
+    env = MiniWoB(task_names=("login-user", "enter-password"), seeds=range(2), horizon=6)
     spec = build.DatasetSpec(slug="miniwob-small", name="MiniWoB small", version="0", description="test build",
-                             modalities=("text",), num_trajectories=3, max_states_per_trajectory=1, epsilon=0.0,
-                             seed=42, discount=0.95, splits=("train", "dev", "test"), split_by="task",
-                             split_cycle=("dev", "test", "train"))
+                             modalities=("text",), num_trajectories=4, max_states_per_trajectory=1, epsilon=0.0,
+                             seed=42, discount=0.95, splits=("train", "dev", "test"), split_by="task")
     fast = {"best-of-q": {"steps": 60, "target_every": 10, "branches": False},
             "qlass": {"steps": 60, "width": 2, "depth": 1, "epsilon": 0.0},
             "amc-value": {"steps": 60, "samples": 1, "epsilon": 0.0}}
