@@ -264,6 +264,11 @@ def test_the_registry_adapter_scores_the_points_it_is_given(fl_dir: Path, tmp_pa
     out = methods.run("qlass", Ctx())
     assert list(out.scores) == Ctx.points and out.num_nan == 1
     assert out.meta["version"] == store.load(folder).version
+    # the registry's contract: points are the split's states; target q scores every candidate
+    states = read_inputs(fl_dir).states_in("dev")[:2]
+    Ctx.points, Ctx.target = states, "q"
+    out = methods.run("qlass", Ctx())
+    assert list(out.scores) == [c.id for s in states for c in s.candidates] and out.num_nan == 0
 
 
 # -- ALFWorld and MiniWoB: small builds, fast settings --------------------------------------

@@ -8,10 +8,15 @@
   (so the per-state ranking is scored too), for ``v`` every state.
 * :class:`Scorer`: a trained model bound to its feature cache, ``score(points)`` → Q-values, the
   API the Best-of-N track calls to pick among an environment's candidates.
-* :func:`run`: ``run(ctx) -> output`` for the built-in method registry
+* :func:`run`: ``run(name, ctx) -> output`` for the built-in method registry
   (``ctx.dataset_dir, split, target, points, seed, progress, cache_dir, options``; options
   ``model`` = a stored model folder, else the newest model of the method for the dataset
-  under ``options["models_root"]``, else one is trained first).
+  under ``options["models_root"]`` (default ``cache_dir/learned``), else one is trained first;
+  ``featuriser`` = a :func:`~qval.learned.features.featuriser_from_spec` spec, default ``hashed``).
+  The registry connects each method with a two-line unit, e.g.::
+
+      @method("best-of-q", family="learned", targets=("q", "v", "ranking"), modality="text", needs="none")
+      def best_of_q(ctx): return qval.learned.methods.run("best-of-q", ctx)
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from qval import build
+from qval import build, schema
 from qval.envs.base import Environment
 from qval.learned import store, trainers
 from qval.learned.data import Inputs, read_inputs
@@ -151,26 +156,36 @@ class Output:
 def run(method: str, ctx: Any) -> Output:
     """Score ``ctx.split`` of ``ctx.dataset_dir`` with learned ``method`` (a registry ``run``; see the module docstring).
 
-    ``ctx.points``: ids (or objects with an ``id``) to return; empty → every point of the split.
+    ``ctx.points``: states (their candidates for ``q``, themselves for ``v``) or ids to return;
+    empty → every point of the split.
     """
     options = dict(getattr(ctx, "options", None) or {})
+    if getattr(ctx, "dataset_dir", None) is None:
+        raise ValueError(f"{method} needs the dataset's directory (ctx.dataset_dir): it trains in the dataset's environment")
+    if getattr(ctx, "cache_dir", None) is None and not (options.get("model") and options.get("models_root")):
+        raise ValueError(f"{method} needs ctx.cache_dir (features, models) or options 'model' and 'models_root'")
+    cache = Path(ctx.cache_dir) if ctx.cache_dir is not None else Path(options["models_root"])
+    root = options.get("models_root", cache / "learned")
     featuriser = featuriser_from_spec(options.get("featuriser", "hashed"))
     inputs = read_inputs(ctx.dataset_dir)
-    folder = options.get("model") or latest_model(options.get("models_root", Path(ctx.cache_dir) / "learned"),
-                                                  method, inputs.manifest.key)
+    folder = options.get("model") or latest_model(root, method, inputs.manifest.key)
     if folder is None:
         progress = ctx.progress
 
         def report(done: int, total: int, stage: str) -> None:
             progress(done, total)
 
-        folder, _ = train(method, ctx.dataset_dir, options.get("models_root", Path(ctx.cache_dir) / "learned"),
-                          featuriser=featuriser, cache_dir=Path(ctx.cache_dir) / "features", seed=ctx.seed,
-                          params=options.get("params"), progress=report)
+        folder, _ = train(method, ctx.dataset_dir, root, featuriser=featuriser, cache_dir=cache / "features",
+                          seed=ctx.seed, params=options.get("params"), progress=report)
     model = store.load(folder)
-    feats = FeatureCache(featuriser, Path(ctx.cache_dir) / "features", inputs.fingerprint)
+    feats = FeatureCache(featuriser, cache / "features", inputs.fingerprint)
     scores = score_split(model, inputs, ctx.split, ctx.target, feats)
-    wanted = [getattr(p, "id", p) if not isinstance(p, dict) else p["id"] for p in (ctx.points or [])]
+    wanted: list[str] = []
+    for p in ctx.points or []:
+        if isinstance(p, schema.State):  # the registry passes states: every candidate (q) or the state (v)
+            wanted += [c.id for c in p.candidates] if ctx.target == "q" else [p.id]
+        else:
+            wanted.append(p["id"] if isinstance(p, dict) else getattr(p, "id", p))
     if wanted:
         scores = {i: scores.get(i, math.nan) for i in wanted}
     num_nan = sum(1 for v in scores.values() if v != v)
