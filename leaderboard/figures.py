@@ -110,7 +110,7 @@ class Figure:
 
 def _order(rows: Sequence[Evaluation]) -> list[str]:
     """Methods ordered by family (the reference's order) then name."""
-    rank = {f.slug: i for i, f in enumerate((*families.FAMILIES, families.OTHER))}
+    rank = {f.slug: i for i, f in enumerate(families.ALL)}
     family_of = {e.method: e.family for e in rows}
     return sorted(family_of, key=lambda m: (rank.get(family_of[m], 99), m))
 
@@ -142,7 +142,7 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     for metric, xaxis, yaxis in panels:
         chosen = best(rows, metric)
         order = _order(chosen)
-        for family in (*families.FAMILIES, families.OTHER):
+        for family in families.ALL:
             mine = [e for e in chosen if e.family == family.slug]
             if not mine:
                 continue
@@ -233,7 +233,7 @@ def text_vs_image(rows: Sequence[Evaluation], f: Filters) -> Figure:
             by_family.setdefault(both["text"].family, []).append((key, text, image))
             fig.rows.append({"method": key[0], "family": both["text"].family_name, "environment": key[1],
                              "backbone": key[2], "target": key[3], "source": key[4], "text": text, "image": image})
-    for family in (*families.FAMILIES, families.OTHER):
+    for family in families.ALL:
         points = by_family.get(family.slug)
         if points:
             fig.traces.append({
@@ -279,7 +279,7 @@ def q_vs_v(rows: Sequence[Evaluation], f: Filters) -> Figure:
                "v_n": len(v_), "v_mean": vm, "v_se": vse}
         fig.rows.append(row)
         by_family.setdefault(family.slug, []).append(row)
-    for family in (*families.FAMILIES, families.OTHER):
+    for family in families.ALL:
         points = by_family.get(family.slug)
         if points:
             fig.traces.append({

@@ -22,7 +22,10 @@ Endpoints (JSON over HTTP/1.1, a subset of the OpenAI API that vLLM also serves)
   "decoded_token"}}`` holding the prompt's own token);
 * ``POST /v1/completions``: ``prompt``, ``max_tokens`` (may be 0), ``temperature``, ``top_p``,
   ``seed``, ``stop``, ``logprobs`` (≤ 20) and ``echo`` (the prompt's own token logprobs, for
-  scoring an action by its likelihood).
+  scoring an action by its likelihood);
+* ``POST /v1/embeddings``: ``input`` (a string or a list of strings): the mean over the tokens of
+  the last hidden layer, one vector per input (local backends; for vLLM point the client at
+  vLLM's own pooling endpoint).
 
 ``n`` > 1 and ``stream`` are refused with a 400.  Sampling without a ``seed`` uses seed 0, so a
 rerun of a job sends the same answers.  Every response carries ``usage``.
@@ -235,6 +238,19 @@ class TransformersBackend:
         return Generation(text=text, prompt_tokens=len(ids), completion_tokens=len(generated), finish_reason=finish,
                           logprobs=tuple(entries), prompt_logprobs=prompt_logprobs)
 
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Mean-pooled last hidden layer of each text (its tokens, special ones included); and the tokens read."""
+        import torch
+
+        vectors, tokens = [], 0
+        with self._lock, torch.no_grad():
+            for text in texts:
+                ids = self.tokenizer(text, add_special_tokens=True)["input_ids"] or [self.tokenizer.eos_token_id]
+                tokens += len(ids)
+                hidden = self.model(torch.tensor([ids], device=self.device), output_hidden_states=True).hidden_states[-1]
+                vectors.append(hidden[0].float().mean(0).cpu().tolist())
+        return vectors, tokens
+
     @staticmethod
     def _choose(logits: Any, sampling: Sampling, gen: Any) -> int:
         import torch
@@ -424,6 +440,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, owner.chat(body))
             elif route == "/v1/completions":
                 self._send(200, owner.complete(body))
+            elif route == "/v1/embeddings":
+                self._send(200, owner.embeddings(body))
             else:
                 raise BackboneError(404, f"no such endpoint: POST {self.path}", code="unknown_url")
         except BackboneError as exc:
@@ -635,6 +653,31 @@ class BackboneServer:
                 "top_logprobs": [dict(e.top) if e.top else None for e in entries],
             }
         return self._envelope("text_completion", choice, result)
+
+    def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/v1/embeddings``: mean-pooled last hidden layer; the input tokens count against the budget."""
+        self._check_model(body)
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise BackboneError(400, "input must be a string or a non-empty list of strings", param="input")
+        embed = getattr(self.backend, "embed", None)
+        if embed is None:
+            raise BackboneError(400, f"the backbone {self.backend.name} serves no embeddings here", code="unsupported")
+        usage = self.usage
+        with usage._lock:
+            usage.requests += 1
+            if usage.budget - usage.total_tokens <= 0:
+                usage.refused += 1
+                raise BackboneError(429, f"token budget exhausted: this job may use {usage.budget} tokens",
+                                    code="token_budget_exceeded")
+        vectors, tokens = embed(texts)
+        with usage._lock:
+            usage.prompt_tokens += tokens
+        return {"object": "list", "model": self.backend.name,
+                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     def _envelope(self, kind: str, choice: dict[str, Any], result: Generation) -> dict[str, Any]:
         return {"id": f"qval-{uuid.uuid4().hex[:16]}", "object": kind, "created": int(time.time()),

@@ -2,8 +2,9 @@
 paper belong to each.
 
 Names, order and colours are the reference's (Okabe–Ito palette, colour-blind safe).  A
-family is stored by its slug (:attr:`Family.slug`) and shown by its name.  Methods of our
-users that fit none of the seven are ``other``.  Nothing here knows about Django.
+family is stored by its slug (:attr:`Family.slug`) and shown by its name.  The site adds
+:data:`LEARNED` (value functions it trains itself, :mod:`qval.learned`); methods of our users that
+fit none of these are ``other``.  Nothing here knows about Django.
 """
 
 from __future__ import annotations
@@ -33,17 +34,24 @@ FAMILIES: tuple[Family, ...] = (
 )
 """The reference's families, in the reference's order."""
 
+LEARNED: Family = Family("learned", "Learned", "#F0E442", ("best-of-q", "qlass", "amc-value"))
+"""Value functions the platform trains on a dataset's train split (:mod:`qval.learned`); not one of
+the reference's seven, so it comes after them (Okabe–Ito yellow)."""
+
 OTHER: Family = Family("other", "Other", "#000000", ())
 """Methods outside the seven families."""
 
-_BY_SLUG: dict[str, Family] = {f.slug: f for f in (*FAMILIES, OTHER)}
-_BY_NAME: dict[str, Family] = {f.name: f for f in (*FAMILIES, OTHER)}
-_BY_METHOD: dict[str, Family] = {m: f for f in FAMILIES for m in f.methods}
+ALL: tuple[Family, ...] = (*FAMILIES, LEARNED, OTHER)
+"""Every family a method on this site can have, in display order."""
 
-FAMILY_SLUGS: frozenset[str] = frozenset(f.slug for f in FAMILIES)
+_BY_SLUG: dict[str, Family] = {f.slug: f for f in ALL}
+_BY_NAME: dict[str, Family] = {f.name: f for f in ALL}
+_BY_METHOD: dict[str, Family] = {m: f for f in ALL for m in f.methods}
+
+FAMILY_SLUGS: frozenset[str] = frozenset(f.slug for f in (*FAMILIES, LEARNED))
 """Slugs a built-in method may declare (:func:`qval.methods.registry.method`)."""
 
-CHOICES: list[tuple[str, str]] = [(f.slug, f.name) for f in (*FAMILIES, OTHER)]
+CHOICES: list[tuple[str, str]] = [(f.slug, f.name) for f in ALL]
 """``(slug, name)`` pairs, e.g. for a Django ``choices``."""
 
 
@@ -56,7 +64,7 @@ def get(key: str) -> Family:
 
 
 def of_method(method: str) -> Family:
-    """The family of one of the paper's 21 methods, :data:`OTHER` for any other name."""
+    """The family of a built-in method (the paper's 21 and the learned ones), :data:`OTHER` for any other name."""
     return _BY_METHOD.get(method, OTHER)
 
 

@@ -16,3 +16,4 @@ app.autodiscover_tasks(["workers"], related_name="builds")  # dataset builds (qu
 # Every log line of a submission task carries the submission id (qval_site/logs.py).
 task_prerun.connect(logs.bind_task, weak=False)
 task_postrun.connect(logs.unbind_task, weak=False)
+app.autodiscover_tasks(["learning"])  # training runs of the Learned family (queue gpu)

@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "submissions",
     "workers",
     "qval_site",  # manage.py wait_ready
+    "learning",
 ]
 
 MIDDLEWARE = [
@@ -330,6 +331,7 @@ CELERY_TASK_ROUTES = {
     # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},
+    "learning.tasks.train_learned": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},

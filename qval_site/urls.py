@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from leaderboard import views as lb
+from learning import views as lv
 from submissions import views as sv
 
 from . import api, health
@@ -22,6 +23,8 @@ urlpatterns = [
     path("methods/<str:name>/", lb.method_detail, name="method"),
     path("environments/<str:slug>/", lb.environment_detail, name="environment"),
     path("compare/", sv.compare, name="compare"),
+    path("learned/", lv.run_list, name="learned"),
+    path("learned/<int:pk>/", lv.run_detail, name="learned-run"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),

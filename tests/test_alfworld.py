@@ -233,7 +233,7 @@ def test_uploads_score_on_every_split(dataset: schema.Dataset, api) -> None:  # 
 
     from leaderboard.loading import load_dataset
     from submissions.models import Submission
-    from workers.tasks import score_submission
+    from workers.tasks import score_submission, validate_upload
 
     load_dataset(dataset)
     for split in ("train", "dev", "test"):
@@ -244,6 +244,7 @@ def test_uploads_score_on_every_split(dataset: schema.Dataset, api) -> None:  # 
                                                  "method_name": "oracle", "file": SimpleUploadedFile("p.csv", body.encode())},
                         format="multipart")
         assert resp.status_code == 201, resp.content
+        assert validate_upload(resp.json()["id"]) == Submission.QUEUED  # the scoring worker's two steps
         assert score_submission(resp.json()["id"]) == Submission.FINISHED
         rows = {r.metric: r for r in Submission.objects.get(pk=resp.json()["id"]).results.all()}
         assert rows["top1_accuracy"].value == 1.0 and rows["regret_at_1"].value == 0.0, split

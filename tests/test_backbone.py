@@ -162,7 +162,8 @@ def test_sampling_is_seeded(served: bb.BackboneServer) -> None:
     ("/v1/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
     ("/v1/chat/completions", {"messages": CHAT, "temperature": 7}, 400, "temperature must be between 0 and 2"),
     ("/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt must be a non-empty string"),
-    ("/v1/embeddings", {"input": "x"}, 404, "no such endpoint"),
+    ("/v1/embeddings", {"input": 5}, 400, "input must be a string or a non-empty list of strings"),
+    ("/v1/images/generations", {"prompt": "x"}, 404, "no such endpoint"),
 ])
 def test_bad_requests_get_openai_style_errors(served: bb.BackboneServer, path: str, body: dict, status: int, needle: str) -> None:
     got, payload = call(served, "POST", path, body)

@@ -6,7 +6,7 @@ Contract (other modules of :mod:`qval.methods` register against exactly this)::
             needs="chat-llm", version="1", description="...", params={"temperature": 0.0})
     def direct_single(ctx: MethodContext) -> MethodOutput: ...
 
-* :class:`MethodSpec` -- ``name``, ``family`` (a slug of :data:`qval.families.FAMILIES`),
+* :class:`MethodSpec` -- ``name``, ``family`` (a slug of :data:`qval.families.FAMILY_SLUGS`),
   ``targets`` (a subset of ``("q", "v", "ranking")``: ``ranking`` means the method scores every
   candidate of a state, which a target-``q`` submission turns into the ranking metrics),
   ``modality`` (``"text"`` | ``"image"``), ``needs`` (``"chat-llm"`` | ``"chat-llm-logprobs"`` |
@@ -165,9 +165,9 @@ def get_method(name: str) -> MethodSpec:
 
 
 def all_methods() -> list[MethodSpec]:
-    """Every registered method, by family (in :data:`qval.families.FAMILIES` order) then name."""
-    from qval.families import FAMILIES
+    """Every registered method, by family (in :data:`qval.families.ALL` order) then name."""
+    from qval.families import ALL
 
     _load_builtins()
-    order = {f.slug: i for i, f in enumerate(FAMILIES)}
+    order = {f.slug: i for i, f in enumerate(ALL)}
     return sorted(_REGISTRY.values(), key=lambda s: (order.get(s.family, len(order)), s.name))

@@ -1,0 +1,47 @@
+"""A training run of a learned method (qval.learned) on one dataset."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from leaderboard.models import Dataset
+
+
+class TrainingRun(models.Model):
+    """``queued`` → ``running`` (stage, done/total, loss curves) → ``finished`` (stored model, leaderboard
+    submissions for dev and test) or ``failed`` with the reason."""
+
+    QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
+    STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]
+
+    method = models.CharField(max_length=50, help_text="A key of qval.learned.methods.METHODS.")
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="training_runs")
+    featuriser = models.CharField(max_length=300, default="hashed",
+                                  help_text="'hashed', 'hashed:DIM' or 'http://HOST:PORT#MODEL' (an /v1/embeddings server).")
+    seed = models.IntegerField(default=0)
+    params = models.JSONField(default=dict, blank=True, help_text="Overrides of the method's default parameters.")
+    status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
+    stage = models.CharField(max_length=30, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    losses = models.JSONField(default=dict, blank=True, help_text="Loss curves: name → values.")
+    data = models.JSONField(default=dict, blank=True, help_text="What the training used (train split only).")
+    model_dir = models.CharField(max_length=500, blank=True)
+    version = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the trained model.")
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    submissions = models.ManyToManyField("submissions.Submission", blank=True, related_name="training_runs")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.method} on {self.dataset} ({self.status})"
+
+    @property
+    def percent(self) -> int:
+        """Progress of the current stage in percent."""
+        return int(100 * self.done / self.total) if self.total else 0

@@ -1,0 +1,17 @@
+"""Reads of training runs for the pages."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from .models import TrainingRun
+
+
+def runs() -> QuerySet[TrainingRun]:
+    """Every run, newest first, with its dataset."""
+    return TrainingRun.objects.select_related("dataset").order_by("-created_at")
+
+
+def run(pk: int) -> TrainingRun:
+    """One run with its submissions' results."""
+    return TrainingRun.objects.select_related("dataset").prefetch_related("submissions__results").get(pk=pk)

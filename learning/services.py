@@ -1,0 +1,144 @@
+"""Training runs of the Learned family: queue, run (on a ``gpu`` worker), publish to the leaderboard.
+
+:func:`run_training` reads the dataset's files under ``QVAL_DATASETS_DIR`` through
+:func:`qval.learned.methods.train` (inputs only, never labels), stores the weights under
+``QVAL_DATA_DIR/learned`` (features cached under ``QVAL_DATA_DIR/cache/features``), records
+progress (at most once a second) and the loss curves, then :func:`publish` scores the dev and
+test splits (targets ``q`` — every candidate — and ``v``) and enters each as a finished
+submission of the method (family *Learned*) owned by the platform user ``qval-platform``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.files.base import ContentFile
+from django.db import transaction
+from django.utils import timezone
+
+from leaderboard.models import Dataset, Method
+from qval.learned import methods as lm
+from qval.learned import store
+from qval.learned.data import read_inputs
+from qval.learned.features import FeatureCache, featuriser_from_spec
+from submissions.models import Submission
+
+from .models import TrainingRun
+
+log = logging.getLogger(__name__)
+
+PLATFORM_USER = "qval-platform"
+PUBLISHED_SPLITS = ("dev", "test")
+
+
+def models_root() -> Path:
+    """Where trained weights are stored."""
+    return Path(settings.QVAL_DATA_DIR) / "learned"
+
+
+def feature_cache_dir() -> Path:
+    """Where features are cached (per dataset fingerprint and featuriser)."""
+    return Path(settings.QVAL_DATA_DIR) / "cache" / "features"
+
+
+def dataset_dir(dataset: Dataset) -> Path:
+    """The loaded dataset's files."""
+    return Path(settings.QVAL_DATASETS_DIR) / f"{dataset.slug}-{dataset.version}"
+
+
+def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", seed: int = 0,
+               params: dict[str, Any] | None = None) -> TrainingRun:
+    """A queued run; bad arguments are a ``ValueError`` naming the field."""
+    if method not in lm.METHODS:
+        raise ValueError(f"method: unknown learned method {method!r}; choose one of {', '.join(lm.METHODS)}")
+    unknown = set(params or {}) - set(lm.METHODS[method]["defaults"])
+    if unknown:
+        raise ValueError(f"params: unknown parameters {sorted(unknown)} for {method}")
+    return TrainingRun.objects.create(method=method, dataset=dataset, featuriser=featuriser, seed=seed,
+                                      params=params or {})
+
+
+def enqueue(run: TrainingRun) -> TrainingRun:
+    """Send the run to the ``gpu`` queue once the transaction commits."""
+    from .tasks import train_learned
+
+    transaction.on_commit(lambda: train_learned.delay(run.pk))
+    return run
+
+
+class Recorder:
+    """A ``progress(done, total, stage)`` that saves to the run at most once a second and at each stage change."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self._last = 0.0
+        self._stage = ""
+
+    def __call__(self, done: int, total: int, stage: str) -> None:
+        now = time.monotonic()
+        if stage == self._stage and done < total and now - self._last < 1.0:
+            return
+        self._last, self._stage = now, stage
+        TrainingRun.objects.filter(pk=self.run_id).update(done=done, total=total, stage=stage)
+
+
+def run_training(run_id: int, worker: str) -> TrainingRun:
+    """Train, store and publish one queued (or interrupted) run; the run ends finished or failed with a reason."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().select_related("dataset").get(pk=run_id)
+        if run.status == TrainingRun.FINISHED:
+            return run
+        run.status, run.worker, run.started_at, run.error = TrainingRun.RUNNING, worker[:200], timezone.now(), ""
+        run.save()
+    try:
+        featuriser = featuriser_from_spec(run.featuriser)
+        folder, model = lm.train(run.method, dataset_dir(run.dataset), models_root(), featuriser=featuriser,
+                                 cache_dir=feature_cache_dir(), seed=run.seed, params=run.params,
+                                 progress=Recorder(run.pk))
+        run.refresh_from_db()
+        run.model_dir, run.version, run.losses, run.data = str(folder), model.version, model.losses, model.data
+        run.save(update_fields=["model_dir", "version", "losses", "data"])
+        publish(run, model, FeatureCache(featuriser, feature_cache_dir(), model.fingerprint))
+    except Exception as exc:  # noqa: BLE001 - every failure ends the run with its reason
+        log.exception("training run %s failed", run_id)
+        TrainingRun.objects.filter(pk=run_id).update(status=TrainingRun.FAILED, finished_at=timezone.now(),
+                                                     error=f"{type(exc).__name__}: {exc}"[:2000])
+        return TrainingRun.objects.get(pk=run_id)
+    TrainingRun.objects.filter(pk=run_id).update(status=TrainingRun.FINISHED, finished_at=timezone.now())
+    return TrainingRun.objects.get(pk=run_id)
+
+
+def publish(run: TrainingRun, model: store.TrainedModel, feats: FeatureCache) -> list[Submission]:
+    """Score dev and test with the trained model and enter each (target q and v) as a finished submission."""
+    from workers.tasks import score_submission
+
+    user = get_user_model().objects.get_or_create(username=PLATFORM_USER)[0]
+    Method.objects.update_or_create(name=run.method, defaults={
+        "family": "learned", "description": lm.METHODS[run.method]["description"]})
+    inputs = read_inputs(dataset_dir(run.dataset))
+    subs = []
+    for split in PUBLISHED_SPLITS:
+        for target in ("q", "v"):
+            scores = lm.score_split(model, inputs, split, target, feats)
+            buf = io.StringIO()
+            writer = csv.writer(buf)
+            writer.writerow(["id", "score"])
+            writer.writerows((i, repr(v)) for i, v in scores.items())
+            name = f"{run.method}-{split}-{target}.csv"
+            sub = Submission(user=user, kind=Submission.KIND_FILE, dataset=run.dataset, split=split, target=target,
+                             method_name=run.method, backbone_name="", modality="text", filename=name,
+                             file_format="csv", state=Submission.QUEUED, queued_at=timezone.now(),
+                             size_bytes=len(buf.getvalue().encode()))
+            sub.file.save(name, ContentFile(buf.getvalue().encode()), save=False)
+            sub.save()
+            score_submission.apply(args=[sub.pk])
+            subs.append(sub)
+    run.submissions.set(subs)
+    return subs

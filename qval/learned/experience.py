@@ -1,0 +1,184 @@
+"""Experience gathered in a dataset's environment from its train tasks: what the trainers learn from.
+
+All of it starts from the train split only — the train states' snapshots (task + action
+history, which are inputs) and the train trajectories' indices — and takes rewards from the
+environment, never from labels.
+
+* :func:`trajectory_transitions`: the train trajectories re-collected with the dataset's seeded
+  actor (:func:`qval.build.collect`, deterministic) and replayed for their rewards.
+* :func:`branch_transitions`: one step of every candidate the train states offer (restore,
+  force the candidate), so the offline data also holds actions the actor did not take.
+* :func:`grow_tree` / :func:`max_backup`: QLASS exploration trees (width ``W`` at the first
+  ``D`` levels via the environment's candidate sampler, then the actor continues to the end)
+  and their Q-values ``Q(n) = r + γ·max over n's children`` (``r`` at a leaf).
+* :func:`mc_value`: the mean discounted return of ``K`` continuations sampled with the actor
+  (Agentic Monte Carlo's value targets).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from qval import build, schema
+from qval.envs.base import Environment, Snapshot
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One step ``(s, a, r, s')`` in text: ``done`` when the episode ended with it."""
+
+    task: str
+    state: str
+    action: str
+    reward: float
+    next_state: str
+    done: bool
+
+
+@dataclass
+class TreeNode:
+    """A state of an exploration tree; ``edges`` are the actions tried from it."""
+
+    task: str
+    observation: str
+    edges: list["Edge"] = field(default_factory=list)
+
+
+@dataclass
+class Edge:
+    """An action tried from a node: its reward, whether it ended the episode, the node it led to."""
+
+    action: str
+    reward: float
+    done: bool
+    child: TreeNode | None = None
+
+
+def snapshot_of(state: schema.State) -> Snapshot:
+    """The snapshot a dataset state restores to (its task and action history)."""
+    return Snapshot(task=state.task, history=tuple(state.history))
+
+
+def discounted_return(rewards: Sequence[float], discount: float) -> float:
+    """``sum_k discount**k * rewards[k]``."""
+    total, weight = 0.0, 1.0
+    for r in rewards:
+        total += weight * r
+        weight *= discount
+    return total
+
+
+def trajectory_transitions(env: Environment, spec: build.DatasetSpec, indices: Iterable[int],
+                           progress: Progress | None = None) -> list[Transition]:
+    """Every step of the trajectories ``indices`` (re-collected as the dataset's build did)."""
+    indices = sorted(set(indices))
+    out: list[Transition] = []
+    for done_count, index in enumerate(indices):
+        trajectory = build.collect(env, index, spec)
+        env.reset(trajectory.task)
+        for turn in trajectory.turns:
+            result = env.step(turn.action)
+            out.append(Transition(trajectory.task, turn.observation, turn.action, result.reward,
+                                  result.observation, result.done))
+        if progress:
+            progress(done_count + 1, len(indices), "trajectories")
+    return out
+
+
+def branch_transitions(env: Environment, states: Sequence[schema.State],
+                       progress: Progress | None = None) -> list[Transition]:
+    """One step of every candidate of ``states`` from the restored state."""
+    out: list[Transition] = []
+    for i, state in enumerate(states):
+        for cand in state.candidates:
+            env.restore(snapshot_of(state))
+            result = env.step(cand.action)
+            out.append(Transition(state.task, state.observation, cand.action, result.reward, result.observation,
+                                  result.done))
+        if progress:
+            progress(i + 1, len(states), "branches")
+    return out
+
+
+def grow_tree(env: Environment, snapshot: Snapshot, *, width: int, depth: int, epsilon: float,
+              rng: random.Random) -> TreeNode:
+    """An exploration tree from ``snapshot``.
+
+    At the first ``depth`` levels a node tries up to ``width`` actions: the actor's action and
+    others drawn from :meth:`~qval.envs.base.Environment.sample_candidates`, each from the
+    restored node; below that the actor (reference policy with ε-noise) plays on in place until
+    the episode is done (one chain, no restore per step).
+    """
+    if width < 1 or depth < 0:
+        raise ValueError(f"width must be >= 1 and depth >= 0, got {width} and {depth}")
+    env.restore(snapshot)
+    root = TreeNode(snapshot.task, env.observation())
+
+    def expand(node: TreeNode, snap: Snapshot, level: int) -> None:
+        env.restore(snap)
+        action = env.actor_action(rng, epsilon)
+        if level >= depth:
+            while True:
+                result = env.step(action)
+                edge = Edge(action, result.reward, result.done)
+                node.edges.append(edge)
+                if result.done:
+                    return
+                node = edge.child = TreeNode(snapshot.task, result.observation)
+                action = env.actor_action(rng, epsilon)
+        others = [a for a in env.sample_candidates(action, rng) if a != action]
+        pending: list[tuple[TreeNode, Snapshot]] = []
+        for tried in [action] + rng.sample(others, min(width - 1, len(others))):
+            env.restore(snap)
+            result = env.step(tried)
+            edge = Edge(tried, result.reward, result.done)
+            node.edges.append(edge)
+            if not result.done:
+                edge.child = TreeNode(snapshot.task, result.observation)
+                pending.append((edge.child, env.snapshot()))
+        for child, child_snap in pending:
+            expand(child, child_snap, level + 1)
+
+    expand(root, snapshot, 0)
+    return root
+
+
+def max_backup(root: TreeNode, discount: float) -> list[tuple[str, str, str, float]]:
+    """``(task, state, action, Q)`` of every edge of the tree, ``Q = r + discount · max over the child's edges``.
+
+    An edge whose episode ended, or whose child was not expanded, has ``Q = r``.
+    """
+    out: list[tuple[str, str, str, float]] = []
+
+    def q_of(node: TreeNode, edge: Edge) -> float:
+        future = 0.0
+        if edge.child is not None and edge.child.edges:
+            future = max(q_of(edge.child, e) for e in edge.child.edges)
+        q = edge.reward + discount * future
+        out.append((node.task, node.observation, edge.action, q))
+        return q
+
+    for edge in root.edges:
+        q_of(root, edge)
+    return out
+
+
+def mc_value(env: Environment, snapshot: Snapshot, first_action: str | None, *, samples: int, epsilon: float,
+             discount: float, rng: random.Random) -> float:
+    """Mean discounted return of ``samples`` continuations by the actor from ``snapshot`` (``first_action`` forced first)."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    total = 0.0
+    for _ in range(samples):
+        env.restore(snapshot)
+        rewards = []
+        if first_action is not None:
+            rewards.append(env.step(first_action).reward)
+        while not env.done:
+            rewards.append(env.step(env.actor_action(rng, epsilon)).reward)
+        total += discounted_return(rewards, discount)
+    return total / samples

@@ -1,0 +1,183 @@
+"""Entry points: train a learned method on a dataset directory, score a split, adapt to the method registry.
+
+* :func:`environment_for`: the dataset's environment and spec, from :data:`qval.build.BUILDERS`
+  (matched by slug and version).
+* :func:`train`: read the inputs (never the labels), gather experience, fit, store the weights
+  (:func:`qval.learned.store.save`) under ``{root}/…``; returns the stored folder and model.
+* :func:`score_split`: id → score for every point of a split — for target ``q`` every candidate
+  (so the per-state ranking is scored too), for ``v`` every state.
+* :class:`Scorer`: a trained model bound to its feature cache, ``score(points)`` → Q-values, the
+  API the Best-of-N track calls to pick among an environment's candidates.
+* :func:`run`: ``run(name, ctx) -> output`` for the built-in method registry
+  (``ctx.dataset_dir, split, target, points, seed, progress, cache_dir, options``; options
+  ``model`` = a stored model folder, else the newest model of the method for the dataset
+  under ``options["models_root"]`` (default ``cache_dir/learned``), else one is trained first;
+  ``featuriser`` = a :func:`~qval.learned.features.featuriser_from_spec` spec, default ``hashed``).
+  :mod:`qval.methods.learned` registers the three methods with it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from qval import build, schema
+from qval.envs.base import Environment
+from qval.learned import store, trainers
+from qval.learned.data import Inputs, read_inputs
+from qval.learned.features import FeatureCache, Featuriser, featuriser_from_spec
+from qval.learned.store import Point, TrainedModel
+from qval.methods.registry import MethodOutput
+
+METHODS: dict[str, dict[str, Any]] = {
+    "best-of-q": {
+        "defaults": trainers.BEST_OF_Q_DEFAULTS,
+        "description": "Best-of-Q: IQL (expectile τ=0.7) Q and V networks on frozen features of state, action and "
+                       "task; transitions of the train split's trajectories and candidate branches, rewards from "
+                       "the environment.",
+    },
+    "qlass": {
+        "defaults": trainers.QLASS_DEFAULTS,
+        "description": "QLASS: a QNet regressed on max-backup Q-values (γ=0.9) of exploration trees grown from the "
+                       "train states with the environment's restore and candidate sampler.",
+    },
+    "amc-value": {
+        "defaults": trainers.AMC_DEFAULTS,
+        "description": "Agentic Monte Carlo: a value head regressed on Monte-Carlo returns of continuations sampled "
+                       "with the ε-noisy actor from each train state and each of its candidates.",
+    },
+}
+"""Method name → default parameters and a one-line description (shown on the method's page)."""
+
+FAMILY = "Learned"
+
+Progress = Callable[[int, int, str], None]
+
+
+def environment_for(inputs: Inputs) -> tuple[Environment, build.DatasetSpec]:
+    """The environment and spec that built the dataset (a :data:`qval.build.BUILDERS` entry of its slug and version)."""
+    for make in build.BUILDERS.values():
+        env, spec = make()
+        if spec.slug == inputs.manifest.slug and spec.version == inputs.manifest.version:
+            return env, spec
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    raise ValueError(f"no environment builds {inputs.manifest.key}; the learned methods need the dataset's "
+                     f"environment (one of qval.build.BUILDERS) to gather train experience")
+
+
+def train(method: str, dataset_dir: str | Path, root: str | Path, *, featuriser: Featuriser,
+          cache_dir: str | Path | None = None, seed: int = 0, params: dict[str, Any] | None = None,
+          progress: Progress | None = None, env: Environment | None = None,
+          spec: build.DatasetSpec | None = None) -> tuple[Path, TrainedModel]:
+    """Train ``method`` on the dataset in ``dataset_dir`` and store it under ``root``.
+
+    ``env``/``spec``: the dataset's environment (default: :func:`environment_for`; tests pass a
+    small one).  Only ``states.jsonl``, ``candidates.jsonl`` and ``manifest.json`` are read.
+    """
+    if method not in METHODS:
+        raise KeyError(f"unknown learned method {method!r}; choose one of {', '.join(METHODS)}")
+    inputs = read_inputs(dataset_dir)
+    own_env = env is None
+    if env is None or spec is None:
+        env, spec = environment_for(inputs) if env is None else (env, spec)
+    feats = FeatureCache(featuriser, cache_dir, inputs.fingerprint)
+    try:
+        if method == "best-of-q":
+            assert spec is not None
+            model = trainers.train_best_of_q(inputs, env, spec, feats, seed=seed, params=params, progress=progress)
+        elif method == "qlass":
+            model = trainers.train_qlass(inputs, env, feats, seed=seed, params=params, progress=progress)
+        else:
+            model = trainers.train_amc_value(inputs, env, feats, seed=seed, params=params, progress=progress)
+    finally:
+        close = getattr(env, "close", None)
+        if own_env and callable(close):
+            close()
+    return store.save(model, root), model
+
+
+def score_split(model: TrainedModel, inputs: Inputs, split: str, target: str, feats: FeatureCache) -> dict[str, float]:
+    """Scores of every point of ``split``: each candidate's Q (target ``q``) or each state's V (``v``)."""
+    if model.fingerprint != inputs.fingerprint:
+        raise ValueError(f"the model was trained on dataset {model.dataset} ({model.fingerprint[:12]}), "
+                         f"not on {inputs.manifest.key} ({inputs.fingerprint[:12]})")
+    states = inputs.states_in(split)
+    if target == "q":
+        cands = [(c.id, Point(s.task, s.observation, c.action)) for s in states for c in s.candidates]
+        values = model.q([p for _, p in cands], feats)
+        return {cid: float(v) for (cid, _), v in zip(cands, values)}
+    if target == "v":
+        values = model.v([Point(s.task, s.observation) for s in states],
+                         [[c.action for c in s.candidates] for s in states], feats)
+        return {s.id: float(v) for s, v in zip(states, values)}
+    raise ValueError(f"unknown target {target!r}; expected q or v")
+
+
+@dataclass
+class Scorer:
+    """A trained model with its features: ``score(points)`` gives Q(s, a) for text points."""
+
+    model: TrainedModel
+    feats: FeatureCache
+
+    @classmethod
+    def open(cls, folder: str | Path, featuriser: Featuriser, cache_dir: str | Path | None = None) -> "Scorer":
+        """Load a stored model; ``featuriser`` must be the one it was trained with."""
+        model = store.load(folder)
+        return cls(model, FeatureCache(featuriser, cache_dir, model.fingerprint))
+
+    def score(self, points: Sequence[Point]) -> list[float]:
+        """Q(s, a) of each (task, state, action) point."""
+        return [float(v) for v in self.model.q(points, self.feats)]
+
+
+def latest_model(root: str | Path, method: str, dataset_key: str) -> Path | None:
+    """The most recently written stored model of ``method`` for ``slug@version``, or None."""
+    folder = Path(root) / method / dataset_key.replace("@", "-")
+    found = sorted(folder.glob("*/model.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def run(method: str, ctx: Any) -> MethodOutput:
+    """Score ``ctx.split`` of ``ctx.dataset_dir`` with learned ``method`` (a registry ``run``; see the module docstring).
+
+    ``ctx.points``: states (their candidates for ``q``, themselves for ``v``) or ids to return;
+    empty → every point of the split.
+    """
+    options = dict(getattr(ctx, "options", None) or {})
+    if getattr(ctx, "dataset_dir", None) is None:
+        raise ValueError(f"{method} needs the dataset's directory (ctx.dataset_dir): it trains in the dataset's environment")
+    if getattr(ctx, "cache_dir", None) is None and not (options.get("model") and options.get("models_root")):
+        raise ValueError(f"{method} needs ctx.cache_dir (features, models) or options 'model' and 'models_root'")
+    cache = Path(ctx.cache_dir) if ctx.cache_dir is not None else Path(options["models_root"])
+    root = options.get("models_root", cache / "learned")
+    featuriser = featuriser_from_spec(options.get("featuriser", "hashed"))
+    inputs = read_inputs(ctx.dataset_dir)
+    folder = options.get("model") or latest_model(root, method, inputs.manifest.key)
+    if folder is None:
+        progress = ctx.progress
+
+        def report(done: int, total: int, stage: str) -> None:
+            progress(done, total)
+
+        folder, _ = train(method, ctx.dataset_dir, root, featuriser=featuriser, cache_dir=cache / "features",
+                          seed=ctx.seed, params=options.get("params"), progress=report)
+    model = store.load(folder)
+    feats = FeatureCache(featuriser, cache / "features", inputs.fingerprint)
+    scores = score_split(model, inputs, ctx.split, ctx.target, feats)
+    wanted: list[str] = []
+    for p in ctx.points or []:
+        if isinstance(p, schema.State):  # the registry passes states: every candidate (q) or the state (v)
+            wanted += [c.id for c in p.candidates] if ctx.target == "q" else [p.id]
+        else:
+            wanted.append(p["id"] if isinstance(p, dict) else getattr(p, "id", p))
+    if wanted:
+        scores = {i: scores.get(i, math.nan) for i in wanted}
+    num_nan = sum(1 for v in scores.values() if v != v)
+    return MethodOutput(scores=scores, num_nan=num_nan,
+                  meta={"model": str(folder), "version": model.version, "featuriser": model.featuriser,
+                        "data": model.data})

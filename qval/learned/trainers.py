@@ -1,0 +1,286 @@
+"""The three trainers of the learned family (torch, CPU or GPU, seeded).
+
+Each trainer gathers experience from the train split (:mod:`qval.learned.experience`),
+encodes its texts once (unique texts only) through a :class:`~qval.learned.features.FeatureCache`,
+fits its networks with Adam (cosine learning-rate decay, gradient-norm clipping at 1.0) on
+minibatches drawn by a generator seeded with ``seed``, and returns a
+:class:`~qval.learned.store.TrainedModel` with its loss curves.
+
+* :func:`train_best_of_q`: IQL.  ``L_V = mean(L2^τ(Q_target(s,a) − V(s)))`` with the expectile
+  loss :func:`expectile_loss`, ``L_Q = mean((r + γ(1 − done)·V(s') − Q(s,a))²)``
+  (:func:`iql_q_target`); the target Q network is a copy of Q refreshed every
+  ``target_every`` steps (100, as Best-of-Q's appendix).
+* :func:`train_qlass`: MSE of a QNet on the :func:`~qval.learned.experience.max_backup`
+  targets of exploration trees (γ = 0.9).
+* :func:`train_amc_value`: MSE of a value head on Monte-Carlo returns of sampled
+  continuations: for each train state ``(s, no action) → mean return from s`` and for each
+  candidate ``(s, a) → mean return after forcing a``.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from qval import build
+from qval.envs.base import Environment
+from qval.learned import experience
+from qval.learned.data import Inputs
+from qval.learned.features import FeatureCache
+from qval.learned.nets import FieldNet, limit_threads
+from qval.learned.store import TrainedModel
+
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, stage)``: stages ``experience`` then ``train``."""
+
+LOSS_POINTS = 200
+"""Loss curves are kept as at most this many points (means over equal chunks of steps)."""
+
+BEST_OF_Q_DEFAULTS: dict[str, Any] = {"tau": 0.7, "discount": 0.99, "steps": 1500, "batch_size": 128, "lr": 1e-3,
+                                      "weight_decay": 1e-4, "target_every": 100, "shared": 64,
+                                      "hidden": [128, 64], "dropout": 0.1, "branches": True}
+QLASS_DEFAULTS: dict[str, Any] = {"discount": 0.9, "width": 3, "depth": 2, "epsilon": 0.3, "max_roots": None,
+                                  "steps": 1500, "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
+                                  "hidden": [128, 64], "dropout": 0.1}
+AMC_DEFAULTS: dict[str, Any] = {"discount": 0.95, "samples": 4, "epsilon": 0.3, "max_states": None, "steps": 1500,
+                                "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
+                                "hidden": [128, 64], "dropout": 0.1}
+
+
+def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
+    """IQL's ``mean(|τ − 1(u < 0)| · u²)`` of ``diff = Q_target(s, a) − V(s)``."""
+    if not 0.0 < tau < 1.0:
+        raise ValueError(f"the expectile tau must be in (0, 1), got {tau}")
+    weight = torch.where(diff < 0, 1.0 - tau, tau)
+    return (weight * diff.pow(2)).mean()
+
+
+def iql_q_target(reward: torch.Tensor, done: torch.Tensor, next_v: torch.Tensor, discount: float) -> torch.Tensor:
+    """``r + γ · (1 − done) · V(s')``."""
+    return reward + discount * (1.0 - done) * next_v
+
+
+@dataclass
+class _Texts:
+    """Unique texts encoded once; rows refer to them by index."""
+
+    matrix: torch.Tensor
+    index: dict[str, int]
+
+    @classmethod
+    def encode(cls, feats: FeatureCache, texts: Sequence[str]) -> "_Texts":
+        unique = list(dict.fromkeys(texts))
+        return cls(torch.from_numpy(feats.encode(unique)), {t: i for i, t in enumerate(unique)})
+
+    def rows(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.tensor([self.index[t] for t in texts], dtype=torch.long)
+
+
+def _params(defaults: dict[str, Any], given: dict[str, Any] | None) -> dict[str, Any]:
+    given = dict(given or {})
+    unknown = set(given) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown parameters {sorted(unknown)}; this method takes {sorted(defaults)}")
+    return defaults | given
+
+
+def _net_config(field_dims: list[int], params: dict[str, Any]) -> dict[str, Any]:
+    return {"field_dims": field_dims, "shared": int(params["shared"]), "hidden": list(params["hidden"]),
+            "dropout": float(params["dropout"])}
+
+
+def _optimiser(net: torch.nn.Module, params: dict[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
+    opt = torch.optim.Adam(net.parameters(), lr=params["lr"], weight_decay=params["weight_decay"])
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, int(params["steps"])))
+    return opt, sched
+
+
+def _step(loss: torch.Tensor, net: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any) -> None:
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()
+    sched.step()
+
+
+def _curve(values: list[float]) -> list[float]:
+    """``values`` as at most :data:`LOSS_POINTS` chunk means."""
+    if len(values) <= LOSS_POINTS:
+        return [float(v) for v in values]
+    chunks = np.array_split(np.asarray(values), LOSS_POINTS)
+    return [float(c.mean()) for c in chunks]
+
+
+def _report(progress: Progress | None, stage: str) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda done, total, _sub: progress(done, total, stage)
+
+
+def _seed(seed: int) -> torch.Generator:
+    limit_threads()
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def _train_indices(inputs: Inputs) -> list[int]:
+    return sorted({s.trajectory for s in inputs.states_in("train")})
+
+
+def _model(method: str, inputs: Inputs, feats: FeatureCache, seed: int, params: dict[str, Any],
+           net_config: dict[str, dict[str, Any]], nets: dict[str, FieldNet], data: dict[str, Any],
+           losses: dict[str, list[float]], started: float) -> TrainedModel:
+    for net in nets.values():
+        net.eval()
+    return TrainedModel(method=method, dataset=inputs.manifest.key, fingerprint=inputs.fingerprint,
+                        featuriser=feats.featuriser.name, seed=seed, params=params, net_config=net_config, nets=nets,
+                        data=data, losses={k: _curve(v) for k, v in losses.items()},
+                        seconds=time.monotonic() - started)
+
+
+def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, feats: FeatureCache, *,
+                    seed: int = 0, params: dict[str, Any] | None = None,
+                    progress: Progress | None = None) -> TrainedModel:
+    """IQL on the train split's transitions (see the module docstring)."""
+    p = _params(BEST_OF_Q_DEFAULTS, params)
+    started = time.monotonic()
+    train_states = inputs.states_in("train")
+    indices = _train_indices(inputs)
+    transitions = experience.trajectory_transitions(env, spec, indices, _report(progress, "experience"))
+    num_trajectory_steps = len(transitions)
+    if p["branches"]:
+        transitions += experience.branch_transitions(env, train_states, _report(progress, "experience"))
+    if not transitions:
+        raise ValueError(f"{inputs.manifest.key}: the train split has no trajectories to learn from")
+    states = _Texts.encode(feats, [t.state for t in transitions] + [t.next_state for t in transitions])
+    actions = _Texts.encode(feats, [t.action for t in transitions])
+    tasks = _Texts.encode(feats, [t.task for t in transitions])
+    s_idx, s2_idx = states.rows([t.state for t in transitions]), states.rows([t.next_state for t in transitions])
+    a_idx, t_idx = actions.rows([t.action for t in transitions]), tasks.rows([t.task for t in transitions])
+    reward = torch.tensor([t.reward for t in transitions], dtype=torch.float32)
+    done = torch.tensor([float(t.done) for t in transitions], dtype=torch.float32)
+
+    gen = _seed(seed)
+    dim_s, dim_a, dim_t = states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]
+    config = {"q": _net_config([dim_s, dim_a, dim_t], p), "v": _net_config([dim_s, dim_t], p)}
+    q_net, v_net = FieldNet(**config["q"]), FieldNet(**config["v"])
+    q_target = copy.deepcopy(q_net).eval()
+    q_opt, q_sched = _optimiser(q_net, p)
+    v_opt, v_sched = _optimiser(v_net, p)
+    losses: dict[str, list[float]] = {"q": [], "v": []}
+    steps, n = int(p["steps"]), len(transitions)
+    for step in range(steps):
+        q_net.train()
+        v_net.train()
+        batch = torch.randint(n, (min(p["batch_size"], n),), generator=gen)
+        s, s2 = states.matrix[s_idx[batch]], states.matrix[s2_idx[batch]]
+        a, t = actions.matrix[a_idx[batch]], tasks.matrix[t_idx[batch]]
+        with torch.no_grad():
+            target_q = q_target(s, a, t)
+            next_v = v_net(s2, t)
+        v_loss = expectile_loss(target_q - v_net(s, t), p["tau"])
+        _step(v_loss, v_net, v_opt, v_sched)
+        q_loss = (q_net(s, a, t) - iql_q_target(reward[batch], done[batch], next_v, p["discount"])).pow(2).mean()
+        _step(q_loss, q_net, q_opt, q_sched)
+        if (step + 1) % int(p["target_every"]) == 0:
+            q_target.load_state_dict(q_net.state_dict())
+        losses["q"].append(q_loss.item())
+        losses["v"].append(v_loss.item())
+        if progress and ((step + 1) % 50 == 0 or step + 1 == steps):
+            progress(step + 1, steps, "train")
+    data = {"splits": ["train"], "labels_read": False, "train_states": len(train_states),
+            "trajectories": len(indices), "trajectory_transitions": num_trajectory_steps,
+            "branch_transitions": len(transitions) - num_trajectory_steps,
+            "rewards": "environment rewards of re-collected train trajectories and one-step candidate branches"}
+    return _model("best-of-q", inputs, feats, seed, p, config, {"q": q_net, "v": v_net}, data, losses, started)
+
+
+def _fit(name: str, rows: list[tuple[str, str, str | None, float]], inputs: Inputs, feats: FeatureCache,
+         p: dict[str, Any], seed: int, progress: Progress | None) -> tuple[dict[str, Any], FieldNet, list[float]]:
+    """Regress a (state, action, task) ``FieldNet`` on ``(task, state, action or None, target)`` rows by MSE."""
+    if not rows:
+        raise ValueError(f"{inputs.manifest.key}: no {name} targets from the train split")
+    states = _Texts.encode(feats, [r[1] for r in rows])
+    actions = _Texts.encode(feats, [r[2] for r in rows if r[2] is not None] or [""])
+    tasks = _Texts.encode(feats, [r[0] for r in rows])
+    zero = torch.zeros(1, actions.matrix.shape[1])
+    action_matrix = torch.cat([actions.matrix, zero])  # the last row: "no action"
+    s_idx, t_idx = states.rows([r[1] for r in rows]), tasks.rows([r[0] for r in rows])
+    a_idx = torch.tensor([actions.index[r[2]] if r[2] is not None else len(actions.index) for r in rows])
+    target = torch.tensor([r[3] for r in rows], dtype=torch.float32)
+    gen = _seed(seed)
+    config = _net_config([states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]], p)
+    net = FieldNet(**config)
+    opt, sched = _optimiser(net, p)
+    curve: list[float] = []
+    steps, n = int(p["steps"]), len(rows)
+    for step in range(steps):
+        net.train()
+        batch = torch.randint(n, (min(p["batch_size"], n),), generator=gen)
+        pred = net(states.matrix[s_idx[batch]], action_matrix[a_idx[batch]], tasks.matrix[t_idx[batch]])
+        loss = (pred - target[batch]).pow(2).mean()
+        _step(loss, net, opt, sched)
+        curve.append(loss.item())
+        if progress and ((step + 1) % 50 == 0 or step + 1 == steps):
+            progress(step + 1, steps, "train")
+    return config, net, curve
+
+
+def _roots(inputs: Inputs, limit: int | None, seed: int, what: str) -> list:
+    states = inputs.states_in("train")
+    if limit is not None and limit < len(states):
+        states = sorted(random.Random(f"{seed}/{what}").sample(states, limit), key=lambda s: s.id)
+    return states
+
+
+def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
+                params: dict[str, Any] | None = None, progress: Progress | None = None) -> TrainedModel:
+    """QLASS: exploration trees from the train states, max backup, QNet regression."""
+    p = _params(QLASS_DEFAULTS, params)
+    started = time.monotonic()
+    roots = _roots(inputs, p["max_roots"], seed, "qlass")
+    rows: list[tuple[str, str, str | None, float]] = []
+    nodes = 0
+    for i, state in enumerate(roots):
+        rng = random.Random(f"{seed}/qlass/{state.id}")
+        tree = experience.grow_tree(env, experience.snapshot_of(state), width=int(p["width"]),
+                                    depth=int(p["depth"]), epsilon=float(p["epsilon"]), rng=rng)
+        backed = experience.max_backup(tree, float(p["discount"]))
+        nodes += len(backed)
+        rows += [(task, obs, action, q) for task, obs, action, q in backed]
+        if progress:
+            progress(i + 1, len(roots), "experience")
+    config, net, curve = _fit("Q", rows, inputs, feats, p, seed, progress)
+    data = {"splits": ["train"], "labels_read": False, "trees": len(roots), "tree_edges": nodes,
+            "targets": "max backup of environment rewards over exploration trees grown from the train states"}
+    return _model("qlass", inputs, feats, seed, p, {"q": config}, {"q": net}, data, {"q": curve}, started)
+
+
+def train_amc_value(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
+                    params: dict[str, Any] | None = None, progress: Progress | None = None) -> TrainedModel:
+    """Agentic Monte Carlo's value model on Monte-Carlo returns of sampled continuations."""
+    p = _params(AMC_DEFAULTS, params)
+    started = time.monotonic()
+    states = _roots(inputs, p["max_states"], seed, "amc")
+    rows: list[tuple[str, str, str | None, float]] = []
+    for i, state in enumerate(states):
+        rng = random.Random(f"{seed}/amc/{state.id}")
+        snap = experience.snapshot_of(state)
+        kwargs = dict(samples=int(p["samples"]), epsilon=float(p["epsilon"]), discount=float(p["discount"]), rng=rng)
+        rows.append((state.task, state.observation, None, experience.mc_value(env, snap, None, **kwargs)))
+        for cand in state.candidates:
+            rows.append((state.task, state.observation, cand.action, experience.mc_value(env, snap, cand.action, **kwargs)))
+        if progress:
+            progress(i + 1, len(states), "experience")
+    config, net, curve = _fit("value", rows, inputs, feats, p, seed, progress)
+    data = {"splits": ["train"], "labels_read": False, "states": len(states), "targets": len(rows),
+            "rollouts": len(rows) * int(p["samples"]),
+            "targets_from": "mean discounted environment return of continuations sampled with the ε-noisy actor"}
+    return _model("amc-value", inputs, feats, seed, p, {"q": config}, {"q": net}, data, {"value": curve}, started)
+

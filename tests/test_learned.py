@@ -1,0 +1,358 @@
+"""The Learned family (qval.learned): hand-computed IQL, tree and Monte-Carlo targets; training on
+train-split experience only, without any label file; reproducible, stored, scoring dev/test."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from qval import build, schema
+from qval.envs.base import Environment, Snapshot
+from qval.envs.frozenlake import FrozenLake
+from qval.learned import experience, methods, store
+from qval.learned.data import read_inputs
+from qval.learned.experience import Edge, TreeNode
+from qval.learned.features import FeatureCache, HashedNgrams
+from qval.learned.trainers import expectile_loss, iql_q_target
+
+FAST = {"best-of-q": {"steps": 300, "target_every": 10}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
+
+
+class Corridor(Environment):
+    """Walk right to the end of a corridor of length n; reward 1 on arriving."""
+
+    name, reference_policy = "corridor", "always right"
+
+    def __init__(self, lengths: tuple[int, ...] = (3,), horizon: int = 20) -> None:
+        super().__init__(horizon)
+        self._lengths = {f"n-{n}": n for n in lengths}
+
+    tasks = property(lambda self: tuple(self._lengths))
+
+    def config(self):  # type: ignore[no-untyped-def]
+        return {"lengths": list(self._lengths.values()), "horizon": self.horizon}
+
+    def _reset(self, task: str) -> None:
+        self._pos, self._n = 0, self._lengths[task]
+
+    def _step(self, action: str) -> tuple[float, bool]:
+        self._pos = max(0, self._pos + (1 if action == "right" else -1))
+        return (1.0, True) if self._pos == self._n else (0.0, False)
+
+    def observation(self) -> str:
+        return "." * self._pos + "@" + "." * (self._n - self._pos)
+
+    def candidates(self) -> list[str]:
+        return ["left", "right"]
+
+    def reference_action(self) -> str:
+        return "right"
+
+
+# -- hand-computed targets ---------------------------------------------------------------
+def test_expectile_loss_matches_hand_computed_values() -> None:
+    diff = torch.tensor([2.0, -1.0])
+    # |0.7 - 0|·4 = 2.8 and |0.7 - 1|·1 = 0.3, mean 1.55
+    assert expectile_loss(diff, 0.7).item() == pytest.approx(1.55)
+    # tau = 0.5 is half the squared error: (4 + 1) / 2 / 2
+    assert expectile_loss(diff, 0.5).item() == pytest.approx(1.25)
+    assert expectile_loss(torch.tensor([-3.0]), 0.9).item() == pytest.approx(0.1 * 9)
+    with pytest.raises(ValueError, match="tau"):
+        expectile_loss(diff, 1.0)
+
+
+def test_iql_q_target_bootstraps_only_undone_steps() -> None:
+    target = iql_q_target(torch.tensor([0.0, 1.0, 0.5]), torch.tensor([0.0, 1.0, 0.0]),
+                          torch.tensor([0.5, 0.8, -1.0]), 0.9)
+    assert target.tolist() == pytest.approx([0.45, 1.0, -0.4])
+
+
+def test_max_backup_of_a_hand_made_tree() -> None:
+    n2 = TreeNode("t", "n2", [Edge("d", 1.0, True)])
+    n1 = TreeNode("t", "n1", [Edge("b", 0.0, False, n2), Edge("c", 0.5, True)])
+    root = TreeNode("t", "root", [Edge("a", 0.0, False, n1), Edge("e", 0.2, True),
+                                  Edge("f", 0.3, False, TreeNode("t", "unexpanded"))])
+    q = {(s, a): v for _, s, a, v in experience.max_backup(root, 0.9)}
+    # d = 1; b = 0 + .9·1; c = .5; a = 0 + .9·max(.9, .5); e = .2; f: child never expanded → its reward
+    assert q == pytest.approx({("n2", "d"): 1.0, ("n1", "b"): 0.9, ("n1", "c"): 0.5, ("root", "a"): 0.81,
+                               ("root", "e"): 0.2, ("root", "f"): 0.3})
+
+
+def test_tree_grown_in_a_corridor_has_the_hand_computed_q_values() -> None:
+    env = Corridor((3,))
+    env.reset("n-3")
+    env.step("right")  # at position 1 of 3
+    tree = experience.grow_tree(env, env.snapshot(), width=2, depth=1, epsilon=0.0, rng=random.Random(0))
+    assert sorted(e.action for e in tree.edges) == ["left", "right"]
+    q = {(s, a): v for _, s, a, v in experience.max_backup(tree, 0.9)}
+    # right: 1 → 2 → 3 (reward 1 on the second step): .9; left: 1 → 0, then three rights: .9³
+    assert q[(".@..", "right")] == pytest.approx(0.9)
+    assert q[(".@..", "left")] == pytest.approx(0.729)
+    assert q[("@...", "right")] == pytest.approx(0.81)
+
+
+def test_monte_carlo_returns_of_hand_made_trajectories() -> None:
+    assert experience.discounted_return([0.0, 0.0, 1.0], 0.9) == pytest.approx(0.81)
+    env = Corridor((3,))
+    env.reset("n-3")
+    start = env.snapshot()
+    rng = random.Random(0)
+    assert experience.mc_value(env, start, None, samples=3, epsilon=0.0, discount=0.9, rng=rng) == pytest.approx(0.81)
+    assert experience.mc_value(env, start, "left", samples=2, epsilon=0.0, discount=0.9, rng=rng) == pytest.approx(0.729)
+    # a horizon of 3 leaves no time after a wasted step: returns 0
+    short = Corridor((3,), horizon=3)
+    short.reset("n-3")
+    assert experience.mc_value(short, short.snapshot(), "left", samples=2, epsilon=0.0, discount=0.9,
+                               rng=rng) == 0.0
+    # ε = 1: every continuation is random; the mean of K returns, each a discounted 0/1 return
+    value = experience.mc_value(env, start, None, samples=50, epsilon=1.0, discount=0.9, rng=random.Random(3))
+    assert 0.0 < value < 0.81
+
+
+def test_hashed_features_are_deterministic_normalised_and_cached(tmp_path: Path) -> None:
+    f = HashedNgrams(256)
+    a, b = f.encode(["SFFF\nF@FH\nFFFG", "move left"]), f.encode(["SFFF\nF@FH\nFFFG", "move left"])
+    assert np.array_equal(a, b)
+    assert np.linalg.norm(a, axis=1) == pytest.approx([1.0, 1.0])
+    assert not np.allclose(f.encode(["SFFF\nF@FH"])[0], f.encode(["SFFF\nFF@H"])[0])
+    cache = FeatureCache(f, tmp_path, "fp")
+    cache.encode(["x", "y", "x"])
+    assert cache.encoded == 2
+    again = FeatureCache(f, tmp_path, "fp")
+    assert np.array_equal(again.encode(["y"]), f.encode(["y"]))
+    assert again.encoded == 0
+
+
+# -- training on FrozenLake ----------------------------------------------------------------
+def small_frozenlake() -> tuple[FrozenLake, build.DatasetSpec]:
+    env, spec = build.BUILDERS["frozenlake"]()
+    return env, replace(spec, version="learned-test", num_trajectories=40, modalities=("text",))
+
+
+@pytest.fixture(scope="module")
+def fl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env, spec = small_frozenlake()
+    folder = tmp_path_factory.mktemp("fl-small")
+    build.build_dataset(env, spec).write(folder)
+    return folder
+
+
+class RecordingLake(FrozenLake):
+    """FrozenLake that records every task it is reset to."""
+
+    def __init__(self) -> None:
+        env, _ = build.BUILDERS["frozenlake"]()
+        super().__init__(map_seeds=env.map_seeds, size=8, horizon=env.horizon)  # type: ignore[attr-defined]
+        self.reset_tasks: set[str] = set()
+
+    def _reset(self, task: str) -> None:
+        self.reset_tasks.add(task)
+        super()._reset(task)
+
+
+def hide_labels(folder: Path, target: Path) -> Path:
+    """A copy of the dataset in ``folder`` with no readable label of dev or test: labels.jsonl keeps only
+    train lines and the dev/test lines are replaced by garbage; ``Dataset.read`` is refused (see the test)."""
+    target.mkdir()
+    for name in ("manifest.json", "states.jsonl", "candidates.jsonl"):
+        (target / name).write_bytes((folder / name).read_bytes())
+    split_of = {}
+    for line in (folder / "states.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        split_of[rec["id"]] = rec["split"]
+    kept = []
+    for line in (folder / "labels.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        state_id = rec["id"] if rec["target"] == "v" else rec["id"].rsplit("-a", 1)[0]
+        kept.append(line if split_of[state_id] == "train" else "<<hidden label>>")
+    (target / "labels.jsonl").write_text("\n".join(kept) + "\n")
+    return target
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_training_reads_no_dev_or_test_label_and_explores_only_train_tasks(
+        method: str, fl_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hidden = hide_labels(fl_dir, tmp_path / "hidden")
+    with pytest.raises(schema.SchemaError):
+        schema.Dataset.read(hidden)  # the poisoned labels really are unreadable
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("training read the dataset with its labels")
+
+    monkeypatch.setattr(schema.Dataset, "read", classmethod(refuse))
+    monkeypatch.setattr(schema.Dataset, "labels_for", refuse)
+    env = RecordingLake()
+    _, spec = small_frozenlake()
+    folder, model = methods.train(method, hidden, tmp_path / "models", featuriser=HashedNgrams(512), seed=1,
+                                  params=FAST[method], env=env, spec=spec)
+    inputs = read_inputs(hidden)
+    train_tasks = {s.task for s in inputs.states_in("train")}
+    assert env.reset_tasks and env.reset_tasks <= train_tasks
+    assert model.data["splits"] == ["train"] and model.data["labels_read"] is False
+    feats = FeatureCache(HashedNgrams(512), None, inputs.fingerprint)
+    for split in ("dev", "test"):
+        scores = methods.score_split(model, inputs, split, "q", feats)
+        assert len(scores) == sum(len(s.candidates) for s in inputs.states_in(split))
+        assert all(np.isfinite(list(scores.values())))
+
+
+@pytest.mark.slow
+def test_trained_models_are_reproducible_stored_and_q_aligned(fl_dir: Path, tmp_path: Path) -> None:
+    env, spec = small_frozenlake()
+    ds = schema.Dataset.read(fl_dir)  # labels read by the test only, to check alignment
+    inputs = read_inputs(fl_dir)
+    f = HashedNgrams(512)
+    for method in methods.METHODS:
+        folder, model = methods.train(method, fl_dir, tmp_path / "models", featuriser=f, seed=3,
+                                      params=FAST[method], env=env, spec=spec, cache_dir=tmp_path / "features")
+        again_folder, again = methods.train(method, fl_dir, tmp_path / "models", featuriser=f, seed=3,
+                                            params=FAST[method], env=env, spec=spec, cache_dir=tmp_path / "features")
+        assert again.version == model.version and again_folder == folder
+        other = methods.train(method, fl_dir, tmp_path / "models", featuriser=f, seed=4,
+                              params=FAST[method], env=env, spec=spec)[1]
+        assert other.version != model.version
+        loaded = store.load(folder)
+        assert loaded.version == model.version and set(loaded.losses) == set(model.losses)
+        assert all(len(curve) > 10 for curve in loaded.losses.values())
+        scorer = methods.Scorer.open(folder, f, tmp_path / "features")
+        state = inputs.states_in("test")[0]
+        points = [store.Point(state.task, state.observation, c.action) for c in state.candidates]
+        assert scorer.score(points) == pytest.approx(list(model.q(points, scorer.feats)))
+        for split in ("dev", "test"):
+            q = methods.score_split(loaded, inputs, split, "q", scorer.feats)
+            actor = [s.actor_candidate.id for s in ds.states_in(split)]
+            rho = spearmanr([q[i] for i in q], [ds.q_labels[i] for i in q])[0]
+            assert rho > 0.2, (method, split, rho)
+            v = methods.score_split(loaded, inputs, split, "v", scorer.feats)
+            assert set(v) == {s.id for s in ds.states_in(split)} and len(actor) == len(v)
+    # the bad inputs are clear errors
+    with pytest.raises(ValueError, match="unknown parameters"):
+        methods.train("qlass", fl_dir, tmp_path / "m", featuriser=f, params={"gamma": 1}, env=env, spec=spec)
+    with pytest.raises(KeyError, match="unknown learned method"):
+        methods.train("q-star", fl_dir, tmp_path / "m", featuriser=f, env=env, spec=spec)
+
+
+def test_a_tampered_stored_model_is_refused(fl_dir: Path, tmp_path: Path) -> None:
+    env, spec = small_frozenlake()
+    folder, _ = methods.train("amc-value", fl_dir, tmp_path, featuriser=HashedNgrams(128), seed=0,
+                              params={"steps": 20, "samples": 1, "max_states": 5}, env=env, spec=spec)
+    meta = json.loads((folder / "model.json").read_text())
+    meta["seed"] = 99
+    (folder / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="do not match"):
+        store.load(folder)
+
+
+def test_the_registry_adapter_scores_the_points_it_is_given(fl_dir: Path, tmp_path: Path) -> None:
+    env, spec = small_frozenlake()
+    folder, _ = methods.train("qlass", fl_dir, tmp_path / "models", featuriser=HashedNgrams(), seed=0,
+                              params={"steps": 30, "max_roots": 5}, env=env, spec=spec)
+
+    class Ctx:
+        dataset_dir, split, target, seed, cache_dir = fl_dir, "dev", "v", 0, tmp_path / "cache"
+        points = [s.id for s in read_inputs(fl_dir).states_in("dev")[:3]] + ["no-such-state"]
+        options = {"model": folder}
+        progress = staticmethod(lambda done, total: None)
+
+    out = methods.run("qlass", Ctx())
+    assert list(out.scores) == Ctx.points and out.num_nan == 1
+    assert out.meta["version"] == store.load(folder).version
+    # the registry's contract: points are the split's states; target q scores every candidate
+    states = read_inputs(fl_dir).states_in("dev")[:2]
+    Ctx.points, Ctx.target = states, "q"
+    out = methods.run("qlass", Ctx())
+    assert list(out.scores) == [c.id for s in states for c in s.candidates] and out.num_nan == 0
+
+
+# -- ALFWorld and MiniWoB: small builds, fast settings --------------------------------------
+def train_and_score_everywhere(env: Environment, spec: build.DatasetSpec, folder: Path, tmp_path: Path,
+                               params: dict[str, dict[str, object]]) -> None:
+    """Build ``spec`` into ``folder``, train every learned method on it, score dev and test (finite, every point)."""
+    build.build_dataset(env, spec).write(folder)
+    inputs = read_inputs(folder)
+    for method in methods.METHODS:
+        _, model = methods.train(method, folder, tmp_path / "models", featuriser=HashedNgrams(512), seed=0,
+                                 params=params[method], env=env, spec=spec)
+        feats = FeatureCache(HashedNgrams(512), None, inputs.fingerprint)
+        for split in ("dev", "test"):
+            for target in ("q", "v"):
+                scores = methods.score_split(model, inputs, split, target, feats)
+                assert scores and all(np.isfinite(list(scores.values()))), (method, split, target)
+
+
+@pytest.mark.slow
+def test_every_learned_method_trains_on_alfworld(tmp_path: Path) -> None:
+    from qval.envs.alfworld import ALFWorld, choose_scenes
+
+    env = ALFWorld(choose_scenes(3, seed=7), horizon=15, game_root=tmp_path / "games")
+    spec = build.DatasetSpec(slug="alfworld-small", name="ALFWorld small", version="0", description="test build",
+                             modalities=("text",), num_trajectories=3, max_states_per_trajectory=2, epsilon=0.3,
+                             seed=5, discount=0.95, splits=("train", "dev", "test"), split_by="task")
+    fast = {"best-of-q": {"steps": 100, "target_every": 10}, "qlass": {"steps": 100, "width": 2, "depth": 1},
+            "amc-value": {"steps": 100, "samples": 1}}
+    train_and_score_everywhere(env, spec, tmp_path / "ds", tmp_path, fast)
+
+
+@pytest.mark.slow
+def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
+    from qval.envs.miniwob import MiniWoB
+
+    # tasks login-user:0, enter-password:0, login-user:1, enter-password:1 → train, dev, test, train
+    # (both need three actions, so an ε = 0 trajectory has a middle turn to sample)
+    env = MiniWoB(task_names=("login-user", "enter-password"), seeds=range(2), horizon=6)
+    spec = build.DatasetSpec(slug="miniwob-small", name="MiniWoB small", version="0", description="test build",
+                             modalities=("text",), num_trajectories=4, max_states_per_trajectory=1, epsilon=0.0,
+                             seed=42, discount=0.95, splits=("train", "dev", "test"), split_by="task")
+    fast = {"best-of-q": {"steps": 60, "target_every": 10, "branches": False},
+            "qlass": {"steps": 60, "width": 2, "depth": 1, "epsilon": 0.0},
+            "amc-value": {"steps": 60, "samples": 1, "epsilon": 0.0}}
+    try:
+        train_and_score_everywhere(env, spec, tmp_path / "ds", tmp_path, fast)
+    finally:
+        env.close()
+
+
+# -- the embeddings path: the project's own server with a tiny local model -----------------
+def test_embeddings_endpoint_mean_pools_the_last_layer_and_trains_a_method(tiny_model: Path, fl_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    import transformers
+
+    from qval import backbone as bb
+    from qval.learned.features import EmbeddingsEndpoint, featuriser_from_spec
+
+    backend = bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu")
+    with bb.BackboneServer(backend, 10**7, address=("127.0.0.1", 0)) as server:
+        url = "http://%s:%d" % server.address
+        endpoint = featuriser_from_spec(f"{url}#tiny-llama")
+        assert isinstance(endpoint, EmbeddingsEndpoint) and endpoint.dim == 32
+        texts = ["move left", "SFFF\nF@FH"]
+        got = endpoint.encode(texts)
+        tok = transformers.AutoTokenizer.from_pretrained(tiny_model)
+        model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+        for text, vec in zip(texts, got):
+            with torch.no_grad():
+                hidden = model(torch.tensor([tok(text)["input_ids"]]), output_hidden_states=True).hidden_states[-1]
+            assert vec == pytest.approx(hidden[0].mean(0).numpy(), abs=1e-5)
+        assert server.usage.prompt_tokens > 0
+        env, spec = small_frozenlake()
+        folder, trained = methods.train("qlass", fl_dir, tmp_path / "models", featuriser=endpoint, seed=0,
+                                        params={"steps": 40, "max_roots": 6, "width": 2}, env=env, spec=spec,
+                                        cache_dir=tmp_path / "features")
+        assert trained.featuriser == "embeddings-tiny-llama-32"
+        inputs = read_inputs(fl_dir)
+        feats = FeatureCache(endpoint, tmp_path / "features", inputs.fingerprint)
+        scores = methods.score_split(trained, inputs, "dev", "q", feats)
+        assert all(np.isfinite(list(scores.values())))
+        refeats = FeatureCache(endpoint, tmp_path / "features", inputs.fingerprint)
+        refeats.encode([s.observation for s in inputs.states_in("dev")])
+        assert refeats.encoded == 0  # cached per dataset fingerprint
+        bad = server.embeddings  # bad input is a clear 400
+        with pytest.raises(bb.BackboneError, match="input must be"):
+            bad({"input": []})
