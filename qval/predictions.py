@@ -876,9 +876,10 @@ def _csv_structure_problems(data: bytes, expected_fields: int, arrow_message: st
 # -- JSON Lines --------------------------------------------------------------------------
 def _parse_jsonl(data: bytes) -> _Parsed:
     deep = safejson.too_deep(data, per_line=True)
-    if deep.size or data.count(b"\r") != data.count(b"\r\n"):
-        # pyarrow's reader must never see a deep line; a lone CR ends a line for the scan (as
-        # for splitlines) but JSON allows it as whitespace, so such files are read line by line
+    if deep.size or data.count(b"\r") != data.count(b"\r\n") or not _lines_open_objects(data):
+        # pyarrow's reader must never see a deep line, nor a file whose first value is not an
+        # object (pyarrow 26 segfaults on a leading ``null``); a lone CR ends a line for the scan
+        # (as for splitlines) but JSON allows it as whitespace: such files are read line by line
         return _parse_jsonl_rows(data, deep)
     lines = _nonblank_lines(data, whitespace_is_blank=True)
     columns = [("id", pa.string()), ("score", pa.float64())]
@@ -910,6 +911,14 @@ def _parse_jsonl(data: bytes) -> _Parsed:
         lines,
         _Issues("line {}"),
     )
+
+
+def _lines_open_objects(data: bytes) -> bool:
+    """Whether every line starts with ``{`` or is empty (the only files pyarrow's reader gets)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(raw == ord("\n")) + 1))
+    firsts = raw[starts[starts < raw.size]]
+    return bool(np.isin(firsts, np.frombuffer(b"{\r\n", dtype=np.uint8)).all())
 
 
 def _parse_jsonl_rows(data: bytes, deep: np.ndarray) -> _Parsed:

@@ -712,6 +712,12 @@ class TestHostilePredictionFiles:
     """Issue 11.3: hostile JSON, CSV and Parquet files end in a specific, listed problem; the
     process reading them stays up (no RecursionError, no segfault, no runaway time)."""
 
+    @pytest.mark.parametrize("data", [b"null", b" null", b"\n\nnull", b'null\n{"id": "a", "score": 1}', b"null null"])
+    def test_a_leading_null_is_reported_and_the_reader_survives(self, data: bytes) -> None:
+        # pyarrow 26's JSON reader segfaults on these (found by tests/test_parser_fuzz.py)
+        found = parse_in_child(data, "p.jsonl")
+        assert found and all(p["code"] in {"parse", "missing_columns", "no_rows"} for p in found), found
+
     def test_100k_deep_jsonl_line_is_reported_and_the_reader_survives(self) -> None:
         found = parse_in_child(deep_jsonl(), "p.jsonl")
         assert [(p["code"], p["rows"]) for p in found] == [("parse", [2])]
