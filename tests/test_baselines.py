@@ -137,7 +137,8 @@ def mini_lake(transactional_db, data_dir: Path):  # type: ignore[no-untyped-def]
 
     env, spec = build.BUILDERS["frozenlake"]()
     spec = dataclasses.replace(spec, slug="frozenlake-mini", version="0", num_trajectories=4,
-                               max_states_per_trajectory=3, splits=("dev",), secret_test=False)
+                               max_states_per_trajectory=3, splits=("dev",), split_by="trajectory",
+                               split_cycle=None, secret_test=False)
     out = data_dir / "datasets" / f"{spec.slug}-{spec.version}"
     if not (out / "manifest.json").exists():
         build.build_dataset(env, spec).write(out)
