@@ -204,3 +204,61 @@ def test_baseline_run_on_the_queue_survives_a_worker_kill(mini_lake, tiny_model:
     page = client.get(f"/submissions/{sub.pk}/").content.decode()
     assert config["prompt_hash"] in page and "NaN" in page
     assert not math.isnan(float(sub.results.first().num_points))
+
+
+# -- method pages and the templates map ------------------------------------------------------
+def test_every_prompt_template_belongs_to_a_method_and_every_named_one_exists() -> None:
+    from qval.methods import context
+    from qval.methods.registry import all_methods
+
+    files = {p.stem for p in context.PROMPTS_DIR.glob("*.txt")}
+    named = {n for names in context.METHOD_TEMPLATES.values() for n in names} | set(context.SHARED_TEMPLATES)
+    assert named == files
+    prompted = {m.name for m in all_methods() if m.modality == "text"}
+    assert set(context.METHOD_TEMPLATES) == prompted
+
+
+def test_method_page_shows_the_registry_entry_and_prompts(db, client) -> None:  # type: ignore[no-untyped-def]
+    from leaderboard.models import Method
+    from qval.methods import context
+
+    Method.objects.create(name="verifier", family="intrinsic")
+    Method.objects.create(name="vlm-rm", family="embedding")
+    Method.objects.create(name="my-method", family="other")
+    page = client.get("/methods/verifier/").content.decode()
+    assert 'id="builtin"' in page and 'data-template="verifier_user"' in page and 'data-template="environment"' in page
+    assert context.template("verifier_system").template.splitlines()[0][:30] in page.replace("&#x27;", "'")
+    image = client.get("/methods/vlm-rm/").content.decode()
+    assert 'data-param="alpha"' in image and '<code>0.5</code>' in image
+    assert 'data-template=' not in image
+    assert 'id="builtin"' not in client.get("/methods/my-method/").content.decode()
+
+
+# -- a second delivery while the first still runs; an image method in the worker's service ----
+def test_a_redelivery_leaves_a_run_with_a_fresh_heartbeat_alone(loaded, settings) -> None:  # type: ignore[no-untyped-def]
+    from submissions.baselines import _start
+    from submissions.models import Submission
+
+    sub = Submission.objects.create(source="baseline", kind="baseline", dataset=loaded, split="dev", target="q",
+                                    method_name="vlm-rm", backbone_name="qval-tiny-vit:random", state="scoring",
+                                    worker="alive@vm", progress={"beat": time.time(), "done": 3, "total": 9})
+    assert _start(sub.pk, "other@vm") is None  # the first worker beats: left alone
+    Submission.objects.filter(pk=sub.pk).update(progress={"beat": time.time() - 2 * settings.QVAL_BASELINE_HEARTBEAT_S})
+    taken = _start(sub.pk, "other@vm")
+    assert taken is not None and taken.worker == "other@vm" and taken.progress["resumed"] is True
+
+
+@pytest.mark.slow
+def test_an_image_method_baseline_runs_on_a_random_encoder(mini_lake, data_dir: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    from submissions.baselines import BaselineRequest, launch_baseline, run_baseline
+    from submissions.models import Submission
+
+    sub = launch_baseline(BaselineRequest("vlm-rm", "qval-tiny-vit:random", mini_lake.key, "dev", seed=2))
+    assert sub.modality == "image" and sub.target == "q"
+    state = run_baseline(sub.pk, "here@vm", vllm=None)
+    sub.refresh_from_db()
+    assert state == "finished", sub.error
+    total = sub.progress["total"]
+    assert sub.progress["done"] == total and sub.num_nan is not None and sub.num_nan < total
+    assert sub.config["backbone_kind"] == "encoder" and sub.config["seed"] == 2
+    assert sub.method.family == "embedding" and sub.results.exists()
