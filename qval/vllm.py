@@ -29,9 +29,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class ServeSpec:
     args: tuple[str, ...] = ()
 
     @classmethod
-    def from_setting(cls, name: str, entry: Mapping[str, Any]) -> "ServeSpec":
+    def from_setting(cls, name: str, entry: Mapping[str, Any]) -> ServeSpec:
         """The spec of ``QVAL_BACKBONES[name]`` (a ``kind: vllm`` entry); :class:`VLLMError` when malformed."""
         path = entry.get("path")
         if not path:

@@ -30,11 +30,12 @@ import shlex
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -124,7 +125,7 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
         )
         sub.transition(Submission.VALIDATING, save=False)
         sub.transition(Submission.QUEUED)
-        from workers.tasks import run_baseline_submission  # the worker module imports this one
+        from workers.tasks import run_baseline_submission  # noqa: I001 - the worker module imports this one
 
         transaction.on_commit(lambda: run_baseline_submission.delay(sub.pk))
     log.info("baseline %s launched: %s on %s/%s with %s", sub.pk, spec.name, dataset.key, req.split, req.backbone)
@@ -206,7 +207,7 @@ class _ProgressWriter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"baseline-{sub.pk}-beat", daemon=True)
 
-    def __enter__(self) -> "_ProgressWriter":
+    def __enter__(self) -> _ProgressWriter:
         self._thread.start()
         return self
 
@@ -228,7 +229,7 @@ class _ProgressWriter:
         while not self._stop.wait(interval):
             try:
                 self._save()
-            except Exception:  # noqa: BLE001 - a missed beat only delays a takeover
+            except Exception:
                 log.warning("baseline %s: heartbeat not written", self.pk, exc_info=True)
 
     def __call__(self, p: Progress) -> None:
@@ -279,7 +280,7 @@ def run_baseline(pk: int, worker: str, vllm: Any) -> str:
                                           bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
     except (MethodError, qpred.ValidationFailed) as exc:
         return fail(pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM)
-    except Exception as exc:  # noqa: BLE001 - backbone down, vllm not starting, ...: recorded, not hidden
+    except Exception as exc:
         log.exception("baseline %s failed", pk)
         return fail(pk, f"the baseline run failed: {type(exc).__name__}: {str(exc)[:500]}", Submission.FAULT_SYSTEM)
     meta = {k: v for k, v in output.meta.items() if _jsonable(v)}

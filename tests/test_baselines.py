@@ -251,7 +251,6 @@ def test_a_redelivery_leaves_a_run_with_a_fresh_heartbeat_alone(loaded, settings
 @pytest.mark.slow
 def test_an_image_method_baseline_runs_on_a_random_encoder(mini_lake, data_dir: Path, settings) -> None:  # type: ignore[no-untyped-def]
     from submissions.baselines import BaselineRequest, launch_baseline, run_baseline
-    from submissions.models import Submission
 
     sub = launch_baseline(BaselineRequest("vlm-rm", "qval-tiny-vit:random", mini_lake.key, "dev", seed=2))
     assert sub.modality == "image" and sub.target == "q"
