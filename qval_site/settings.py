@@ -47,7 +47,8 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_BACKBONE_TOKEN_BUDGET``  tokens (prompt + completion) one container job may use (default 2000000);
                                 a backbone entry's ``token_budget`` overrides it.
                                 A ``{"kind": "vllm", "path": DIR, "served_model_name": NAME, "args": [...]}``
-                                entry is served by ``vllm serve`` that the gpu worker starts (baseline runs).
+                                entry is served by ``vllm serve`` that the gpu worker starts (baseline runs and
+                                containers).
 ``QVAL_VLLM_EXECUTABLE``        the command whose ``serve`` subcommand serves a vllm backbone (default ``vllm``;
                                 tests: ``PYTHON scripts/vllm-standin``); split like a shell command line.
 ``QVAL_VLLM_STARTUP_S``         how long a starting vllm server may take to become healthy (default 900).

@@ -261,3 +261,22 @@ def test_an_image_method_baseline_runs_on_a_random_encoder(mini_lake, data_dir: 
     assert sub.progress["done"] == total and sub.num_nan is not None and sub.num_nan < total
     assert sub.config["backbone_kind"] == "encoder" and sub.config["seed"] == 2
     assert sub.method.family == "embedding" and sub.results.exists()
+
+
+@pytest.mark.slow
+def test_a_container_backbone_of_kind_vllm_is_the_workers_managed_server(tiny_model: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    from qval.backbone import Sampling
+    from workers import tasks
+
+    settings.QVAL_BACKBONES = {"tiny": {"kind": "vllm", "path": str(tiny_model), "served_model_name": "tiny-served"}}
+    settings.QVAL_VLLM_EXECUTABLE = STANDIN_SETTING
+    try:
+        backend = tasks.served_backend("tiny")
+        server = tasks.vllm_manager().running()["tiny"]
+        assert (backend.host, backend.port, backend.model) == ("127.0.0.1", server.port, "tiny-served")
+        reply = backend.generate([{"role": "user", "content": "hi"}], None, Sampling(max_tokens=2))
+        assert reply.completion_tokens >= 1
+        assert tasks.served_backend("tiny").port == server.port  # reused
+    finally:
+        tasks.stop_vllm_servers()
+        tasks._VLLM = None

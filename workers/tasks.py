@@ -47,10 +47,10 @@ from leaderboard.loading import inputs_for, truth_for
 from leaderboard.models import Backbone, Method
 from qval import containers as qc
 from qval import predictions as qpred
-from qval.backbone import Backend, BackboneServer, backend_from_spec
+from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MetricRow, disclose, score
-from qval.vllm import VLLMManager
+from qval.vllm import ServeSpec, VLLMManager
 from submissions import baselines, services
 from submissions.models import Result, Submission
 
@@ -210,7 +210,16 @@ _BACKENDS: dict[str, Backend] = {}
 
 
 def served_backend(name: str) -> Backend:
-    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process (a model is large)."""
+    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process (a model is large).
+
+    A ``kind: vllm`` entry is the worker's ``vllm serve`` process (started, or restarted, on demand by
+    :func:`vllm_manager`), forwarded to as an upstream server.
+    """
+    entry = settings.QVAL_BACKBONES[name]
+    if entry.get("kind") == "vllm":
+        serve = ServeSpec.from_setting(name, entry)
+        server = vllm_manager().ensure(serve)
+        return UpstreamBackend(f"http://{server.host}:{server.port}", serve.served_model_name, name=name)
     if name not in _BACKENDS:
         _BACKENDS[name] = backend_from_spec(name, settings.QVAL_BACKBONES[name])
     return _BACKENDS[name]
