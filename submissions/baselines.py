@@ -125,7 +125,8 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
         )
         sub.transition(Submission.VALIDATING, save=False)
         sub.transition(Submission.QUEUED)
-        from workers.tasks import run_baseline_submission  # noqa: I001 - the worker module imports this one
+        # Imported here: the worker module imports this one.
+        from workers.tasks import run_baseline_submission
 
         transaction.on_commit(lambda: run_baseline_submission.delay(sub.pk))
     log.info("baseline %s launched: %s on %s/%s with %s", sub.pk, spec.name, dataset.key, req.split, req.backbone)
@@ -201,6 +202,7 @@ class _ProgressWriter:
 
     def __init__(self, sub: Submission) -> None:
         self.pk = sub.pk
+        self._owner = threading.current_thread()
         self.state: dict[str, Any] = dict(sub.progress)
         self._last = 0.0
         self._lock = threading.Lock()
@@ -221,7 +223,7 @@ class _ProgressWriter:
         with self._lock:
             self.state["beat"] = time.time()
             Submission.objects.filter(pk=self.pk).update(progress=dict(self.state))
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is not self._owner:  # the heartbeat or a client's request thread
             connection.close()
 
     def _beat(self) -> None:
@@ -261,10 +263,10 @@ def run_baseline(pk: int, worker: str, vllm: Any) -> str:
     sub = _start(pk, worker)
     if sub is None:
         return Submission.objects.get(pk=pk).state
-    spec = get_method(sub.method_name)
     seed, options = int(sub.config.get("seed", 0)), dict(sub.config.get("options") or {})
     directory = dataset_dir(sub.dataset)
     try:
+        spec = get_method(sub.method_name)
         dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
         with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config), \
                 _ProgressWriter(sub) as progress:
