@@ -344,6 +344,20 @@ RESULTS_SHOWN = 50
 """Results listed on a method or environment page (best ρ first); the rest are on the leaderboard."""
 
 
+def builtin_method(name: str) -> dict[str, object] | None:
+    """The registry's entry of a built-in method (spec, parameters, prompt templates, prompt version and
+    hash), or ``None`` for a user's method."""
+    from qval.methods import context
+    from qval.methods.registry import MethodError, get_method
+
+    try:
+        spec = get_method(name)
+    except MethodError:
+        return None
+    return {"spec": spec, "params": sorted(spec.params.items()), "templates": context.method_templates(name),
+            "prompt_version": context.PROMPT_VERSION, "prompt_hash": context.prompt_hash()}
+
+
 def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     """A method: its family and reference, every result, and the figures restricted to it."""
     method = Method.objects.filter(name=name).first()
@@ -354,6 +368,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
         fig_name = "per-environment"
     rows = [r for r in exports.leaderboard_rows({}, "-spearman") if r.method == name]
     extra = {"method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
+             "builtin": builtin_method(name),
              "num_results": len(rows), "all_results": f"?q={name}", "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 

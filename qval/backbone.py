@@ -12,7 +12,7 @@ starts one :class:`BackboneServer` per job, in front of a :class:`Backend`:
 
 Endpoints (JSON over HTTP/1.1, a subset of the OpenAI API that vLLM also serves):
 
-* ``GET /v1/models``;
+* ``GET /health`` (200, as vLLM's) and ``GET /v1/models``;
 * ``POST /v1/chat/completions``: ``messages``, ``max_tokens`` (or ``max_completion_tokens``),
   ``temperature``, ``top_p``, ``seed``, ``stop``, ``logprobs`` + ``top_logprobs`` (≤ 20), and
   vLLM's extensions for scoring a given assistant text: ``add_generation_prompt`` (default true),
@@ -416,7 +416,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         owner: BackboneServer = self.server.owner
-        if self.path.rstrip("/") == "/v1/models":
+        if self.path.rstrip("/") == "/health":  # as vLLM answers it: 200 once the model is loaded
+            self._send(200, {"status": "ok"})
+        elif self.path.rstrip("/") == "/v1/models":
             self._send(200, {"object": "list", "data": [{"id": owner.backend.name, "object": "model", "owned_by": "qval"}]})
         else:
             self._send(404, BackboneError(404, f"no such endpoint: GET {self.path}", code="unknown_url").body())

@@ -32,6 +32,7 @@ from leaderboard.views import download_response
 from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission
+from submissions.selectors import visible_to
 from submissions.serializers import submission_payload
 from submissions.uploads import too_large
 from submissions.services import (
@@ -196,15 +197,16 @@ class SubmissionCreate(APIView):
 
 
 class SubmissionDetail(APIView):
-    """One of the caller's submissions."""
+    """One of the caller's submissions, or a baseline run (with its config and progress)."""
 
     permission_classes = [IsAuthenticated]
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, pk: int) -> Response:
-        sub = Submission.objects.filter(pk=pk, user=request.user).first()
+        sub = Submission.objects.filter(visible_to(request.user), pk=pk).first()
         if sub is None:
-            return Response({"errors": {"id": [f"no submission {pk} of yours"]}}, status=status.HTTP_404_NOT_FOUND)
+            return Response({"errors": {"id": [f"no submission {pk} of yours and no baseline run {pk}"]}},
+                            status=status.HTTP_404_NOT_FOUND)
         return Response(submission_payload(sub))
 
 

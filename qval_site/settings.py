@@ -46,6 +46,15 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
                                 (a vLLM server); containers may ask for these only (default none).
 ``QVAL_BACKBONE_TOKEN_BUDGET``  tokens (prompt + completion) one container job may use (default 2000000);
                                 a backbone entry's ``token_budget`` overrides it.
+                                A ``{"kind": "vllm", "path": DIR, "served_model_name": NAME, "args": [...]}``
+                                entry is served by ``vllm serve`` that the gpu worker starts (baseline runs and
+                                containers).
+``QVAL_VLLM_EXECUTABLE``        the command whose ``serve`` subcommand serves a vllm backbone (default ``vllm``;
+                                tests: ``PYTHON scripts/vllm-standin``); split like a shell command line.
+``QVAL_VLLM_STARTUP_S``         how long a starting vllm server may take to become healthy (default 900).
+``QVAL_BASELINE_S``             how long a baseline run may take from launch to its end (default 172800).
+``QVAL_BROKER_VISIBILITY_S``    Redis redelivers a task a dead worker held after this many seconds
+                                (default: the longest container run, twice, at least 3600).
 
 Dataset builds (queue ``datasets``, see workers/builds.py):
 
@@ -266,6 +275,10 @@ except json.JSONDecodeError as exc:
 if not isinstance(QVAL_BACKBONES, dict) or not all(isinstance(v, dict) for v in QVAL_BACKBONES.values()):
     raise ImproperlyConfigured('QVAL_BACKBONES must map names to objects, e.g. {"tiny": {"kind": "transformers", "path": "/models/tiny"}}')
 QVAL_BACKBONE_TOKEN_BUDGET = int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2000000"))
+# Baseline runs (submissions/baselines.py): `vllm serve` started by the gpu worker for kind-vllm backbones.
+QVAL_VLLM_EXECUTABLE = os.environ.get("QVAL_VLLM_EXECUTABLE", "vllm")
+QVAL_VLLM_STARTUP_S = float(os.environ.get("QVAL_VLLM_STARTUP_S", "900"))
+QVAL_BASELINE_S = float(os.environ.get("QVAL_BASELINE_S", str(48 * 3600)))
 # Dataset builds (workers/builds.py): the reaper fails a running build silent for STALL_S (its
 # worker died) and a queued one not started within QUEUE_S; DOWNLOAD_CACHE holds built archives.
 QVAL_BUILD_STALL_S = float(os.environ.get("QVAL_BUILD_STALL_S", "1800"))
@@ -332,6 +345,7 @@ CELERY_TASK_ROUTES = {
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},
     "learning.tasks.train_learned": {"queue": "gpu"},
+    "workers.tasks.run_baseline_submission": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},
@@ -344,7 +358,11 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the
 # longest container run (timeout + grace), or a running job would be started a second time.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(max(3600, 2 * (QVAL_CONTAINER_LIMITS["timeout_s"] + QVAL_CONTAINER_GRACE_S)))}
+# A baseline run longer than this is delivered again while it runs; the second delivery finds it
+# running (its progress beats within QVAL_BASELINE_HEARTBEAT_S) and leaves it alone.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("QVAL_BROKER_VISIBILITY_S") or max(
+    3600, 2 * (QVAL_CONTAINER_LIMITS["timeout_s"] + QVAL_CONTAINER_GRACE_S)))}
+QVAL_BASELINE_HEARTBEAT_S = float(os.environ.get("QVAL_BASELINE_HEARTBEAT_S", "120"))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _flag("QVAL_INPROCESS_WORKER")
 

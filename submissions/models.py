@@ -7,7 +7,9 @@ user can act on. :meth:`Submission.transition` is the only place that changes th
 A submission is of one of two kinds: ``file`` (an uploaded predictions file, scored on the
 ``scoring`` queue) or ``container`` (an uploaded image archive that a ``gpu`` worker runs on the
 split's inputs, ``scoring`` meaning "running and scoring"; its stdout/stderr, outcome and the
-limits it ran under are kept, and the predictions it wrote). Every submission carries a
+limits it ran under are kept, and the predictions it wrote) or ``baseline`` (a built-in method
+of :mod:`qval.methods` that staff launched and a ``gpu`` worker runs, source ``baseline``; its
+``config``, ``progress`` and NaN count are kept, and the predictions it wrote). Every submission carries a
 ``deadline`` while it is not final: past it, the reaper (:func:`submissions.services.reap_overdue`)
 fails it.
 """
@@ -48,8 +50,9 @@ class Submission(models.Model):
     }
     # Who caused a failure: only user-caused failures count towards the daily quota.
     FAULT_USER, FAULT_SYSTEM = "user", "system"
-    KIND_FILE, KIND_CONTAINER = "file", "container"
-    KINDS = [(KIND_FILE, "predictions file"), (KIND_CONTAINER, "method container")]
+    KIND_FILE, KIND_CONTAINER, KIND_BASELINE = "file", "container", "baseline"
+    KINDS = [(KIND_FILE, "predictions file"), (KIND_CONTAINER, "method container"),
+             (KIND_BASELINE, "built-in method run by the platform")]
 
     # Where the row comes from (the badge shown wherever it appears).
     SOURCE_USER, SOURCE_BASELINE, SOURCE_RESCORED, SOURCE_REPORTED = "user", "baseline", "rescored", "reported"
@@ -120,6 +123,15 @@ class Submission(models.Model):
     deadline = models.DateTimeField(
         null=True, blank=True, help_text="Past this time an unfinished submission is failed by the reaper."
     )
+    # Baseline runs only (a built-in method of qval.methods run by a gpu worker, source "baseline").
+    config = models.JSONField(
+        default=dict, blank=True,
+        help_text="Baseline runs: method and version, prompt hash, backbone and checkpoint hash, sampling "
+                  "parameters, seed, options, and the run's counts (requests, cache hits, tokens).")
+    progress = models.JSONField(
+        default=dict, blank=True, help_text="Baseline runs: done, total, tokens, started/updated times (UTC ISO).")
+    num_nan = models.IntegerField(
+        null=True, blank=True, help_text="Baseline runs: points the method could not score (NaN).")
     predictions = models.FileField(
         upload_to="predictions/%Y/%m/", blank=True,
         help_text="Container submissions: the predictions.jsonl the container wrote, as scored.")
@@ -160,9 +172,9 @@ class Submission(models.Model):
     def scored_predictions(self) -> tuple[str, str]:
         """``(path, file name)`` of the predictions this submission was scored on: the uploaded
         file, or for a container the ``predictions.jsonl`` it wrote (never the image archive)."""
-        if self.kind == self.KIND_CONTAINER:
+        if self.kind in (self.KIND_CONTAINER, self.KIND_BASELINE):
             if not self.predictions:
-                raise ValueError(f"container submission {self.pk} has no stored predictions")
+                raise ValueError(f"{self.kind} submission {self.pk} has no stored predictions")
             return self.predictions.path, "predictions.jsonl"
         return self.file.path, self.filename
 

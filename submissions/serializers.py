@@ -12,6 +12,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
     return {
         "id": sub.pk,
         "kind": sub.kind,
+        "source": sub.source,
         "dataset": sub.dataset.key,
         "split": sub.split,
         "target": sub.target,
@@ -32,6 +33,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "worker": sub.worker or None,
         "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},
         "container": container_payload(sub),
+        "baseline": baseline_payload(sub),
         "results": [
             {
                 "metric": r.metric,
@@ -66,4 +68,22 @@ def container_payload(sub: Submission) -> dict[str, Any] | None:
         "backbone_tokens": sub.token_usage or None,
         "stdout": sub.stdout,
         "stderr": sub.stderr,
+    }
+
+
+def baseline_payload(sub: Submission) -> dict[str, Any] | None:
+    """A baseline run's config (method and version, prompt hash, backbone and checkpoint hash,
+    sampling parameters, seed, counts), progress (points done / total, tokens, ETA in seconds) and
+    NaN count; ``None`` for other submissions."""
+    if sub.kind != Submission.KIND_BASELINE:
+        return None
+    from .baselines import eta_s
+
+    p = sub.progress or {}
+    return {
+        "config": sub.config,
+        "progress": {"done": p.get("done", 0), "total": p.get("total"), "tokens": p.get("tokens", 0),
+                     "eta_s": None if sub.is_final else eta_s(p), "updated_at": p.get("updated_at"),
+                     "deliveries": p.get("deliveries", 0)},
+        "num_nan": sub.num_nan,
     }

@@ -11,6 +11,7 @@ from qval_site import throttling
 from . import comparison
 from .forms import UploadForm
 from .models import Submission
+from .selectors import visible_to
 from .serializers import submission_payload
 from .uploads import too_large
 from .services import SubmissionRejected, SubmissionRequest, create_container_submissions, create_submission
@@ -54,7 +55,7 @@ def mine(request: HttpRequest) -> HttpResponse:
 @login_required
 def detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One submission: timeline, results or the exact validation problems."""
-    sub = get_object_or_404(Submission.objects.select_related("dataset"), pk=pk, user=request.user)
+    sub = get_object_or_404(Submission.objects.select_related("dataset").filter(visible_to(request.user)), pk=pk)
     data = submission_payload(sub)
     sampled = [
         {**r, "sample_values": list(zip(r["details"]["samples"]["sample_numbers"], r["details"]["samples"]["values"]))}
@@ -103,5 +104,5 @@ def _too_many(request: HttpRequest, wait: float | None) -> HttpResponse:
 @login_required
 def status(request: HttpRequest, pk: int) -> JsonResponse:
     """The submission as JSON, polled by the detail and list pages."""
-    sub = get_object_or_404(Submission, pk=pk, user=request.user)
+    sub = get_object_or_404(Submission.objects.filter(visible_to(request.user)), pk=pk)
     return JsonResponse(submission_payload(sub))

@@ -108,15 +108,17 @@ def api(user):  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_timeout: float,
+def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_timeout: float, flush: bool = True,
                    **env: str) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``celery worker -Q queue --concurrency 1`` process named ``name`` on the test database
-    and the test Redis (flushed first), with ``QVAL_DATA_DIR=data_dir`` and ``env``; its output goes
-    to ``log_path``. Stopped with SIGTERM (SIGKILL after ``stop_timeout`` s) on exit."""
+    and the test Redis (flushed first unless ``flush`` is false: a worker taking over a dead one's
+    tasks), with ``QVAL_DATA_DIR=data_dir`` and ``env``; its output goes to ``log_path`` (appended).
+    Stopped with SIGTERM (SIGKILL after ``stop_timeout`` s) on exit."""
     import redis
     from django.db import connection
 
-    redis.Redis.from_url(TEST_BROKER_URL).flushdb()
+    if flush:
+        redis.Redis.from_url(TEST_BROKER_URL).flushdb()
     db = connection.settings_dict
     environ = dict(os.environ)
     environ.update(
@@ -127,7 +129,7 @@ def worker_process(queue: str, name: str, data_dir: Path, log_path: Path, stop_t
     )
     environ.pop("QVAL_INPROCESS_WORKER", None)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
+    with log_path.open("a" if not flush else "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", queue, "--concurrency", "1",
              "-n", name, "--without-gossip", "--without-mingle", "--loglevel", "INFO"],

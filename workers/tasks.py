@@ -7,6 +7,10 @@
 * ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
   method container on the split's inputs -- serving the backbone it asked for on the job's socket
   with the per-job token budget (:mod:`qval.backbone`) -- and scores what it wrote;
+* ``run_baseline_submission`` (queue ``gpu``) runs a built-in method for a baseline submission
+  (:func:`submissions.baselines.run_baseline`), serving its LLM backbone through the worker's
+  :class:`qval.vllm.VLLMManager` (started on first use, reused across jobs, stopped when the
+  worker process shuts down);
 * ``reap_overdue_submissions`` (sent every minute by Celery beat) fails submissions whose
   deadline passed.
 
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import shared_task
-from celery.signals import celeryd_after_setup
+from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_shutdown
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -43,10 +47,11 @@ from leaderboard.loading import inputs_for, truth_for
 from leaderboard.models import Backbone, Method
 from qval import containers as qc
 from qval import predictions as qpred
-from qval.backbone import Backend, BackboneServer, backend_from_spec
+from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MetricRow, disclose, score
-from submissions import services
+from qval.vllm import ServeSpec, VLLMManager
+from submissions import baselines, services
 from submissions.models import Result, Submission
 
 log = logging.getLogger(__name__)
@@ -172,11 +177,49 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
     return store_results(submission_id, evaluation.rows, **run)
 
 
+@shared_task(bind=True, name="workers.tasks.run_baseline_submission", acks_late=True)
+def run_baseline_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Run a queued baseline submission (:func:`submissions.baselines.run_baseline`); return its final state.
+
+    A redelivery (the worker died) resumes it from the response cache.
+    """
+    return baselines.run_baseline(submission_id, self.request.hostname or "in-process", vllm_manager())
+
+
+_VLLM: VLLMManager | None = None
+
+
+def vllm_manager() -> VLLMManager:
+    """This worker process's manager of ``vllm serve`` processes (``QVAL_VLLM_EXECUTABLE``)."""
+    global _VLLM
+    if _VLLM is None:
+        _VLLM = VLLMManager(baselines.vllm_command(), log_dir=Path(settings.QVAL_DATA_DIR) / "logs",
+                            startup_timeout_s=settings.QVAL_VLLM_STARTUP_S)
+    return _VLLM
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def stop_vllm_servers(**kwargs: Any) -> None:
+    """Stop the ``vllm serve`` processes this worker process started."""
+    if _VLLM is not None:
+        _VLLM.stop_all()
+
+
 _BACKENDS: dict[str, Backend] = {}
 
 
 def served_backend(name: str) -> Backend:
-    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process (a model is large)."""
+    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process (a model is large).
+
+    A ``kind: vllm`` entry is the worker's ``vllm serve`` process (started, or restarted, on demand by
+    :func:`vllm_manager`), forwarded to as an upstream server.
+    """
+    entry = settings.QVAL_BACKBONES[name]
+    if entry.get("kind") == "vllm":
+        serve = ServeSpec.from_setting(name, entry)
+        server = vllm_manager().ensure(serve)
+        return UpstreamBackend(f"http://{server.host}:{server.port}", serve.served_model_name, name=name)
     if name not in _BACKENDS:
         _BACKENDS[name] = backend_from_spec(name, settings.QVAL_BACKBONES[name])
     return _BACKENDS[name]

@@ -134,3 +134,32 @@ def points_of(states: list[schema.State], target: str) -> list[Point]:
 def answer_tags(n: int) -> str:
     """``<answer_1>…</answer_1> … <answer_n>…</answer_n>``."""
     return " ".join(f"<answer_{i}>…</answer_{i}>" for i in range(1, n + 1))
+
+
+SHARED_TEMPLATES: tuple[str, ...] = ("environment", "value_q", "value_v", "point", "point_action")
+"""Blocks every prompted method's templates are filled with (the shared method context)."""
+
+METHOD_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "direct-single": ("direct_system", "direct_user"),
+    "direct-16": ("direct_system", "direct_user"),
+    "direct-batched": ("direct_system", "direct_batched_user"),
+    "direct-sequential": ("direct_system", "direct_sequential_user"),
+    "gvl": ("gvl_system", "gvl_user"),
+    "verifier": ("verifier_system", "verifier_user"),
+    "Δbelief": ("belief_system", "belief_pre", "belief_post"),
+    "codegen": ("codegen_system", "codegen_user"),
+    "codegen-avg": ("codegen_system", "codegen_user"),
+    "eureka": ("codegen_system", "codegen_user", "eureka_iteration", "eureka_feedback", "eureka_judge"),
+    "sdpo": ("sdpo_system", "sdpo_student", "sdpo_teacher"),
+    "sdpo-gt": ("sdpo_system", "sdpo_student", "sdpo_teacher"),
+    "ranking": ("ranking_system", "ranking_user"),
+}
+"""The templates each prompted method renders (for method pages; image methods have none)."""
+
+
+def method_templates(method: str) -> list[tuple[str, str]]:
+    """``(name, text)`` of the templates ``method`` renders, then the shared blocks; empty for unprompted methods."""
+    names = METHOD_TEMPLATES.get(method)
+    if not names:
+        return []
+    return [(name, template(name).template) for name in (*names, *SHARED_TEMPLATES)]

@@ -1,0 +1,315 @@
+"""Baseline runs: a built-in method of :mod:`qval.methods` run by the platform on a dataset split.
+
+Staff launch one (:func:`launch_baseline`, from the admin or ``manage.py run_baseline``): it is a
+submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu``
+(``workers.tasks.run_baseline_submission``), which calls :func:`run_baseline`:
+
+* the backbone is a name of ``QVAL_BACKBONES`` for the LLM methods (``kind: vllm``: a ``vllm
+  serve`` process the worker starts and reuses, :mod:`qval.vllm`; ``kind: transformers``: the
+  checkpoint served in the worker; ``kind: upstream``: a running server), or an encoder spec for
+  the image methods (``clip``, ``ARCH:random``, ...; :mod:`qval.methods.encoders`);
+* :func:`qval.methods.run.run_method` runs with the response cache in
+  ``QVAL_DATA_DIR/cache/baselines/<method>``, so a delivery after a worker died resumes where the
+  dead one was (its answered requests are cache hits, counted in ``config``) and a rerun is free;
+* progress (done / total, tokens, times) is written to ``Submission.progress`` at most twice a
+  second, and a heartbeat every few seconds; a second delivery of a run whose heartbeat is fresh
+  (another worker still runs it) leaves it alone;
+* the predictions are stored and scored like any other submission; NaN points are counted
+  (``num_nan``) and dropped by the metrics, never failing the run; ``config`` records the method
+  and its version, prompt hash, backbone and checkpoint hash, sampling parameters, seed and options.
+
+The dataset is read from its files under ``QVAL_DATASETS_DIR`` (labels included, for the methods
+whose teacher reads them); nothing of the labels is logged or stored on the submission.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.utils import timezone
+
+from leaderboard.exports import dataset_dir
+from leaderboard.loading import truth_for
+from leaderboard.models import Dataset, Method
+from qval import predictions as qpred
+from qval import schema
+from qval.families import get as get_family
+from qval.methods.registry import MethodError, MethodSpec, get_method
+from qval.methods.run import Progress, run_method, write_predictions
+from qval.scoring import MetricRow, score
+
+from .models import Submission
+from .services import SubmissionRejected, resolve_dataset
+
+log = logging.getLogger(__name__)
+
+LLM_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs", "vlm"})
+"""Methods whose backbone is a served model (a ``QVAL_BACKBONES`` name)."""
+PROGRESS_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class BaselineRequest:
+    """What staff ask to run: method × backbone × dataset × split, for a target and seed."""
+
+    method: str
+    backbone: str
+    dataset: str
+    split: str
+    target: str = ""
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _target_for(spec: MethodSpec, target: str) -> str:
+    if not target:
+        return "q" if spec.supports("q") else "v"
+    if not spec.supports(target):
+        raise SubmissionRejected("target", f"{spec.name} scores {', '.join(spec.targets)}, not target {target!r}")
+    return target
+
+
+def check_backbone(spec: MethodSpec, backbone: str) -> None:
+    """Refuse a backbone the method cannot use: LLM methods take a ``QVAL_BACKBONES`` name."""
+    if not backbone.strip():
+        raise SubmissionRejected("backbone", f"{spec.name} needs a backbone ({spec.needs})")
+    if spec.needs in LLM_NEEDS and backbone not in settings.QVAL_BACKBONES:
+        served = sorted(settings.QVAL_BACKBONES) or ["none configured: set QVAL_BACKBONES"]
+        raise SubmissionRejected("backbone", f"{spec.name} needs a served model ({spec.needs}); backbone {backbone!r} "
+                                             f"is not in QVAL_BACKBONES; choose one of {served}")
+
+
+def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ignore[no-untyped-def]
+    """Create a queued baseline submission for ``req`` and send it to a ``gpu`` worker.
+
+    Raises :class:`~submissions.services.SubmissionRejected` (field and reason) for an unknown
+    method, dataset or split, a target the method does not score, or an unusable backbone.
+    """
+    try:
+        spec = get_method(req.method)
+    except MethodError as exc:
+        raise SubmissionRejected("method", str(exc)) from None
+    dataset: Dataset = resolve_dataset(req.dataset)
+    splits = set(dataset.states.values_list("split", flat=True).distinct())
+    if req.split not in splits:
+        raise SubmissionRejected("split", f"dataset {dataset.key} has no split {req.split!r}; choose one of {sorted(splits)}")
+    if spec.modality == "image" and "image" not in dataset.modalities:
+        raise SubmissionRejected("dataset", f"{spec.name} needs images; dataset {dataset.key} has {dataset.modalities}")
+    target = _target_for(spec, req.target)
+    check_backbone(spec, req.backbone)
+    now = timezone.now()
+    with transaction.atomic():
+        sub = Submission.objects.create(
+            user=user, source=Submission.SOURCE_BASELINE, kind=Submission.KIND_BASELINE, dataset=dataset,
+            split=req.split, target=target, method_name=spec.name, backbone_name=req.backbone, modality=spec.modality,
+            filename=f"{spec.name}.jsonl", file_format="baseline",
+            config={"method": spec.name, "method_version": spec.version, "family": spec.family,
+                    "backbone": req.backbone, "seed": req.seed, "options": dict(req.options),
+                    "params": dict(spec.params)},
+            deadline=now + timedelta(seconds=settings.QVAL_BASELINE_S),
+        )
+        sub.transition(Submission.VALIDATING, save=False)
+        sub.transition(Submission.QUEUED)
+        # Imported here: the worker module imports this one.
+        from workers.tasks import run_baseline_submission
+
+        transaction.on_commit(lambda: run_baseline_submission.delay(sub.pk))
+    log.info("baseline %s launched: %s on %s/%s with %s", sub.pk, spec.name, dataset.key, req.split, req.backbone)
+    return sub
+
+
+# -- running -----------------------------------------------------------------------------
+@contextmanager
+def served_backbone(name: str, spec: MethodSpec, vllm: Any) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """``(backbone spec for run_method, options, config)`` of backbone ``name`` for method ``spec``.
+
+    ``vllm``: the worker's :class:`qval.vllm.VLLMManager` (kind ``vllm`` entries).
+    """
+    if spec.needs not in LLM_NEEDS:
+        yield name, {}, {"backbone": name, "backbone_kind": "encoder"}
+        return
+    from qval.methods.llm import checkpoint_identity
+    from qval.vllm import ServeSpec
+
+    entry = settings.QVAL_BACKBONES.get(name)
+    if entry is None:
+        raise MethodError(f"backbone {name!r} is no longer in QVAL_BACKBONES")
+    kind = entry.get("kind", "transformers")
+    if kind == "vllm":
+        serve = ServeSpec.from_setting(name, entry)
+        server = vllm.ensure(serve)
+        identity = checkpoint_identity(serve.path)
+        yield server.url, {"model": serve.served_model_name, "backbone_identity": identity}, {
+            "backbone": name, "backbone_kind": "vllm", "checkpoint": identity, "served_model_name": serve.served_model_name,
+            "server_args": list(serve.args)}
+    elif kind == "transformers":
+        identity = checkpoint_identity(str(entry["path"]))
+        yield str(entry["path"]), {"backbone_identity": identity}, {
+            "backbone": name, "backbone_kind": "transformers", "checkpoint": identity}
+    elif kind == "upstream":
+        model = str(entry.get("model") or name)
+        yield str(entry["url"]), {"model": model, "backbone_identity": f"{name}:{model}"}, {
+            "backbone": name, "backbone_kind": "upstream", "checkpoint": None, "served_model_name": model}
+    else:
+        raise MethodError(f"backbone {name!r}: unknown kind {kind!r} (vllm, transformers or upstream)")
+
+
+def _start(pk: int, worker: str) -> Submission | None:
+    """Move a queued (or redelivered) baseline to ``scoring`` under its row lock; ``None`` when there is
+    nothing to do: final already, past its deadline (failed here), or running on a live worker."""
+    now = timezone.now()
+    with transaction.atomic():
+        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=pk)
+        if sub.kind != Submission.KIND_BASELINE or sub.state not in (Submission.QUEUED, Submission.SCORING):
+            log.info("baseline %s is %s; nothing to run", pk, sub.state)
+            return None
+        if sub.deadline is not None and sub.deadline < now:
+            sub.transition(Submission.FAILED, error="timed out (deadline passed): the baseline run did not end in "
+                                                    f"{settings.QVAL_BASELINE_S:.0f} s", fault=Submission.FAULT_SYSTEM)
+            return None
+        beat = sub.progress.get("beat")
+        if sub.state == Submission.SCORING and beat is not None and sub.worker != worker and \
+                time.time() - float(beat) < settings.QVAL_BASELINE_HEARTBEAT_S:
+            log.info("baseline %s runs on %s (heartbeat %.0f s ago); leaving it", pk, sub.worker, time.time() - beat)
+            return None
+        resumed = sub.state == Submission.SCORING
+        sub.transition(Submission.SCORING, save=False)
+        sub.worker = worker[:200]
+        kept = {k: v for k, v in sub.progress.items() if k not in ("first_at", "first_at_done")}
+        sub.progress = {**kept, "beat": time.time(), "deliveries": int(sub.progress.get("deliveries", 0)) + 1,
+                        "resumed": resumed, "started_at": sub.progress.get("started_at") or timezone.now().isoformat()}
+        sub.save()
+    return sub
+
+
+class _ProgressWriter:
+    """Writes a run's progress to its submission (throttled) and a heartbeat from a thread."""
+
+    def __init__(self, sub: Submission) -> None:
+        self.pk = sub.pk
+        self._owner = threading.current_thread()
+        self.state: dict[str, Any] = dict(sub.progress)
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"baseline-{sub.pk}-beat", daemon=True)
+
+    def __enter__(self) -> _ProgressWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _save(self) -> None:
+        from django.db import connection
+
+        with self._lock:
+            self.state["beat"] = time.time()
+            Submission.objects.filter(pk=self.pk).update(progress=dict(self.state))
+        if threading.current_thread() is not self._owner:  # the heartbeat or a client's request thread
+            connection.close()
+
+    def _beat(self) -> None:
+        interval = max(0.5, settings.QVAL_BASELINE_HEARTBEAT_S / 4)
+        while not self._stop.wait(interval):
+            try:
+                self._save()
+            except Exception:
+                log.warning("baseline %s: heartbeat not written", self.pk, exc_info=True)
+
+    def __call__(self, p: Progress) -> None:
+        first = "first_at_done" not in self.state
+        with self._lock:
+            self.state.update(done=p.done, total=p.total, tokens=p.tokens, updated_at=timezone.now().isoformat())
+            if first:  # the rate (for the ETA) counts from the first report of this delivery
+                self.state.update(first_at_done=p.done, first_at=time.time())
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_EVERY_S or p.done >= p.total:
+            self._last = now
+            self._save()
+
+
+def eta_s(progress: dict[str, Any]) -> float | None:
+    """Seconds left at this delivery's rate, or ``None`` before two reports."""
+    done, total = progress.get("done"), progress.get("total")
+    first_done, first_at, beat = progress.get("first_at_done"), progress.get("first_at"), progress.get("beat")
+    if None in (done, total, first_done, first_at, beat) or done <= first_done or float(beat) <= float(first_at):
+        return None
+    rate = (done - first_done) / (float(beat) - float(first_at))
+    return max(0.0, (total - done) / rate)
+
+
+def run_baseline(pk: int, worker: str, vllm: Any) -> str:
+    """Run baseline submission ``pk`` on this worker and score it; return its state (see the module docstring)."""
+    from workers.tasks import fail, store_results  # the one place results are stored
+
+    sub = _start(pk, worker)
+    if sub is None:
+        return Submission.objects.get(pk=pk).state
+    seed, options = int(sub.config.get("seed", 0)), dict(sub.config.get("options") or {})
+    directory = dataset_dir(sub.dataset)
+    try:
+        spec = get_method(sub.method_name)
+        dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
+        with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config), \
+                _ProgressWriter(sub) as progress:
+            output = run_method(spec.name, dataset, sub.split, sub.target, backbone, seed=seed,
+                                cache_dir=Path(settings.QVAL_DATA_DIR) / "cache" / "baselines" / spec.name,
+                                options={**options, **backbone_options}, dataset_dir=directory, progress=progress)
+        with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:
+            path = write_predictions(output, Path(tmp) / "predictions.jsonl")
+            data = path.read_bytes()
+            truth = truth_for(sub.dataset, sub.split, sub.target)
+            preds = qpred.parse(str(path), "predictions.jsonl", reference_ids=truth.point_ids)
+            rows: list[MetricRow] = score(truth, preds.ids, preds.scores, samples=preds.samples,
+                                          bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+    except (MethodError, qpred.ValidationFailed) as exc:
+        return fail(pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM)
+    except Exception as exc:
+        log.exception("baseline %s failed", pk)
+        return fail(pk, f"the baseline run failed: {type(exc).__name__}: {str(exc)[:500]}", Submission.FAULT_SYSTEM)
+    meta = {k: v for k, v in output.meta.items() if _jsonable(v)}
+    config = {**sub.config, **meta, **backbone_config, "seed": seed, "options": options}
+    stored = default_storage.save(f"predictions/{timezone.now():%Y/%m}/{pk}-baseline.jsonl", ContentFile(data))
+    ids = set(output.scores)
+    coverage = {"expected": len(truth.point_ids), "provided": len(ids & set(truth.point_ids)),
+                "missing": len(set(truth.point_ids) - ids), "missing_examples": sorted(set(truth.point_ids) - ids)[:5],
+                "nan": output.num_nan}
+    Method.objects.get_or_create(name=spec.name, defaults={"family": get_family(spec.family).slug,
+                                                           "description": spec.description})
+    return store_results(pk, rows, config=config, num_nan=output.num_nan, predictions=stored, coverage=coverage,
+                          sha256=_sha256(data), size_bytes=len(data), file_format="jsonl")
+
+
+def _jsonable(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (str, int, bool, type(None), list, dict))
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def vllm_command() -> list[str]:
+    """``QVAL_VLLM_EXECUTABLE`` as an argument list."""
+    return shlex.split(settings.QVAL_VLLM_EXECUTABLE)
