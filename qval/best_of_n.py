@@ -46,8 +46,9 @@ import numpy as np
 from qval import build, labelling, schema
 from qval.envs.base import Environment, Snapshot
 
-ENVIRONMENTS: tuple[str, ...] = ("frozenlake", "alfworld", "miniwob")
-"""The datasets (keys of :data:`qval.build.BUILDERS`) whose environments the track plays."""
+DATASET_SLUGS: dict[str, str] = {"frozenlake": "frozenlake-8x8", "alfworld": "alfworld-pick-place", "miniwob": "miniwob"}
+"""The datasets (keys of :data:`qval.build.BUILDERS`) whose environments the track plays, and their slugs."""
+ENVIRONMENTS: tuple[str, ...] = tuple(DATASET_SLUGS)
 
 STEPPINGS: tuple[str, ...] = ("restore", "replay")
 REFERENCE = "reference"

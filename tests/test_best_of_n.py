@@ -125,3 +125,10 @@ def test_a_registered_method_picks_through_its_run(frozen, frozenlake: schema.Da
         again = run(frozen, bon.method_picker(name, frozenlake, str(tiny_model), cache_dir=tmp_path / name),
                     n=3, episodes=1)
         assert [e.to_json() for e in again] == [e.to_json() for e in episodes]
+
+
+def test_dataset_slugs_are_the_builders() -> None:
+    from qval import build
+
+    assert bon.DATASET_SLUGS["frozenlake"] == build.frozenlake_8x8()[1].slug
+    assert bon.DATASET_SLUGS["alfworld"] == build.alfworld_text()[1].slug
