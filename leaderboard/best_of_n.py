@@ -130,13 +130,15 @@ def requeue_worker_runs(worker: str) -> list[int]:
 
 
 # -- selectors -----------------------------------------------------------------------------
+def episodes_of_one(stored: BestOfNEpisode) -> bon.Episode:
+    """A stored episode as :class:`qval.best_of_n.Episode`."""
+    return bon.Episode.from_json({"index": stored.index, "task": stored.task, "steps": stored.steps,
+                                  "discounted_return": stored.discounted_return, "success": stored.success})
+
+
 def episodes_of(run: BestOfNRun) -> list[bon.Episode]:
     """The run's stored episodes, by index."""
-    return [
-        bon.Episode.from_json({"index": e.index, "task": e.task, "steps": e.steps,
-                               "discounted_return": e.discounted_return, "success": e.success})
-        for e in run.episodes.order_by("index")
-    ]
+    return [episodes_of_one(e) for e in run.episodes.order_by("index")]
 
 
 def baseline_run(run: BestOfNRun, picker: str = "base") -> BestOfNRun | None:

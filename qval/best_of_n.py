@@ -95,6 +95,11 @@ class StepRecord:
         """The action taken."""
         return self.candidates[self.chosen]
 
+    @property
+    def candidate_scores(self) -> list[tuple[str, float | None]]:
+        """``(candidate, score)`` pairs, in candidate order."""
+        return list(zip(self.candidates, self.scores))
+
 
 @dataclass(frozen=True)
 class Episode:
