@@ -144,7 +144,7 @@ def label_histograms(values: dict[str, dict[str, list[float]]], bins: int = 30) 
     return out
 
 
-def alignment_plot(alignment: "Alignment", div_id: str) -> str:
+def alignment_plot(alignment: Alignment, div_id: str) -> str:
     """Test-split ρ (x) against the Best-of-N success gain over the base policy (y, with its 95% CI):
     one marker per picker, one trace per legend group (family, oracle, random)."""
     groups: dict[str, list] = {}

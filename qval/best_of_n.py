@@ -39,7 +39,8 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -116,7 +117,7 @@ class Episode:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Episode":
+    def from_json(cls, data: Mapping[str, Any]) -> Episode:
         """The episode :meth:`to_json` wrote."""
         steps = tuple(
             StepRecord(step=int(s["step"]), observation=str(s["observation"]), candidates=tuple(s["candidates"]),
