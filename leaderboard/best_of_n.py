@@ -11,6 +11,8 @@ its Best-of-N gain over the base policy, with the rank correlation across picker
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,30 +84,49 @@ def _picker(run: BestOfNRun) -> bon.Picker | None:
     return bon.method_picker(run.picker, dataset, run.backbone, seed=run.seed, cache_dir=cache)
 
 
-def play(run: BestOfNRun) -> BestOfNRun:
-    """Play the run's episodes not stored yet (each stored as it finishes), then store the summary."""
-    env, spec = bon.environment(run.environment, settings.QVAL_TEST_SPLIT_SECRET)
+def _episodes_in_a_thread(run: BestOfNRun, picker: bon.Picker | None, done: set[int], secret: str | None,
+                          results: queue.Queue[bon.Episode | BaseException | None]) -> None:
+    """Create the environment and play the run's missing episodes in this thread, putting each episode on
+    ``results``, then ``None`` (or the exception that stopped it)."""
     try:
-        setting = bon.setting_for(run.environment, env, spec, n=run.n, seed=run.seed, num_episodes=run.num_episodes)
-        picker = _picker(run)
-        done = set(run.episodes.values_list("index", flat=True))
+        env, spec = bon.environment(run.environment, secret)
+        try:
+            setting = bon.setting_for(run.environment, env, spec, n=run.n, seed=run.seed,
+                                      num_episodes=run.num_episodes)
+            bon.run_episodes(env, setting, picker, done=done, on_episode=results.put)
+        finally:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+        results.put(None)
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+        results.put(exc)
 
-        def store(episode: bon.Episode) -> None:
-            try:
-                with transaction.atomic():
-                    BestOfNEpisode.objects.create(run=run, index=episode.index, task=episode.task,
-                                                  success=episode.success,
-                                                  discounted_return=episode.discounted_return,
-                                                  steps=episode.to_json()["steps"])
-            except IntegrityError:  # stored by a duplicate delivery meanwhile: the same episode
-                pass
-            BestOfNRun.objects.filter(pk=run.pk).update(done=run.episodes.count())
 
-        bon.run_episodes(env, setting, picker, done=done, on_episode=store)
-    finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+def play(run: BestOfNRun) -> BestOfNRun:
+    """Play the run's episodes not stored yet (each stored as it finishes), then store the summary.
+
+    The environment runs in a thread of its own: MiniWoB's Playwright runs an event loop in the
+    thread that drives it, where Django refuses database calls, so episodes are stored here.
+    """
+    picker = _picker(run)
+    done = set(run.episodes.values_list("index", flat=True))
+    results: queue.Queue[bon.Episode | BaseException | None] = queue.Queue()
+    thread = threading.Thread(target=_episodes_in_a_thread, daemon=True,
+                              args=(run, picker, done, settings.QVAL_TEST_SPLIT_SECRET, results))
+    thread.start()
+    while (item := results.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        try:
+            with transaction.atomic():
+                BestOfNEpisode.objects.create(run=run, index=item.index, task=item.task, success=item.success,
+                                              discounted_return=item.discounted_return,
+                                              steps=item.to_json()["steps"])
+        except IntegrityError:  # stored by a duplicate delivery meanwhile: the same episode
+            pass
+        BestOfNRun.objects.filter(pk=run.pk).update(done=run.episodes.count())
+    thread.join()
     summary = bon.summarise(episodes_of(run), seed=run.seed)
     BestOfNRun.objects.filter(pk=run.pk, status__in=BestOfNRun.ACTIVE).update(
         status=BestOfNRun.FINISHED, finished_at=timezone.now(), done=summary.episodes, error="",
