@@ -126,24 +126,29 @@ def test_alignment_page_in_chromium(live_server, transactional_db) -> None:  # t
 
     from tests.test_browser import CHROMIUM
 
-    runs = {p: play("frozenlake", p, n=4, episodes=16) for p in ("base", "oracle", "random")}
-    expected = {p: (rho, mean_success(runs[p]) - mean_success(runs["base"]))
-                for p, rho in (("oracle", 1.0), ("random", 0.0))}
+    sizes = {"frozenlake": 16, "alfworld": 2}
+    runs = {(env, p): play(env, p, n=4, episodes=count) for env, count in sizes.items()
+            for p in ("base", "oracle", "random")}
+    expected = {env: {p: (rho, mean_success(runs[env, p]) - mean_success(runs[env, "base"]))
+                      for p, rho in (("oracle", 1.0), ("random", 0.0))} for env in sizes}
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed; `make test` installs it (scripts/install.sh)")
+    drawn, rows = {}, {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page()
         page.goto(f"{live_server.url}/best-of-n/")
-        page.wait_for_function("() => document.getElementById('alignment-frozenlake-4')?.data")
-        drawn = _points(page, "alignment-frozenlake-4")
-        rows = page.evaluate("() => [...document.querySelectorAll('section[data-environment=frozenlake] "
-                             "tr[data-method]')].map(r => r.dataset.method)")
-        page.click(f"a[href='/best-of-n/runs/{runs['oracle'].pk}/']")
+        for env in sizes:
+            page.wait_for_function(f"() => document.getElementById('alignment-{env}-4')?.data")
+            drawn[env] = _points(page, f"alignment-{env}-4")
+            rows[env] = page.evaluate(f"() => [...document.querySelectorAll('section[data-environment={env}] "
+                                      "tr[data-method]')].map(r => r.dataset.method)")
+        page.click(f"a[href='/best-of-n/runs/{runs['frozenlake', 'oracle'].pk}/']")
         page.wait_for_selector("#episodes")
         episodes = page.locator("#episodes tbody tr").count()
         browser.close()
-    assert set(drawn) == set(expected) and sorted(rows) == sorted(expected)
-    for picker, (rho, gain) in expected.items():
-        assert drawn[picker] == pytest.approx((rho, gain))
+    for env in sizes:
+        assert set(drawn[env]) == set(expected[env]) and sorted(rows[env]) == sorted(expected[env])
+        for picker, (rho, gain) in expected[env].items():
+            assert drawn[env][picker] == pytest.approx((rho, gain))
     assert episodes == 16
