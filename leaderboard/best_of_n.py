@@ -48,8 +48,7 @@ def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed
     if picker not in bon.BUILTIN_PICKERS and picker != bon.REFERENCE:
         from qval.methods.registry import get_method
 
-        get_method(picker)  # MethodError naming the known methods
-        if not backbone:
+        if get_method(picker).needs != "none" and not backbone:  # get_method: MethodError naming the known ones
             raise bon.BestOfNError(f"method {picker} needs a backbone")
     if n < 2 or num_episodes < 1:
         raise bon.BestOfNError(f"n must be at least 2 and num_episodes positive, got n={n}, num_episodes={num_episodes}")
@@ -79,9 +78,10 @@ def _picker(run: BestOfNRun) -> bon.Picker | None:
     loaded = Dataset.objects.filter(slug=run.dataset_slug).order_by("-created_at").first()
     if loaded is None:
         raise bon.BestOfNError(f"method {run.picker} needs the dataset {run.dataset_slug} loaded (its method context)")
-    dataset = schema.Dataset.read(dataset_dir(loaded.slug, loaded.version))
+    folder = dataset_dir(loaded.slug, loaded.version)
     cache = Path(settings.QVAL_DATA_DIR) / "cache" / "best-of-n" / str(run.pk)
-    return bon.method_picker(run.picker, dataset, run.backbone, seed=run.seed, cache_dir=cache)
+    return bon.method_picker(run.picker, schema.Dataset.read(folder), run.backbone, seed=run.seed, cache_dir=cache,
+                             dataset_dir=folder)
 
 
 def _episodes_in_a_thread(run: BestOfNRun, picker: bon.Picker | None, done: set[int], secret: str | None,
@@ -178,14 +178,17 @@ def gain_over_base(run: BestOfNRun) -> bon.Interval | None:
 
 
 def test_rho(method: str, dataset_slug: str, backbone: str = "") -> float | None:
-    """The latest test-split, target-q global Spearman ρ of ``method`` on the dataset (any version;
-    ``backbone`` when given); for ``oracle`` and ``random`` the value they have by definition."""
+    """The latest test-split, target-q global Spearman ρ of ``method`` on the dataset (any version), from an
+    evaluation with backbone ``backbone`` when there is one, else from any; for ``oracle`` and ``random`` the
+    value they have by definition."""
     if method in DEFINED_RHO:
         return DEFINED_RHO[method]
     rows = [e for e in evaluations()
             if e.method == method and e.dataset.partition("@")[0] == dataset_slug and e.split == "test"
-            and e.target == "q" and (not backbone or e.backbone == backbone) and e.value("spearman") is not None]
-    return rows[-1].value("spearman") if rows else None
+            and e.target == "q" and e.value("spearman") is not None]
+    same = [e for e in rows if backbone and e.backbone == backbone]
+    chosen = (same or rows)[-1:]
+    return chosen[0].value("spearman") if chosen else None
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ def _group(picker: str) -> tuple[str, str]:
         family = families.get(get_method(picker).family)
     except Exception:  # noqa: BLE001 - a method no longer registered is drawn as "other"
         family = families.OTHER
-    return family.name, family.color
+    return family.name, family.colour
 
 
 def alignment() -> list[Alignment]:

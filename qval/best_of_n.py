@@ -326,11 +326,12 @@ def score_picker(score: ScoreStates, *, one_state: bool = True) -> Picker:
 
 
 def method_picker(name: str, dataset: schema.Dataset, backbone: str, *, seed: int = 0, cache_dir: Any = None,
-                  options: dict[str, Any] | None = None) -> Picker:
+                  options: dict[str, Any] | None = None, dataset_dir: Any = None) -> Picker:
     """A picker that runs registered method ``name`` (target ``q``) on each turn's states.
 
     Ranking methods get one state with every candidate; pointwise methods one state per candidate.
-    ``dataset`` gives the method its environment texts (its manifest); the states are the turn's.
+    ``dataset`` (and ``dataset_dir``, for methods that read its files) gives the method its environment
+    texts (its manifest); the states are the turn's.
     Text methods only: the track renders no images.
     """
     from pathlib import Path
@@ -345,7 +346,8 @@ def method_picker(name: str, dataset: schema.Dataset, backbone: str, *, seed: in
 
     def score(states: list[schema.State]) -> Mapping[str, float]:
         ctx = MethodContext(dataset=dataset, split="test", target="q", points=states, backbone=backbone, seed=seed,
-                            cache_dir=Path(cache_dir) if cache_dir else None, options=dict(options or {}))
+                            cache_dir=Path(cache_dir) if cache_dir else None, options=dict(options or {}),
+                            dataset_dir=Path(dataset_dir) if dataset_dir else None)
         return spec.run(ctx).scores
 
     return score_picker(score, one_state="ranking" in spec.targets)

@@ -152,3 +152,31 @@ def test_alignment_page_in_chromium(live_server, transactional_db) -> None:  # t
         for picker, (rho, gain) in expected[env].items():
             assert drawn[env][picker] == pytest.approx((rho, gain))
     assert episodes == 16
+
+
+@pytest.mark.slow
+def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """A built-in text method on a tiny local model plays a run through the service (its picker runs the
+    method's ``run``) and appears on the alignment page at its test-split ρ from the leaderboard."""
+    from django.utils import timezone
+
+    from leaderboard import best_of_n
+    from leaderboard.models import Method
+    from submissions.models import Result, Submission
+
+    for picker in ("base", "random"):
+        play("frozenlake", picker, n=3, episodes=2)
+    run = best_of_n.create_run("frozenlake", "direct-single", n=3, num_episodes=2, backbone=str(tiny_model))
+    run = best_of_n.play(best_of_n.start(run.pk, "inline@test"))
+    assert run.status == "finished" and run.episodes.count() == 2
+    assert all(s["scores"] and len(s["candidates"]) == 3 for e in run.episodes.all() for s in e.steps)
+    # its leaderboard evaluation on the test split (what a platform run of the method stores)
+    method = Method.objects.create(name="direct-single", family="direct")
+    sub = Submission.objects.create(dataset=loaded, split="test", target="q", method_name="direct-single",
+                                    method=method, filename="p.csv", state=Submission.FINISHED,
+                                    finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
+    Result.objects.create(submission=sub, metric="spearman", value=0.25, num_points=60, coverage=1.0)
+    points = {p["method"]: p for a in client.get("/best-of-n/?format=json").json()["alignments"] for p in a["points"]}
+    assert points["direct-single"]["rho"] == 0.25 and points["direct-single"]["group"] == "Direct"
+    base = run.__class__.objects.get(picker="base")
+    assert points["direct-single"]["gain"]["value"] == pytest.approx(mean_success(run) - mean_success(base))
