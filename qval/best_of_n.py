@@ -260,6 +260,24 @@ def run_episodes(env: Environment, setting: Setting, picker: Picker | None, *, d
     return played
 
 
+def replay_episode(env: Environment, setting: Setting, episode: Episode) -> None:
+    """Replay a recorded episode's chosen actions from the start of its task; raise :class:`BestOfNError`
+    at the first step whose observation, candidates or reward differ from the record."""
+    if episode.task != setting.task_of(episode.index):
+        raise BestOfNError(f"episode {episode.index} played {episode.task!r}, the setting gives {setting.task_of(episode.index)!r}")
+    env.reset(episode.task)
+    for record in episode.steps:
+        if env.observation() != record.observation:
+            raise BestOfNError(f"episode {episode.index} step {record.step}: the observation differs from the record")
+        if not set(record.candidates) <= set(env.candidates()):
+            raise BestOfNError(f"episode {episode.index} step {record.step}: a recorded candidate is not available")
+        reward = env.step(record.action).reward
+        if reward != record.reward:
+            raise BestOfNError(f"episode {episode.index} step {record.step}: reward {reward}, recorded {record.reward}")
+    if not env.done:
+        raise BestOfNError(f"episode {episode.index}: the record ends after {len(episode.steps)} steps, the episode goes on")
+
+
 # -- pickers -----------------------------------------------------------------------------
 def oracle_picker(turn: Turn) -> list[float]:
     """The reference Q-value of each candidate (the labeller's rollout under the reference policy)."""

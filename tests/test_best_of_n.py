@@ -132,3 +132,13 @@ def test_dataset_slugs_are_the_builders() -> None:
 
     assert bon.DATASET_SLUGS["frozenlake"] == build.frozenlake_8x8()[1].slug
     assert bon.DATASET_SLUGS["alfworld"] == build.alfworld_text()[1].slug
+
+
+def test_a_recorded_episode_replays(frozen) -> None:  # type: ignore[no-untyped-def]
+    env, spec = frozen
+    setting = bon.setting_for("frozenlake", env, spec, n=3, seed=5, num_episodes=4)
+    for episode in bon.run_episodes(env, setting, bon.BUILTIN_PICKERS["random"]):
+        bon.replay_episode(env, setting, episode)
+        tampered = bon.Episode.from_json({**episode.to_json(), "steps": episode.to_json()["steps"][:-1]})
+        with pytest.raises(bon.BestOfNError, match="the episode goes on"):
+            bon.replay_episode(env, setting, tampered)
