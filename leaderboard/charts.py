@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from qval.compare import CriticalDifference
 
 from .aggregates import FamilyDistribution
+from .best_of_n import Alignment
 
 _CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -141,3 +142,24 @@ def label_histograms(values: dict[str, dict[str, list[float]]], bins: int = 30) 
         )
         out[target] = _html(fig, f"hist-{target}")
     return out
+
+
+def alignment_plot(alignment: Alignment, div_id: str) -> str:
+    """Test-split ρ (x) against the Best-of-N success gain over the base policy (y, with its 95% CI):
+    one marker per picker, one trace per legend group (family, oracle, random)."""
+    groups: dict[str, list] = {}
+    for p in alignment.points:
+        groups.setdefault(p.group, []).append(p)
+    fig = go.Figure([
+        go.Scatter(
+            x=[p.rho for p in points], y=[p.gain.value for p in points], mode="markers+text", name=plain(group),
+            text=[plain(p.method) for p in points], textposition="top center", marker={"color": points[0].color, "size": 10},
+            error_y={"type": "data", "symmetric": False, "array": [p.gain.high - p.gain.value for p in points],
+                     "arrayminus": [p.gain.value - p.gain.low for p in points]},
+            customdata=[p.run_id for p in points],
+        )
+        for group, points in groups.items()
+    ])
+    fig.update_layout(xaxis_title="test-split Spearman ρ (Q-alignment)", yaxis_title="success-rate gain over the base policy",
+                      height=420, margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
+    return _html(fig, div_id)

@@ -12,6 +12,7 @@ app = Celery("qval")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
 app.autodiscover_tasks(["workers"], related_name="builds")  # dataset builds (queue datasets)
+app.autodiscover_tasks(["workers"], related_name="best_of_n")  # Best-of-N runs (queue gpu)
 
 # Every log line of a submission task carries the submission id (qval_site/logs.py).
 task_prerun.connect(logs.bind_task, weak=False)

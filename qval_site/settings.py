@@ -350,6 +350,8 @@ CELERY_TASK_ROUTES = {
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},
     "workers.builds.reap_stalled_builds": {"queue": "scoring"},
+    # Best-of-N runs play episodes with a method's backbone: `celery -A qval_site worker -Q gpu`.
+    "workers.best_of_n.play_best_of_n": {"queue": "gpu"},
 }
 # `celery -A qval_site beat` (or a scoring worker started with -B) sends the reaper every minute.
 CELERY_BEAT_SCHEDULE = {

@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from leaderboard import best_of_n_views as bon_views
 from leaderboard import views as lb
 from learning import views as lv
 from submissions import views as sv
@@ -25,6 +26,9 @@ urlpatterns = [
     path("compare/", sv.compare, name="compare"),
     path("learned/", lv.run_list, name="learned"),
     path("learned/<int:pk>/", lv.run_detail, name="learned-run"),
+    path("best-of-n/", bon_views.alignment, name="best-of-n"),
+    path("best-of-n/runs/<int:pk>/", bon_views.run_detail, name="best-of-n-run"),
+    path("best-of-n/runs/<int:pk>/episodes/<int:index>/", bon_views.episode_detail, name="best-of-n-episode"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),

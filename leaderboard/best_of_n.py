@@ -1,0 +1,257 @@
+"""The site's Best-of-N track: running :mod:`qval.best_of_n` as a job, and reading its results.
+
+Services: :func:`create_run` records a queued :class:`BestOfNRun`; :func:`start` claims it for a
+worker; :func:`play` plays its missing episodes, storing each one as it finishes (so a run
+interrupted with its worker resumes at the next episode: :func:`requeue_worker_runs` queues the
+runs of a restarted worker again), then stores the summary.  Selectors: :func:`episodes_of`,
+:func:`gain_over_base` and :func:`alignment` (per environment, each picker's test-split ρ against
+its Best-of-N gain over the base policy, with the rank correlation across pickers).
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from qval import best_of_n as bon
+from qval import families, schema
+
+from .building import dataset_dir
+from .evaluations import evaluations
+from .models import BestOfNEpisode, BestOfNRun, Dataset
+
+DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
+"""The test-split ρ of the built-in pickers by definition: the oracle scores with the labels
+themselves; random scores are independent of them."""
+
+PICKER_FAMILY = {"oracle": "oracle", "random": "random"}
+"""Legend groups of the built-in pickers on the alignment page (methods use their family's name)."""
+
+
+def _interval(i: bon.Interval) -> dict[str, float]:
+    return {"value": i.value, "low": i.low, "high": i.high}
+
+
+def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed: int = 0,
+               backbone: str = "") -> BestOfNRun:
+    """A queued run, after checking what can be checked without playing (environment, picker, settings)."""
+    if environment not in bon.ENVIRONMENTS:
+        raise bon.BestOfNError(f"unknown environment {environment!r}; expected one of {', '.join(bon.ENVIRONMENTS)}")
+    if picker not in bon.BUILTIN_PICKERS and picker != bon.REFERENCE:
+        from qval.methods.registry import get_method
+
+        if get_method(picker).needs != "none" and not backbone:  # get_method: MethodError naming the known ones
+            raise bon.BestOfNError(f"method {picker} needs a backbone")
+    if n < 2 or num_episodes < 1:
+        raise bon.BestOfNError(f"n must be at least 2 and num_episodes positive, got n={n}, num_episodes={num_episodes}")
+    return BestOfNRun.objects.create(environment=environment, dataset_slug=bon.DATASET_SLUGS[environment], picker=picker,
+                                     backbone=backbone, n=n, seed=seed, num_episodes=num_episodes)
+
+
+def start(run_id: int, worker: str) -> BestOfNRun | None:
+    """Mark a queued (or redelivered running) run running on ``worker``; ``None`` when it is final."""
+    with transaction.atomic():
+        run = BestOfNRun.objects.select_for_update().get(pk=run_id)
+        if not run.is_active:
+            return None
+        run.status = BestOfNRun.RUNNING
+        run.started_at = run.started_at or timezone.now()
+        run.worker = worker[:200]
+        run.save()
+    return run
+
+
+def _picker(run: BestOfNRun) -> bon.Picker | None:
+    """The picker a run names (``None``: the reference policy acts)."""
+    if run.picker == bon.REFERENCE:
+        return None
+    if run.picker in bon.BUILTIN_PICKERS:
+        return bon.BUILTIN_PICKERS[run.picker]
+    loaded = Dataset.objects.filter(slug=run.dataset_slug).order_by("-created_at").first()
+    if loaded is None:
+        raise bon.BestOfNError(f"method {run.picker} needs the dataset {run.dataset_slug} loaded (its method context)")
+    folder = dataset_dir(loaded.slug, loaded.version)
+    cache = Path(settings.QVAL_DATA_DIR) / "cache" / "best-of-n" / str(run.pk)
+    return bon.method_picker(run.picker, schema.Dataset.read(folder), run.backbone, seed=run.seed, cache_dir=cache,
+                             dataset_dir=folder)
+
+
+def _episodes_in_a_thread(run: BestOfNRun, picker: bon.Picker | None, done: set[int], secret: str | None,
+                          results: queue.Queue[bon.Episode | BaseException | None]) -> None:
+    """Create the environment and play the run's missing episodes in this thread, putting each episode on
+    ``results``, then ``None`` (or the exception that stopped it)."""
+    try:
+        env, spec = bon.environment(run.environment, secret)
+        try:
+            setting = bon.setting_for(run.environment, env, spec, n=run.n, seed=run.seed,
+                                      num_episodes=run.num_episodes)
+            bon.run_episodes(env, setting, picker, done=done, on_episode=results.put)
+        finally:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+        results.put(None)
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+        results.put(exc)
+
+
+def play(run: BestOfNRun) -> BestOfNRun:
+    """Play the run's episodes not stored yet (each stored as it finishes), then store the summary.
+
+    The environment runs in a thread of its own: MiniWoB's Playwright runs an event loop in the
+    thread that drives it, where Django refuses database calls, so episodes are stored here.
+    """
+    picker = _picker(run)
+    done = set(run.episodes.values_list("index", flat=True))
+    results: queue.Queue[bon.Episode | BaseException | None] = queue.Queue()
+    thread = threading.Thread(target=_episodes_in_a_thread, daemon=True,
+                              args=(run, picker, done, settings.QVAL_TEST_SPLIT_SECRET, results))
+    thread.start()
+    while (item := results.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        try:
+            with transaction.atomic():
+                BestOfNEpisode.objects.create(run=run, index=item.index, task=item.task, success=item.success,
+                                              discounted_return=item.discounted_return,
+                                              steps=item.to_json()["steps"])
+        except IntegrityError:  # stored by a duplicate delivery meanwhile: the same episode
+            pass
+        BestOfNRun.objects.filter(pk=run.pk).update(done=run.episodes.count())
+    thread.join()
+    summary = bon.summarise(episodes_of(run), seed=run.seed)
+    BestOfNRun.objects.filter(pk=run.pk, status__in=BestOfNRun.ACTIVE).update(
+        status=BestOfNRun.FINISHED, finished_at=timezone.now(), done=summary.episodes, error="",
+        summary={"episodes": summary.episodes, "success": _interval(summary.success),
+                 "mean_return": _interval(summary.mean_return)},
+    )
+    run.refresh_from_db()
+    return run
+
+
+def fail(run_id: int, reason: str) -> None:
+    """Record a failed run with ``reason`` (a final one is left alone)."""
+    BestOfNRun.objects.filter(pk=run_id, status__in=BestOfNRun.ACTIVE).update(
+        status=BestOfNRun.FAILED, finished_at=timezone.now(), error=reason[:5000])
+
+
+def requeue_worker_runs(worker: str) -> list[int]:
+    """Queue again the runs marked running on ``worker`` (it restarted: they died with it); their ids."""
+    ids = list(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING, worker=worker).values_list("pk", flat=True))
+    BestOfNRun.objects.filter(pk__in=ids).update(status=BestOfNRun.QUEUED)
+    return ids
+
+
+# -- selectors -----------------------------------------------------------------------------
+def episodes_of_one(stored: BestOfNEpisode) -> bon.Episode:
+    """A stored episode as :class:`qval.best_of_n.Episode`."""
+    return bon.Episode.from_json({"index": stored.index, "task": stored.task, "steps": stored.steps,
+                                  "discounted_return": stored.discounted_return, "success": stored.success})
+
+
+def episodes_of(run: BestOfNRun) -> list[bon.Episode]:
+    """The run's stored episodes, by index."""
+    return [episodes_of_one(e) for e in run.episodes.order_by("index")]
+
+
+def baseline_run(run: BestOfNRun, picker: str = "base") -> BestOfNRun | None:
+    """The latest finished run of ``picker`` with the same episodes (environment, N, seed, count)."""
+    return (BestOfNRun.objects.filter(environment=run.environment, n=run.n, seed=run.seed,
+                                      num_episodes=run.num_episodes, picker=picker, status=BestOfNRun.FINISHED)
+            .order_by("-finished_at", "-pk").first())
+
+
+def gain_over_base(run: BestOfNRun) -> bon.Interval | None:
+    """The run's success-rate gain over the base policy's run on the same episodes (paired), or ``None``."""
+    base = baseline_run(run)
+    if base is None or run.status != BestOfNRun.FINISHED:
+        return None
+    return bon.gain(episodes_of(run), episodes_of(base), seed=run.seed)
+
+
+def test_rho(method: str, dataset_slug: str, backbone: str = "") -> float | None:
+    """The latest test-split, target-q global Spearman ρ of ``method`` on the dataset (any version), from an
+    evaluation with backbone ``backbone`` when there is one, else from any; for ``oracle`` and ``random`` the
+    value they have by definition."""
+    if method in DEFINED_RHO:
+        return DEFINED_RHO[method]
+    rows = [e for e in evaluations()
+            if e.method == method and e.dataset.partition("@")[0] == dataset_slug and e.split == "test"
+            and e.target == "q" and e.value("spearman") is not None]
+    same = [e for e in rows if backbone and e.backbone == backbone]
+    chosen = (same or rows)[-1:]
+    return chosen[0].value("spearman") if chosen else None
+
+
+@dataclass(frozen=True)
+class AlignmentPoint:
+    """One picker on one environment: its test ρ (x) and Best-of-N gain over the base policy (y)."""
+
+    run_id: int
+    method: str
+    group: str
+    color: str
+    rho: float
+    gain: bon.Interval
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The points of one environment and N, and the rank correlation of ρ and gain across them."""
+
+    environment: str
+    n: int
+    points: list[AlignmentPoint]
+    correlation: bon.Interval | None
+
+
+def _group(picker: str) -> tuple[str, str]:
+    if picker in PICKER_FAMILY:
+        return PICKER_FAMILY[picker], "#000000" if picker == "oracle" else "#888888"
+    try:
+        from qval.methods.registry import get_method
+
+        family = families.get(get_method(picker).family)
+    except Exception:  # noqa: BLE001 - a method no longer registered is drawn as "other"
+        family = families.OTHER
+    return family.name, family.colour
+
+
+def alignment() -> list[Alignment]:
+    """Per environment and N: every picker's latest finished run that has a test ρ and a base run to
+    compare with, as a point, and Spearman ρ across the points with a bootstrap CI."""
+    latest: dict[tuple[str, int, str], BestOfNRun] = {}
+    for run in BestOfNRun.objects.filter(status=BestOfNRun.FINISHED).order_by("finished_at", "pk"):
+        latest[(run.environment, run.n, run.picker)] = run
+    out: dict[tuple[str, int], list[AlignmentPoint]] = {}
+    for (environment, n, picker), run in sorted(latest.items()):
+        if picker in ("base", bon.REFERENCE):
+            continue
+        rho = test_rho(picker, run.dataset_slug, run.backbone)
+        g = gain_over_base(run)
+        if rho is None or g is None or not math.isfinite(rho):
+            continue
+        group, color = _group(picker)
+        out.setdefault((environment, n), []).append(
+            AlignmentPoint(run_id=run.pk, method=picker, group=group, color=color, rho=rho, gain=g))
+    result = []
+    for (environment, n), points in sorted(out.items()):
+        corr = bon.rank_correlation([p.rho for p in points], [p.gain.value for p in points])
+        result.append(Alignment(environment=environment, n=n, points=points, correlation=corr))
+    return result
+
+
+def alignment_json(alignments: list[Alignment]) -> list[dict[str, Any]]:
+    """The numbers behind the alignment page (``?format=json``)."""
+    return [{"environment": a.environment, "n": a.n,
+             "rank_correlation": _interval(a.correlation) if a.correlation else None,
+             "points": [{"run": p.run_id, "method": p.method, "group": p.group, "rho": p.rho,
+                         "gain": _interval(p.gain)} for p in a.points]} for a in alignments]

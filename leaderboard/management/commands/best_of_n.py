@@ -1,0 +1,48 @@
+"""``manage.py best_of_n ENVIRONMENT PICKER``: a Best-of-N run, played here or queued on ``gpu``."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from leaderboard import best_of_n
+from qval import best_of_n as bon
+
+
+class Command(BaseCommand):
+    help = "Run (or --queue) a Best-of-N run: PICKER is oracle, random, base, reference or a registered method."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("environment", choices=bon.ENVIRONMENTS)
+        parser.add_argument("picker")
+        parser.add_argument("--n", type=int, default=3, help="candidates per step (default 3)")
+        parser.add_argument("--episodes", type=int, default=40)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--backbone", default="", help="a method's backbone (URL, unix:PATH or checkpoint dir)")
+        parser.add_argument("--queue", action="store_true", help="send it to the gpu queue instead of playing here")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            run = best_of_n.create_run(opts["environment"], opts["picker"], n=opts["n"], num_episodes=opts["episodes"],
+                                       seed=opts["seed"], backbone=opts["backbone"])
+        except Exception as exc:  # noqa: BLE001 - a bad argument is reported, not raised
+            raise CommandError(str(exc)) from exc
+        if opts["queue"]:
+            from workers.best_of_n import enqueue
+
+            enqueue(run)
+            self.stdout.write(f"queued best-of-n run #{run.pk}")
+            return
+        started = best_of_n.start(run.pk, f"inline@{socket.gethostname()}")
+        assert started is not None
+        try:
+            run = best_of_n.play(started)
+        except Exception as exc:  # noqa: BLE001 - recorded, then reported
+            best_of_n.fail(run.pk, str(exc))
+            raise CommandError(f"best-of-n run #{run.pk} failed: {exc}") from exc
+        s = run.summary
+        self.stdout.write(f"best-of-n run #{run.pk}: success {s['success']['value']:.3f} "
+                          f"[{s['success']['low']:.3f}, {s['success']['high']:.3f}], mean return "
+                          f"{s['mean_return']['value']:.3f} over {s['episodes']} episodes")

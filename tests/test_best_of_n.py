@@ -1,0 +1,144 @@
+"""The Best-of-N track (qval.best_of_n): oracle and random picks against their baselines, determinism
+under seed, resuming, hand-checked statistics, and a registered method picking through its ``run``."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from qval import best_of_n as bon
+from qval import schema
+
+
+@pytest.fixture(scope="module")
+def frozen(test_split_secret: str):  # type: ignore[no-untyped-def]
+    """FrozenLake with the session's secret test maps."""
+    return bon.environment("frozenlake", test_split_secret)
+
+
+def run(frozen, picker, *, n: int = 4, seed: int = 0, episodes: int = 40, stepping: str = "restore"):  # type: ignore[no-untyped-def]
+    env, spec = frozen
+    setting = bon.setting_for("frozenlake", env, spec, n=n, seed=seed, num_episodes=episodes, stepping=stepping)
+    return bon.run_episodes(env, setting, picker)
+
+
+def within(a: bon.Interval, b: bon.Interval) -> bool:
+    """Whether each estimate lies in the other's 95% interval."""
+    return b.low <= a.value <= b.high and a.low <= b.value <= a.high
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_oracle_picks_reach_the_reference_policy(frozen, n: int) -> None:  # type: ignore[no-untyped-def]
+    oracle = bon.summarise(run(frozen, bon.BUILTIN_PICKERS["oracle"], n=n))
+    reference = bon.summarise(run(frozen, None, n=n))
+    base = bon.summarise(run(frozen, bon.BUILTIN_PICKERS["base"], n=n))
+    assert within(oracle.success, reference.success)
+    assert reference.success.value == 1.0  # every test map is solvable by the shortest-path policy
+    assert base.success.value < reference.success.value  # the ε-noisy actor falls in holes sometimes
+    assert oracle.mean_return.value >= base.mean_return.value
+
+
+def test_random_scores_reach_the_random_baseline(frozen) -> None:  # type: ignore[no-untyped-def]
+    """A score callable giving random scores (through turn_states, restore and ids) plays like random choice."""
+    draws = random.Random(7)
+
+    def random_scores(states: list[schema.State]) -> dict[str, float]:
+        return {c.id: draws.random() for s in states for c in s.candidates}
+
+    picked = bon.summarise(run(frozen, bon.score_picker(random_scores), episodes=60))
+    baseline = bon.summarise(run(frozen, bon.BUILTIN_PICKERS["random"], episodes=60))
+    assert within(picked.success, baseline.success)
+    assert within(picked.mean_return, baseline.mean_return)
+
+
+def test_candidates_hold_the_actor_action_and_n_actions(frozen) -> None:  # type: ignore[no-untyped-def]
+    for n in (3, 4):
+        for episode in run(frozen, bon.BUILTIN_PICKERS["base"], n=n, episodes=8):
+            for step in episode.steps:
+                assert len(step.candidates) == n and len(set(step.candidates)) == n
+                assert step.scores[step.chosen] == 1.0  # base picks the actor's action, which is offered
+
+
+def test_same_seed_same_episodes_and_resume(frozen) -> None:  # type: ignore[no-untyped-def]
+    base = bon.BUILTIN_PICKERS["base"]
+    first = [e.to_json() for e in run(frozen, base, seed=3, episodes=12)]
+    assert first == [e.to_json() for e in run(frozen, base, seed=3, episodes=12)]
+    assert first != [e.to_json() for e in run(frozen, base, seed=4, episodes=12)]
+    assert [bon.Episode.from_json(e).to_json() for e in first] == first
+    # replay stepping plays the same episodes as restore stepping
+    assert first == [e.to_json() for e in run(frozen, base, seed=3, episodes=12, stepping="replay")]
+    # resume: skipping finished episodes plays exactly the others, identically
+    env, spec = frozen
+    setting = bon.setting_for("frozenlake", env, spec, n=4, seed=3, num_episodes=12)
+    seen: list[int] = []
+    rest = bon.run_episodes(env, setting, base, done={0, 1, 2, 5}, on_episode=lambda e: seen.append(e.index))
+    assert seen == [3, 4, 6, 7, 8, 9, 10, 11]
+    assert [e.to_json() for e in rest] == [first[i] for i in seen]
+
+
+def test_oracle_is_the_same_with_replay_stepping(frozen) -> None:  # type: ignore[no-untyped-def]
+    oracle = bon.BUILTIN_PICKERS["oracle"]
+    assert ([e.to_json() for e in run(frozen, oracle, episodes=6)]
+            == [e.to_json() for e in run(frozen, oracle, episodes=6, stepping="replay")])
+
+
+def test_statistics_by_hand() -> None:
+    def episode(index: int, success: bool, ret: float) -> bon.Episode:
+        return bon.Episode(index=index, task="t", steps=(), discounted_return=ret, success=success)
+
+    eps = [episode(0, True, 0.5), episode(1, False, 0.0), episode(2, True, 1.0), episode(3, True, 0.5)]
+    summary = bon.summarise(eps, resamples=200)
+    assert summary.success.value == 0.75 and summary.mean_return.value == 0.5
+    assert 0.0 <= summary.success.low <= 0.75 <= summary.success.high <= 1.0
+    base = [episode(0, False, 0.0), episode(1, False, 0.0), episode(2, True, 1.0), episode(3, False, 0.0)]
+    assert bon.gain(eps, base).value == 0.5  # (1 + 0 + 0 + 1) / 4, paired by index
+    assert bon.best_index([math.nan, 0.2, 0.7, 0.7], fallback=0) == 2
+    assert bon.best_index([None, math.nan], fallback=1) == 1
+    assert bon.rank_correlation([0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4]).value == 1.0  # type: ignore[union-attr]
+    assert bon.rank_correlation([0.1, 0.2, 0.3, 0.4], [4, 3, 2, 1]).value == -1.0  # type: ignore[union-attr]
+    assert bon.rank_correlation([0.1, 0.2], [1, 2]) is None
+
+
+def test_bad_settings_are_refused(frozen) -> None:  # type: ignore[no-untyped-def]
+    env, spec = frozen
+    with pytest.raises(bon.BestOfNError, match="n must be at least 2"):
+        bon.setting_for("frozenlake", env, spec, n=1, seed=0, num_episodes=1)
+    with pytest.raises(bon.BestOfNError, match="stepping must be one of"):
+        bon.setting_for("frozenlake", env, spec, n=3, seed=0, num_episodes=1, stepping="teleport")
+    with pytest.raises(bon.BestOfNError, match="unknown environment 'pong'"):
+        bon.environment("pong", "s")
+    with pytest.raises(bon.BestOfNError, match="test-split secret"):
+        bon.environment("frozenlake", None)
+
+
+@pytest.mark.slow
+def test_a_registered_method_picks_through_its_run(frozen, frozenlake: schema.Dataset, tiny_model: Path,
+                                                  tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``direct-single`` (pointwise) and ``ranking`` (one state) on a tiny local model play whole episodes."""
+    for name in ("direct-single", "ranking"):
+        picker = bon.method_picker(name, frozenlake, str(tiny_model), cache_dir=tmp_path / name)
+        episodes = run(frozen, picker, n=3, episodes=1)
+        assert episodes and all(len(s.scores) == 3 for e in episodes for s in e.steps)
+        again = run(frozen, bon.method_picker(name, frozenlake, str(tiny_model), cache_dir=tmp_path / name),
+                    n=3, episodes=1)
+        assert [e.to_json() for e in again] == [e.to_json() for e in episodes]
+
+
+def test_dataset_slugs_are_the_builders() -> None:
+    from qval import build
+
+    assert bon.DATASET_SLUGS["frozenlake"] == build.frozenlake_8x8()[1].slug
+    assert bon.DATASET_SLUGS["alfworld"] == build.alfworld_text()[1].slug
+
+
+def test_a_recorded_episode_replays(frozen) -> None:  # type: ignore[no-untyped-def]
+    env, spec = frozen
+    setting = bon.setting_for("frozenlake", env, spec, n=3, seed=5, num_episodes=4)
+    for episode in bon.run_episodes(env, setting, bon.BUILTIN_PICKERS["random"]):
+        bon.replay_episode(env, setting, episode)
+        tampered = bon.Episode.from_json({**episode.to_json(), "steps": episode.to_json()["steps"][:-1]})
+        with pytest.raises(bon.BestOfNError, match="the episode goes on"):
+            bon.replay_episode(env, setting, tampered)

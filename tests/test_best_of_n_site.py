@@ -1,0 +1,182 @@
+"""The Best-of-N track on the site: runs played by the service, their pages, the alignment page's
+numbers (and, in a real Chromium, its points), and a real gpu worker killed mid-run that resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for, worker_process
+
+
+def play(environment: str, picker: str, *, n: int = 3, episodes: int = 20):  # type: ignore[no-untyped-def]
+    from leaderboard import best_of_n
+
+    run = best_of_n.create_run(environment, picker, n=n, num_episodes=episodes)
+    started = best_of_n.start(run.pk, "inline@test")
+    assert started is not None
+    return best_of_n.play(started)
+
+
+def mean_success(run) -> float:  # type: ignore[no-untyped-def]
+    values = list(run.episodes.values_list("success", flat=True))
+    return sum(values) / len(values)
+
+
+@pytest.mark.django_db
+def test_runs_pages_and_alignment(client) -> None:  # type: ignore[no-untyped-def]
+    from leaderboard import best_of_n
+
+    runs = {p: play("frozenlake", p) for p in ("base", "oracle", "random", "reference")}
+    for picker, run in runs.items():
+        assert run.status == "finished" and run.done == 20 and run.episodes.count() == 20, picker
+        assert run.summary["success"]["value"] == pytest.approx(mean_success(run))
+    assert within(runs["oracle"].summary["success"], runs["reference"].summary["success"])
+
+    data = client.get("/best-of-n/?format=json").json()["alignments"]
+    assert [(a["environment"], a["n"]) for a in data] == [("frozenlake", 3)]
+    points = {p["method"]: p for p in data[0]["points"]}
+    assert set(points) == {"oracle", "random"}  # base and reference are the baselines, not points
+    for picker in ("oracle", "random"):
+        assert points[picker]["rho"] == best_of_n.DEFINED_RHO[picker]
+        assert points[picker]["gain"]["value"] == pytest.approx(mean_success(runs[picker]) - mean_success(runs["base"]))
+
+    page = client.get("/best-of-n/")
+    assert page.status_code == 200 and b'id="alignment-frozenlake-3"' in page.content
+    run_page = client.get(f"/best-of-n/runs/{runs['oracle'].pk}/").content.decode()
+    assert "Success gain over the base policy" in run_page and run_page.count("/episodes/") == 20
+    episode = runs["oracle"].episodes.get(index=0)
+    shown = client.get(f"/best-of-n/runs/{runs['oracle'].pk}/episodes/0/").content.decode()
+    for step in episode.steps:
+        assert step["candidates"][step["chosen"]] in shown
+    assert shown.count('class="chosen"') == len(episode.steps)
+    assert client.get(f"/best-of-n/runs/{runs['oracle'].pk}/episodes/99/").status_code == 404
+
+
+def within(a: dict[str, float], b: dict[str, float]) -> bool:
+    return b["low"] <= a["value"] <= b["high"] and a["low"] <= b["value"] <= a["high"]
+
+
+@pytest.mark.django_db
+def test_bad_runs_are_refused() -> None:
+    from leaderboard import best_of_n
+    from qval import best_of_n as bon
+    from qval.methods.registry import MethodError
+
+    with pytest.raises(bon.BestOfNError, match="unknown environment 'pong'"):
+        best_of_n.create_run("pong", "oracle", n=3, num_episodes=1)
+    with pytest.raises(MethodError, match="unknown method 'nope'"):
+        best_of_n.create_run("frozenlake", "nope", n=3, num_episodes=1)
+    with pytest.raises(bon.BestOfNError, match="needs a backbone"):
+        best_of_n.create_run("frozenlake", "direct-single", n=3, num_episodes=1)
+    with pytest.raises(bon.BestOfNError, match="n must be at least 2"):
+        best_of_n.create_run("frozenlake", "oracle", n=1, num_episodes=1)
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_a_killed_worker_resumes_its_run(transactional_db, data_dir: Path, test_split_secret: str) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL the gpu worker mid-run; the restarted worker (same name) resumes at the next episode."""
+    from leaderboard import best_of_n
+    from leaderboard.models import BestOfNRun
+    from workers.best_of_n import play_best_of_n
+
+    name = f"test-gpu-{os.getpid()}@%h"
+    log = data_dir / "best-of-n-worker.log"
+    total = 400
+    run = best_of_n.create_run("frozenlake", "oracle", n=4, num_episodes=total)
+    with worker_process("gpu", name, data_dir, log, 20) as proc:
+        play_best_of_n.delay(run.pk)
+        wait_for(lambda: BestOfNRun.objects.get(pk=run.pk).done >= 10, timeout=120, interval=0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = dict(BestOfNRun.objects.get(pk=run.pk).episodes.values_list("index", "pk"))
+    interrupted = BestOfNRun.objects.get(pk=run.pk)
+    assert interrupted.status == "running" and 10 <= len(before) < total, "killed too late to test a resume"
+    with worker_process("gpu", name, data_dir, data_dir / "best-of-n-worker-2.log", 20):
+        wait_for(lambda: BestOfNRun.objects.get(pk=run.pk).status == "finished", timeout=300)
+    finished = BestOfNRun.objects.get(pk=run.pk)
+    after = dict(finished.episodes.values_list("index", "pk"))
+    assert sorted(after) == list(range(total)) and finished.done == total
+    assert all(after[i] == pk for i, pk in before.items())  # the episodes played before the kill were kept
+    assert "interrupted best-of-n runs queued again" in (data_dir / "best-of-n-worker-2.log").read_text()
+    # the resumed run equals an uninterrupted one
+    from qval import best_of_n as bon
+
+    env, spec = bon.environment("frozenlake", test_split_secret)
+    setting = bon.setting_for("frozenlake", env, spec, n=4, seed=0, num_episodes=total)
+    fresh = bon.run_episodes(env, setting, bon.BUILTIN_PICKERS["oracle"])
+    assert [e.to_json() for e in best_of_n.episodes_of(finished)] == [e.to_json() for e in fresh]
+
+
+def _points(page: Any, div: str) -> dict[str, tuple[float, float]]:
+    data = page.evaluate(f"() => document.getElementById('{div}').data.map(t => ({{text: t.text, x: t.x, y: t.y}}))")
+    return {name: (x, y) for t in data for name, x, y in zip(t["text"], t["x"], t["y"])}
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_alignment_page_in_chromium(live_server, transactional_db) -> None:  # type: ignore[no-untyped-def]
+    """What Plotly draws on the alignment page equals what the stored episodes give."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_browser import CHROMIUM
+
+    sizes = {"frozenlake": 16, "alfworld": 2}
+    runs = {(env, p): play(env, p, n=4, episodes=count) for env, count in sizes.items()
+            for p in ("base", "oracle", "random")}
+    expected = {env: {p: (rho, mean_success(runs[env, p]) - mean_success(runs[env, "base"]))
+                      for p, rho in (("oracle", 1.0), ("random", 0.0))} for env in sizes}
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed; `make test` installs it (scripts/install.sh)")
+    drawn, rows = {}, {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.goto(f"{live_server.url}/best-of-n/")
+        for env in sizes:
+            page.wait_for_function(f"() => document.getElementById('alignment-{env}-4')?.data")
+            drawn[env] = _points(page, f"alignment-{env}-4")
+            rows[env] = page.evaluate(f"() => [...document.querySelectorAll('section[data-environment={env}] "
+                                      "tr[data-method]')].map(r => r.dataset.method)")
+        page.click(f"a[href='/best-of-n/runs/{runs['frozenlake', 'oracle'].pk}/']")
+        page.wait_for_selector("#episodes")
+        episodes = page.locator("#episodes tbody tr").count()
+        browser.close()
+    for env in sizes:
+        assert set(drawn[env]) == set(expected[env]) and sorted(rows[env]) == sorted(expected[env])
+        for picker, (rho, gain) in expected[env].items():
+            assert drawn[env][picker] == pytest.approx((rho, gain))
+    assert episodes == 16
+
+
+@pytest.mark.slow
+def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """A built-in text method on a tiny local model plays a run through the service (its picker runs the
+    method's ``run``) and appears on the alignment page at its test-split ρ from the leaderboard."""
+    from django.utils import timezone
+
+    from leaderboard import best_of_n
+    from leaderboard.models import Method
+    from submissions.models import Result, Submission
+
+    for picker in ("base", "random"):
+        play("frozenlake", picker, n=3, episodes=2)
+    run = best_of_n.create_run("frozenlake", "direct-single", n=3, num_episodes=2, backbone=str(tiny_model))
+    run = best_of_n.play(best_of_n.start(run.pk, "inline@test"))
+    assert run.status == "finished" and run.episodes.count() == 2
+    assert all(s["scores"] and len(s["candidates"]) == 3 for e in run.episodes.all() for s in e.steps)
+    # its leaderboard evaluation on the test split (what a platform run of the method stores)
+    method = Method.objects.create(name="direct-single", family="direct")
+    sub = Submission.objects.create(dataset=loaded, split="test", target="q", method_name="direct-single",
+                                    method=method, filename="p.csv", state=Submission.FINISHED,
+                                    finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
+    Result.objects.create(submission=sub, metric="spearman", value=0.25, num_points=60, coverage=1.0)
+    points = {p["method"]: p for a in client.get("/best-of-n/?format=json").json()["alignments"] for p in a["points"]}
+    assert points["direct-single"]["rho"] == 0.25 and points["direct-single"]["group"] == "Direct"
+    base = run.__class__.objects.get(picker="base")
+    assert points["direct-single"]["gain"]["value"] == pytest.approx(mean_success(run) - mean_success(base))

@@ -1,0 +1,56 @@
+"""Best-of-N runs on the Celery queue ``gpu`` (:mod:`leaderboard.best_of_n` does the work).
+
+* ``play_best_of_n`` claims a queued run and plays its missing episodes, each stored as it
+  finishes; the run ends ``finished`` with its summary or ``failed`` with the reason.
+* When a worker consuming ``gpu`` starts, the runs it was playing when it died (same worker
+  name) are queued again and resume at their first missing episode.
+
+Queue a run with :func:`enqueue` (``manage.py best_of_n ENV PICKER --queue``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from celery.signals import celeryd_after_setup
+from django.db import transaction
+
+from leaderboard import best_of_n
+from leaderboard.building import reason_of
+from leaderboard.models import BestOfNRun
+
+log = logging.getLogger(__name__)
+
+
+def enqueue(run: BestOfNRun) -> BestOfNRun:
+    """Send a queued run to the ``gpu`` queue once the transaction that created it commits."""
+    transaction.on_commit(lambda: play_best_of_n.delay(run.pk))
+    return run
+
+
+@shared_task(bind=True, name="workers.best_of_n.play_best_of_n", acks_late=True)
+def play_best_of_n(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Play one run; return its final status."""
+    run = best_of_n.start(run_id, self.request.hostname or "in-process")
+    if run is None:
+        return BestOfNRun.objects.get(pk=run_id).status
+    try:
+        run = best_of_n.play(run)
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded with its reason
+        log.exception("best-of-n run %s failed", run_id)
+        best_of_n.fail(run_id, reason_of(exc))
+        return BestOfNRun.FAILED
+    return run.status
+
+
+@celeryd_after_setup.connect
+def resume_best_of_n_runs(sender: str, instance: Any, **kwargs: Any) -> None:
+    """At the start of a worker consuming ``gpu``: queue again the runs this worker (same name) was playing."""
+    if "gpu" not in instance.app.amqp.queues.consume_from:
+        return
+    ids = best_of_n.requeue_worker_runs(sender)
+    for run_id in ids:
+        play_best_of_n.delay(run_id)
+    log.info("worker %s: %d interrupted best-of-n runs queued again: %s", sender, len(ids), ids)
