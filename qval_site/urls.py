@@ -7,6 +7,8 @@ from drf_spectacular.views import SpectacularAPIView
 
 from leaderboard import views as lb
 from submissions import views as sv
+from workers import api as wapi
+from workers import views as wv
 
 from . import api
 
@@ -17,6 +19,7 @@ urlpatterns = [
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
     path("compare/", sv.compare, name="compare"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
+    path("status/", wv.status, name="status"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
     path("datasets/<str:key>/download/", lb.dataset_download, name="dataset-download"),
@@ -40,5 +43,12 @@ urlpatterns = [
     path("api/v1/leaderboard/critical-difference/", api.LeaderboardCriticalDifference.as_view(),
          name="api-critical-difference"),
     path("api/v1/compare/", api.Compare.as_view(), name="api-compare"),
+    path("api/v1/status/", wapi.Status.as_view(), name="api-status"),
+    path("api/v1/workers/heartbeat", wapi.WorkerHeartbeatView.as_view(), name="api-worker-heartbeat"),
+    path("api/v1/jobs/<int:pk>/start", wapi.JobStart.as_view(), name="api-job-start"),
+    path("api/v1/jobs/<int:pk>/input", wapi.JobInput.as_view(), name="api-job-input"),
+    path("api/v1/jobs/<int:pk>/archive", wapi.JobArchive.as_view(), name="api-job-archive"),
+    path("api/v1/jobs/<int:pk>/heartbeat", wapi.JobHeartbeat.as_view(), name="api-job-heartbeat"),
+    path("api/v1/jobs/<int:pk>/result", wapi.JobResult.as_view(), name="api-job-result"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]
