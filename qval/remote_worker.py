@@ -246,7 +246,7 @@ def _sweep(sender: str, instance: Any, **kwargs: Any) -> None:
 def _start_heartbeats(sender: Any, **kwargs: Any) -> None:
     config = Config.from_env()
     if config.key:
-        queues = ",".join(sorted(sender.app.amqp.queues.consume_from))
+        queues = ",".join(sorted(sender.app.amqp.queues.consume_from or {}))
         threading.Thread(target=register, args=(config, queues, _stop), name="worker-heartbeat", daemon=True).start()
 
 

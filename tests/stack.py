@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ class Stack:
         self.root = root
         self.pg_port, self.redis_port, self.web_port = port, port + 1, port + 2
         self.url = f"http://127.0.0.1:{self.web_port}"
-        self.pg_dir, self.redis_dir, self.data_dir, self.logs = (root / n for n in ("pg", "redis", "data", "logs"))
+        self.redis_dir, self.data_dir, self.logs = (root / n for n in ("redis", "data", "logs"))
+        # Outside ``root``: the server runs as the user postgres, who cannot enter a 0700 temporary folder.
+        self.pg_dir = Path(tempfile.mkdtemp(prefix="qval-pg-")) / "data"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         environ = {k: v for k, v in os.environ.items()
                    if not k.startswith(("DATABASE_URL", "CELERY_", "QVAL_", "DJANGO_SETTINGS"))}
@@ -61,10 +64,14 @@ class Stack:
     # -- PostgreSQL ------------------------------------------------------------------------
     def _as_postgres(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        return subprocess.run([*prefix, *argv], capture_output=True, text=True, check=check)
+        done = subprocess.run([*prefix, *argv], capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+        return done
 
     def init_pg(self) -> None:
-        self.pg_dir.mkdir(parents=True)
+        self.pg_dir.parent.chmod(0o755)
+        self.pg_dir.mkdir()
         if os.geteuid() == 0:
             shutil.chown(self.pg_dir, "postgres", "postgres")
         self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.pg_dir), "-A", "trust", "-U", "postgres")
@@ -190,6 +197,7 @@ class Stack:
         if "redis" in self.procs:
             self.stop_redis()
         self.stop_pg("immediate")
+        shutil.rmtree(self.pg_dir.parent, ignore_errors=True)
 
     # -- the API ----------------------------------------------------------------------------------
     def token(self, username: str) -> str:

@@ -90,6 +90,7 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
             return Submission.FAILED
         sub.transition(Submission.SCORING, save=False)
         sub.worker = (self.request.hostname or "in-process")[:200]
+        sub.heartbeat_at = timezone.now()
         sub.save()
     try:
         with jobs.heartbeats(sub.pk):
@@ -133,6 +134,7 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         sub.transition(Submission.SCORING, save=False)
         sub.worker = (self.request.hostname or "in-process")[:200]
         sub.limits = asdict(limits)
+        sub.heartbeat_at = timezone.now()
         sub.save()
     try:
         inputs = inputs_for(sub.dataset, sub.split)
@@ -304,7 +306,7 @@ _heartbeat_stop = threading.Event()
 @worker_ready.connect
 def start_worker_heartbeats(sender: Any, **kwargs: Any) -> None:
     """Register this worker and send its heartbeats for the status page (:func:`workers.jobs.local_heartbeats`)."""
-    queues = ",".join(sorted(q.name for q in sender.app.amqp.queues.consume_from.values()))
+    queues = ",".join(sorted(sender.app.amqp.queues.consume_from or {}))
     threading.Thread(target=jobs.local_heartbeats, args=(sender.hostname, queues, _heartbeat_stop),
                      name="worker-heartbeat", daemon=True).start()
 
