@@ -49,16 +49,16 @@ class Stack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         environ = {k: v for k, v in os.environ.items()
                    if not k.startswith(("DATABASE_URL", "CELERY_", "QVAL_", "DJANGO_SETTINGS"))}
-        environ.update(
-            PYTHONPATH=str(REPO),
-            DATABASE_URL=f"postgres://postgres@127.0.0.1:{self.pg_port}/qval",
-            CELERY_BROKER_URL=f"redis://127.0.0.1:{self.redis_port}/0",
-            QVAL_DATA_DIR=str(self.data_dir),
-            QVAL_CONTAINER_WORK_ROOT=str(root / "jobs"),
-            ALLOWED_HOSTS="127.0.0.1,localhost",
-            QVAL_THROTTLE_RATES='{"upload_user": "1000/min", "upload_anon": "1000/min"}',
+        environ.update({
+            "PYTHONPATH": str(REPO),
+            "DATABASE_URL": f"postgres://postgres@127.0.0.1:{self.pg_port}/qval",
+            "CELERY_BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "QVAL_DATA_DIR": str(self.data_dir),
+            "QVAL_CONTAINER_WORK_ROOT": str(root / "jobs"),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "QVAL_THROTTLE_RATES": '{"upload_user": "1000/min", "upload_anon": "1000/min"}',
             **(env or {}),
-        )
+        })
         self.env = environ
 
     # -- PostgreSQL ------------------------------------------------------------------------
