@@ -21,12 +21,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from submissions.models import Submission
-from tests.conftest import REPO, TEST_BROKER_URL, wait_for, worker_process
+from tests.conftest import REPO
+from tests.test_container_submissions import kit_tar  # noqa: F401 - the starter kit's archive (a fixture)
 from workers import jobs
 from workers.models import JobToken, WorkerHeartbeat
 from workers.tasks import inspect_container_upload, score_remote_run
 
-PREDICTIONS_OF = "examples/method-container/method.py"
 
 
 @pytest.fixture
@@ -242,3 +242,42 @@ def test_the_remote_worker_module_loads_no_django_settings_or_database() -> None
             "'submissions', 'leaderboard', 'psycopg'))]; assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+@pytest.mark.container
+def test_a_remote_worker_without_database_settings_runs_the_starter_kit(frozenlake, data_dir, engine, kit_tar,
+                                                                        tmp_path) -> None:  # noqa: F811
+    import requests
+
+    from tests.stack import Stack
+    from tests.test_container_submissions import RESAMPLES, assert_results_match, expected_rows
+    from tests.test_faults import FAST, dataset_dir
+
+    key = "remote-key"
+    stack = Stack(tmp_path / "stack", 18830, env={**FAST, "QVAL_BOOTSTRAP_RESAMPLES": str(RESAMPLES),
+                                                  "QVAL_GPU_WORKERS": "remote", "QVAL_WORKER_KEY": key,
+                                                  "QVAL_CONTAINER_WORK_ROOT": str(engine.work_root)})
+    try:
+        stack.start(dataset_dir(frozenlake, data_dir))
+        token = stack.token("remote-user")
+        worker = stack.start_remote_worker("gpu-far", key)
+        environ = Path(f"/proc/{worker.pid}/environ").read_bytes().split(b"\0")
+        assert not any(e.startswith((b"DATABASE", b"DJANGO", b"PG")) for e in environ)
+        resp = stack.upload(token, kit_tar.read_bytes(), filename="kit.tar", kind="container", backbone="none",
+                            method_name="manhattan")
+        assert resp.status_code == 201, resp.text
+        pk = resp.json()["submissions"][0]["id"]
+        forged = requests.post(f"{stack.url}/api/v1/jobs/{pk}/start", headers={"Authorization": "Job forged"})
+        assert forged.status_code == 403
+        data = stack.wait_final(token, pk, timeout=300)
+        assert data["state"] == "finished", (data, stack.log("gpu-far")[-3000:])
+        assert data["worker"] == "remote:gpu-far" and data["attempt"] == 1
+        assert data["container"]["outcome"] == "finished"
+        assert_results_match(data["results"], expected_rows(frozenlake, "dev", tmp_path))
+        workers = requests.get(f"{stack.url}/api/v1/status/").json()["workers"]
+        assert [(w["name"], w["kind"], w["alive"]) for w in workers if w["kind"] == "remote"] == [("gpu-far", "remote", True)]
+    finally:
+        stack.close()
+    assert not any(engine.work_root.iterdir())
