@@ -247,14 +247,15 @@ def test_the_remote_worker_module_loads_no_django_settings_or_database() -> None
 @pytest.mark.slow
 @pytest.mark.worker
 @pytest.mark.container
-def test_a_remote_worker_without_database_settings_runs_the_starter_kit(frozenlake, data_dir, engine, kit_tar,
-                                                                        tmp_path) -> None:  # noqa: F811
+def test_a_remote_worker_without_database_settings_runs_the_starter_kit(frozenlake, data_dir, engine, tmp_path,
+                                                                        request) -> None:
     import requests
 
     from tests.stack import Stack
     from tests.test_container_submissions import RESAMPLES, assert_results_match, expected_rows
     from tests.test_faults import FAST, dataset_dir
 
+    archive = request.getfixturevalue("kit_tar")
     key = "remote-key"
     stack = Stack(tmp_path / "stack", 18830, env={**FAST, "QVAL_BOOTSTRAP_RESAMPLES": str(RESAMPLES),
                                                   "QVAL_GPU_WORKERS": "remote", "QVAL_WORKER_KEY": key,
@@ -265,7 +266,7 @@ def test_a_remote_worker_without_database_settings_runs_the_starter_kit(frozenla
         worker = stack.start_remote_worker("gpu-far", key)
         environ = Path(f"/proc/{worker.pid}/environ").read_bytes().split(b"\0")
         assert not any(e.startswith((b"DATABASE", b"DJANGO", b"PG")) for e in environ)
-        resp = stack.upload(token, kit_tar.read_bytes(), filename="kit.tar", kind="container", backbone="none",
+        resp = stack.upload(token, archive.read_bytes(), filename="kit.tar", kind="container", backbone="none",
                             method_name="manhattan")
         assert resp.status_code == 201, resp.text
         pk = resp.json()["submissions"][0]["id"]
