@@ -7,8 +7,14 @@
 * ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
   method container on the split's inputs -- serving the backbone it asked for on the job's socket
   with the per-job token budget (:mod:`qval.backbone`) -- and scores what it wrote;
+* ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted
+  (:mod:`workers.jobs`, :mod:`qval.remote_worker`);
 * ``reap_overdue_submissions`` (sent every minute by Celery beat) fails submissions whose
-  deadline passed.
+  deadline passed; ``reap_stale_jobs`` (every ``QVAL_REAP_EVERY_S``) requeues once, then fails,
+  jobs whose worker stopped sending heartbeats.
+
+Every job stamps its submission's heartbeat while it runs (:func:`workers.jobs.heartbeats`), and
+each worker process registers itself for the status page when it is ready.
 
 Both scoring tasks store results through :func:`store_results`, so a finished submission looks
 the same whichever kind it is. They are idempotent: a redelivered or repeated task replaces the
