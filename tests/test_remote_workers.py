@@ -159,7 +159,24 @@ def test_a_failed_run_and_a_platform_error_end_with_their_reason(
     _job(token2).post(f"/api/v1/jobs/{sub2.pk}/start")
     bad = _job(token2).post(f"/api/v1/jobs/{sub2.pk}/result", {"run": json.dumps({"exit_code": "3"})}, format="multipart")
     assert bad.status_code == 400 and "exit_code" in bad.json()["detail"]
-    assert _job(token2).post(f"/api/v1/jobs/{sub2.pk}/result", {"run": json.dumps({"platform_error": "no podman"})},
+    # A worker that cannot run the job: requeued once with a new token, then failed as ours.
+    from qval_site.celery import app
+
+    sent: list = []
+    original = app.send_task
+    app.send_task = lambda name, args, queue: sent.append(args)  # type: ignore[method-assign]
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert _job(token2).post(f"/api/v1/jobs/{sub2.pk}/result",
+                                     {"run": json.dumps({"platform_error": "no podman"})},
+                                     format="multipart").status_code == 202
+    finally:
+        app.send_task = original  # type: ignore[method-assign]
+    sub2.refresh_from_db()
+    assert (sub2.state, sub2.attempt) == ("queued", 2)
+    [(_, token3)] = sent
+    _job(token3).post(f"/api/v1/jobs/{sub2.pk}/start")
+    assert _job(token3).post(f"/api/v1/jobs/{sub2.pk}/result", {"run": json.dumps({"platform_error": "no podman"})},
                              format="multipart").status_code == 202
     sub2.refresh_from_db()
     assert sub2.state == "failed" and sub2.fault == "system" and "internal error" in sub2.error

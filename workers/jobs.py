@@ -138,17 +138,23 @@ def reap_stale(now: datetime | None = None) -> list[int]:
             sub = Submission.objects.select_for_update().get(pk=pk)
             if sub.state != Submission.SCORING or sub.heartbeat_at is None or sub.heartbeat_at >= cutoff:
                 continue  # finished, or alive again, meanwhile
-            if sub.attempt >= MAX_ATTEMPTS:
-                sub.transition(Submission.FAILED, error=LOST_REASON.format(stale=stale), fault=Submission.FAULT_SYSTEM)
-            else:
-                log.warning("submission %s: no heartbeat from %s since %s; requeued", pk, sub.worker, sub.heartbeat_at)
-                sub.deadline = now + timedelta(
-                    seconds=settings.QVAL_CONTAINER_QUEUE_S if sub.kind == Submission.KIND_CONTAINER
-                    else settings.QVAL_SCORING_S)
-                sub.transition(Submission.QUEUED, save=False)
-                dispatch(sub)
+            log.warning("submission %s: no heartbeat from %s since %s", pk, sub.worker, sub.heartbeat_at)
+            requeue_or_fail(sub, LOST_REASON.format(stale=stale))
             reaped.append(pk)
     return reaped
+
+
+def requeue_or_fail(sub: Submission, reason: str) -> None:
+    """A job that failed through the platform (its worker lost, or unable to run it): send it
+    again with a new attempt, or on its last attempt fail it with ``reason`` (not counted
+    towards the quota). Call with the submission locked."""
+    if sub.attempt >= MAX_ATTEMPTS:
+        sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+        return
+    sub.deadline = timezone.now() + timedelta(
+        seconds=settings.QVAL_CONTAINER_QUEUE_S if sub.kind == Submission.KIND_CONTAINER else settings.QVAL_SCORING_S)
+    sub.transition(Submission.QUEUED, save=False)
+    dispatch(sub)
 
 
 def register(name: str, kind: str, queues: str, current: int | None = None) -> WorkerHeartbeat:
@@ -264,8 +270,8 @@ def input_tar(sub: Submission) -> IO[bytes]:
 
 def accept_result(pk: int, raw: str, run: dict[str, Any], predictions: bytes | None) -> None:
     """Record a remote run's outcome (``run``: ``error``, ``exit_code``, ``wall_s``, ``stdout``,
-    ``stderr``, ``token_usage``, or ``platform_error`` when the worker could not run it) and its
-    predictions, spend the token, and send it to be scored. Raises :class:`JobRefused` for a bad
+    ``stderr``, ``token_usage``) and its predictions, spend the token, and send it to be scored;
+    a ``platform_error`` (the worker could not run it) requeues it once instead. Raises :class:`JobRefused` for a bad
     token and ``ValueError`` for a malformed result."""
     from workers import tasks  # the tasks module imports this one
 
@@ -277,8 +283,7 @@ def accept_result(pk: int, raw: str, run: dict[str, Any], predictions: bytes | N
         token.save()
         if run.get("platform_error"):
             log.error("remote worker %s could not run submission %s: %s", token.worker, pk, run["platform_error"])
-            sub.transition(Submission.FAILED, error=tasks.INTERNAL_ERROR.format(doing="running the container"),
-                           fault=Submission.FAULT_SYSTEM)
+            requeue_or_fail(sub, tasks.INTERNAL_ERROR.format(doing="running the container") + " (tried twice)")
             return
         for name, value in fields.items():
             setattr(sub, name, value)
