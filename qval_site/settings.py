@@ -56,6 +56,19 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_BROKER_VISIBILITY_S``    Redis redelivers a task a dead worker held after this many seconds
                                 (default: the longest container run, twice, at least 3600).
 
+Workers, heartbeats and remote gpu workers (workers/jobs.py, qval/remote_worker.py):
+
+``QVAL_GPU_WORKERS``            ``local`` (default: gpu workers with database access run containers) or
+                                ``remote`` (gpu workers with no database fetch each job over HTTP with a
+                                per-job token; archives are then inspected on the ``scoring`` queue).
+``QVAL_JOB_TOKEN_TTL_S``        how long a remote job's token stays valid once issued (default: the
+                                container queue time + timeout + grace).
+``QVAL_HEARTBEAT_S``            how often a worker and a running job report (default 10).
+``QVAL_HEARTBEAT_STALE_S``      a job ``scoring`` with no heartbeat for this long is requeued once, then
+                                failed as a platform fault (default 120).
+``QVAL_WORKER_KEY``             the key remote workers register and send heartbeats with (none: refused).
+``QVAL_REAP_EVERY_S``           how often beat sends the reaper of lost jobs (default 30).
+
 Dataset builds (queue ``datasets``, see workers/builds.py):
 
 ``QVAL_BUILD_STALL_S``          a running build with no progress for this long is failed (default 1800).
@@ -169,6 +182,8 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/qval"),
         conn_max_age=60,
+        # A connection kept from before a PostgreSQL restart is checked and replaced, not used.
+        conn_health_checks=True,
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -281,6 +296,16 @@ QVAL_VLLM_STARTUP_S = float(os.environ.get("QVAL_VLLM_STARTUP_S", "900"))
 QVAL_BASELINE_S = float(os.environ.get("QVAL_BASELINE_S", str(48 * 3600)))
 # Dataset builds (workers/builds.py): the reaper fails a running build silent for STALL_S (its
 # worker died) and a queued one not started within QUEUE_S; DOWNLOAD_CACHE holds built archives.
+QVAL_GPU_WORKERS = os.environ.get("QVAL_GPU_WORKERS", "local")
+if QVAL_GPU_WORKERS not in ("local", "remote"):
+    raise ImproperlyConfigured(f"QVAL_GPU_WORKERS must be 'local' or 'remote', not {QVAL_GPU_WORKERS!r}")
+QVAL_JOB_TOKEN_TTL_S = float(os.environ.get(
+    "QVAL_JOB_TOKEN_TTL_S", str(QVAL_CONTAINER_QUEUE_S + QVAL_CONTAINER_LIMITS["timeout_s"] + QVAL_CONTAINER_GRACE_S)))
+QVAL_HEARTBEAT_S = float(os.environ.get("QVAL_HEARTBEAT_S", "10"))
+QVAL_HEARTBEAT_STALE_S = float(os.environ.get("QVAL_HEARTBEAT_STALE_S", "120"))
+QVAL_WORKER_KEY = os.environ.get("QVAL_WORKER_KEY", "")
+QVAL_REAP_EVERY_S = float(os.environ.get("QVAL_REAP_EVERY_S", "30"))
+
 QVAL_BUILD_STALL_S = float(os.environ.get("QVAL_BUILD_STALL_S", "1800"))
 QVAL_BUILD_QUEUE_S = float(os.environ.get("QVAL_BUILD_QUEUE_S", str(24 * 3600)))
 QVAL_DOWNLOAD_CACHE = QVAL_DATA_DIR / "cache" / "downloads"
@@ -339,14 +364,17 @@ CELERY_TASK_DEFAULT_QUEUE = "scoring"
 CELERY_TASK_ROUTES = {
     "workers.tasks.validate_upload": {"queue": "scoring"},
     "workers.tasks.score_submission": {"queue": "scoring"},
-    # Archives are read where they are run (a gpu worker has the disk for them).
+    # Archives are read where they are run (a gpu worker has the disk for them); with remote gpu
+    # workers (no database) the scoring workers read them: submissions.services sends it to the queue.
     "workers.tasks.inspect_container_upload": {"queue": "gpu"},
+    "workers.tasks.score_remote_run": {"queue": "scoring"},
     # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},
     "learning.tasks.train_learned": {"queue": "gpu"},
     "workers.tasks.run_baseline_submission": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
+    "workers.tasks.reap_stale_jobs": {"queue": "scoring"},
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},
     "workers.builds.reap_stalled_builds": {"queue": "scoring"},
@@ -356,6 +384,7 @@ CELERY_TASK_ROUTES = {
 # `celery -A qval_site beat` (or a scoring worker started with -B) sends the reaper every minute.
 CELERY_BEAT_SCHEDULE = {
     "reap-overdue-submissions": {"task": "workers.tasks.reap_overdue_submissions", "schedule": 60.0},
+    "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": QVAL_REAP_EVERY_S},
     "reap-stalled-builds": {"task": "workers.builds.reap_stalled_builds", "schedule": 60.0},
 }
 # Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the

@@ -9,6 +9,8 @@ from leaderboard import best_of_n_views as bon_views
 from leaderboard import views as lb
 from learning import views as lv
 from submissions import views as sv
+from workers import api as wapi
+from workers import views as wv
 
 from . import api, health
 
@@ -30,6 +32,7 @@ urlpatterns = [
     path("best-of-n/runs/<int:pk>/", bon_views.run_detail, name="best-of-n-run"),
     path("best-of-n/runs/<int:pk>/episodes/<int:index>/", bon_views.episode_detail, name="best-of-n-episode"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
+    path("status/", wv.status, name="status"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
     path("datasets/<str:key>/download/", lb.dataset_download, name="dataset-download"),
@@ -54,5 +57,12 @@ urlpatterns = [
          name="api-critical-difference"),
     path("api/v1/figures/<str:name>/", api.FigureData.as_view(), name="api-figure"),
     path("api/v1/compare/", api.Compare.as_view(), name="api-compare"),
+    path("api/v1/status/", wapi.Status.as_view(), name="api-status"),
+    path("api/v1/workers/heartbeat", wapi.WorkerHeartbeatView.as_view(), name="api-worker-heartbeat"),
+    path("api/v1/jobs/<int:pk>/start", wapi.JobStart.as_view(), name="api-job-start"),
+    path("api/v1/jobs/<int:pk>/input", wapi.JobInput.as_view(), name="api-job-input"),
+    path("api/v1/jobs/<int:pk>/archive", wapi.JobArchive.as_view(), name="api-job-archive"),
+    path("api/v1/jobs/<int:pk>/heartbeat", wapi.JobHeartbeat.as_view(), name="api-job-heartbeat"),
+    path("api/v1/jobs/<int:pk>/result", wapi.JobResult.as_view(), name="api-job-result"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

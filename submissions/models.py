@@ -11,7 +11,9 @@ limits it ran under are kept, and the predictions it wrote) or ``baseline`` (a b
 of :mod:`qval.methods` that staff launched and a ``gpu`` worker runs, source ``baseline``; its
 ``config``, ``progress`` and NaN count are kept, and the predictions it wrote). Every submission carries a
 ``deadline`` while it is not final: past it, the reaper (:func:`submissions.services.reap_overdue`)
-fails it.
+fails it. While ``scoring`` its worker sends heartbeats (``heartbeat_at``); a job whose
+heartbeats stop is requeued once (``attempt`` 2), then failed as a platform fault
+(:func:`workers.jobs.reap_stale`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class Submission(models.Model):
         RECEIVED: {VALIDATING, FAILED},
         VALIDATING: {QUEUED, FAILED},
         QUEUED: {SCORING, FAILED},
-        SCORING: {FINISHED, FAILED, SCORING},
+        # Back to ``queued`` once when the worker running it stopped sending heartbeats.
+        SCORING: {FINISHED, FAILED, SCORING, QUEUED},
         FINISHED: {SCORING},  # re-scoring is allowed and idempotent
         FAILED: set(),
     }
@@ -132,6 +135,10 @@ class Submission(models.Model):
         default=dict, blank=True, help_text="Baseline runs: done, total, tokens, started/updated times (UTC ISO).")
     num_nan = models.IntegerField(
         null=True, blank=True, help_text="Baseline runs: points the method could not score (NaN).")
+    attempt = models.PositiveSmallIntegerField(
+        default=0, help_text="How many times it was sent to a worker (the reaper requeues a lost job once).")
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the worker running it (state scoring).")
     predictions = models.FileField(
         upload_to="predictions/%Y/%m/", blank=True,
         help_text="Container submissions: the predictions.jsonl the container wrote, as scored.")

@@ -31,6 +31,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "problems": sub.problems,
         "coverage": sub.coverage,
         "worker": sub.worker or None,
+        "attempt": sub.attempt,
         "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},
         "container": container_payload(sub),
         "baseline": baseline_payload(sub),

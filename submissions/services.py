@@ -259,10 +259,10 @@ def validate_submission(pk: int) -> str:
         "rows": preds.num_rows,
     }
     sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
-    sub.transition(Submission.QUEUED)
-    from workers.tasks import score_submission  # the worker module imports this one
+    sub.transition(Submission.QUEUED, save=False)
+    from workers import jobs  # the worker modules import this one
 
-    transaction.on_commit(lambda: score_submission.delay(sub.pk))
+    jobs.dispatch(sub)
     return sub.state
 
 
@@ -390,7 +390,9 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
     from workers.tasks import inspect_container_upload  # the worker module imports this one
 
     pks = [sub.pk for sub in subs]
-    transaction.on_commit(lambda: inspect_container_upload.delay(pks))
+    # A remote gpu worker has no database: the site's scoring workers inspect archives then.
+    queue = "gpu" if settings.QVAL_GPU_WORKERS == "local" else "scoring"
+    transaction.on_commit(lambda: inspect_container_upload.apply_async((pks,), queue=queue))
     return subs
 
 
@@ -421,13 +423,13 @@ def inspect_archive(pks: Sequence[int]) -> list[str]:
         for sub in subs:
             sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
         return [sub.state for sub in subs]
-    from workers.tasks import run_container_submission  # the worker module imports this one
+    from workers import jobs  # the worker modules import this one
 
     for sub in subs:
         sub.image_id = image_id
         sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_CONTAINER_QUEUE_S)
-        sub.transition(Submission.QUEUED)
-        transaction.on_commit(lambda pk=sub.pk: run_container_submission.delay(pk))
+        sub.transition(Submission.QUEUED, save=False)
+        jobs.dispatch(sub)
     return [sub.state for sub in subs]
 
 

@@ -11,8 +11,14 @@
   (:func:`submissions.baselines.run_baseline`), serving its LLM backbone through the worker's
   :class:`qval.vllm.VLLMManager` (started on first use, reused across jobs, stopped when the
   worker process shuts down);
+* ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted
+  (:mod:`workers.jobs`, :mod:`qval.remote_worker`);
 * ``reap_overdue_submissions`` (sent every minute by Celery beat) fails submissions whose
-  deadline passed.
+  deadline passed; ``reap_stale_jobs`` (every ``QVAL_REAP_EVERY_S``) requeues once, then fails,
+  jobs whose worker stopped sending heartbeats.
+
+Every job stamps its submission's heartbeat while it runs (:func:`workers.jobs.heartbeats`), and
+each worker process registers itself for the status page when it is ready.
 
 Both scoring tasks store results through :func:`store_results`, so a finished submission looks
 the same whichever kind it is. They are idempotent: a redelivered or repeated task replaces the
@@ -30,13 +36,14 @@ A worker consuming ``gpu`` removes what a killed predecessor left behind
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from celery import shared_task
-from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_shutdown
+from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_ready, worker_shutdown, worker_shutting_down
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -53,6 +60,7 @@ from qval.scoring import MetricRow, disclose, score
 from qval.vllm import ServeSpec, VLLMManager
 from submissions import baselines, services
 from submissions.models import Result, Submission
+from workers import jobs
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +101,19 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
             return Submission.FAILED
         sub.transition(Submission.SCORING, save=False)
         sub.worker = (self.request.hostname or "in-process")[:200]
+        sub.heartbeat_at = timezone.now()
         sub.save()
     try:
-        truth = truth_for(sub.dataset, sub.split, sub.target)
-        preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
-        rows = score(
-            truth,
-            preds.ids,
-            preds.scores,
-            samples=preds.samples,
-            bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES,
-        )
+        with jobs.heartbeats(sub.pk):
+            truth = truth_for(sub.dataset, sub.split, sub.target)
+            preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
+            rows = score(
+                truth,
+                preds.ids,
+                preds.scores,
+                samples=preds.samples,
+                bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES,
+            )
     except qpred.ValidationFailed as exc:
         return fail(sub.pk, f"invalid predictions file: {exc}", Submission.FAULT_USER)
     except Exception:  # noqa: BLE001 - any other error is ours; the user gets a generic reason
@@ -135,13 +145,14 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         sub.transition(Submission.SCORING, save=False)
         sub.worker = (self.request.hostname or "in-process")[:200]
         sub.limits = asdict(limits)
+        sub.heartbeat_at = timezone.now()
         sub.save()
     try:
         inputs = inputs_for(sub.dataset, sub.split)
         images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
         backbone = services.container_backbone(sub.backbone_name)
         usage: dict[str, int] = {}
-        with qc.Job(services.container_engine()) as job:
+        with jobs.heartbeats(sub.pk), qc.Job(services.container_engine()) as job:
             image_id = job.load(sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
                                 max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
             qc.write_input(inputs, sub.split, sub.target, job.input_dir, images_from=images if images.is_dir() else None)
@@ -153,8 +164,6 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
                 with BackboneServer(served_backend(backbone), budget, socket_path=job.backbone_socket) as server:
                     result = job.run(image_id, limits, backbone=backbone)
                 usage = server.usage.as_dict()
-        truth = truth_for(sub.dataset, sub.split, sub.target)
-        evaluation = qc.evaluate(result, truth, bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
     except services.SubmissionRejected as exc:  # accepted at upload; the backbone is no longer configured
         return fail(sub.pk, f"cannot run: {exc.message}", Submission.FAULT_SYSTEM)
     except qc.ArchiveRejected as exc:  # passed the upload check; a changed cap or engine refused it
@@ -162,6 +171,36 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
     except Exception:  # noqa: BLE001 - engine missing, mount refused, database: ours
         log.exception("running container submission %s failed", sub.pk)
         return fail(sub.pk, INTERNAL_ERROR.format(doing="running the container"), Submission.FAULT_SYSTEM)
+    return score_container_run(sub, result, usage)
+
+
+@shared_task(name="workers.tasks.score_remote_run", acks_late=True)
+def score_remote_run(submission_id: int) -> str:
+    """Score the run a remote gpu worker posted (:func:`workers.jobs.accept_result`); return the final state."""
+    sub = Submission.objects.select_related("dataset").get(pk=submission_id)
+    if sub.state != Submission.SCORING:
+        log.info("submission %s is %s; nothing to score", sub.pk, sub.state)
+        return sub.state
+    outcome = sub.container_outcome
+    predictions = None
+    if sub.predictions:  # as posted; stored again below once scored, like a local run's
+        with sub.predictions.open("rb") as fh:
+            predictions = fh.read()
+        sub.predictions.delete(save=False)
+    result = qc.RunResult(error=None if outcome == "finished" else outcome, exit_code=sub.exit_code,
+                          wall_s=sub.wall_s or 0.0, stdout=sub.stdout, stderr=sub.stderr,
+                          predictions=predictions if outcome == "finished" else None, metadata=None)
+    return score_container_run(sub, result, sub.token_usage)
+
+
+def score_container_run(sub: Submission, result: qc.RunResult, usage: dict[str, int]) -> str:
+    """Score what a container run wrote, store its outcome and logs, finish or fail it; return the state."""
+    try:
+        truth = truth_for(sub.dataset, sub.split, sub.target)
+        evaluation = qc.evaluate(result, truth, bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+    except Exception:  # noqa: BLE001 - database, labels: ours
+        log.exception("scoring container submission %s failed", sub.pk)
+        return fail(sub.pk, INTERNAL_ERROR.format(doing="scoring the container's predictions"), Submission.FAULT_SYSTEM)
     run = result_fields(evaluation)
     run["token_usage"] = usage
     if evaluation.outcome == "failed":
@@ -174,7 +213,7 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
     # Kept as scored, so the submission can be compared like an uploaded file.
     run["predictions"] = default_storage.save(
         f"predictions/{timezone.now():%Y/%m}/{sub.pk}-predictions.jsonl", ContentFile(evaluation.run.predictions or b""))
-    return store_results(submission_id, evaluation.rows, **run)
+    return store_results(sub.pk, evaluation.rows, **run)
 
 
 @shared_task(bind=True, name="workers.tasks.run_baseline_submission", acks_late=True)
@@ -299,6 +338,31 @@ def reap_overdue_submissions() -> list[int]:
     if reaped:
         log.warning("reaped %d overdue submissions: %s", len(reaped), reaped)
     return reaped
+
+
+@shared_task(name="workers.tasks.reap_stale_jobs")
+def reap_stale_jobs() -> list[int]:
+    """Requeue once, or fail, the jobs whose worker stopped sending heartbeats (:func:`workers.jobs.reap_stale`)."""
+    reaped = jobs.reap_stale()
+    if reaped:
+        log.warning("%d jobs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
+    return reaped
+
+
+_heartbeat_stop = threading.Event()
+
+
+@worker_ready.connect
+def start_worker_heartbeats(sender: Any, **kwargs: Any) -> None:
+    """Register this worker and send its heartbeats for the status page (:func:`workers.jobs.local_heartbeats`)."""
+    queues = ",".join(sorted(sender.app.amqp.queues.consume_from or {}))
+    threading.Thread(target=jobs.local_heartbeats, args=(sender.hostname, queues, _heartbeat_stop),
+                     name="worker-heartbeat", daemon=True).start()
+
+
+@worker_shutting_down.connect
+def stop_worker_heartbeats(**kwargs: Any) -> None:
+    _heartbeat_stop.set()
 
 
 @celeryd_after_setup.connect

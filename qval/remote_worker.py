@@ -1,0 +1,255 @@
+"""A gpu worker that needs no database: it runs method containers for a site over HTTP(S).
+
+Start it on a host with podman (as root) and the broker reachable, with no database setting at
+all -- it never imports Django::
+
+    QVAL_SITE_URL=https://qval.example.org CELERY_BROKER_URL=redis://broker:6379/0 \\
+    QVAL_WORKER_NAME=gpu-box-1 QVAL_WORKER_KEY=... \\
+    celery -A qval.remote_worker worker -Q gpu --concurrency 1
+
+A job's broker message holds only the submission id and a per-job token. With the token the
+worker starts the job on the site (the spec: split, target, limits, archive hash), downloads the
+archive (its SHA-256 checked) and the split's ``/input`` (no labels), runs the container in the
+sandbox of :mod:`qval.containers` (serving a backbone of ``QVAL_BACKBONES`` on the job's socket
+when the spec names one), posts heartbeats every ``heartbeat_s`` meanwhile, and posts the
+predictions and logs back once; the site scores them. A token the site refuses (forged, expired,
+spent, of an earlier attempt) ends the task without running anything.
+
+Settings (environment): ``QVAL_SITE_URL``, ``CELERY_BROKER_URL``, ``QVAL_WORKER_NAME`` (default:
+the host name), ``QVAL_WORKER_KEY`` (to register on the status page), ``QVAL_CONTAINER_ENGINE``,
+``QVAL_CONTAINERS_CONF``, ``QVAL_CONTAINER_WORK_ROOT``, ``QVAL_BACKBONES``,
+``QVAL_BACKBONE_TOKEN_BUDGET``, ``QVAL_HEARTBEAT_S`` (worker heartbeats, default 10),
+``QVAL_JOB_VISIBILITY_S`` (the broker redelivers an unacknowledged job after this, default 7200).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import tarfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from celery import Celery
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutting_down
+
+from qval import containers as qc
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "qval.remote_worker.run_job"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    """A remote worker's settings (from the environment by :meth:`from_env`)."""
+
+    site: str
+    name: str
+    key: str = ""
+    heartbeat_s: float = 10.0
+    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)
+    token_budget: int = 2_000_000
+
+    @classmethod
+    def from_env(cls) -> "Config":
+        site = os.environ.get("QVAL_SITE_URL", "").rstrip("/")
+        if not site:
+            raise RuntimeError("QVAL_SITE_URL is not set: the remote worker gets its jobs from the site")
+        return cls(site=site, name=os.environ.get("QVAL_WORKER_NAME") or socket.gethostname(),
+                   key=os.environ.get("QVAL_WORKER_KEY", ""),
+                   heartbeat_s=float(os.environ.get("QVAL_HEARTBEAT_S", "10")),
+                   backbones=json.loads(os.environ.get("QVAL_BACKBONES") or "{}"),
+                   token_budget=int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2000000")))
+
+
+class Refused(Exception):
+    """The site refused the job's token (forged, expired, spent, requeued) or the job is final."""
+
+
+class Client:
+    """The job protocol of one job, over HTTP(S) with its token."""
+
+    def __init__(self, config: Config, submission_id: int, token: str) -> None:
+        self.base = f"{config.site}/api/v1/jobs/{submission_id}"
+        self.session = requests.Session()
+        self.session.headers.update({"Authorization": f"Job {token}", "X-QVal-Worker": config.name})
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        resp = self.session.request(method, f"{self.base}/{path}", timeout=kwargs.pop("timeout", 60), **kwargs)
+        if resp.status_code in (403, 409):
+            raise Refused(f"{path}: {resp.status_code} {resp.text[:300]}")
+        resp.raise_for_status()
+        return resp
+
+    def start(self) -> dict[str, Any]:
+        return self._call("POST", "start").json()
+
+    def download(self, path: str, dest: Path) -> str:
+        """Stream ``path`` to ``dest``; return its SHA-256."""
+        digest = hashlib.sha256()
+        with self._call("GET", path, stream=True, timeout=300) as resp, dest.open("wb") as fh:
+            for chunk in resp.iter_content(_CHUNK):
+                digest.update(chunk)
+                fh.write(chunk)
+        return digest.hexdigest()
+
+    def heartbeat(self) -> None:
+        self._call("POST", "heartbeat", timeout=30)
+
+    def result(self, run: dict[str, Any], predictions: bytes | None) -> None:
+        files = {"predictions": ("predictions.jsonl", predictions)} if predictions is not None else None
+        self._call("POST", "result", data={"run": json.dumps(run)}, files=files, timeout=300)
+
+
+def _beat(client: Client, every: float, stop: threading.Event) -> None:
+    while not stop.wait(every):
+        try:
+            client.heartbeat()
+        except Refused as exc:  # the reaper gave the job up: its result will be refused too
+            log.warning("heartbeat refused: %s", exc)
+            return
+        except requests.RequestException as exc:  # the site is restarting; the next beat may pass
+            log.warning("heartbeat failed: %s", exc)
+
+
+def run_job(config: Config, engine: qc.Engine, submission_id: int, token: str) -> str:
+    """Run one remote job end to end; return ``posted`` or ``refused``."""
+    client = Client(config, submission_id, token)
+    try:
+        spec = client.start()
+    except Refused as exc:
+        log.warning("job %s refused by the site: %s", submission_id, exc)
+        return "refused"
+    stop = threading.Event()
+    beat = threading.Thread(target=_beat, args=(client, float(spec["heartbeat_s"]), stop), daemon=True)
+    beat.start()
+    try:
+        run, predictions = _run(client, engine, spec, config)
+    except Refused as exc:
+        log.warning("job %s refused by the site while running: %s", submission_id, exc)
+        return "refused"
+    except Exception as exc:  # noqa: BLE001 - engine missing, download cut: the platform's fault
+        log.exception("job %s could not run", submission_id)
+        run, predictions = {"platform_error": f"{type(exc).__name__}: {exc}"[:2000]}, None
+    finally:
+        stop.set()
+    try:
+        client.result(run, predictions)
+    except Refused as exc:
+        log.warning("result of job %s refused: %s", submission_id, exc)
+        return "refused"
+    log.info("job %s: result posted (%s)", submission_id, run.get("error") or run.get("platform_error") or "finished")
+    return "posted"
+
+
+def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config) -> tuple[dict[str, Any], bytes | None]:
+    """Fetch, load and run the job of ``spec`` in a :class:`qval.containers.Job` (always removed)."""
+    limits = qc.Limits(**spec["limits"])
+    with qc.Job(engine) as job:
+        archive = job.dir / "upload.image"
+        digest = client.download("archive", archive)
+        if digest != spec["archive_sha256"]:
+            raise RuntimeError(f"the archive downloaded has SHA-256 {digest[:12]}, not {spec['archive_sha256'][:12]}")
+        try:
+            image_id = job.load(archive)
+        except qc.ArchiveRejected as exc:
+            return {"error": f"invalid container archive: {exc}"}, None
+        finally:
+            archive.unlink(missing_ok=True)
+        inputs = job.dir / "input.tar"
+        client.download("input", inputs)
+        with tarfile.open(inputs) as tar:
+            tar.extractall(job.input_dir, filter="data")
+        inputs.unlink()
+        usage: dict[str, int] = {}
+        backbone = spec.get("backbone")
+        if backbone is None:
+            result = job.run(image_id, limits)
+        else:
+            from qval.backbone import BackboneServer
+
+            budget = int(config.backbones[backbone].get("token_budget", config.token_budget))
+            with BackboneServer(served_backend(config, backbone), budget, socket_path=job.backbone_socket) as server:
+                result = job.run(image_id, limits, backbone=backbone)
+            usage = server.usage.as_dict()
+    run = {"error": result.error, "exit_code": result.exit_code, "wall_s": result.wall_s,
+           "stdout": result.stdout, "stderr": result.stderr, "token_usage": usage}
+    return run, result.predictions
+
+
+_BACKENDS: dict[str, Any] = {}
+
+
+def served_backend(config: Config, name: str) -> Any:
+    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process."""
+    from qval.backbone import backend_from_spec
+
+    if name not in config.backbones:
+        raise RuntimeError(f"backbone {name!r} is not in this worker's QVAL_BACKBONES")
+    if name not in _BACKENDS:
+        _BACKENDS[name] = backend_from_spec(name, config.backbones[name])
+    return _BACKENDS[name]
+
+
+# -- the Celery application (no Django) ------------------------------------------------------
+app = Celery("qval-remote")
+app.conf.update(
+    broker_url=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+    task_ignore_result=True,
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": int(os.environ.get("QVAL_JOB_VISIBILITY_S", "7200"))},
+)
+
+
+@app.task(name=TASK_NAME, acks_late=True)
+def run_job_task(submission_id: int, token: str) -> str:
+    """The broker's entry: run the job ``submission_id`` with ``token``."""
+    return run_job(Config.from_env(), qc.Engine.from_env(), submission_id, token)
+
+
+def register(config: Config, queues: str, stop: threading.Event) -> None:
+    """Register on the site and send a heartbeat every ``heartbeat_s`` until ``stop`` is set."""
+    while True:
+        try:
+            resp = requests.post(f"{config.site}/api/v1/workers/heartbeat", json={"name": config.name, "queues": queues},
+                                 headers={"Authorization": f"Worker {config.key}"}, timeout=30)
+            if resp.status_code != 200:
+                log.warning("the site refused the worker heartbeat: %s %s", resp.status_code, resp.text[:200])
+        except requests.RequestException as exc:
+            log.warning("worker heartbeat failed: %s", exc)
+        if stop.wait(config.heartbeat_s):
+            return
+
+
+_stop = threading.Event()
+
+
+@celeryd_after_setup.connect
+def _sweep(sender: str, instance: Any, **kwargs: Any) -> None:
+    """Before the first job: remove the containers and job folders a killed predecessor left."""
+    removed = qc.sweep(qc.Engine.from_env())
+    log.info("remote worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
+
+
+@worker_ready.connect
+def _start_heartbeats(sender: Any, **kwargs: Any) -> None:
+    config = Config.from_env()
+    if config.key:
+        queues = ",".join(sorted(sender.app.amqp.queues.consume_from or {}))
+        threading.Thread(target=register, args=(config, queues, _stop), name="worker-heartbeat", daemon=True).start()
+
+
+@worker_shutting_down.connect
+def _stop_heartbeats(**kwargs: Any) -> None:
+    _stop.set()

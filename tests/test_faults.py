@@ -1,0 +1,194 @@
+"""Faults with a submission in flight, on a whole site of real processes (tests/stack.py): private
+PostgreSQL and Redis started here (never the machine's shared ones), gunicorn, Celery workers and
+beat. Each ends with every submission final, with the right reason, nothing lost or duplicated.
+
+Heartbeats every second and a job is lost after 6 s without one (the reaper runs every 2 s), so a
+killed worker's job is requeued within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from qval import build, schema
+from tests.conftest import BASE_IMAGE, wait_for
+from tests.stack import Stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
+FAST = {"QVAL_HEARTBEAT_S": "1", "QVAL_HEARTBEAT_STALE_S": "6", "QVAL_REAP_EVERY_S": "2",
+        "QVAL_BOOTSTRAP_RESAMPLES": "200", "QVAL_SCORING_S": "600"}
+SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "40000"}  # several seconds of scoring, to be killed in
+
+
+def dataset_dir(frozenlake: schema.Dataset, data_dir: Path) -> Path:
+    spec = build.BUILDERS["frozenlake"]()[1]
+    return data_dir / "datasets" / f"{spec.slug}-{spec.version}"
+
+
+def predictions(ds: schema.Dataset, seed: int = 0) -> bytes:
+    rng = random.Random(seed)
+    ids = [c.id for s in ds.states_in("dev") for c in s.candidates if c.is_actor]
+    return "".join(json.dumps({"id": i, "score": rng.random()}) + "\n" for i in ids).encode()
+
+
+@pytest.fixture(scope="module")
+def stack(frozenlake, data_dir, tmp_path_factory):  # type: ignore[no-untyped-def]
+    s = Stack(tmp_path_factory.mktemp("faults"), 18810, env=FAST)
+    try:
+        s.start(dataset_dir(frozenlake, data_dir))
+        yield s
+    finally:
+        s.close()
+        print(*(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in s.logs.glob("*.log")))
+
+
+@pytest.fixture(scope="module")
+def token(stack: Stack) -> str:
+    return stack.token("faulty")
+
+
+def _restore_scoring(stack: Stack) -> None:
+    for name in [n for n in stack.procs if n.startswith("scoring")]:
+        stack.kill(name, 15)
+    stack.start_worker("scoring", "scoring", concurrency=2)
+
+
+def test_scoring_worker_killed_mid_scoring_is_requeued_and_finished(stack, token, frozenlake) -> None:
+    stack.kill("scoring", 15)
+    stack.start_worker("scoring-slow", "scoring", concurrency=2, env=SLOW_SCORING)
+    pk = stack.upload(token, predictions(frozenlake, 1)).json()["id"]
+    stack.wait_state(token, pk, "scoring", timeout=120)
+    time.sleep(0.5)
+    stack.kill("scoring-slow")  # kill -9 of the worker and its child, mid-scoring
+    stack.start_worker("scoring", "scoring", concurrency=2)
+    data = stack.wait_final(token, pk)
+    assert data["state"] == "finished", data
+    assert data["attempt"] == 2 and data["worker"].startswith("scoring@")
+    assert stack.count(f"Result.objects.filter(submission={pk}).count()") == len(data["results"]) > 0
+
+
+def test_redis_restarted_with_submissions_queued(stack, token, frozenlake) -> None:
+    stack.kill("scoring", 15)  # the uploads' messages wait in Redis
+    pks = [stack.upload(token, predictions(frozenlake, i)).json()["id"] for i in range(3)]
+    stack.stop_redis()
+    stack.start_redis()
+    stack.start_worker("scoring", "scoring", concurrency=2)
+    for pk in pks:
+        data = stack.wait_final(token, pk)
+        assert (data["state"], data["attempt"]) == ("finished", 1), data
+    # The site works on after the restart.
+    pk = stack.upload(token, predictions(frozenlake, 9)).json()["id"]
+    assert stack.wait_final(token, pk)["state"] == "finished"
+
+
+def test_postgresql_restarted_mid_scoring(stack, token, frozenlake) -> None:
+    stack.kill("scoring", 15)
+    stack.start_worker("scoring-slow", "scoring", concurrency=2, env=SLOW_SCORING)
+    try:
+        pk = stack.upload(token, predictions(frozenlake, 2)).json()["id"]
+        stack.wait_state(token, pk, "scoring", timeout=120)
+        stack.stop_pg("fast")  # the scoring task loses its connection; its heartbeats stop
+        time.sleep(1)
+        stack.start_pg()
+        data = stack.wait_final(token, pk, timeout=300)
+        assert data["state"] == "finished", data
+        assert data["attempt"] in (1, 2)  # finished by the first try if it stored after the restart, else requeued
+        assert stack.count(f"Result.objects.filter(submission={pk}).count()") == len(data["results"]) > 0
+    finally:
+        _restore_scoring(stack)
+
+
+def test_web_restarted_during_an_upload_stores_it_whole_or_not_at_all(stack, token, frozenlake) -> None:
+    before = stack.count("Submission.objects.count()")
+    media = stack.data_dir / "media" / "submissions"
+    files_before = sorted(media.rglob("*")) if media.exists() else []
+    body = predictions(frozenlake, 3) * 2000  # ~10 MB, sent slowly, cut by the restart
+    boundary = "qvalboundary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"dataset\"\r\n\r\nfrozenlake-8x8\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"split\"\r\n\r\ndev\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"target\"\r\n\r\nq\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"method_name\"\r\n\r\ncut\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"p.jsonl\"\r\n\r\n").encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    conn = socket.create_connection(("127.0.0.1", stack.web_port))
+    conn.sendall((f"POST /api/v1/submissions/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
+                  f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+                  f"Content-Length: {len(head) + len(body) + len(tail)}\r\n\r\n").encode() + head)
+    conn.sendall(body[: len(body) // 2])
+    time.sleep(0.5)
+    stack.kill("web")  # kill -9 while the upload streams in
+    conn.close()
+    stack.start_web()
+    assert stack.count("Submission.objects.count()") == before  # not at all
+    assert (sorted(media.rglob("*")) if media.exists() else []) == files_before
+    pk = stack.upload(token, predictions(frozenlake, 4)).json()["id"]  # and the next one whole
+    data = stack.wait_final(token, pk)
+    assert data["state"] == "finished" and data["size_bytes"] == len(predictions(frozenlake, 4))
+
+
+# -- a remote gpu worker killed while its container runs ----------------------------------------
+SLEEPY_METHOD = """import json, time
+time.sleep(int(open('/input/context.json').read() and 8))
+with open('/input/points.jsonl') as f, open('/output/predictions.jsonl', 'w') as out:
+    for line in f:
+        p = json.loads(line)
+        out.write(json.dumps({"id": p["id"], "score": float(p["is_actor"])}) + "\\n")
+"""
+
+
+@pytest.mark.container
+def test_gpu_worker_killed_while_its_container_runs(frozenlake, data_dir, engine, base_image, tmp_path) -> None:
+    context = tmp_path / "sleepy"
+    context.mkdir()
+    (context / "method.py").write_text(SLEEPY_METHOD)
+    (context / "Containerfile").write_text(f'FROM {BASE_IMAGE}\nCOPY method.py /method.py\nCMD ["python3", "/method.py"]\n')
+    tag = f"localhost/qval-test-sleepy:{os.getpid()}"
+    assert engine.call("build", "-q", "-t", tag, str(context)).returncode == 0
+    archive = tmp_path / "sleepy.tar"
+    assert engine.call("save", "-o", str(archive), tag).returncode == 0
+    engine.call("rmi", tag)
+    key = "remote-worker-key"
+    s = Stack(tmp_path / "stack", 18820, env={**FAST, "QVAL_GPU_WORKERS": "remote", "QVAL_WORKER_KEY": key,
+                                               "QVAL_CONTAINER_TIMEOUT_S": "120",
+                                               "QVAL_CONTAINER_WORK_ROOT": str(engine.work_root)})
+    try:
+        s.start(dataset_dir(frozenlake, data_dir))
+        token = s.token("gpu-user")
+        s.start_remote_worker("gpu-one", key)
+        resp = s.upload(token, archive.read_bytes(), filename="sleepy.tar", kind="container", backbone="none")
+        assert resp.status_code == 201, resp.text
+        pk = resp.json()["submissions"][0]["id"]
+        s.wait_state(token, pk, "scoring", timeout=180)
+        first = s.submission(token, pk)
+        assert first["worker"] == "remote:gpu-one" and first["attempt"] == 1
+        time.sleep(4)  # the container is running (it sleeps 8 s)
+        jobs_before = [p.name for p in engine.work_root.iterdir()]
+        assert jobs_before, "no job folder while the container runs"
+        s.kill("gpu-one")  # kill -9: the worker dies, its container and job folder stay behind
+        s.start_remote_worker("gpu-two", key)
+        data = s.wait_final(token, pk, timeout=300)
+        assert data["state"] == "finished", (data, s.log("gpu-two")[-3000:])
+        assert data["attempt"] == 2 and data["worker"] == "remote:gpu-two"
+        log = s.log("gpu-two")
+        assert "swept" in log and f"qval-{jobs_before[0]}" in log  # the killed job's container and folder,
+        assert f"{engine.work_root / jobs_before[0]}" in log  # removed at the new worker's start
+        # and nothing of the killed run is left running (its conmon and container are named after the job).
+        wait_for(lambda: subprocess.run(["pgrep", "-f", f"qval-{jobs_before[0]}"]).returncode == 1, timeout=30)
+        status = {w["name"]: w for w in __import__("requests").get(f"{s.url}/api/v1/status/").json()["workers"]}
+        assert status["gpu-two"]["kind"] == "remote" and status["gpu-two"]["alive"]
+    finally:
+        s.close()
+        for name in ("gpu-one", "gpu-two", "scoring", "web"):
+            if (s.logs / f"{name}.log").exists():
+                print(f"--- {name}\n{s.log(name)[-3000:]}")
+    shutil.rmtree(tmp_path / "stack", ignore_errors=True)

@@ -1,0 +1,317 @@
+"""Sending jobs to workers, their heartbeats, the reaper of lost jobs, and the remote job protocol.
+
+Every queued submission is sent by :func:`dispatch`, which counts the attempt. While a job runs,
+its worker stamps ``Submission.heartbeat_at`` every ``QVAL_HEARTBEAT_S`` (:func:`heartbeats` on a
+worker with the database; ``POST /api/v1/jobs/<id>/heartbeat`` from a remote one). A job
+``scoring`` with no heartbeat for ``QVAL_HEARTBEAT_STALE_S`` lost its worker: :func:`reap_stale`
+requeues it once, and fails it as a platform fault the second time.
+
+**Remote gpu workers** (``QVAL_GPU_WORKERS=remote``; :mod:`qval.remote_worker`, no database
+settings) get a broker message holding only the submission id and a fresh random token. The site
+keeps the token's SHA-256 (:class:`workers.models.JobToken`), bound to that submission and attempt,
+expiring after ``QVAL_JOB_TOKEN_TTL_S``. With it the worker starts the job (:func:`start`: the
+spec), fetches the split's inputs without labels (:func:`input_tar`) and the archive, sends
+heartbeats, and posts the run's predictions and logs once (:func:`accept_result` spends the token);
+a scoring worker of the site scores them (``workers.tasks.score_remote_run``).
+
+Workers register by name with :func:`register` (local ones from a thread, remote ones over HTTP
+with ``QVAL_WORKER_KEY``); the status page lists them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import tarfile
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.db import connection, transaction
+from django.utils import timezone
+
+from qval import containers as qc
+from submissions import services
+from submissions.models import Submission
+
+from .models import JobToken, WorkerHeartbeat
+
+log = logging.getLogger(__name__)
+
+REMOTE_TASK = "qval.remote_worker.run_job"
+"""The task name a remote gpu worker consumes (arguments: submission id, raw token)."""
+
+MAX_ATTEMPTS = 2
+"""A job whose worker is lost is requeued once: the second loss fails it."""
+
+LOST_REASON = (
+    "the worker running it stopped responding twice (no heartbeat for {stale:g} s); a platform fault, "
+    "not counted towards your quota")
+MAX_LOG_CHARS = 2 * qc.LOG_KEEP_BYTES + 200
+"""Most characters of stdout/stderr a remote worker may post (what a run keeps, and a marker)."""
+
+
+class JobRefused(Exception):
+    """A job request with a token that is not (or no longer) valid; ``status`` is the HTTP answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- dispatching ---------------------------------------------------------------------------
+def dispatch(sub: Submission) -> None:
+    """Count a new attempt of the (``queued``) submission, save it, and send it to its queue once
+    the transaction commits: a predictions file to ``scoring``, a container to ``gpu`` -- to a
+    remote worker with a fresh token when ``QVAL_GPU_WORKERS=remote``."""
+    from qval_site.celery import app
+    from workers import tasks  # the tasks module imports this one
+
+    sub.attempt += 1
+    sub.heartbeat_at = None
+    sub.save()
+    pk = sub.pk
+    if sub.kind == Submission.KIND_FILE:
+        transaction.on_commit(lambda: tasks.score_submission.delay(pk))
+    elif settings.QVAL_GPU_WORKERS == "local":
+        transaction.on_commit(lambda: tasks.run_container_submission.delay(pk))
+    else:
+        raw = issue_token(sub)
+        transaction.on_commit(lambda: app.send_task(REMOTE_TASK, args=[pk, raw], queue="gpu"))
+
+
+def issue_token(sub: Submission) -> str:
+    """A new random token for the submission's current attempt (only its hash is stored)."""
+    raw = secrets.token_urlsafe(32)
+    JobToken.objects.create(submission=sub, attempt=sub.attempt, token_sha256=_digest(raw),
+                            expires_at=timezone.now() + timedelta(seconds=settings.QVAL_JOB_TOKEN_TTL_S))
+    return raw
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+# -- heartbeats and the reaper ----------------------------------------------------------------
+@contextmanager
+def heartbeats(pk: int) -> Iterator[None]:
+    """Stamp the submission's ``heartbeat_at`` now and every ``QVAL_HEARTBEAT_S`` until the block
+    ends (a thread with its own database connection)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(settings.QVAL_HEARTBEAT_S):
+                Submission.objects.filter(pk=pk, state=Submission.SCORING).update(heartbeat_at=timezone.now())
+        finally:
+            connection.close()
+
+    Submission.objects.filter(pk=pk).update(heartbeat_at=timezone.now())
+    thread = threading.Thread(target=beat, name=f"heartbeat-{pk}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def reap_stale(now: datetime | None = None) -> list[int]:
+    """Requeue (once) or fail every job ``scoring`` whose heartbeat is older than
+    ``QVAL_HEARTBEAT_STALE_S``; return their ids. A requeued job's earlier tokens stop working."""
+    now = now or timezone.now()
+    stale = settings.QVAL_HEARTBEAT_STALE_S
+    cutoff = now - timedelta(seconds=stale)
+    candidates = Submission.objects.filter(state=Submission.SCORING, heartbeat_at__lt=cutoff)
+    reaped = []
+    for pk in candidates.values_list("pk", flat=True):
+        with transaction.atomic():
+            sub = Submission.objects.select_for_update().get(pk=pk)
+            if sub.state != Submission.SCORING or sub.heartbeat_at is None or sub.heartbeat_at >= cutoff:
+                continue  # finished, or alive again, meanwhile
+            log.warning("submission %s: no heartbeat from %s since %s", pk, sub.worker, sub.heartbeat_at)
+            requeue_or_fail(sub, LOST_REASON.format(stale=stale))
+            reaped.append(pk)
+    return reaped
+
+
+def requeue_or_fail(sub: Submission, reason: str) -> None:
+    """A job that failed through the platform (its worker lost, or unable to run it): send it
+    again with a new attempt, or on its last attempt fail it with ``reason`` (not counted
+    towards the quota). Call with the submission locked."""
+    if sub.attempt >= MAX_ATTEMPTS:
+        sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
+        return
+    sub.deadline = timezone.now() + timedelta(
+        seconds=settings.QVAL_CONTAINER_QUEUE_S if sub.kind == Submission.KIND_CONTAINER else settings.QVAL_SCORING_S)
+    sub.transition(Submission.QUEUED, save=False)
+    dispatch(sub)
+
+
+def register(name: str, kind: str, queues: str, current: int | None = None) -> WorkerHeartbeat:
+    """Record a heartbeat of the worker ``name`` (created at its first), running ``current``."""
+    now = timezone.now()
+    worker, created = WorkerHeartbeat.objects.get_or_create(
+        name=name[:200], defaults={"kind": kind, "queues": queues[:200], "started_at": now, "last_seen": now})
+    worker.kind, worker.queues, worker.last_seen = kind, queues[:200], now
+    worker.current = Submission.objects.filter(pk=current).first() if current else None
+    worker.save()
+    return worker
+
+
+def local_heartbeats(name: str, queues: str, stop: threading.Event) -> None:
+    """Register the local worker ``name`` every ``QVAL_HEARTBEAT_S`` until ``stop`` is set (run in
+    a thread of the worker's main process; the connection is closed after each beat, so the
+    processes it forks never share an open one)."""
+    while True:
+        try:
+            register(name, WorkerHeartbeat.LOCAL, queues)
+        except Exception:  # noqa: BLE001 - the database may be restarting; try again next beat
+            log.warning("worker %s could not record its heartbeat", name, exc_info=True)
+        finally:
+            connection.close()
+        if stop.wait(settings.QVAL_HEARTBEAT_S):
+            return
+
+
+# -- the remote job protocol -------------------------------------------------------------------
+def authorize(pk: int, raw: str) -> tuple[Submission, JobToken]:
+    """The submission (locked: call inside a transaction) and token of a remote job request;
+    raise :class:`JobRefused` for a token that is unknown, of another submission or attempt,
+    expired or spent, or a submission already final."""
+    token = JobToken.objects.select_for_update().filter(token_sha256=_digest(raw or ""), submission_id=pk).first()
+    if token is None:
+        raise JobRefused(403, "unknown job token for this submission")
+    sub = Submission.objects.select_for_update().select_related("dataset").get(pk=pk)
+    if token.used_at is not None:
+        raise JobRefused(403, "this job token was already used to post a result")
+    if token.expires_at < timezone.now():
+        raise JobRefused(403, "this job token has expired")
+    if token.attempt != sub.attempt:
+        raise JobRefused(403, "this job token belongs to an earlier attempt (the job was requeued)")
+    if sub.state not in (Submission.QUEUED, Submission.SCORING):
+        raise JobRefused(409, f"submission {pk} is {sub.state}; nothing to run")
+    return sub, token
+
+
+def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
+    """Start (or resume after a fetch was retried) a remote job; return its spec: what to run,
+    on which split, under which limits, and the archive's SHA-256."""
+    now = timezone.now()
+    with transaction.atomic():
+        sub, token = authorize(pk, raw)
+        if sub.deadline is not None and sub.deadline < now:
+            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
+            raise JobRefused(409, f"submission {pk} passed its deadline")
+        limits = services.container_limits(sub.dataset)
+        if sub.state == Submission.QUEUED:
+            sub.deadline = now + timedelta(seconds=limits.timeout_s + settings.QVAL_CONTAINER_GRACE_S)
+            sub.transition(Submission.SCORING, save=False)
+        sub.worker = f"remote:{worker}"[:200]
+        sub.limits = asdict(limits)
+        sub.heartbeat_at = now
+        sub.save()
+        token.started_at, token.worker = token.started_at or now, worker[:200]
+        token.save()
+    return {
+        "submission": sub.pk,
+        "attempt": sub.attempt,
+        "dataset": sub.dataset.key,
+        "split": sub.split,
+        "target": sub.target,
+        "limits": asdict(limits),
+        "backbone": services.container_backbone(sub.backbone_name),
+        "image_id": sub.image_id,
+        "archive_sha256": sub.sha256,
+        "heartbeat_s": settings.QVAL_HEARTBEAT_S,
+    }
+
+
+def running(pk: int, raw: str) -> Submission:
+    """The submission of a valid token of a started job (``scoring``), for a fetch or a heartbeat."""
+    with transaction.atomic():
+        sub, _ = authorize(pk, raw)
+        if sub.state != Submission.SCORING:
+            raise JobRefused(409, f"submission {pk} was not started; POST .../start first")
+        return sub
+
+
+def heartbeat(pk: int, raw: str) -> None:
+    """A remote job's heartbeat."""
+    with transaction.atomic():
+        sub = running(pk, raw)
+        sub.heartbeat_at = timezone.now()
+        sub.save(update_fields=["heartbeat_at"])
+
+
+def input_tar(sub: Submission) -> IO[bytes]:
+    """A temporary file holding the split's ``/input`` folder as a tar (no label in it)."""
+    from leaderboard.loading import inputs_for
+
+    images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
+    out = tempfile.TemporaryFile()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = qc.write_input(inputs_for(sub.dataset, sub.split), sub.split, sub.target, Path(tmp) / "input",
+                                images_from=images if images.is_dir() else None)
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            tar.add(folder, arcname=".")
+    out.seek(0)
+    return out
+
+
+def accept_result(pk: int, raw: str, run: dict[str, Any], predictions: bytes | None) -> None:
+    """Record a remote run's outcome (``run``: ``error``, ``exit_code``, ``wall_s``, ``stdout``,
+    ``stderr``, ``token_usage``) and its predictions, spend the token, and send it to be scored;
+    a ``platform_error`` (the worker could not run it) requeues it once instead. Raises :class:`JobRefused` for a bad
+    token and ``ValueError`` for a malformed result."""
+    from workers import tasks  # the tasks module imports this one
+
+    fields = _run_fields(run)
+    with transaction.atomic():
+        sub = running(pk, raw)
+        token = JobToken.objects.select_for_update().get(token_sha256=_digest(raw))
+        token.used_at = timezone.now()
+        token.save()
+        if run.get("platform_error"):
+            log.error("remote worker %s could not run submission %s: %s", token.worker, pk, run["platform_error"])
+            requeue_or_fail(sub, tasks.INTERNAL_ERROR.format(doing="running the container") + " (tried twice)")
+            return
+        for name, value in fields.items():
+            setattr(sub, name, value)
+        sub.heartbeat_at = timezone.now()
+        if predictions is not None:
+            sub.predictions.save(f"{sub.pk}-a{sub.attempt}-predictions.jsonl", ContentFile(predictions), save=False)
+        sub.save()
+        transaction.on_commit(lambda: tasks.score_remote_run.delay(pk))
+
+
+def _run_fields(run: dict[str, Any]) -> dict[str, Any]:
+    """The submission fields of a posted run, checked."""
+    error = run.get("error")
+    exit_code, wall_s = run.get("exit_code"), run.get("wall_s")
+    if error is not None and not isinstance(error, str):
+        raise ValueError("error: expected a string or null")
+    if exit_code is not None and not isinstance(exit_code, int):
+        raise ValueError("exit_code: expected an integer or null")
+    if wall_s is not None and not isinstance(wall_s, (int, float)):
+        raise ValueError("wall_s: expected a number or null")
+    usage = run.get("token_usage") or {}
+    if not isinstance(usage, dict) or not all(isinstance(v, int) for v in usage.values()):
+        raise ValueError("token_usage: expected an object of integers")
+    logs = {}
+    for name in ("stdout", "stderr"):
+        text = run.get(name) or ""
+        if not isinstance(text, str):
+            raise ValueError(f"{name}: expected a string")
+        logs[name] = text[:MAX_LOG_CHARS].replace("\x00", "\ufffd")
+    return {"container_outcome": (error or "finished")[:500], "exit_code": exit_code,
+            "wall_s": float(wall_s) if wall_s is not None else None, "token_usage": usage, **logs}

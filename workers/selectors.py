@@ -1,0 +1,77 @@
+"""Reads for the public status page: queues and their depth, jobs in progress, workers and their
+heartbeats, recent failures that were the platform's fault. Nothing here names a user or shows
+a file, a log or a label."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from amqp.exceptions import ChannelError
+from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
+
+from submissions.models import Submission
+
+from .models import WorkerHeartbeat
+
+log = logging.getLogger(__name__)
+
+QUEUES = ("scoring", "gpu", "datasets")
+RECENT_FAILURES = 20
+
+
+def queue_depths() -> dict[str, int | None]:
+    """Messages waiting in each Celery queue (``None`` when the broker does not answer)."""
+    from qval_site.celery import app
+
+    depths: dict[str, int | None] = {}
+    try:
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            channel = conn.default_channel
+            for name in QUEUES:
+                try:
+                    depths[name] = channel.queue_declare(queue=name, passive=True).message_count
+                except ChannelError:  # never declared: no worker consumed it and nothing was sent yet
+                    depths[name] = 0
+    except Exception:  # noqa: BLE001 - the page still shows the rest while the broker is down
+        log.warning("broker did not answer for the status page", exc_info=True)
+        return {name: None for name in QUEUES}
+    return depths
+
+
+def status() -> dict[str, Any]:
+    """Everything the status page shows, as plain data."""
+    now = timezone.now()
+    alive_after = now - timedelta(seconds=3 * settings.QVAL_HEARTBEAT_S)
+    counts = dict(
+        Submission.objects.exclude(state__in=Submission.FINAL_STATES)
+        .values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
+    running = [
+        {"submission": s.pk, "kind": s.kind, "dataset": s.dataset.key, "split": s.split, "worker": s.worker,
+         "attempt": s.attempt, "started": s.scoring_at, "heartbeat": s.heartbeat_at, "deadline": s.deadline}
+        for s in Submission.objects.filter(state=Submission.SCORING).select_related("dataset").order_by("scoring_at")
+    ]
+    workers = [
+        {"name": w.name, "kind": w.kind, "queues": w.queues, "started": w.started_at, "last_seen": w.last_seen,
+         "alive": w.last_seen >= alive_after, "current": w.current_id}
+        for w in WorkerHeartbeat.objects.all()
+    ]
+    failures = [
+        {"submission": s.pk, "kind": s.kind, "dataset": s.dataset.key, "split": s.split, "failed": s.failed_at,
+         "reason": s.error}
+        for s in Submission.objects.filter(state=Submission.FAILED, fault=Submission.FAULT_SYSTEM)
+        .select_related("dataset").order_by("-failed_at")[:RECENT_FAILURES]
+    ]
+    return {
+        "time": now,
+        "queues": queue_depths(),
+        "waiting": {state: counts.get(state, 0) for state in
+                    (Submission.RECEIVED, Submission.VALIDATING, Submission.QUEUED, Submission.SCORING)},
+        "running": running,
+        "workers": workers,
+        "recent_failures": failures,
+    }
