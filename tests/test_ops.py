@@ -31,8 +31,10 @@ DOWN_BROKER = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 def broker_down(monkeypatch: pytest.MonkeyPatch) -> None:
     from qval_site.celery import app
 
-    monkeypatch.setenv("CELERY_BROKER_URL", DOWN_BROKER)  # Celery reads it before its configuration
+    # configuration first: Celery's broker_url reads the environment variable before it, so the
+    # value monkeypatch saves (and restores) must be read before the variable is set
     monkeypatch.setattr(app.conf, "broker_url", DOWN_BROKER)
+    monkeypatch.setenv("CELERY_BROKER_URL", DOWN_BROKER)
 
 
 # -- /healthz, /readyz, wait_ready --------------------------------------------------------------
