@@ -270,6 +270,17 @@ def test_the_registry_adapter_scores_the_points_it_is_given(fl_dir: Path, tmp_pa
     out = methods.run("qlass", Ctx())
     assert list(out.scores) == [c.id for s in states for c in s.candidates] and out.num_nan == 0
 
+    # states that are not in the dataset (a Best-of-N turn's) are scored from their own texts
+    state = states[0]
+    sid = "bon-e000-s00"
+    turn = replace(state, id=sid, candidates=tuple(
+        replace(c, id=f"{sid}-a{i}", state_id=sid) for i, c in enumerate(state.candidates)))
+    Ctx.points, Ctx.split = [turn], "test"
+    fresh = methods.run("qlass", Ctx())
+    assert fresh.num_nan == 0
+    assert [fresh.scores[f"{sid}-a{i}"] for i in range(len(state.candidates))] == pytest.approx(
+        [out.scores[c.id] for c in state.candidates], abs=1e-5)  # float32 batches of another size
+
 
 # -- ALFWorld and MiniWoB: small builds, fast settings --------------------------------------
 def train_and_score_everywhere(env: Environment, spec: build.DatasetSpec, folder: Path, tmp_path: Path,

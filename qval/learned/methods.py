@@ -105,7 +105,12 @@ def score_split(model: TrainedModel, inputs: Inputs, split: str, target: str, fe
     if model.fingerprint != inputs.fingerprint:
         raise ValueError(f"the model was trained on dataset {model.dataset} ({model.fingerprint[:12]}), "
                          f"not on {inputs.manifest.key} ({inputs.fingerprint[:12]})")
-    states = inputs.states_in(split)
+    return score_states(model, inputs.states_in(split), target, feats)
+
+
+def score_states(model: TrainedModel, states: Sequence[Any], target: str, feats: FeatureCache) -> dict[str, float]:
+    """Scores of the given states (a split's, or new ones such as a Best-of-N turn's): each
+    candidate's Q (target ``q``) or each state's V (``v``), by id."""
     if target == "q":
         cands = [(c.id, Point(s.task, s.observation, c.action)) for s in states for c in s.candidates]
         values = model.q([p for _, p in cands], feats)
@@ -168,15 +173,17 @@ def run(method: str, ctx: Any) -> MethodOutput:
                           seed=ctx.seed, params=options.get("params"), progress=report)
     model = store.load(folder)
     feats = FeatureCache(featuriser, cache / "features", inputs.fingerprint)
-    scores = score_split(model, inputs, ctx.split, ctx.target, feats)
-    wanted: list[str] = []
-    for p in ctx.points or []:
-        if isinstance(p, schema.State):  # the registry passes states: every candidate (q) or the state (v)
-            wanted += [c.id for c in p.candidates] if ctx.target == "q" else [p.id]
-        else:
-            wanted.append(p["id"] if isinstance(p, dict) else getattr(p, "id", p))
-    if wanted:
-        scores = {i: scores.get(i, math.nan) for i in wanted}
+    points = list(ctx.points or [])
+    if points and all(isinstance(p, schema.State) for p in points):
+        # the registry passes states: score exactly those (a split's, or a Best-of-N turn's new ones)
+        if model.fingerprint != inputs.fingerprint:
+            raise ValueError(f"the model was trained on dataset {model.dataset}, not on {inputs.manifest.key}")
+        scores = score_states(model, points, ctx.target, feats)
+    else:
+        scores = score_split(model, inputs, ctx.split, ctx.target, feats)
+        wanted = [p["id"] if isinstance(p, dict) else getattr(p, "id", p) for p in points]
+        if wanted:
+            scores = {i: scores.get(i, math.nan) for i in wanted}
     num_nan = sum(1 for v in scores.values() if v != v)
     return MethodOutput(scores=scores, num_nan=num_nan,
                   meta={"model": str(folder), "version": model.version, "featuriser": model.featuriser,
