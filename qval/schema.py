@@ -357,17 +357,17 @@ class Dataset:
         except (OSError, TypeError, json.JSONDecodeError) as exc:
             raise SchemaError(f"{directory}/manifest.json: {exc}") from exc
         by_state: dict[str, list[Candidate]] = {}
-        for rec in _read_jsonl(directory / "candidates.jsonl"):
+        for rec in read_jsonl(directory / "candidates.jsonl"):
             cand = Candidate(**rec)
             by_state.setdefault(cand.state_id, []).append(cand)
         states = []
-        for rec in _read_jsonl(directory / "states.jsonl"):
+        for rec in read_jsonl(directory / "states.jsonl"):
             rec["history"] = tuple(rec["history"])
             rec["candidates"] = tuple(sorted(by_state.get(rec["id"], []), key=lambda c: c.index))
             states.append(State(**rec))
         q_labels: dict[str, float] = {}
         v_labels: dict[str, float] = {}
-        for rec in _read_jsonl(directory / "labels.jsonl"):
+        for rec in read_jsonl(directory / "labels.jsonl"):
             (q_labels if rec["target"] == "q" else v_labels)[rec["id"]] = float(rec["value"])
         ds = cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels,
                  images=ImageFolder(directory / "images"), secret=secret or hidden.configured_secret())
@@ -444,7 +444,8 @@ def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a dataset's JSON Lines file; :class:`SchemaError` naming the file and line."""
     try:
         with path.open(encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, 1):

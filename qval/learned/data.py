@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
 
 from qval import schema
 
@@ -44,25 +43,12 @@ def read_inputs(directory: str | Path) -> Inputs:
     except (OSError, TypeError, json.JSONDecodeError) as exc:
         raise schema.SchemaError(f"{directory}/manifest.json: {exc}") from exc
     by_state: dict[str, list[schema.Candidate]] = {}
-    for rec in _jsonl(directory / "candidates.jsonl"):
+    for rec in schema.read_jsonl(directory / "candidates.jsonl"):
         cand = schema.Candidate(**rec)
         by_state.setdefault(cand.state_id, []).append(cand)
     states = []
-    for rec in _jsonl(directory / "states.jsonl"):
+    for rec in schema.read_jsonl(directory / "states.jsonl"):
         rec["history"] = tuple(rec["history"])
         rec["candidates"] = tuple(sorted(by_state.get(rec["id"], []), key=lambda c: c.index))
         states.append(schema.State(**rec))
     return Inputs(directory=directory, manifest=manifest, states=tuple(states))
-
-
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise schema.SchemaError(f"{path}:{lineno}: {exc}") from exc
-    except OSError as exc:
-        raise schema.SchemaError(f"{path}: {exc}") from exc
