@@ -21,6 +21,7 @@ from typing import Any
 
 from qval import compare, families, metric_registry
 
+from .aggregates import InvalidSelection
 from .evaluations import FILTER_KEYS, Evaluation, best, current, select
 
 SPLITS = ("dev", "test")
@@ -28,15 +29,6 @@ TARGETS = ("q", "v")
 MODALITIES = ("text", "image")
 SOURCES = ("reported", "rescored", "baseline", "user")
 HEATMAP_BY = ("environment", "backbone")
-
-
-class InvalidFilter(ValueError):
-    """A figure filter that is not allowed (names the field and the allowed values)."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field_name
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -67,7 +59,7 @@ class Filters:
 
 def read_filters(params: Mapping[str, str], **fixed: str) -> Filters:
     """The :class:`Filters` of query parameters (``fixed`` ones override them, e.g. the
-    method of a method page); a value outside its choices raises :class:`InvalidFilter`."""
+    method of a method page); a value outside its choices raises :class:`~leaderboard.aggregates.InvalidSelection`."""
     default = Filters()
     values = {key: (params.get(key) or getattr(default, key)) for key in vars(default)}
     values.update({k: v for k, v in fixed.items() if v})
@@ -81,7 +73,7 @@ def read_filters(params: Mapping[str, str], **fixed: str) -> Filters:
     for key, choices in allowed.items():
         if values[key] not in choices:
             shown = ", ".join(c or "(any)" for c in choices)
-            raise InvalidFilter(key, f"unknown {key} {values[key]!r}; choose one of {shown}")
+            raise InvalidSelection(key, f"unknown {key} {values[key]!r}; choose one of {shown}")
     return Filters(**values)
 
 

@@ -328,7 +328,7 @@ def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], templat
                                   "values": {k: request.GET.get(k, "") for k in vars(figures.Filters())}, **extra}
     try:
         f = figures.read_filters(request.GET, **fixed)
-    except figures.InvalidFilter as exc:
+    except aggregates.InvalidSelection as exc:
         if request.GET.get("format") in ("csv", "json"):
             return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
         context["error"] = exc.message

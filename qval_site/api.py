@@ -311,6 +311,6 @@ class FigureData(APIView):
             raise Http404(f"no figure {name!r}")
         try:
             f = figures.read_filters(request.query_params)
-        except figures.InvalidFilter as exc:
+        except aggregates.InvalidSelection as exc:
             return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
         return Response(figures.payload(figures.build(name, f), f))
