@@ -239,7 +239,8 @@ def test_upstream_down_is_a_clear_error(tmp_path: Path) -> None:
 # -- in a real sandboxed container -----------------------------------------------------------
 def text_only(ds: schema.Dataset) -> schema.Dataset:
     """The first 15 dev states of ``ds`` without image file names (the method reads text only)."""
-    states = [replace(s, image=None, candidates=tuple(replace(c, next_image=None) for c in s.candidates))
+    states = [replace(s, image=None, end_image=None,
+                      candidates=tuple(replace(c, next_image=None, end_image=None) for c in s.candidates))
               for s in ds.states_in("dev")[:15]]
     return replace(ds, states=states, images={})
 

@@ -183,11 +183,13 @@ def test_an_archive_is_loaded_once_into_a_read_only_store_its_jobs_share(engine,
     assert list(eng.work_root.iterdir()) == [] and _images_in(eng, probe, store) == [image_id]
     shutil.rmtree(probe)
 
-    # A store whose load never finished (no ready mark) is loaded again.
+    # A store whose load never finished (no ready mark) is loaded again, from scratch (a file left in
+    # the half-loaded store is gone; inode numbers alone can be reused by the new folder).
     (store.parent / "ready").unlink()
+    (store / "left-by-a-dead-load").write_text("x")
     with qc.Job(eng) as job:
         assert job.load(hello_tar) == image_id
-        assert store.stat().st_ino != loaded_at[0]
+        assert not (store / "left-by-a-dead-load").exists() and (store.parent / "ready").exists()
 
         # Unused for longer than image_cache_days: pruned by the sweep, but never while a job holds it.
         old = time.time() - (eng.image_cache_days + 1) * 86400
