@@ -155,7 +155,8 @@ def test_baseline_run_on_the_queue_survives_a_worker_kill(mini_lake, tiny_model:
                           "args": ["--dtype", "auto"]}}
     settings.QVAL_BACKBONES = backbones
     env = dict(QVAL_BACKBONES=json.dumps(backbones), QVAL_VLLM_EXECUTABLE=STANDIN_SETTING,
-               QVAL_BROKER_VISIBILITY_S="5", QVAL_BASELINE_HEARTBEAT_S="3")
+               QVAL_BROKER_VISIBILITY_S="5", QVAL_BASELINE_HEARTBEAT_S="3",
+               QVAL_VLLM_STANDIN_DELAY_S="1")  # the run lasts past the kill (the tiny model is fast)
     log_path = data_dir / "baseline-worker.log"
     with worker_process("gpu", f"test-baseline-a-{os.getpid()}@%h", data_dir, log_path, 30, **env) as first:
         call_command("run_baseline", "direct-single", backbone="tiny", dataset=mini_lake.key, split="dev", seed=1,
