@@ -590,6 +590,7 @@ class Job:
         self._output_dir = self.dir / "output"
         self._images: list[str] = []
         self._cache_lock: int | None = None
+        self._conmon_pidfile = self.dir / "conmon.pid"
         self.dir.mkdir(parents=True)
         self.input_dir.mkdir()
 
@@ -656,7 +657,8 @@ class Job:
         argv = [
             "run", "--name", name, "--label", f"{LABEL}={self.id}", "--pull=never",
             "--network=none", "--read-only",
-            *(["--read-only-tmpfs=false", "--timeout", str(int(limits.timeout_s) + _BACKSTOP_S)] if podman else []),
+            *(["--read-only-tmpfs=false", "--timeout", str(int(limits.timeout_s) + _BACKSTOP_S),
+               "--conmon-pidfile", str(self._conmon_pidfile)] if podman else []),
             "--tmpfs", f"/tmp:rw,size={limits.tmp_mb}m,mode=1777,nosuid,nodev",
             f"--memory={limits.memory_mb}m", f"--memory-swap={limits.memory_mb}m",
             f"--pids-limit={limits.pids}", f"--cpus={limits.cpus:g}",
@@ -715,6 +717,7 @@ class Job:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            _wait_for_exit(self._conmon_pidfile, _KILL_GRACE_S)
         status, exit_code, oom = (state.stdout.split() + ["", "", ""])[:3] if state.returncode == 0 else ("", "", "")
         code = int(exit_code) if exit_code.lstrip("-").isdigit() else None
         full = _is_full(self._output_dir)
@@ -751,6 +754,27 @@ class Job:
              "tmpfs", str(self._output_dir)], capture_output=True, text=True, check=False)
         if mounted.returncode != 0:
             raise ContainerError(f"cannot mount the size-limited /output (the runner needs root): {mounted.stderr.strip()}")
+
+
+def _wait_for_exit(pidfile: Path, timeout_s: float) -> None:
+    """Wait until the process named in ``pidfile`` (a container's conmon) has exited.
+
+    conmon outlives ``podman rm`` by a moment and still writes into the job's folder (its working
+    directory) as it goes; the folder is removed only after it is gone.
+    """
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+                if fh.read().rsplit(")", 1)[-1].split()[0] == "Z":  # exited, not yet reaped by its parent
+                    return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.05)
 
 
 def _is_full(directory: Path) -> bool:
@@ -840,10 +864,12 @@ def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
     for point in _mounts_under(directory):
         _umount(point)
     # A container's conmon may still be exiting (it writes a file into its working directory, the
-    # job's, as it goes): retry until the directory is gone, for up to a few seconds.
-    for _ in range(50):
+    # job's, as it goes): wait for it, then retry until the directory is gone, for up to 15 s.
+    _wait_for_exit(directory / "conmon.pid", _KILL_GRACE_S)
+    deadline = time.monotonic() + 15
+    while True:
         shutil.rmtree(directory, ignore_errors=True)
-        if not directory.exists():
+        if not directory.exists() or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     return removed
