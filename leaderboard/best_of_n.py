@@ -1,9 +1,11 @@
 """The site's Best-of-N track: running :mod:`qval.best_of_n` as a job, and reading its results.
 
 Services: :func:`create_run` records a queued :class:`BestOfNRun`; :func:`start` claims it for a
-worker; :func:`play` plays its missing episodes, storing each one as it finishes (so a run
-interrupted with its worker resumes at the next episode: :func:`requeue_worker_runs` queues the
-runs of a restarted worker again), then stores the summary.  Selectors: :func:`episodes_of`,
+worker; :func:`play` plays its missing episodes, storing each one as it finishes and stamping the
+run's heartbeat (:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with
+its worker resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped
+once and fails it the second time; :func:`requeue_worker_runs` queues the runs of a restarted worker
+again at once.  Selectors: :func:`episodes_of`,
 :func:`gain_over_base` and :func:`alignment` (per environment, each picker's test-split ρ against
 its Best-of-N gain over the base policy, with the rank correlation across pickers).
 """
@@ -14,6 +16,7 @@ import math
 import queue
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from django.utils import timezone
 
 from qval import best_of_n as bon
 from qval import families, schema
+from workers import heartbeat
 
 from .building import dataset_dir
 from .evaluations import evaluations
@@ -57,14 +61,19 @@ def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed
 
 
 def start(run_id: int, worker: str) -> BestOfNRun | None:
-    """Mark a queued (or redelivered running) run running on ``worker``; ``None`` when it is final."""
+    """Mark a queued (or redelivered running) run running on ``worker``; ``None`` when it is final or
+    runs on another worker with a fresh heartbeat."""
     with transaction.atomic():
         run = BestOfNRun.objects.select_for_update().get(pk=run_id)
         if not run.is_active:
             return None
+        now = timezone.now()
+        if run.status == BestOfNRun.RUNNING and run.worker != worker[:200] and heartbeat.is_fresh(run.heartbeat_at, now):
+            return None
         run.status = BestOfNRun.RUNNING
-        run.started_at = run.started_at or timezone.now()
+        run.started_at = run.started_at or now
         run.worker = worker[:200]
+        run.heartbeat_at = now
         run.save()
     return run
 
@@ -109,24 +118,25 @@ def play(run: BestOfNRun) -> BestOfNRun:
     The environment runs in a thread of its own: MiniWoB's Playwright runs an event loop in the
     thread that drives it, where Django refuses database calls, so episodes are stored here.
     """
-    picker = _picker(run)
-    done = set(run.episodes.values_list("index", flat=True))
-    results: queue.Queue[bon.Episode | BaseException | None] = queue.Queue()
-    thread = threading.Thread(target=_episodes_in_a_thread, daemon=True,
-                              args=(run, picker, done, settings.QVAL_TEST_SPLIT_SECRET, results))
-    thread.start()
-    while (item := results.get()) is not None:
-        if isinstance(item, BaseException):
-            raise item
-        try:
-            with transaction.atomic():
-                BestOfNEpisode.objects.create(run=run, index=item.index, task=item.task, success=item.success,
-                                              discounted_return=item.discounted_return,
-                                              steps=item.to_json()["steps"])
-        except IntegrityError:  # stored by a duplicate delivery meanwhile: the same episode
-            pass
-        BestOfNRun.objects.filter(pk=run.pk).update(done=run.episodes.count())
-    thread.join()
+    with heartbeat.beating(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING), run.pk):
+        picker = _picker(run)
+        done = set(run.episodes.values_list("index", flat=True))
+        results: queue.Queue[bon.Episode | BaseException | None] = queue.Queue()
+        thread = threading.Thread(target=_episodes_in_a_thread, daemon=True,
+                                  args=(run, picker, done, settings.QVAL_TEST_SPLIT_SECRET, results))
+        thread.start()
+        while (item := results.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            try:
+                with transaction.atomic():
+                    BestOfNEpisode.objects.create(run=run, index=item.index, task=item.task, success=item.success,
+                                                  discounted_return=item.discounted_return,
+                                                  steps=item.to_json()["steps"])
+            except IntegrityError:  # stored by a duplicate delivery meanwhile: the same episode
+                pass
+            BestOfNRun.objects.filter(pk=run.pk).update(done=run.episodes.count())
+        thread.join()
     summary = bon.summarise(episodes_of(run), seed=run.seed)
     BestOfNRun.objects.filter(pk=run.pk, status__in=BestOfNRun.ACTIVE).update(
         status=BestOfNRun.FINISHED, finished_at=timezone.now(), done=summary.episodes, error="",
@@ -141,6 +151,25 @@ def fail(run_id: int, reason: str) -> None:
     """Record a failed run with ``reason`` (a final one is left alone)."""
     BestOfNRun.objects.filter(pk=run_id, status__in=BestOfNRun.ACTIVE).update(
         status=BestOfNRun.FAILED, finished_at=timezone.now(), error=reason[:5000])
+
+
+def reap_stale(now: datetime | None = None) -> list[int]:
+    """Requeue once (``attempt`` 2, resuming at its first missing episode), or fail, every running run
+    whose heartbeat is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
+    return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING), _requeue_or_fail, now)
+
+
+def _requeue_or_fail(run: BestOfNRun) -> None:
+    """A run whose worker was lost: queue and send it again, or on its last attempt fail it (run locked)."""
+    from workers.best_of_n import enqueue  # the task module imports this one
+
+    if run.attempt >= heartbeat.MAX_ATTEMPTS:
+        run.status, run.finished_at, run.error = BestOfNRun.FAILED, timezone.now(), heartbeat.lost_reason()
+        run.save()
+        return
+    run.status, run.attempt, run.heartbeat_at = BestOfNRun.QUEUED, run.attempt + 1, None
+    run.save()
+    enqueue(run)
 
 
 def requeue_worker_runs(worker: str) -> list[int]:

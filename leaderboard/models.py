@@ -245,8 +245,9 @@ class BestOfNRun(models.Model):
     (``reference``) or a registered method's name (with ``backbone``).  ``queued`` → ``running``
     (``done`` of ``num_episodes``; every finished episode is a :class:`BestOfNEpisode`) →
     ``finished`` (``summary`` holds the success rate and mean return with their 95% CIs) or
-    ``failed`` (``error``).  A run interrupted with its worker is queued again when the worker
-    restarts and resumes at its first missing episode.
+    ``failed`` (``error``).  While it runs it stamps ``heartbeat_at``; a run whose heartbeat stops is
+    requeued once (``attempt`` 2), then failed; a requeued run (or one queued again when its worker
+    restarts) resumes at its first missing episode.
     """
 
     QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
@@ -265,6 +266,10 @@ class BestOfNRun(models.Model):
     summary = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    attempt = models.PositiveSmallIntegerField(
+        default=1, help_text="Which try this is (a run whose worker is lost is requeued once).")
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the worker running it (status running).")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -8,8 +8,9 @@ from leaderboard.models import Dataset
 
 
 class TrainingRun(models.Model):
-    """``queued`` → ``running`` (stage, done/total, loss curves) → ``finished`` (stored model, leaderboard
-    submissions for dev and test) or ``failed`` with the reason."""
+    """``queued`` → ``running`` (stage, done/total, loss curves; ``heartbeat_at`` stamped while it runs) →
+    ``finished`` (stored model, leaderboard submissions for dev and test) or ``failed`` with the reason. A
+    run whose heartbeat stops is requeued once (``attempt`` 2), then failed."""
 
     QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
     STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]
@@ -30,6 +31,10 @@ class TrainingRun(models.Model):
     version = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the trained model.")
     error = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    attempt = models.PositiveSmallIntegerField(
+        default=1, help_text="Which try this is (a run whose worker is lost is requeued once, from scratch).")
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the worker running it (status running).")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,9 @@
 progress (at most once a second) and the loss curves, then :func:`publish` scores the dev and
 test splits (targets ``q`` — every candidate — and ``v``) and enters each as a finished
 submission of the method (family *Learned*) owned by the platform user ``qval-platform``.
+
+A running run stamps ``heartbeat_at`` (:func:`workers.heartbeat.beating`); :func:`reap_stale` requeues
+a run whose heartbeat stopped once (it trains again from scratch) and fails it the second time.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import csv
 import io
 import logging
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,7 @@ from qval.learned import store
 from qval.learned.data import read_inputs
 from qval.learned.features import FeatureCache, featuriser_from_spec
 from submissions.models import Submission
+from workers import heartbeat
 
 from .models import TrainingRun
 
@@ -90,29 +95,57 @@ class Recorder:
 
 
 def run_training(run_id: int, worker: str) -> TrainingRun:
-    """Train, store and publish one queued (or interrupted) run; the run ends finished or failed with a reason."""
+    """Train, store and publish one queued (or interrupted) run; the run ends finished or failed with a reason.
+
+    A run that is final, or running on another worker with a fresh heartbeat (a redelivered message),
+    is left as it is.
+    """
+    running = TrainingRun.objects.filter(status=TrainingRun.RUNNING)
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().select_related("dataset").get(pk=run_id)
-        if run.status == TrainingRun.FINISHED:
+        if run.status not in (TrainingRun.QUEUED, TrainingRun.RUNNING):
             return run
-        run.status, run.worker, run.started_at, run.error = TrainingRun.RUNNING, worker[:200], timezone.now(), ""
+        now = timezone.now()
+        if run.status == TrainingRun.RUNNING and run.worker != worker and heartbeat.is_fresh(run.heartbeat_at, now):
+            log.info("training run %s runs on %s (heartbeat at %s); leaving it", run_id, run.worker, run.heartbeat_at)
+            return run
+        run.status, run.worker, run.started_at, run.error = TrainingRun.RUNNING, worker[:200], now, ""
+        run.heartbeat_at = now
         run.save()
     try:
-        featuriser = featuriser_from_spec(run.featuriser)
-        folder, model = lm.train(run.method, dataset_dir(run.dataset), models_root(), featuriser=featuriser,
-                                 cache_dir=feature_cache_dir(), seed=run.seed, params=run.params,
-                                 progress=Recorder(run.pk))
-        run.refresh_from_db()
-        run.model_dir, run.version, run.losses, run.data = str(folder), model.version, model.losses, model.data
-        run.save(update_fields=["model_dir", "version", "losses", "data"])
-        publish(run, model, FeatureCache(featuriser, feature_cache_dir(), model.fingerprint))
+        with heartbeat.beating(running, run_id):
+            featuriser = featuriser_from_spec(run.featuriser)
+            folder, model = lm.train(run.method, dataset_dir(run.dataset), models_root(), featuriser=featuriser,
+                                     cache_dir=feature_cache_dir(), seed=run.seed, params=run.params,
+                                     progress=Recorder(run.pk))
+            run.refresh_from_db()
+            run.model_dir, run.version, run.losses, run.data = str(folder), model.version, model.losses, model.data
+            run.save(update_fields=["model_dir", "version", "losses", "data"])
+            publish(run, model, FeatureCache(featuriser, feature_cache_dir(), model.fingerprint))
     except Exception as exc:  # noqa: BLE001 - every failure ends the run with its reason
         log.exception("training run %s failed", run_id)
-        TrainingRun.objects.filter(pk=run_id).update(status=TrainingRun.FAILED, finished_at=timezone.now(),
-                                                     error=f"{type(exc).__name__}: {exc}"[:2000])
+        running.filter(pk=run_id).update(status=TrainingRun.FAILED, finished_at=timezone.now(),
+                                         error=f"{type(exc).__name__}: {exc}"[:2000])
         return TrainingRun.objects.get(pk=run_id)
-    TrainingRun.objects.filter(pk=run_id).update(status=TrainingRun.FINISHED, finished_at=timezone.now())
+    running.filter(pk=run_id).update(status=TrainingRun.FINISHED, finished_at=timezone.now())
     return TrainingRun.objects.get(pk=run_id)
+
+
+def reap_stale(now: datetime | None = None) -> list[int]:
+    """Requeue once (``attempt`` 2, trained again from scratch), or fail, every running run whose heartbeat
+    is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
+    return heartbeat.reap(TrainingRun.objects.filter(status=TrainingRun.RUNNING), _requeue_or_fail, now)
+
+
+def _requeue_or_fail(run: TrainingRun) -> None:
+    """A run whose worker was lost: queue and send it again, or on its last attempt fail it (run locked)."""
+    if run.attempt >= heartbeat.MAX_ATTEMPTS:
+        run.status, run.finished_at, run.error = TrainingRun.FAILED, timezone.now(), heartbeat.lost_reason()
+        run.save()
+        return
+    run.status, run.attempt, run.heartbeat_at = TrainingRun.QUEUED, run.attempt + 1, None
+    run.save()
+    enqueue(run)
 
 
 def publish(run: TrainingRun, model: store.TrainedModel, feats: FeatureCache) -> list[Submission]:

@@ -64,10 +64,10 @@ Workers, heartbeats and remote gpu workers (workers/jobs.py, qval/remote_worker.
 ``QVAL_JOB_TOKEN_TTL_S``        how long a remote job's token stays valid once issued (default: the
                                 container queue time + timeout + grace).
 ``QVAL_HEARTBEAT_S``            how often a worker and a running job report (default 10).
-``QVAL_HEARTBEAT_STALE_S``      a job ``scoring`` with no heartbeat for this long is requeued once, then
-                                failed as a platform fault (default 120).
+``QVAL_HEARTBEAT_STALE_S``      a running job (submission, baseline, training or Best-of-N run) with no
+                                heartbeat for this long is requeued once, then failed (default 120).
 ``QVAL_WORKER_KEY``             the key remote workers register and send heartbeats with (none: refused).
-``QVAL_REAP_EVERY_S``           how often beat sends the reaper of lost jobs (default 30).
+``QVAL_REAP_EVERY_S``           how often beat sends the reapers of lost jobs (default 30).
 
 Dataset builds (queue ``datasets``, see workers/builds.py):
 
@@ -375,6 +375,8 @@ CELERY_TASK_ROUTES = {
     "workers.tasks.run_baseline_submission": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
     "workers.tasks.reap_stale_jobs": {"queue": "scoring"},
+    "learning.tasks.reap_stale_training_runs": {"queue": "scoring"},
+    "workers.best_of_n.reap_stale_best_of_n_runs": {"queue": "scoring"},
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},
     "workers.builds.reap_stalled_builds": {"queue": "scoring"},
@@ -385,15 +387,17 @@ CELERY_TASK_ROUTES = {
 CELERY_BEAT_SCHEDULE = {
     "reap-overdue-submissions": {"task": "workers.tasks.reap_overdue_submissions", "schedule": 60.0},
     "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": QVAL_REAP_EVERY_S},
+    "reap-stale-training-runs": {"task": "learning.tasks.reap_stale_training_runs", "schedule": QVAL_REAP_EVERY_S},
+    "reap-stale-best-of-n-runs": {"task": "workers.best_of_n.reap_stale_best_of_n_runs",
+                                  "schedule": QVAL_REAP_EVERY_S},
     "reap-stalled-builds": {"task": "workers.builds.reap_stalled_builds", "schedule": 60.0},
 }
 # Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the
 # longest container run (timeout + grace), or a running job would be started a second time.
-# A baseline run longer than this is delivered again while it runs; the second delivery finds it
-# running (its progress beats within QVAL_BASELINE_HEARTBEAT_S) and leaves it alone.
+# A baseline, training or Best-of-N run longer than this is delivered again while it runs; the second
+# delivery finds it running (its heartbeat younger than QVAL_HEARTBEAT_STALE_S) and leaves it alone.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("QVAL_BROKER_VISIBILITY_S") or max(
     3600, 2 * (QVAL_CONTAINER_LIMITS["timeout_s"] + QVAL_CONTAINER_GRACE_S)))}
-QVAL_BASELINE_HEARTBEAT_S = float(os.environ.get("QVAL_BASELINE_HEARTBEAT_S", "120"))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _flag("QVAL_INPROCESS_WORKER")
 

@@ -2,7 +2,7 @@
 
 Staff launch one (:func:`launch_baseline`, from the admin or ``manage.py run_baseline``): it is a
 submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu``
-(``workers.tasks.run_baseline_submission``), which calls :func:`run_baseline`:
+(:func:`workers.jobs.dispatch` sends ``workers.tasks.run_baseline_submission``), which calls :func:`run_baseline`:
 
 * the backbone is a name of ``QVAL_BACKBONES`` for the LLM methods (``kind: vllm``: a ``vllm
   serve`` process the worker starts and reuses, :mod:`qval.vllm`; ``kind: transformers``: the
@@ -12,8 +12,9 @@ submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu
   ``QVAL_DATA_DIR/cache/baselines/<method>``, so a delivery after a worker died resumes where the
   dead one was (its answered requests are cache hits, counted in ``config``) and a rerun is free;
 * progress (done / total, tokens, times) is written to ``Submission.progress`` at most twice a
-  second, and a heartbeat every few seconds; a second delivery of a run whose heartbeat is fresh
-  (another worker still runs it) leaves it alone;
+  second; the run stamps ``heartbeat_at`` like every job (:func:`workers.heartbeat.beating`), so the
+  reaper requeues it once when its worker is lost (:func:`workers.jobs.reap_stale`), and a second
+  delivery of a run whose heartbeat is fresh (another worker still runs it) leaves it alone;
 * the predictions are stored and scored like any other submission; NaN points are counted
   (``num_nan``) and dropped by the metrics, never failing the run; ``config`` records the method
   and its version, prompt hash, backbone and checkpoint hash, sampling parameters, seed and options.
@@ -52,6 +53,7 @@ from qval.families import get as get_family
 from qval.methods.registry import MethodError, MethodSpec, get_method
 from qval.methods.run import Progress, run_method, write_predictions
 from qval.scoring import MetricRow, score
+from workers.heartbeat import beating, is_fresh
 
 from .models import Submission
 from .services import SubmissionRejected, resolve_dataset
@@ -124,11 +126,10 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
             deadline=now + timedelta(seconds=settings.QVAL_BASELINE_S),
         )
         sub.transition(Submission.VALIDATING, save=False)
-        sub.transition(Submission.QUEUED)
-        # Imported here: the worker module imports this one.
-        from workers.tasks import run_baseline_submission
+        sub.transition(Submission.QUEUED, save=False)
+        from workers.jobs import dispatch  # imported here: the worker modules import this one
 
-        transaction.on_commit(lambda: run_baseline_submission.delay(sub.pk))
+        dispatch(sub)
     log.info("baseline %s launched: %s on %s/%s with %s", sub.pk, spec.name, dataset.key, req.split, req.backbone)
     return sub
 
@@ -182,23 +183,23 @@ def _start(pk: int, worker: str) -> Submission | None:
             sub.transition(Submission.FAILED, error="timed out (deadline passed): the baseline run did not end in "
                                                     f"{settings.QVAL_BASELINE_S:.0f} s", fault=Submission.FAULT_SYSTEM)
             return None
-        beat = sub.progress.get("beat")
-        if sub.state == Submission.SCORING and beat is not None and sub.worker != worker and \
-                time.time() - float(beat) < settings.QVAL_BASELINE_HEARTBEAT_S:
-            log.info("baseline %s runs on %s (heartbeat %.0f s ago); leaving it", pk, sub.worker, time.time() - beat)
+        if sub.state == Submission.SCORING and sub.worker != worker and is_fresh(sub.heartbeat_at, now):
+            log.info("baseline %s runs on %s (heartbeat at %s); leaving it", pk, sub.worker, sub.heartbeat_at)
             return None
         resumed = sub.state == Submission.SCORING
         sub.transition(Submission.SCORING, save=False)
         sub.worker = worker[:200]
+        sub.heartbeat_at = now
         kept = {k: v for k, v in sub.progress.items() if k not in ("first_at", "first_at_done")}
-        sub.progress = {**kept, "beat": time.time(), "deliveries": int(sub.progress.get("deliveries", 0)) + 1,
+        sub.progress = {**kept, "deliveries": int(sub.progress.get("deliveries", 0)) + 1,
                         "resumed": resumed, "started_at": sub.progress.get("started_at") or timezone.now().isoformat()}
         sub.save()
     return sub
 
 
 class _ProgressWriter:
-    """Writes a run's progress to its submission (throttled) and a heartbeat from a thread."""
+    """Writes a run's progress to its submission, at most every ``PROGRESS_EVERY_S`` and at its end;
+    ``at`` is the time of the last report (epoch seconds, for the ETA)."""
 
     def __init__(self, sub: Submission) -> None:
         self.pk = sub.pk
@@ -206,38 +207,20 @@ class _ProgressWriter:
         self.state: dict[str, Any] = dict(sub.progress)
         self._last = 0.0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"baseline-{sub.pk}-beat", daemon=True)
-
-    def __enter__(self) -> _ProgressWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def _save(self) -> None:
         from django.db import connection
 
         with self._lock:
-            self.state["beat"] = time.time()
             Submission.objects.filter(pk=self.pk).update(progress=dict(self.state))
-        if threading.current_thread() is not self._owner:  # the heartbeat or a client's request thread
+        if threading.current_thread() is not self._owner:  # a client's request thread
             connection.close()
-
-    def _beat(self) -> None:
-        interval = max(0.5, settings.QVAL_BASELINE_HEARTBEAT_S / 4)
-        while not self._stop.wait(interval):
-            try:
-                self._save()
-            except Exception:
-                log.warning("baseline %s: heartbeat not written", self.pk, exc_info=True)
 
     def __call__(self, p: Progress) -> None:
         first = "first_at_done" not in self.state
         with self._lock:
-            self.state.update(done=p.done, total=p.total, tokens=p.tokens, updated_at=timezone.now().isoformat())
+            self.state.update(done=p.done, total=p.total, tokens=p.tokens, at=time.time(),
+                              updated_at=timezone.now().isoformat())
             if first:  # the rate (for the ETA) counts from the first report of this delivery
                 self.state.update(first_at_done=p.done, first_at=time.time())
         now = time.monotonic()
@@ -249,10 +232,10 @@ class _ProgressWriter:
 def eta_s(progress: dict[str, Any]) -> float | None:
     """Seconds left at this delivery's rate, or ``None`` before two reports."""
     done, total = progress.get("done"), progress.get("total")
-    first_done, first_at, beat = progress.get("first_at_done"), progress.get("first_at"), progress.get("beat")
-    if None in (done, total, first_done, first_at, beat) or done <= first_done or float(beat) <= float(first_at):
+    first_done, first_at, at = progress.get("first_at_done"), progress.get("first_at"), progress.get("at")
+    if None in (done, total, first_done, first_at, at) or done <= first_done or float(at) <= float(first_at):
         return None
-    rate = (done - first_done) / (float(beat) - float(first_at))
+    rate = (done - first_done) / (float(at) - float(first_at))
     return max(0.0, (total - done) / rate)
 
 
@@ -266,20 +249,21 @@ def run_baseline(pk: int, worker: str, vllm: Any) -> str:
     seed, options = int(sub.config.get("seed", 0)), dict(sub.config.get("options") or {})
     directory = dataset_dir(sub.dataset)
     try:
-        spec = get_method(sub.method_name)
-        dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
-        with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config), \
-                _ProgressWriter(sub) as progress:
-            output = run_method(spec.name, dataset, sub.split, sub.target, backbone, seed=seed,
-                                cache_dir=Path(settings.QVAL_DATA_DIR) / "cache" / "baselines" / spec.name,
-                                options={**options, **backbone_options}, dataset_dir=directory, progress=progress)
-        with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:
-            path = write_predictions(output, Path(tmp) / "predictions.jsonl")
-            data = path.read_bytes()
-            truth = truth_for(sub.dataset, sub.split, sub.target)
-            preds = qpred.parse(str(path), "predictions.jsonl", reference_ids=truth.point_ids)
-            rows: list[MetricRow] = score(truth, preds.ids, preds.scores, samples=preds.samples,
-                                          bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+        with beating(Submission.objects.filter(state=Submission.SCORING), pk):
+            spec = get_method(sub.method_name)
+            dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
+            with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config):
+                output = run_method(spec.name, dataset, sub.split, sub.target, backbone, seed=seed,
+                                    cache_dir=Path(settings.QVAL_DATA_DIR) / "cache" / "baselines" / spec.name,
+                                    options={**options, **backbone_options}, dataset_dir=directory,
+                                    progress=_ProgressWriter(sub))
+            with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:
+                path = write_predictions(output, Path(tmp) / "predictions.jsonl")
+                data = path.read_bytes()
+                truth = truth_for(sub.dataset, sub.split, sub.target)
+                preds = qpred.parse(str(path), "predictions.jsonl", reference_ids=truth.point_ids)
+                rows: list[MetricRow] = score(truth, preds.ids, preds.scores, samples=preds.samples,
+                                              bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
     except (MethodError, qpred.ValidationFailed) as exc:
         return fail(pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM)
     except Exception as exc:

@@ -13,12 +13,13 @@ import math
 import os
 import signal
 import sys
-import time
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from qval import build, schema
 from qval.vllm import ServeSpec, VLLMError, VLLMManager
@@ -155,7 +156,7 @@ def test_baseline_run_on_the_queue_survives_a_worker_kill(mini_lake, tiny_model:
                           "args": ["--dtype", "auto"]}}
     settings.QVAL_BACKBONES = backbones
     env = dict(QVAL_BACKBONES=json.dumps(backbones), QVAL_VLLM_EXECUTABLE=STANDIN_SETTING,
-               QVAL_BROKER_VISIBILITY_S="5", QVAL_BASELINE_HEARTBEAT_S="3",
+               QVAL_BROKER_VISIBILITY_S="5", QVAL_HEARTBEAT_S="1", QVAL_HEARTBEAT_STALE_S="3",
                QVAL_VLLM_STANDIN_DELAY_S="1")  # the run lasts past the kill (the tiny model is fast)
     log_path = data_dir / "baseline-worker.log"
     with worker_process("gpu", f"test-baseline-a-{os.getpid()}@%h", data_dir, log_path, 30, **env) as first:
@@ -242,11 +243,13 @@ def test_a_redelivery_leaves_a_run_with_a_fresh_heartbeat_alone(loaded, settings
 
     sub = Submission.objects.create(source="baseline", kind="baseline", dataset=loaded, split="dev", target="q",
                                     method_name="vlm-rm", backbone_name="qval-tiny-vit:random", state="scoring",
-                                    worker="alive@vm", progress={"beat": time.time(), "done": 3, "total": 9})
+                                    worker="alive@vm", heartbeat_at=timezone.now(), progress={"done": 3, "total": 9})
     assert _start(sub.pk, "other@vm") is None  # the first worker beats: left alone
-    Submission.objects.filter(pk=sub.pk).update(progress={"beat": time.time() - 2 * settings.QVAL_BASELINE_HEARTBEAT_S})
+    stale = timezone.now() - timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S + 1)
+    Submission.objects.filter(pk=sub.pk).update(heartbeat_at=stale)
     taken = _start(sub.pk, "other@vm")
     assert taken is not None and taken.worker == "other@vm" and taken.progress["resumed"] is True
+    assert taken.heartbeat_at > stale
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 * ``play_best_of_n`` claims a queued run and plays its missing episodes, each stored as it
   finishes; the run ends ``finished`` with its summary or ``failed`` with the reason.
+* ``reap_stale_best_of_n_runs`` (beat, every ``QVAL_REAP_EVERY_S``) requeues once, or fails, a
+  run whose heartbeat stopped (:func:`leaderboard.best_of_n.reap_stale`).
 * When a worker consuming ``gpu`` starts, the runs it was playing when it died (same worker
   name) are queued again and resume at their first missing episode.
 
@@ -43,6 +45,15 @@ def play_best_of_n(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
         best_of_n.fail(run_id, reason_of(exc))
         return BestOfNRun.FAILED
     return run.status
+
+
+@shared_task(name="workers.best_of_n.reap_stale_best_of_n_runs")
+def reap_stale_best_of_n_runs() -> list[int]:
+    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`leaderboard.best_of_n.reap_stale`)."""
+    reaped = best_of_n.reap_stale()
+    if reaped:
+        log.warning("%d best-of-n runs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
+    return reaped
 
 
 @celeryd_after_setup.connect

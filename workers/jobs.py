@@ -1,10 +1,11 @@
 """Sending jobs to workers, their heartbeats, the reaper of lost jobs, and the remote job protocol.
 
-Every queued submission is sent by :func:`dispatch`, which counts the attempt. While a job runs,
-its worker stamps ``Submission.heartbeat_at`` every ``QVAL_HEARTBEAT_S`` (:func:`heartbeats` on a
-worker with the database; ``POST /api/v1/jobs/<id>/heartbeat`` from a remote one). A job
-``scoring`` with no heartbeat for ``QVAL_HEARTBEAT_STALE_S`` lost its worker: :func:`reap_stale`
-requeues it once, and fails it as a platform fault the second time.
+Every queued submission (a file, a container, a baseline run) is sent by :func:`dispatch`, which
+counts the attempt. While a job runs, its worker stamps ``Submission.heartbeat_at`` every
+``QVAL_HEARTBEAT_S`` (:func:`workers.heartbeat.beating` on a worker with the database;
+``POST /api/v1/jobs/<id>/heartbeat`` from a remote one). A job ``scoring`` with no heartbeat for
+``QVAL_HEARTBEAT_STALE_S`` lost its worker: :func:`reap_stale` requeues it once, and fails it as a
+platform fault the second time.
 
 **Remote gpu workers** (``QVAL_GPU_WORKERS=remote``; :mod:`qval.remote_worker`, no database
 settings) get a broker message holding only the submission id and a fresh random token. The site
@@ -26,8 +27,6 @@ import secrets
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -42,6 +41,7 @@ from qval import containers as qc
 from submissions import services
 from submissions.models import Submission
 
+from . import heartbeat as beats
 from .models import JobToken, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -49,12 +49,6 @@ log = logging.getLogger(__name__)
 REMOTE_TASK = "qval.remote_worker.run_job"
 """The task name a remote gpu worker consumes (arguments: submission id, raw token)."""
 
-MAX_ATTEMPTS = 2
-"""A job whose worker is lost is requeued once: the second loss fails it."""
-
-LOST_REASON = (
-    "the worker running it stopped responding twice (no heartbeat for {stale:g} s); a platform fault, "
-    "not counted towards your quota")
 MAX_LOG_CHARS = 2 * qc.LOG_KEEP_BYTES + 200
 """Most characters of stdout/stderr a remote worker may post (what a run keeps, and a marker)."""
 
@@ -71,8 +65,8 @@ class JobRefused(Exception):
 # -- dispatching ---------------------------------------------------------------------------
 def dispatch(sub: Submission) -> None:
     """Count a new attempt of the (``queued``) submission, save it, and send it to its queue once
-    the transaction commits: a predictions file to ``scoring``, a container to ``gpu`` -- to a
-    remote worker with a fresh token when ``QVAL_GPU_WORKERS=remote``."""
+    the transaction commits: a predictions file to ``scoring``, a baseline run to ``gpu``, a container
+    to ``gpu`` -- to a remote worker with a fresh token when ``QVAL_GPU_WORKERS=remote``."""
     from qval_site.celery import app
     from workers import tasks  # the tasks module imports this one
 
@@ -82,6 +76,8 @@ def dispatch(sub: Submission) -> None:
     pk = sub.pk
     if sub.kind == Submission.KIND_FILE:
         transaction.on_commit(lambda: tasks.score_submission.delay(pk))
+    elif sub.kind == Submission.KIND_BASELINE:
+        transaction.on_commit(lambda: tasks.run_baseline_submission.delay(pk))
     elif settings.QVAL_GPU_WORKERS == "local":
         transaction.on_commit(lambda: tasks.run_container_submission.delay(pk))
     else:
@@ -101,58 +97,25 @@ def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-# -- heartbeats and the reaper ----------------------------------------------------------------
-@contextmanager
-def heartbeats(pk: int) -> Iterator[None]:
-    """Stamp the submission's ``heartbeat_at`` now and every ``QVAL_HEARTBEAT_S`` until the block
-    ends (a thread with its own database connection)."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        try:
-            while not stop.wait(settings.QVAL_HEARTBEAT_S):
-                Submission.objects.filter(pk=pk, state=Submission.SCORING).update(heartbeat_at=timezone.now())
-        finally:
-            connection.close()
-
-    Submission.objects.filter(pk=pk).update(heartbeat_at=timezone.now())
-    thread = threading.Thread(target=beat, name=f"heartbeat-{pk}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
+# -- the reaper ----------------------------------------------------------------------------------
 def reap_stale(now: datetime | None = None) -> list[int]:
     """Requeue (once) or fail every job ``scoring`` whose heartbeat is older than
-    ``QVAL_HEARTBEAT_STALE_S``; return their ids. A requeued job's earlier tokens stop working."""
-    now = now or timezone.now()
-    stale = settings.QVAL_HEARTBEAT_STALE_S
-    cutoff = now - timedelta(seconds=stale)
-    candidates = Submission.objects.filter(state=Submission.SCORING, heartbeat_at__lt=cutoff)
-    reaped = []
-    for pk in candidates.values_list("pk", flat=True):
-        with transaction.atomic():
-            sub = Submission.objects.select_for_update().get(pk=pk)
-            if sub.state != Submission.SCORING or sub.heartbeat_at is None or sub.heartbeat_at >= cutoff:
-                continue  # finished, or alive again, meanwhile
-            log.warning("submission %s: no heartbeat from %s since %s", pk, sub.worker, sub.heartbeat_at)
-            requeue_or_fail(sub, LOST_REASON.format(stale=stale))
-            reaped.append(pk)
-    return reaped
+    ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids. A requeued job's earlier tokens stop working."""
+    reason = beats.lost_reason() + "; a platform fault, not counted towards your quota"
+    return beats.reap(Submission.objects.filter(state=Submission.SCORING),
+                      lambda sub: requeue_or_fail(sub, reason), now)
 
 
 def requeue_or_fail(sub: Submission, reason: str) -> None:
     """A job that failed through the platform (its worker lost, or unable to run it): send it
     again with a new attempt, or on its last attempt fail it with ``reason`` (not counted
     towards the quota). Call with the submission locked."""
-    if sub.attempt >= MAX_ATTEMPTS:
+    if sub.attempt >= beats.MAX_ATTEMPTS:
         sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
         return
-    sub.deadline = timezone.now() + timedelta(
-        seconds=settings.QVAL_CONTAINER_QUEUE_S if sub.kind == Submission.KIND_CONTAINER else settings.QVAL_SCORING_S)
+    allowed = {Submission.KIND_CONTAINER: settings.QVAL_CONTAINER_QUEUE_S,
+               Submission.KIND_BASELINE: settings.QVAL_BASELINE_S}.get(sub.kind, settings.QVAL_SCORING_S)
+    sub.deadline = timezone.now() + timedelta(seconds=allowed)
     sub.transition(Submission.QUEUED, save=False)
     dispatch(sub)
 

@@ -17,7 +17,7 @@
   deadline passed; ``reap_stale_jobs`` (every ``QVAL_REAP_EVERY_S``) requeues once, then fails,
   jobs whose worker stopped sending heartbeats.
 
-Every job stamps its submission's heartbeat while it runs (:func:`workers.jobs.heartbeats`), and
+Every job stamps its submission's heartbeat while it runs (:func:`workers.heartbeat.beating`), and
 each worker process registers itself for the status page when it is ready.
 
 Both scoring tasks store results through :func:`store_results`, so a finished submission looks
@@ -61,6 +61,7 @@ from qval.vllm import ServeSpec, VLLMManager
 from submissions import baselines, services
 from submissions.models import Result, Submission
 from workers import jobs
+from workers.heartbeat import beating
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untype
         sub.heartbeat_at = timezone.now()
         sub.save()
     try:
-        with jobs.heartbeats(sub.pk):
+        with beating(Submission.objects.filter(state=Submission.SCORING), sub.pk):
             truth = truth_for(sub.dataset, sub.split, sub.target)
             preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
             rows = score(
@@ -152,7 +153,7 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
         backbone = services.container_backbone(sub.backbone_name)
         usage: dict[str, int] = {}
-        with jobs.heartbeats(sub.pk), qc.Job(services.container_engine()) as job:
+        with beating(Submission.objects.filter(state=Submission.SCORING), sub.pk), qc.Job(services.container_engine()) as job:
             image_id = job.load(sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
                                 max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
             qc.write_input(inputs, sub.split, sub.target, job.input_dir, images_from=images if images.is_dir() else None)

@@ -1,0 +1,206 @@
+"""Every long job has a heartbeat and a reaper (:mod:`workers.heartbeat`): baseline runs, training runs and
+Best-of-N runs with a stale heartbeat are requeued once (the message lands on the real ``gpu`` queue of the
+test Redis), then failed; a fresh heartbeat is left alone. Real PostgreSQL and Redis; the reapers are called
+with a ``now`` in the future instead of waiting; the slow test kills a real gpu worker mid-training."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from django.utils import timezone
+
+from tests.conftest import TEST_BROKER_URL, wait_for, worker_process
+
+
+def take_messages(queue: str) -> list[tuple[str, list]]:
+    """Remove and return the (task name, arguments) of the messages waiting on ``queue`` in the test Redis."""
+    broker = redis.Redis.from_url(TEST_BROKER_URL)
+    raw = broker.lrange(queue, 0, -1)
+    broker.delete(queue)
+    out = []
+    for item in raw:
+        message = json.loads(item)
+        args = json.loads(base64.b64decode(message["body"]))[0]
+        out.append((message["headers"]["task"], args))
+    return out
+
+
+def later(settings) -> datetime:  # type: ignore[no-untyped-def]
+    """A ``now`` at which a heartbeat stamped now is stale."""
+    return timezone.now() + timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S + 1)
+
+
+@pytest.fixture(autouse=True)
+def _empty_gpu_queue() -> None:
+    take_messages("gpu")
+
+
+@pytest.fixture
+def launched(loaded, settings, django_capture_on_commit_callbacks):  # type: ignore[no-untyped-def]
+    """A baseline submission launched (its message sent to ``gpu``) and taken by a worker (``scoring``)."""
+    from submissions.baselines import BaselineRequest, _start, launch_baseline
+
+    settings.QVAL_BACKBONES = {"tiny": {"kind": "vllm", "path": "/models/tiny"}}
+    with django_capture_on_commit_callbacks(execute=True):
+        sub = launch_baseline(BaselineRequest("direct-single", "tiny", loaded.key, "dev"))
+    assert take_messages("gpu") == [("workers.tasks.run_baseline_submission", [sub.pk])]
+    assert _start(sub.pk, "first@vm") is not None
+    sub.refresh_from_db()
+    assert (sub.state, sub.attempt, sub.worker) == ("scoring", 1, "first@vm") and sub.heartbeat_at is not None
+    return sub
+
+
+def test_a_lost_baseline_run_is_requeued_to_gpu_once_then_failed(launched, settings,  # type: ignore[no-untyped-def]
+                                                                  django_capture_on_commit_callbacks) -> None:
+    from submissions.baselines import _start
+    from submissions.models import Submission
+    from workers import jobs
+
+    sub = launched
+    assert jobs.reap_stale() == []  # fresh: left alone
+    with django_capture_on_commit_callbacks(execute=True):
+        assert jobs.reap_stale(now=later(settings)) == [sub.pk]
+    sub.refresh_from_db()
+    assert (sub.state, sub.attempt, sub.heartbeat_at) == ("queued", 2, None)
+    assert sub.deadline > timezone.now() + timedelta(seconds=settings.QVAL_BASELINE_S - 60)
+    assert take_messages("gpu") == [("workers.tasks.run_baseline_submission", [sub.pk])]
+
+    again = _start(sub.pk, "second@vm")
+    assert again is not None and again.progress["deliveries"] == 2
+    assert _start(sub.pk, "third@vm") is None  # a duplicate delivery while second@vm beats: left alone
+    assert jobs.reap_stale(now=later(settings)) == [sub.pk]
+    sub.refresh_from_db()
+    assert (sub.state, sub.fault) == (Submission.FAILED, "system")
+    assert "stopped responding twice" in sub.error and "not counted towards your quota" in sub.error
+    assert take_messages("gpu") == []
+
+
+def test_a_baseline_heartbeat_beats_while_it_runs_and_stops_after(launched, settings) -> None:  # type: ignore[no-untyped-def]
+    from submissions.models import Submission
+    from workers import jobs
+    from workers.heartbeat import beating
+
+    settings.QVAL_HEARTBEAT_S = 0.05
+    old = timezone.now() - timedelta(hours=1)
+    Submission.objects.filter(pk=launched.pk).update(heartbeat_at=old)
+    with beating(Submission.objects.filter(state=Submission.SCORING), launched.pk):
+        wait_for(lambda: Submission.objects.get(pk=launched.pk).heartbeat_at > old + timedelta(minutes=59), timeout=5)
+        assert jobs.reap_stale() == []
+    Submission.objects.filter(pk=launched.pk).update(state=Submission.FINISHED)
+    before = Submission.objects.get(pk=launched.pk).heartbeat_at
+    with beating(Submission.objects.filter(state=Submission.SCORING), launched.pk):
+        pass
+    assert Submission.objects.get(pk=launched.pk).heartbeat_at == before  # a final job is not stamped
+
+
+def test_the_eta_counts_from_this_deliverys_first_report(launched) -> None:  # type: ignore[no-untyped-def]
+    from qval.methods.run import Progress
+    from submissions.baselines import _ProgressWriter, eta_s
+    from submissions.models import Submission
+
+    writer = _ProgressWriter(launched)
+    writer(Progress(done=2, total=10, tokens=5))
+    progress = Submission.objects.get(pk=launched.pk).progress
+    assert progress["done"] == 2 and "beat" not in progress and eta_s(progress) is None  # one report: no rate
+    progress.update(done=6, at=progress["first_at"] + 4.0)
+    assert eta_s(progress) == pytest.approx(4.0)  # 4 points in 4 s, 4 left
+
+
+def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # type: ignore[no-untyped-def]
+                                                          django_capture_on_commit_callbacks) -> None:
+    from learning import services
+    from learning.models import TrainingRun
+
+    run = services.create_run("qlass", loaded)
+    fresh = services.create_run("qlass", loaded)
+    TrainingRun.objects.filter(pk__in=[run.pk, fresh.pk]).update(status="running", worker="lost@vm",
+                                                                  heartbeat_at=timezone.now())
+    assert services.reap_stale() == []
+    TrainingRun.objects.filter(pk=fresh.pk).update(heartbeat_at=later(settings))  # beats on
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.reap_stale(now=later(settings)) == [run.pk]
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.heartbeat_at) == ("queued", 2, None)
+    assert take_messages("gpu") == [("learning.tasks.train_learned", [run.pk])]
+    assert TrainingRun.objects.get(pk=fresh.pk).status == "running"
+
+    TrainingRun.objects.filter(pk=run.pk).update(status="running", worker="second@vm", heartbeat_at=timezone.now())
+    assert services.run_training(run.pk, "third@vm").status == "running"  # a redelivery while second@vm beats
+    assert services.reap_stale(now=later(settings)) == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "failed" and run.finished_at is not None
+    assert run.error.startswith("the worker running it stopped responding twice")
+    assert take_messages("gpu") == []
+    assert services.run_training(run.pk, "late@vm").status == "failed"  # a late redelivery does not revive it
+
+
+def test_a_lost_best_of_n_run_is_requeued_once_then_resumes_and_fails_the_second_time(  # type: ignore[no-untyped-def]
+        db, settings, django_capture_on_commit_callbacks) -> None:
+    from leaderboard import best_of_n
+    from leaderboard.models import BestOfNRun
+
+    run = best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3)
+    assert best_of_n.start(run.pk, "first@vm") is not None
+    assert best_of_n.reap_stale() == []
+    assert best_of_n.start(run.pk, "other@vm") is None  # a duplicate delivery while first@vm beats
+    with django_capture_on_commit_callbacks(execute=True):
+        assert best_of_n.reap_stale(now=later(settings)) == [run.pk]
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.heartbeat_at) == ("queued", 2, None)
+    assert take_messages("gpu") == [("workers.best_of_n.play_best_of_n", [run.pk])]
+
+    assert best_of_n.start(run.pk, "second@vm") is not None
+    assert best_of_n.reap_stale(now=later(settings)) == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "failed" and "stopped responding twice" in run.error
+    assert best_of_n.start(run.pk, "late@vm") is None
+    assert take_messages("gpu") == []
+    BestOfNRun.objects.filter(pk=run.pk).update(status="running", attempt=1, heartbeat_at=None)
+    assert best_of_n.reap_stale(now=later(settings)) == []  # never stamped: not this reaper's to judge
+
+
+def test_the_reapers_are_sent_by_beat_to_the_scoring_queue(settings) -> None:  # type: ignore[no-untyped-def]
+    from qval_site.celery import app
+
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    for name in ("workers.tasks.reap_stale_jobs", "learning.tasks.reap_stale_training_runs",
+                 "workers.best_of_n.reap_stale_best_of_n_runs"):
+        app.loader.import_default_modules()
+        assert name in tasks and name in app.tasks and settings.CELERY_TASK_ROUTES[name] == {"queue": "scoring"}
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_a_training_run_whose_worker_is_killed_is_reaped_and_finishes_on_another(  # type: ignore[no-untyped-def]
+        transactional_db, frozenlake, data_dir: Path, settings) -> None:
+    from learning import services
+    from learning.models import TrainingRun
+    from leaderboard.loading import load_dataset
+
+    dataset = load_dataset(frozenlake)[0]
+    fast = {"QVAL_HEARTBEAT_S": "1"}
+    log = data_dir / "reaped-training-worker.log"
+    with worker_process("gpu", f"test-reap-a-{os.getpid()}@%h", data_dir, log, 20, **fast) as first:
+        run = services.enqueue(services.create_run("amc-value", dataset, params={"steps": 4000, "samples": 1}))
+        wait_for(lambda: TrainingRun.objects.filter(pk=run.pk, status="running", done__gt=0).exists(),
+                 timeout=300, interval=0.2)
+        beat = TrainingRun.objects.get(pk=run.pk).heartbeat_at
+        wait_for(lambda: TrainingRun.objects.get(pk=run.pk).heartbeat_at > beat, timeout=30, interval=0.2)  # it beats
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert TrainingRun.objects.get(pk=run.pk).status == "running"
+    with worker_process("gpu", f"test-reap-b-{os.getpid()}@%h", data_dir, log, 20, flush=True, **fast):
+        assert services.reap_stale() == []  # not stale yet
+        now = timezone.now() + timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S + 1)
+        assert services.reap_stale(now=now) == [run.pk]
+        done = wait_for(lambda: TrainingRun.objects.filter(pk=run.pk, status__in=["finished", "failed"]).first(),
+                        timeout=900, interval=1.0)
+    assert done.status == "finished", (done.error, log.read_text()[-3000:])
+    assert done.attempt == 2 and done.worker.startswith("test-reap-b-") and done.submissions.count() == 4

@@ -1,0 +1,89 @@
+"""The heartbeat and the reaper of every long job: scoring a file, running a container, a baseline run
+(:class:`submissions.models.Submission`), a training run (:class:`learning.models.TrainingRun`) and a
+Best-of-N run (:class:`leaderboard.models.BestOfNRun`).
+
+While a job runs, :func:`beating` stamps its row's ``heartbeat_at`` every ``QVAL_HEARTBEAT_S`` from a
+thread. A running job with no heartbeat for ``QVAL_HEARTBEAT_STALE_S`` lost its worker: the reaper of
+its kind (:func:`reap`, sent by beat every ``QVAL_REAP_EVERY_S``) requeues it once (``attempt`` 2) and
+fails it with :func:`lost_reason` the second time (``MAX_ATTEMPTS``). A delivery of a job that another
+worker runs with a fresh heartbeat (:func:`is_fresh`) leaves it alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 2
+"""A job whose worker is lost is requeued once: the second loss fails it."""
+
+Row = TypeVar("Row", bound=models.Model)
+
+
+def lost_reason() -> str:
+    """Why a job lost twice failed."""
+    return f"the worker running it stopped responding twice (no heartbeat for {settings.QVAL_HEARTBEAT_STALE_S:g} s)"
+
+
+@contextmanager
+def beating(running: models.QuerySet[Row], pk: int) -> Iterator[None]:
+    """Stamp ``heartbeat_at`` of row ``pk`` of ``running`` (the rows of its kind in the running state)
+    now and every ``QVAL_HEARTBEAT_S`` until the block ends (a thread with its own database connection);
+    a row no longer running is not stamped."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(settings.QVAL_HEARTBEAT_S):
+                try:
+                    running.filter(pk=pk).update(heartbeat_at=timezone.now())
+                except Exception:  # noqa: BLE001 - the database may be restarting; try again next beat
+                    log.warning("%s %s: heartbeat not written", running.model.__name__, pk, exc_info=True)
+                    connection.close()
+        finally:
+            connection.close()
+
+    running.filter(pk=pk).update(heartbeat_at=timezone.now())
+    thread = threading.Thread(target=beat, name=f"heartbeat-{running.model.__name__}-{pk}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def is_fresh(heartbeat_at: datetime | None, now: datetime | None = None) -> bool:
+    """Whether a heartbeat is younger than ``QVAL_HEARTBEAT_STALE_S`` (its worker is alive)."""
+    if heartbeat_at is None:
+        return False
+    return heartbeat_at >= (now or timezone.now()) - timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S)
+
+
+def reap(running: models.QuerySet[Row], lost: Callable[[Row], None], now: datetime | None = None) -> list[int]:
+    """Call ``lost`` (requeue once, or fail) on each row of ``running`` whose heartbeat is older than
+    ``QVAL_HEARTBEAT_STALE_S`` at ``now``, locked in its own transaction; return their ids. A row that
+    finished or beat again meanwhile is skipped."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S)
+    stale = running.filter(heartbeat_at__lt=cutoff)
+    reaped = []
+    for pk in stale.values_list("pk", flat=True):
+        with transaction.atomic():
+            row = stale.select_for_update().filter(pk=pk).first()
+            if row is None:
+                continue
+            log.warning("%s %s: no heartbeat from %s since %s", running.model.__name__, pk,
+                        getattr(row, "worker", "?"), getattr(row, "heartbeat_at", None))
+            lost(row)
+            reaped.append(pk)
+    return reaped
