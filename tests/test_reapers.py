@@ -188,7 +188,7 @@ def test_a_training_run_whose_worker_is_killed_is_reaped_and_finishes_on_another
     fast = {"QVAL_HEARTBEAT_S": "1"}
     log = data_dir / "reaped-training-worker.log"
     with worker_process("gpu", f"test-reap-a-{os.getpid()}@%h", data_dir, log, 20, **fast) as first:
-        run = services.enqueue(services.create_run("amc-value", dataset, params={"steps": 4000, "samples": 1}))
+        run = services.enqueue(services.create_run("amc-value", dataset, params={"steps": 1000, "samples": 1}))
         wait_for(lambda: TrainingRun.objects.filter(pk=run.pk, status="running", done__gt=0).exists(),
                  timeout=300, interval=0.2)
         beat = TrainingRun.objects.get(pk=run.pk).heartbeat_at
