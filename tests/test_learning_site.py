@@ -34,7 +34,7 @@ def test_a_run_trains_publishes_and_shows_its_curves(client, loaded, data_dir: P
     test_q = next(s for s in subs if s.split == "test" and s.target == "q")
     assert test_q.results.get(metric="spearman").value is not None
     assert test_q.results.filter(metric="ranking_spearman").exists()  # every candidate scored
-    rows = client.get("/api/v1/leaderboard/", {"dataset": loaded.key, "split": "test"}).json()["rows"]
+    rows = client.get("/api/v1/leaderboard/", {"dataset": loaded.key, "split": "test"}).json()["results"]
     assert "best-of-q" in {r["method"] for r in rows}
     page = client.get(f"/learned/{run.pk}/").content.decode()
     assert 'id="loss-curves"' in page and "finished" in page and "trajectory_transitions" in page
