@@ -1,11 +1,12 @@
 """The site's Best-of-N track: running :mod:`qval.best_of_n` as a job, and reading its results.
 
-Services: :func:`create_run` records a queued :class:`BestOfNRun`; :func:`start` claims it for a
-worker; :func:`play` plays its missing episodes, storing each one as it finishes and stamping the
-run's heartbeat (:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with
-its worker resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped
-once and fails it the second time; :func:`requeue_worker_runs` queues the runs of a restarted worker
-again at once.  Selectors: :func:`episodes_of`,
+Services: :func:`create_run` records a queued :class:`BestOfNRun` (or refuses it with an
+:class:`InvalidRun` naming the bad argument); :func:`start` claims it for a worker; :func:`play`
+plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat
+(:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with its worker
+resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped once and
+fails it the second time; :func:`requeue_worker_runs` queues the runs of a restarted worker again
+at once.  Selectors: :func:`episodes_of`,
 :func:`gain_over_base` and :func:`alignment` (per environment, each picker's test-split ρ against
 its Best-of-N gain over the base policy, with the rank correlation across pickers).
 """
@@ -44,18 +45,55 @@ def _interval(i: bon.Interval) -> dict[str, float]:
     return {"value": i.value, "low": i.low, "high": i.high}
 
 
+DEFAULT_N = 3
+DEFAULT_EPISODES = 40
+MAX_N = 1000
+MAX_EPISODES = 100_000
+SEED_LIMIT = 2**31
+"""Runs take ``2 <= n <= MAX_N``, ``1 <= num_episodes <= MAX_EPISODES`` and ``0 <= seed < SEED_LIMIT``."""
+
+
+class InvalidRun(bon.BestOfNError):
+    """A run refused before it is created: ``field`` (``environment``, ``picker``, ``backbone``, ``n``,
+    ``episodes`` or ``seed``) and ``message``, what was expected."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def picker_choices() -> list[tuple[str, str]]:
+    """Every picker :func:`create_run` accepts (the built-in ones, the reference policy, each registered
+    method) with a label saying which need a backbone."""
+    from qval.methods.registry import all_methods
+
+    return ([(p, p) for p in (*bon.BUILTIN_PICKERS, bon.REFERENCE)]
+            + [(m.name, m.name if m.needs == "none" else f"{m.name} (needs a backbone)") for m in all_methods()])
+
+
 def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed: int = 0,
                backbone: str = "") -> BestOfNRun:
-    """A queued run, after checking what can be checked without playing (environment, picker, settings)."""
+    """A queued run, after checking what can be checked without playing (environment, picker, settings);
+    a bad argument is an :class:`InvalidRun` naming it."""
     if environment not in bon.ENVIRONMENTS:
-        raise bon.BestOfNError(f"unknown environment {environment!r}; expected one of {', '.join(bon.ENVIRONMENTS)}")
+        raise InvalidRun("environment",
+                         f"unknown environment {environment!r}; expected one of {', '.join(bon.ENVIRONMENTS)}")
     if picker not in bon.BUILTIN_PICKERS and picker != bon.REFERENCE:
-        from qval.methods.registry import get_method
+        from qval.methods.registry import MethodError, get_method
 
-        if get_method(picker).needs != "none" and not backbone:  # get_method: MethodError naming the known ones
-            raise bon.BestOfNError(f"method {picker} needs a backbone")
-    if n < 2 or num_episodes < 1:
-        raise bon.BestOfNError(f"n must be at least 2 and num_episodes positive, got n={n}, num_episodes={num_episodes}")
+        try:
+            needs = get_method(picker).needs
+        except MethodError as exc:  # names the known methods
+            raise InvalidRun("picker", f"{exc}; or one of {', '.join((*bon.BUILTIN_PICKERS, bon.REFERENCE))}") from exc
+        if needs != "none" and not backbone:
+            raise InvalidRun("backbone", f"method {picker} needs a backbone ({needs}): a URL, unix:PATH or "
+                                         "checkpoint folder")
+    if not 2 <= n <= MAX_N:
+        raise InvalidRun("n", f"n must be at least 2 and at most {MAX_N} (candidates per step), got {n}")
+    if not 1 <= num_episodes <= MAX_EPISODES:
+        raise InvalidRun("episodes", f"the number of episodes must be from 1 to {MAX_EPISODES}, got {num_episodes}")
+    if not 0 <= seed < SEED_LIMIT:
+        raise InvalidRun("seed", f"the seed must be from 0 to {SEED_LIMIT - 1}, got {seed}")
     return BestOfNRun.objects.create(environment=environment, dataset_slug=bon.DATASET_SLUGS[environment], picker=picker,
                                      backbone=backbone, n=n, seed=seed, num_episodes=num_episodes)
 

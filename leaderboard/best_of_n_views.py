@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
 
 from qval import best_of_n as bon
 
 from . import best_of_n, charts
+from .forms import PlayForm
 from .models import BestOfNRun
 
 
 def alignment(request: HttpRequest) -> HttpResponse:
     """Per environment and N: each picker's test-split ρ against its Best-of-N gain, with the rank
-    correlation across pickers; the runs below.  ``?format=json``: the numbers."""
+    correlation across pickers; the runs below.  ``?format=json``: the numbers.  For staff the form
+    that queues a run on ``gpu`` (a POST by anyone else is 403)."""
+    if request.method == "POST" and not request.user.is_staff:
+        return HttpResponseForbidden("only staff can play a Best-of-N run")
+    form = PlayForm(request.POST or None) if request.user.is_staff else None
+    if form is not None and request.method == "POST" and form.is_valid():
+        from workers.best_of_n import enqueue
+
+        d = form.cleaned_data
+        try:
+            run = best_of_n.create_run(d["environment"], d["picker"], n=d["n"], num_episodes=d["episodes"],
+                                       seed=d["seed"], backbone=d["backbone"].strip())
+        except best_of_n.InvalidRun as exc:
+            form.add_error(exc.field, exc.message)
+        else:
+            enqueue(run)
+            return redirect("best-of-n-run", pk=run.pk)
     alignments = best_of_n.alignment()
     if request.GET.get("format") == "json":
         return JsonResponse({"alignments": best_of_n.alignment_json(alignments)})
     panels = [{"alignment": a, "plot": charts.alignment_plot(a, f"alignment-{a.environment}-{a.n}")} for a in alignments]
     runs = BestOfNRun.objects.all()[:200]
-    return render(request, "leaderboard/best_of_n.html", {"panels": panels, "runs": runs,
-                                                          "baselines": bon.BASELINES})
+    return render(request, "leaderboard/best_of_n.html", {"panels": panels, "runs": runs, "form": form,
+                                                          "baselines": bon.BASELINES},
+                  status=400 if form is not None and form.errors else 200)
 
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from leaderboard.models import Dataset
+
 from .models import TrainingRun
+
+
+def trainable_datasets() -> QuerySet[Dataset]:
+    """The datasets a learned method can train on: hosted here, with a loaded train split."""
+    return Dataset.objects.filter(hosted=True, states__split="train").distinct().order_by("slug", "-version")
 
 
 def runs() -> QuerySet[TrainingRun]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -35,6 +36,7 @@ from qval.learned.features import FeatureCache, featuriser_from_spec
 from submissions.models import Submission
 from workers import heartbeat
 
+from . import selectors
 from .models import TrainingRun
 
 log = logging.getLogger(__name__)
@@ -58,16 +60,68 @@ def dataset_dir(dataset: Dataset) -> Path:
     return Path(settings.QVAL_DATASETS_DIR) / f"{dataset.slug}-{dataset.version}"
 
 
+class InvalidRun(ValueError):
+    """A run refused before it is created: ``field`` (``method``, ``dataset``, ``seed``, ``params`` or
+    ``params.NAME`` for one hyperparameter) and ``message``, what was expected."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+PARAM_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "tau": (lambda v: 0 < v < 1, "a number strictly between 0 and 1"),
+    "discount": (lambda v: 0 <= v <= 1, "a number from 0 to 1"),
+    "epsilon": (lambda v: 0 <= v <= 1, "a number from 0 to 1"),
+    "dropout": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
+    "lr": (lambda v: v > 0, "a positive number"),
+    "weight_decay": (lambda v: v >= 0, "a number of at least 0"),
+}
+"""Allowed values of the float hyperparameters; integer ones (an integer default) must be at least 1."""
+
+SEED_LIMIT = 2**31
+"""Seeds are from 0 to ``SEED_LIMIT - 1``."""
+
+
+def check_param(name: str, value: Any, default: Any) -> Any:
+    """``value`` of hyperparameter ``name`` (of the type of its ``default``), or :class:`InvalidRun`."""
+    def bad(expected: str) -> InvalidRun:
+        return InvalidRun(f"params.{name}", f"expected {expected}, got {value!r}")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if isinstance(default, int) or (default is None and value is not None):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad("an integer of at least 1" + (" or null" if default is None else ""))
+        return value
+    if isinstance(default, float):
+        allowed, expected = PARAM_RANGES.get(name, (math.isfinite, "a number"))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not allowed(value):
+            raise bad(expected)
+        return float(value)
+    return value
+
+
 def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", seed: int = 0,
                params: dict[str, Any] | None = None) -> TrainingRun:
-    """A queued run; bad arguments are a ``ValueError`` naming the field."""
+    """A queued run; bad arguments are an :class:`InvalidRun` naming the field and what was expected."""
     if method not in lm.METHODS:
-        raise ValueError(f"method: unknown learned method {method!r}; choose one of {', '.join(lm.METHODS)}")
-    unknown = set(params or {}) - set(lm.METHODS[method]["defaults"])
+        raise InvalidRun("method", f"unknown learned method {method!r}; choose one of {', '.join(lm.METHODS)}")
+    if not selectors.trainable_datasets().filter(pk=dataset.pk).exists():
+        raise InvalidRun("dataset", f"{dataset.key} has no train split loaded here; choose one of "
+                                    f"{', '.join(d.key for d in selectors.trainable_datasets()) or 'none'}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise InvalidRun("seed", f"expected an integer from 0 to {SEED_LIMIT - 1}, got {seed!r}")
+    defaults = lm.METHODS[method]["defaults"]
+    unknown = set(params or {}) - set(defaults)
     if unknown:
-        raise ValueError(f"params: unknown parameters {sorted(unknown)} for {method}")
+        raise InvalidRun("params", f"unknown parameters {sorted(unknown)} for {method}; it takes {sorted(defaults)}")
+    checked = {name: check_param(name, value, defaults[name]) for name, value in (params or {}).items()}
     return TrainingRun.objects.create(method=method, dataset=dataset, featuriser=featuriser, seed=seed,
-                                      params=params or {})
+                                      params=checked)
 
 
 def enqueue(run: TrainingRun) -> TrainingRun:

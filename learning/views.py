@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
 
 from qval.learned import methods as lm
 
-from . import selectors
+from . import selectors, services
+from .forms import TrainForm
 from .models import TrainingRun
 
 
@@ -22,9 +23,23 @@ def loss_plot(run: TrainingRun) -> str:
 
 
 def run_list(request: HttpRequest) -> HttpResponse:
-    """The learned methods (what each trains on) and every training run."""
+    """The learned methods (what each trains on) and every training run; for staff the form that
+    queues a training run (a POST by anyone else is 403)."""
+    if request.method == "POST" and not request.user.is_staff:
+        return HttpResponseForbidden("only staff can train a learned method")
+    form = TrainForm(request.POST or None) if request.user.is_staff else None
+    if form is not None and request.method == "POST" and form.is_valid():
+        d = form.cleaned_data
+        try:
+            run = services.create_run(d["method"], d["dataset"], seed=d["seed"], params=form.params())
+        except services.InvalidRun as exc:
+            form.add_error(form.field_of(exc.field), exc.message)
+        else:
+            services.enqueue(run)
+            return redirect("learned-run", pk=run.pk)
     described = [{"name": name, **info} for name, info in lm.METHODS.items()]
-    return render(request, "learning/runs.html", {"methods": described, "runs": selectors.runs()})
+    return render(request, "learning/runs.html", {"methods": described, "runs": selectors.runs(), "form": form},
+                  status=400 if form is not None and form.errors else 200)
 
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:

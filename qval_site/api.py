@@ -7,7 +7,7 @@
 ``POST /api/v1/submissions/``                      multipart upload of a predictions file, or with
                                                    ``kind=container`` of a method container archive
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
-``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=
+``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=&page=&page_size=
 ``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric= means over backbones, families
 ``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric= Friedman + Nemenyi
 ``GET  /api/v1/compare/``                          ?a=<id>&b=<id> paired bootstrap of A vs B
@@ -19,6 +19,7 @@ from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
@@ -210,19 +211,36 @@ class SubmissionDetail(APIView):
         return Response(submission_payload(sub))
 
 
+class LeaderboardPagination(PageNumberPagination):
+    """``?page=`` (from 1) and ``?page_size=`` (default 100, at most 1000) of the leaderboard API."""
+
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+    invalid_page_message = "invalid page {page_number!r}: {message}"
+
+
 class Leaderboard(APIView):
-    """Finished submissions with ρ, τ and ranking Spearman."""
+    """Finished submissions with ρ, τ and ranking Spearman, a page at a time (the board's
+    ``?format=csv|json`` export has every row)."""
 
     permission_classes = [AllowAny]
 
     @extend_schema(
-        parameters=[OpenApiParameter(k, str) for k in FILTER_KEYS] + [OpenApiParameter("sort", str)],
-        responses=inline_serializer("BoardRows", {"rows": serializers.ListField(child=serializers.DictField())}),
+        parameters=[OpenApiParameter(k, str) for k in FILTER_KEYS]
+        + [OpenApiParameter("sort", str), OpenApiParameter("page", int),
+           OpenApiParameter("page_size", int, description="default 100, at most 1000")],
+        responses=inline_serializer("BoardPage", {
+            "count": serializers.IntegerField(), "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": serializers.ListField(child=serializers.DictField())}),
     )
     def get(self, request: Request) -> Response:
         filters = {k: request.query_params.get(k, "") for k in FILTER_KEYS}
         rows = leaderboard_rows(filters, request.query_params.get("sort", "-spearman"))
-        return Response({"rows": [r.as_dict() for r in rows]})
+        pages = LeaderboardPagination()
+        page = pages.paginate_queryset(rows, request, view=self)
+        return pages.get_paginated_response([r.as_dict() for r in page or []])
 
 
 _SELECTION_PARAMETERS = [

@@ -97,6 +97,29 @@ def user(db, django_user_model):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
+def staff(db, django_user_model):  # type: ignore[no-untyped-def]
+    """A staff member (may launch training and Best-of-N runs from the pages)."""
+    return django_user_model.objects.create_user(username="grace", email="grace@example.org",
+                                                 password="correct-horse-battery", is_staff=True)
+
+
+def broker_messages(queue: str) -> list[dict]:  # type: ignore[type-arg]
+    """The Celery messages waiting in ``queue`` of this session's Redis database (oldest first)."""
+    import json
+
+    import redis
+
+    return [json.loads(m) for m in reversed(redis.Redis.from_url(TEST_BROKER_URL).lrange(queue, 0, -1))]
+
+
+def clear_queue(queue: str) -> None:
+    """Drop the messages waiting in ``queue`` of this session's Redis database."""
+    import redis
+
+    redis.Redis.from_url(TEST_BROKER_URL).delete(queue)
+
+
+@pytest.fixture
 def api(user):  # type: ignore[no-untyped-def]
     """A DRF client authenticated with the user's token."""
     from rest_framework.authtoken.models import Token

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for, worker_process
+from tests.conftest import broker_messages, clear_queue, wait_for, worker_process
 
 
 def play(environment: str, picker: str, *, n: int = 3, episodes: int = 20):  # type: ignore[no-untyped-def]
@@ -64,17 +64,76 @@ def within(a: dict[str, float], b: dict[str, float]) -> bool:
 @pytest.mark.django_db
 def test_bad_runs_are_refused() -> None:
     from leaderboard import best_of_n
-    from qval import best_of_n as bon
-    from qval.methods.registry import MethodError
 
-    with pytest.raises(bon.BestOfNError, match="unknown environment 'pong'"):
-        best_of_n.create_run("pong", "oracle", n=3, num_episodes=1)
-    with pytest.raises(MethodError, match="unknown method 'nope'"):
-        best_of_n.create_run("frozenlake", "nope", n=3, num_episodes=1)
-    with pytest.raises(bon.BestOfNError, match="needs a backbone"):
-        best_of_n.create_run("frozenlake", "direct-single", n=3, num_episodes=1)
-    with pytest.raises(bon.BestOfNError, match="n must be at least 2"):
+    for args, field, message in [
+        (("pong", "oracle"), "environment", "unknown environment 'pong'"),
+        (("frozenlake", "nope"), "picker", "unknown method 'nope'"),
+        (("frozenlake", "direct-single"), "backbone", "needs a backbone"),
+    ]:
+        with pytest.raises(best_of_n.InvalidRun, match=message) as refused:
+            best_of_n.create_run(*args, n=3, num_episodes=1)
+        assert refused.value.field == field
+    with pytest.raises(best_of_n.InvalidRun, match="n must be at least 2") as refused:
         best_of_n.create_run("frozenlake", "oracle", n=1, num_episodes=1)
+    assert refused.value.field == "n"
+
+
+GOOD = {"environment": "frozenlake", "picker": "oracle", "backbone": "", "n": "4", "episodes": "5", "seed": "3"}
+
+
+@pytest.mark.django_db
+def test_staff_queue_a_run_from_the_page(client, staff, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    from leaderboard.models import BestOfNRun
+
+    clear_queue("gpu")
+    client.force_login(staff)
+    page = client.get("/best-of-n/").content.decode()
+    assert 'id="play-form"' in page and '<option value="reference">' in page and "direct-single (needs a backbone)" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/best-of-n/", {**GOOD, "picker": "direct-single", "backbone": " http://127.0.0.1:9 "})
+    run = BestOfNRun.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/best-of-n/runs/{run.pk}/"
+    assert (run.environment, run.dataset_slug, run.picker, run.backbone, run.n, run.num_episodes, run.seed,
+            run.status) == ("frozenlake", "frozenlake-8x8", "direct-single", "http://127.0.0.1:9", 4, 5, 3, "queued")
+    sent = broker_messages("gpu")
+    assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in sent] == [
+        ("workers.best_of_n.play_best_of_n", f"({run.pk},)")]
+
+
+@pytest.mark.django_db
+def test_only_staff_play(client, user) -> None:  # type: ignore[no-untyped-def]
+    from leaderboard.models import BestOfNRun
+
+    assert client.post("/best-of-n/", GOOD).status_code == 403  # anonymous
+    client.force_login(user)
+    page = client.get("/best-of-n/")
+    assert page.status_code == 200 and b"play-form" not in page.content
+    assert client.post("/best-of-n/", GOOD).status_code == 403
+    assert not BestOfNRun.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("change, field, expected", [
+    ({"environment": "pong"}, "environment", "Select a valid choice"),
+    ({"picker": "nope"}, "picker", "Select a valid choice"),
+    ({"picker": "direct-single"}, "backbone", "method direct-single needs a backbone"),
+    ({"n": "1"}, "n", "n must be at least 2 and at most 1000 (candidates per step), got 1"),
+    ({"n": "four"}, "n", "Enter a whole number"),
+    ({"episodes": "0"}, "episodes", "the number of episodes must be from 1 to 100000, got 0"),
+    ({"seed": "-1"}, "seed", "the seed must be from 0 to 2147483647, got -1"),
+])
+def test_invalid_run_input_names_the_field(client, staff, django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+                                           change, field, expected) -> None:
+    from leaderboard.models import BestOfNRun
+
+    clear_queue("gpu")
+    client.force_login(staff)
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/best-of-n/", {**GOOD, **change})
+    assert resp.status_code == 400
+    errors = resp.context["form"].errors
+    assert list(errors) == [field] and expected in errors[field][0], errors
+    assert not BestOfNRun.objects.exists() and broker_messages("gpu") == []
 
 
 @pytest.mark.slow

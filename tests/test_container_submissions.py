@@ -156,7 +156,7 @@ def test_the_starter_kit_finishes_on_dev_and_test(api, site, kit_tar, frozenlake
         assert data["coverage"]["provided"] == data["coverage"]["expected"] == len(frozenlake.point_ids(sub["split"], "q"))
         assert_results_match(data["results"], expected_rows(frozenlake, sub["split"], tmp_path))
 
-    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8"}).json()["rows"]
+    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8"}).json()["results"]
     assert sorted((r["method"], r["split"]) for r in board) == [("manhattan", "dev"), ("manhattan", "test")]
 
     api.force_login(Submission.objects.get(pk=subs[1]["id"]).user)
@@ -410,6 +410,6 @@ def test_a_gpu_worker_sweeps_at_start_and_runs_the_starter_kit(transactional_db,
         assert data["worker"].startswith("test-gpu-")
         assert data["container"]["outcome"] == "finished" and data["container"]["limits"]["timeout_s"] == 120.0
         assert_results_match(data["results"], expected_rows(frozenlake, sub["split"], tmp_path))
-    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8"}).json()["rows"]
+    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8"}).json()["results"]
     assert sorted((r["method"], r["split"]) for r in board) == [("manhattan", "dev"), ("manhattan", "test")]
     assert not any(engine.work_root.iterdir())

@@ -14,7 +14,7 @@ from learning.models import TrainingRun
 from leaderboard.models import Method
 from submissions.models import Submission
 
-from .conftest import wait_for, worker_process
+from .conftest import broker_messages, clear_queue, wait_for, worker_process
 
 FAST = {"steps": 60, "target_every": 10}
 
@@ -34,7 +34,7 @@ def test_a_run_trains_publishes_and_shows_its_curves(client, loaded, data_dir: P
     test_q = next(s for s in subs if s.split == "test" and s.target == "q")
     assert test_q.results.get(metric="spearman").value is not None
     assert test_q.results.filter(metric="ranking_spearman").exists()  # every candidate scored
-    rows = client.get("/api/v1/leaderboard/", {"dataset": loaded.key, "split": "test"}).json()["rows"]
+    rows = client.get("/api/v1/leaderboard/", {"dataset": loaded.key, "split": "test"}).json()["results"]
     assert "best-of-q" in {r["method"] for r in rows}
     page = client.get(f"/learned/{run.pk}/").content.decode()
     assert 'id="loss-curves"' in page and "finished" in page and "trajectory_transitions" in page
@@ -54,6 +54,67 @@ def test_bad_runs_are_refused_or_fail_with_a_reason(loaded, data_dir: Path, sett
     run = services.run_training(run.pk, "test")
     assert run.status == TrainingRun.FAILED and "unreachable" in run.error
     assert not Submission.objects.filter(method_name="qlass").exists()
+
+
+def test_staff_queue_a_training_run_from_the_page(client, staff, loaded, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    clear_queue("gpu")
+    client.force_login(staff)
+    page = client.get("/learned/").content.decode()
+    assert 'id="train-form"' in page and f'<option value="{loaded.key}">' in page
+    assert 'name="best-of-q-tau"' in page and 'value="0.7"' in page and 'name="qlass-width"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/learned/", {"method": "qlass", "dataset": loaded.key, "seed": "7", "qlass-steps": "30",
+                                         "qlass-epsilon": "0.5", "qlass-depth": "",  # blank: the default
+                                         "best-of-q-steps": "not read"})  # another method's: ignored
+    run = TrainingRun.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/learned/{run.pk}/"
+    assert (run.method, run.dataset, run.seed, run.status) == ("qlass", loaded, 7, TrainingRun.QUEUED)
+    assert run.params == {"steps": 30, "epsilon": 0.5}
+    sent = broker_messages("gpu")
+    assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in sent] == [
+        ("learning.tasks.train_learned", f"({run.pk},)")]
+
+
+def test_only_staff_train(client, user, loaded) -> None:  # type: ignore[no-untyped-def]
+    post = {"method": "qlass", "dataset": loaded.key, "seed": "0"}
+    assert client.post("/learned/", post).status_code == 403  # anonymous
+    client.force_login(user)
+    page = client.get("/learned/")
+    assert page.status_code == 200 and b"train-form" not in page.content
+    assert client.post("/learned/", post).status_code == 403
+    assert not TrainingRun.objects.exists()
+
+
+@pytest.mark.parametrize("change, field, expected", [
+    ({"method": "q-star"}, "method", "Select a valid choice"),
+    ({"dataset": "nope@1"}, "dataset", "Select a valid choice"),
+    ({"seed": "x"}, "seed", "Enter a whole number"),
+    ({"seed": "-1"}, "seed", "expected an integer from 0 to 2147483647, got -1"),
+    ({"amc-value-steps": "0"}, "amc-value-steps", "expected an integer of at least 1, got 0"),
+    ({"amc-value-samples": "2.5"}, "amc-value-samples", "Enter a whole number"),
+    ({"amc-value-epsilon": "1.5"}, "amc-value-epsilon", "expected a number from 0 to 1, got 1.5"),
+    ({"amc-value-lr": "0"}, "amc-value-lr", "expected a positive number, got 0.0"),
+    ({"amc-value-lr": "fast"}, "amc-value-lr", "Enter a number"),
+])
+def test_invalid_training_input_names_the_field(client, staff, loaded, django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+                                                change, field, expected) -> None:
+    clear_queue("gpu")
+    client.force_login(staff)
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/learned/", {"method": "amc-value", "dataset": loaded.key, "seed": "0", **change})
+    assert resp.status_code == 400
+    errors = resp.context["form"].errors
+    assert list(errors) == [field] and expected in errors[field][0], errors
+    assert expected in resp.content.decode().replace("&quot;", '"')
+    assert not TrainingRun.objects.exists() and broker_messages("gpu") == []
+
+
+def test_bad_hyperparameters_are_refused_by_the_service(loaded) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(services.InvalidRun, match=r"params.tau: expected a number strictly between 0 and 1, got 1"):
+        services.create_run("best-of-q", loaded, params={"tau": 1})
+    with pytest.raises(CommandError, match="params.branches: expected true or false"):
+        call_command("train_learned", "--method", "best-of-q", "--dataset", loaded.slug, "--params", '{"branches": 1}')
+    assert services.create_run("qlass", loaded, params={"max_roots": None, "lr": 1}).params == {"max_roots": None, "lr": 1.0}
 
 
 @pytest.mark.slow

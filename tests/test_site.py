@@ -282,6 +282,41 @@ def test_signup_login_logout(client, db, mailoutbox) -> None:
     assert client.login(username="grace", password="q-aligned-2026")
 
 
+def test_leaderboard_api_pages(client, loaded) -> None:  # type: ignore[no-untyped-def]
+    """``/api/v1/leaderboard/`` in pages (default 100, ``page_size`` at most 1000) with their links;
+    a page out of range is a 404 saying why; the board's export still has every row."""
+    from django.utils import timezone
+
+    method = Method.objects.create(name="m", family="direct")
+    subs = Submission.objects.bulk_create(
+        Submission(dataset=loaded, split="test", target="q", method_name="m", method=method, filename="p.csv",
+                   state=Submission.FINISHED, finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
+        for i in range(1005))
+    Result.objects.bulk_create(Result(submission=s, metric="spearman", value=1 - i / 2000, num_points=60, coverage=1.0)
+                               for i, s in enumerate(subs))
+    first = client.get("/api/v1/leaderboard/", {"dataset": loaded.key}).json()
+    assert first["count"] == 1005 and first["previous"] is None and len(first["results"]) == 100
+    ids = [s.pk for s in subs]  # sorted by ρ, best first
+    assert [r["submission_id"] for r in first["results"]] == ids[:100]
+    assert first["next"] == f"http://testserver/api/v1/leaderboard/?dataset={loaded.key.replace('@', '%40')}&page=2"
+    second = client.get(first["next"]).json()
+    assert [r["submission_id"] for r in second["results"]] == ids[100:200]
+    assert second["previous"] == f"http://testserver/api/v1/leaderboard/?dataset={loaded.key.replace('@', '%40')}"
+    capped = client.get("/api/v1/leaderboard/", {"page_size": 5000}).json()
+    assert len(capped["results"]) == 1000 and capped["next"].endswith("page=2&page_size=5000")
+    last = client.get(capped["next"]).json()
+    assert [r["submission_id"] for r in last["results"]] == ids[1000:] and last["next"] is None
+    small = client.get("/api/v1/leaderboard/", {"page_size": 2, "page": 3}).json()
+    assert [r["submission_id"] for r in small["results"]] == ids[4:6]
+    for page, why in [("999", "That page contains no results"), ("0", "That page number is less than 1"),
+                      ("x", "That page number is not an integer")]:
+        resp = client.get("/api/v1/leaderboard/", {"page": page})
+        assert resp.status_code == 404 and resp.json() == {"detail": f"invalid page {page!r}: {why}"}
+    export = client.get("/leaderboard/", {"format": "json"}).json()["rows"]
+    assert len(export) == 1005
+    assert len(client.get("/leaderboard/", {"format": "csv"}).content.decode().strip().splitlines()) == 1006
+
+
 def test_api_schema_and_leaderboard(client, api, loaded, frozenlake) -> None:
     schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
     assert schema.status_code == 200
@@ -291,7 +326,7 @@ def test_api_schema_and_leaderboard(client, api, loaded, frozenlake) -> None:
     ids, labels = actor_points(frozenlake, "test")
     finish(upload(api, csv_bytes(ids, labels), method_name="best")["id"])
     finish(upload(api, csv_bytes(ids, -labels), method_name="worst")["id"])
-    rows = client.get("/api/v1/leaderboard/", {"dataset": KEY}).json()["rows"]
+    rows = client.get("/api/v1/leaderboard/", {"dataset": KEY}).json()["results"]
     assert [r["method"] for r in rows] == ["best", "worst"]
     assert rows[0]["spearman"] == pytest.approx(1.0) and rows[1]["spearman"] == pytest.approx(-1.0)
     datasets = client.get("/api/v1/datasets/").json()
@@ -326,5 +361,5 @@ def test_uploads_score_on_every_split_and_modality(api, loaded, frozenlake, spli
     rows = finish(sub["id"])
     expected = float(stats.spearmanr(labels, scores)[0])
     assert rows["spearman"].value == pytest.approx(round(expected, 3) if split == "test" else expected, abs=1e-12)
-    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8", "split": split}).json()["rows"]
+    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8", "split": split}).json()["results"]
     assert [(r["method"], r["modality"]) for r in board] == [(f"m-{modality}", modality)]

@@ -42,5 +42,5 @@ def test_upload_is_scored_by_a_worker_process(celery_worker_process, api, loaded
     assert res["spearman"]["p_value"] == pytest.approx(p_rho, abs=1e-9, rel=1e-9)
     assert res["kendall_tau"]["value"] == pytest.approx(tau, abs=1e-9)
     assert res["kendall_tau"]["p_value"] == pytest.approx(p_tau, abs=1e-9, rel=1e-9)
-    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8", "split": "dev"}).json()["rows"]
+    board = api.get("/api/v1/leaderboard/", {"dataset": "frozenlake-8x8", "split": "dev"}).json()["results"]
     assert [r["method"] for r in board] == ["noisy-oracle"]

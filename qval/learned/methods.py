@@ -34,22 +34,26 @@ from qval.methods.registry import MethodOutput
 METHODS: dict[str, dict[str, Any]] = {
     "best-of-q": {
         "defaults": trainers.BEST_OF_Q_DEFAULTS,
+        "main": ("steps", "batch_size", "lr", "discount", "tau"),
         "description": "Best-of-Q: IQL (expectile τ=0.7) Q and V networks on frozen features of state, action and "
                        "task; transitions of the train split's trajectories and candidate branches, rewards from "
                        "the environment.",
     },
     "qlass": {
         "defaults": trainers.QLASS_DEFAULTS,
+        "main": ("steps", "batch_size", "lr", "discount", "width", "depth", "epsilon"),
         "description": "QLASS: a QNet regressed on max-backup Q-values (γ=0.9) of exploration trees grown from the "
                        "train states with the environment's restore and candidate sampler.",
     },
     "amc-value": {
         "defaults": trainers.AMC_DEFAULTS,
+        "main": ("steps", "batch_size", "lr", "discount", "samples", "epsilon"),
         "description": "Agentic Monte Carlo: a value head regressed on Monte-Carlo returns of continuations sampled "
                        "with the ε-noisy actor from each train state and each of its candidates.",
     },
 }
-"""Method name → default parameters and a one-line description (shown on the method's page)."""
+"""Method name → default parameters, the main ones (offered by the site's training form) and a
+one-line description (shown on the method's page)."""
 
 FAMILY = "Learned"
 

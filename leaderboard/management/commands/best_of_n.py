@@ -15,10 +15,11 @@ class Command(BaseCommand):
     help = "Run (or --queue) a Best-of-N run: PICKER is oracle, random, base, reference or a registered method."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("environment", choices=bon.ENVIRONMENTS)
+        parser.add_argument("environment", help=f"one of {', '.join(bon.ENVIRONMENTS)}")
         parser.add_argument("picker")
-        parser.add_argument("--n", type=int, default=3, help="candidates per step (default 3)")
-        parser.add_argument("--episodes", type=int, default=40)
+        parser.add_argument("--n", type=int, default=best_of_n.DEFAULT_N,
+                            help=f"candidates per step (default {best_of_n.DEFAULT_N})")
+        parser.add_argument("--episodes", type=int, default=best_of_n.DEFAULT_EPISODES)
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--backbone", default="", help="a method's backbone (URL, unix:PATH or checkpoint dir)")
         parser.add_argument("--queue", action="store_true", help="send it to the gpu queue instead of playing here")
@@ -27,8 +28,8 @@ class Command(BaseCommand):
         try:
             run = best_of_n.create_run(opts["environment"], opts["picker"], n=opts["n"], num_episodes=opts["episodes"],
                                        seed=opts["seed"], backbone=opts["backbone"])
-        except Exception as exc:  # noqa: BLE001 - a bad argument is reported, not raised
-            raise CommandError(str(exc)) from exc
+        except best_of_n.InvalidRun as exc:
+            raise CommandError(f"{exc.field}: {exc.message}") from exc
         if opts["queue"]:
             from workers.best_of_n import enqueue
 

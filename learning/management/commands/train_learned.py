@@ -17,7 +17,7 @@ class Command(BaseCommand):
     help = "Train a learned method (best-of-q, qlass, amc-value) on a loaded dataset's train split and publish it."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--method", required=True, choices=sorted(METHODS))
+        parser.add_argument("--method", required=True, help=f"one of {', '.join(METHODS)}")
         parser.add_argument("--dataset", required=True, help="slug or slug@version of a loaded dataset")
         parser.add_argument("--featuriser", default="hashed", help="hashed, hashed:DIM or http://HOST:PORT#MODEL")
         parser.add_argument("--seed", type=int, default=0)
