@@ -139,6 +139,10 @@ class Submission(models.Model):
         default=0, help_text="How many times it was sent to a worker (the reaper requeues a lost job once).")
     heartbeat_at = models.DateTimeField(
         null=True, blank=True, help_text="Last sign of life of the worker running it (state scoring).")
+    sent_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the message of its current state (received or queued) reached the broker; empty "
+                  "while unsent (the broker was down): the reaper sends it again.")
     predictions = models.FileField(
         upload_to="predictions/%Y/%m/", blank=True,
         help_text="Container submissions: the predictions.jsonl the container wrote, as scored.")

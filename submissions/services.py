@@ -212,9 +212,9 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     sub.sha256 = _sha256(upload)
     sub.file.save(f"{sub.pk}-{sub.sha256[:12]}.upload", upload, save=False)
     sub.save()
-    from workers.tasks import validate_upload  # the worker module imports this one
+    from workers import jobs  # the worker modules import this one
 
-    transaction.on_commit(lambda: validate_upload.delay(sub.pk))
+    jobs.send([sub.pk])
     return sub
 
 
@@ -387,12 +387,9 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
         sub.file.name = first.file.name
         sub.sha256 = sha256
         sub.save()
-    from workers.tasks import inspect_container_upload  # the worker module imports this one
+    from workers import jobs  # the worker modules import this one
 
-    pks = [sub.pk for sub in subs]
-    # A remote gpu worker has no database: the site's scoring workers inspect archives then.
-    queue = "gpu" if settings.QVAL_GPU_WORKERS == "local" else "scoring"
-    transaction.on_commit(lambda: inspect_container_upload.apply_async((pks,), queue=queue))
+    jobs.send([sub.pk for sub in subs])
     return subs
 
 

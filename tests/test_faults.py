@@ -25,7 +25,7 @@ from tests.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
-FAST = {"QVAL_HEARTBEAT_S": "1", "QVAL_HEARTBEAT_STALE_S": "6", "QVAL_REAP_EVERY_S": "2",
+FAST = {"QVAL_HEARTBEAT_S": "1", "QVAL_HEARTBEAT_STALE_S": "6", "QVAL_REAP_EVERY_S": "2", "QVAL_RESEND_AFTER_S": "2",
         "QVAL_BOOTSTRAP_RESAMPLES": "200", "QVAL_SCORING_S": "600"}
 SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "40000"}  # several seconds of scoring, to be killed in
 
@@ -89,6 +89,21 @@ def test_redis_restarted_with_submissions_queued(stack, token, frozenlake) -> No
     # The site works on after the restart.
     pk = stack.upload(token, predictions(frozenlake, 9)).json()["id"]
     assert stack.wait_final(token, pk)["state"] == "finished"
+
+
+def test_an_upload_while_redis_is_down_is_stored_and_scored_once_redis_is_back(stack, token, frozenlake) -> None:
+    stack.stop_redis()
+    try:
+        resp = stack.upload(token, predictions(frozenlake, 4))
+        assert resp.status_code == 201, resp.text  # stored; its check waits for the broker
+        pk = resp.json()["id"]
+        assert stack.submission(token, pk)["state"] == "received"
+        assert stack.count(f"Submission.objects.filter(pk={pk}, sent_at__isnull=True).count()") == 1
+    finally:
+        stack.start_redis()
+    data = stack.wait_final(token, pk, timeout=120)  # the reaper on beat sends it once Redis is back
+    assert (data["state"], data["attempt"]) == ("finished", 1), data
+    assert "sent again" in stack.log("scoring")
 
 
 def test_postgresql_restarted_mid_scoring(stack, token, frozenlake) -> None:

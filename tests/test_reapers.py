@@ -204,3 +204,37 @@ def test_a_training_run_whose_worker_is_killed_is_reaped_and_finishes_on_another
                         timeout=900, interval=1.0)
     assert done.status == "finished", (done.error, log.read_text()[-3000:])
     assert done.attempt == 2 and done.worker.startswith("test-reap-b-") and done.submissions.count() == 4
+
+
+# -- messages that never reached the broker ------------------------------------------------------------
+def test_a_submission_whose_message_never_left_is_sent_again_by_the_reaper(loaded, user, settings,  # type: ignore[no-untyped-def]
+                                                                           django_capture_on_commit_callbacks) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from submissions import services
+    from submissions.models import Submission
+    from workers import jobs
+
+    take_messages("scoring")
+    req = services.SubmissionRequest(dataset=loaded.slug, split="dev", target="q", method_name="m")
+    with django_capture_on_commit_callbacks(execute=False):  # the web process died before sending it
+        lost = services.create_submission(user, req, SimpleUploadedFile("p.csv", b"id,score\nx,1\n"))
+    assert Submission.objects.get(pk=lost.pk).sent_at is None
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = services.create_submission(user, req, SimpleUploadedFile("q.csv", b"id,score\nx,1\n"))
+    assert Submission.objects.get(pk=sent.pk).sent_at is not None
+    assert take_messages("scoring") == [("workers.tasks.validate_upload", [sent.pk])]
+
+    assert jobs.resend_unsent() == []  # too young: its message may be on its way
+    later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
+    assert jobs.resend_unsent(now=later_on) == [lost.pk]
+    assert take_messages("scoring") == [("workers.tasks.validate_upload", [lost.pk])]
+    assert Submission.objects.get(pk=lost.pk).sent_at is not None
+    assert jobs.resend_unsent(now=later_on) == []  # sent once
+
+    # A queued job whose message was lost is sent to its queue (the attempt is not counted again).
+    Submission.objects.filter(pk=lost.pk).update(state=Submission.QUEUED, queued_at=timezone.now(), sent_at=None,
+                                                 attempt=1)
+    assert jobs.resend_unsent(now=later_on) == [lost.pk]
+    assert take_messages("scoring") == [("workers.tasks.score_submission", [lost.pk])]
+    assert Submission.objects.get(pk=lost.pk).attempt == 1

@@ -1,7 +1,10 @@
 """Sending jobs to workers, their heartbeats, the reaper of lost jobs, and the remote job protocol.
 
 Every queued submission (a file, a container, a baseline run) is sent by :func:`dispatch`, which
-counts the attempt. While a job runs, its worker stamps ``Submission.heartbeat_at`` every
+counts the attempt. Every message of a submission -- its upload's check, its job -- goes out through
+:func:`send` once the transaction commits, which stamps ``Submission.sent_at``; when the broker is
+down the message is not sent, the request still succeeds, and :func:`resend_unsent` sends it again
+once the broker is back (a reaper on beat). While a job runs, its worker stamps ``Submission.heartbeat_at`` every
 ``QVAL_HEARTBEAT_S`` (:func:`workers.heartbeat.beating` on a worker with the database;
 ``POST /api/v1/jobs/<id>/heartbeat`` from a remote one). A job ``scoring`` with no heartbeat for
 ``QVAL_HEARTBEAT_STALE_S`` lost its worker: :func:`reap_stale` requeues it once, and fails it as a
@@ -27,6 +30,7 @@ import secrets
 import tarfile
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -35,7 +39,9 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from qval import containers as qc
 from submissions import services
@@ -64,25 +70,79 @@ class JobRefused(Exception):
 
 # -- dispatching ---------------------------------------------------------------------------
 def dispatch(sub: Submission) -> None:
-    """Count a new attempt of the (``queued``) submission, save it, and send it to its queue once
-    the transaction commits: a predictions file to ``scoring``, a baseline run to ``gpu``, a container
-    to ``gpu`` -- to a remote worker with a fresh token when ``QVAL_GPU_WORKERS=remote``."""
+    """Count a new attempt of the (``queued``) submission, save it, and :func:`send` it to its queue
+    once the transaction commits."""
+    sub.attempt += 1
+    sub.heartbeat_at = None
+    sub.sent_at = None
+    sub.save()
+    send([sub.pk])
+
+
+def send(pks: Sequence[int]) -> None:
+    """Once the current transaction commits, send the message of each submission's state
+    (:func:`send_now`)."""
+    pks = list(pks)
+    transaction.on_commit(lambda: send_now(pks))
+
+
+def send_now(pks: Sequence[int]) -> list[int]:
+    """Send the message of each submission's current state and stamp its ``sent_at``; return the ids sent.
+
+    ``received``: its check -- a predictions file's (``validate_upload``), a container archive's
+    (``inspect_container_upload``, one message for the submissions sharing it). ``queued``: its job --
+    a predictions file to ``scoring``, a baseline run to ``gpu``, a container to ``gpu`` (to a remote
+    worker with a fresh token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the
+    rest stay unsent, logged, for :func:`resend_unsent`; no exception reaches the caller.
+    """
     from qval_site.celery import app
     from workers import tasks  # the tasks module imports this one
 
-    sub.attempt += 1
-    sub.heartbeat_at = None
-    sub.save()
-    pk = sub.pk
-    if sub.kind == Submission.KIND_FILE:
-        transaction.on_commit(lambda: tasks.score_submission.delay(pk))
-    elif sub.kind == Submission.KIND_BASELINE:
-        transaction.on_commit(lambda: tasks.run_baseline_submission.delay(pk))
-    elif settings.QVAL_GPU_WORKERS == "local":
-        transaction.on_commit(lambda: tasks.run_container_submission.delay(pk))
-    else:
-        raw = issue_token(sub)
-        transaction.on_commit(lambda: app.send_task(REMOTE_TASK, args=[pk, raw], queue="gpu"))
+    subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
+                                          sent_at__isnull=True).order_by("pk"))
+    archives: dict[str, list[int]] = {}  # the received containers, by the archive they share
+    for sub in subs:
+        if sub.state == Submission.RECEIVED and sub.kind == Submission.KIND_CONTAINER:
+            archives.setdefault(sub.file.name, []).append(sub.pk)
+    sent: list[int] = []
+    try:
+        # A remote gpu worker has no database: the site's scoring workers inspect archives then.
+        queue = "gpu" if settings.QVAL_GPU_WORKERS == "local" else "scoring"
+        for group in archives.values():
+            tasks.inspect_container_upload.apply_async((group,), queue=queue)
+            sent += group
+        for sub in subs:
+            if sub.pk in sent:
+                continue
+            if sub.state == Submission.RECEIVED:
+                tasks.validate_upload.delay(sub.pk)
+            elif sub.kind == Submission.KIND_FILE:
+                tasks.score_submission.delay(sub.pk)
+            elif sub.kind == Submission.KIND_BASELINE:
+                tasks.run_baseline_submission.delay(sub.pk)
+            elif settings.QVAL_GPU_WORKERS == "local":
+                tasks.run_container_submission.delay(sub.pk)
+            else:
+                app.send_task(REMOTE_TASK, args=[sub.pk, issue_token(sub)], queue="gpu")
+            sent.append(sub.pk)
+    except BrokerUnreachable as exc:
+        unsent = sorted({s.pk for s in subs} - set(sent))
+        log.warning("the broker is unreachable (%s): submissions %s stay unsent until it is back", exc, unsent)
+    finally:
+        if sent:
+            Submission.objects.filter(pk__in=sent).update(sent_at=timezone.now())
+    return sent
+
+
+def resend_unsent(now: datetime | None = None) -> list[int]:
+    """Send again the messages of submissions ``received`` or ``queued`` for over
+    ``QVAL_RESEND_AFTER_S`` whose message never reached the broker; return the ids sent."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.QVAL_RESEND_AFTER_S)
+    waiting = Submission.objects.filter(
+        Q(state=Submission.RECEIVED, received_at__lt=cutoff) | Q(state=Submission.QUEUED, queued_at__lt=cutoff),
+        sent_at__isnull=True)
+    pks = list(waiting.values_list("pk", flat=True))
+    return send_now(pks) if pks else []
 
 
 def issue_token(sub: Submission) -> str:

@@ -343,10 +343,14 @@ def reap_overdue_submissions() -> list[int]:
 
 @shared_task(name="workers.tasks.reap_stale_jobs")
 def reap_stale_jobs() -> list[int]:
-    """Requeue once, or fail, the jobs whose worker stopped sending heartbeats (:func:`workers.jobs.reap_stale`)."""
+    """Requeue once, or fail, the jobs whose worker stopped sending heartbeats (:func:`workers.jobs.reap_stale`);
+    send again the messages that never reached the broker (:func:`workers.jobs.resend_unsent`)."""
     reaped = jobs.reap_stale()
     if reaped:
         log.warning("%d jobs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
+    resent = jobs.resend_unsent()
+    if resent:
+        log.warning("%d submissions sent again (their message never reached the broker): %s", len(resent), resent)
     return reaped
 
 
