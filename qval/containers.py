@@ -459,14 +459,10 @@ class ImageCache:
         podman cannot load the archive.
         """
         digest = file_sha256(archive)
+        cached = self.open_cached(digest)
+        if cached is not None:
+            return cached
         index = self.root / "archives" / digest
-        if index.is_file():
-            image_id = index.read_text().strip()
-            fd = self._lock(image_id, fcntl.LOCK_SH)
-            if (self.root / image_id / "ready").exists():
-                (self.root / image_id / "ready").touch()
-                return image_id, fd
-            os.close(fd)  # removed since: load it again
         copy = work_dir / "image.tar"
         try:
             image_id = sanitize_archive(archive, copy, max_archive_bytes=max_archive_bytes,
@@ -487,6 +483,22 @@ class ImageCache:
         tmp.write_text(image_id)
         os.replace(tmp, index)
         return image_id, fd
+
+    def open_cached(self, archive_sha256: str) -> tuple[str, int] | None:
+        """The image ID and shared lock (as :meth:`open`) of the archive with this SHA-256 when its
+        image is in the cache already, else ``None`` (the archive is then not needed to run it)."""
+        if not archive_sha256.isalnum():
+            return None
+        index = self.root / "archives" / archive_sha256
+        if not index.is_file():
+            return None
+        image_id = index.read_text().strip()
+        fd = self._lock(image_id, fcntl.LOCK_SH)
+        if (self.root / image_id / "ready").exists():
+            (self.root / image_id / "ready").touch()
+            return image_id, fd
+        os.close(fd)  # removed since: the archive must be loaded again
+        return None
 
     def _lock(self, image_id: str, mode: int) -> int:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -617,6 +629,19 @@ class Job:
         if self._cache_lock is not None:
             os.close(self._cache_lock)
             self._cache_lock = None
+
+    def load_cached(self, archive_sha256: str) -> str | None:
+        """podman: the image ID of the archive with this SHA-256 when its image is cached
+        (:meth:`ImageCache.open_cached`), made runnable by this job as :meth:`load` does; else
+        ``None`` (call :meth:`load` with the archive)."""
+        if self.engine.kind != "podman" or self._cache_lock is not None:
+            return None
+        cached = self.engine.images.open_cached(archive_sha256)
+        if cached is None:
+            return None
+        image_id, self._cache_lock = cached
+        (self.dir / "imagestore").write_text(str(self.engine.images.store(image_id)))
+        return image_id
 
     def load(self, archive: str | Path, *, max_archive_bytes: int = MAX_ARCHIVE_BYTES,
              max_image_bytes: int = MAX_IMAGE_BYTES) -> str:

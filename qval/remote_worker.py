@@ -9,7 +9,8 @@ all -- it never imports Django::
 
 A job's broker message holds only the submission id and a per-job token. With the token the
 worker starts the job on the site (the spec: split, target, limits, archive hash), downloads the
-archive (its SHA-256 checked) and the split's ``/input`` (no labels), runs the container in the
+archive (its SHA-256 checked; not when the worker's image cache holds that archive's image already:
+a rerun, or another dataset split of the same upload) and the split's ``/input`` (no labels), runs the container in the
 sandbox of :mod:`qval.containers` (serving a backbone of ``QVAL_BACKBONES`` on the job's socket
 when the spec names one), posts heartbeats every ``heartbeat_s`` meanwhile, and posts the
 predictions and logs back once; the site scores them. A token the site refuses (forged, expired,
@@ -154,16 +155,21 @@ def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config
     """Fetch, load and run the job of ``spec`` in a :class:`qval.containers.Job` (always removed)."""
     limits = qc.Limits(**spec["limits"])
     with qc.Job(engine) as job:
-        archive = job.dir / "upload.image"
-        digest = client.download("archive", archive)
-        if digest != spec["archive_sha256"]:
-            raise RuntimeError(f"the archive downloaded has SHA-256 {digest[:12]}, not {spec['archive_sha256'][:12]}")
-        try:
-            image_id = job.load(archive)
-        except qc.ArchiveRejected as exc:
-            return {"error": f"invalid container archive: {exc}"}, None
-        finally:
-            archive.unlink(missing_ok=True)
+        image_id = job.load_cached(spec["archive_sha256"])  # a rerun, or another job of the same archive
+        if image_id is None:
+            archive = job.dir / "upload.image"
+            digest = client.download("archive", archive)
+            if digest != spec["archive_sha256"]:
+                raise RuntimeError(
+                    f"the archive downloaded has SHA-256 {digest[:12]}, not {spec['archive_sha256'][:12]}")
+            try:
+                image_id = job.load(archive)
+            except qc.ArchiveRejected as exc:
+                return {"error": f"invalid container archive: {exc}"}, None
+            finally:
+                archive.unlink(missing_ok=True)
+        else:
+            log.info("archive %s: image %s cached, not downloaded", spec["archive_sha256"][:12], image_id[:12])
         inputs = job.dir / "input.tar"
         client.download("input", inputs)
         with tarfile.open(inputs) as tar:

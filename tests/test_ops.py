@@ -183,6 +183,15 @@ def test_an_archive_is_loaded_once_into_a_read_only_store_its_jobs_share(engine,
     assert list(eng.work_root.iterdir()) == [] and _images_in(eng, probe, store) == [image_id]
     shutil.rmtree(probe)
 
+    # A worker told only the archive's SHA-256 (a remote rerun) runs the cached image without the archive;
+    # an unknown hash, or a malformed one, is not found.
+    with qc.Job(eng) as third:
+        assert third.load_cached("0" * 64) is None and third.load_cached("../" + image_id) is None
+        assert third.load_cached(qc.file_sha256(hello_tar)) == image_id
+        (third.dir / "input" / "points.jsonl").write_text("")
+        result = third.run(image_id, qc.Limits(timeout_s=60))
+        assert result.exit_code == 0 and result.error is None, result.stderr
+
     # A store whose load never finished (no ready mark) is loaded again, from scratch (a file left in
     # the half-loaded store is gone; inode numbers alone can be reused by the new folder).
     (store.parent / "ready").unlink()
