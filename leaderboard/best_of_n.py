@@ -25,8 +25,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from learning import selectors as learning_selectors
+from learning.models import TrainingRun
 from qval import best_of_n as bon
 from qval import families, schema
+from qval.learned import methods as lm
+from qval.learned.features import featuriser_from_spec
 from workers import heartbeat
 
 from .building import dataset_dir
@@ -54,8 +58,8 @@ SEED_LIMIT = 2**31
 
 
 class InvalidRun(bon.BestOfNError):
-    """A run refused before it is created: ``field`` (``environment``, ``picker``, ``backbone``, ``n``,
-    ``episodes`` or ``seed``) and ``message``, what was expected."""
+    """A run refused before it is created: ``field`` (``environment``, ``picker``, ``backbone``,
+    ``training_run``, ``n``, ``episodes`` or ``seed``) and ``message``, what was expected."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -67,14 +71,41 @@ def picker_choices() -> list[tuple[str, str]]:
     method) with a label saying which need a backbone."""
     from qval.methods.registry import all_methods
 
-    return ([(p, p) for p in (*bon.BUILTIN_PICKERS, bon.REFERENCE)]
-            + [(m.name, m.name if m.needs == "none" else f"{m.name} (needs a backbone)") for m in all_methods()])
+    def label(m: Any) -> str:
+        if m.name in lm.METHODS:
+            return f"{m.name} (a finished training run's model)"
+        return m.name if m.needs == "none" else f"{m.name} (needs a backbone)"
+
+    return [(p, p) for p in (*bon.BUILTIN_PICKERS, bon.REFERENCE)] + [(m.name, label(m)) for m in all_methods()]
+
+
+def _training_run(picker: str, dataset_slug: str, training_run: int | None) -> TrainingRun | None:
+    """The training run whose model a learned ``picker`` plays with: run ``training_run`` (checked), else the
+    newest finished one of the method on the dataset; ``None`` for any other picker."""
+    if picker not in lm.METHODS:
+        if training_run is not None:
+            raise InvalidRun("training_run", f"only a learned picker ({', '.join(lm.METHODS)}) plays with a "
+                                             f"training run's model, not {picker}")
+        return None
+    if training_run is None:
+        newest = learning_selectors.newest_finished(picker, dataset_slug)
+        if newest is None:
+            raise InvalidRun("picker", f"no finished training run of {picker} on {dataset_slug}: train one first "
+                                       f"(/learned/ or manage.py train_learned --method {picker} --dataset {dataset_slug})")
+        return newest
+    chosen = learning_selectors.finished_runs().filter(pk=training_run).first()
+    if chosen is None or chosen.method != picker or chosen.dataset.slug != dataset_slug:
+        raise InvalidRun("training_run", f"training run #{training_run} is not a finished run of {picker} on "
+                                         f"{dataset_slug}")
+    return chosen
 
 
 def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed: int = 0,
-               backbone: str = "") -> BestOfNRun:
+               backbone: str = "", training_run: int | None = None) -> BestOfNRun:
     """A queued run, after checking what can be checked without playing (environment, picker, settings);
-    a bad argument is an :class:`InvalidRun` naming it."""
+    a bad argument is an :class:`InvalidRun` naming it.  A learned picker plays with the model of
+    ``training_run`` (the id of a finished run of that method on the environment's dataset), by default
+    the newest such run."""
     if environment not in bon.ENVIRONMENTS:
         raise InvalidRun("environment",
                          f"unknown environment {environment!r}; expected one of {', '.join(bon.ENVIRONMENTS)}")
@@ -88,6 +119,7 @@ def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed
         if needs != "none" and not backbone:
             raise InvalidRun("backbone", f"method {picker} needs a backbone ({needs}): a URL, unix:PATH or "
                                          "checkpoint folder")
+    trained = _training_run(picker, bon.DATASET_SLUGS[environment], training_run)
     if not 2 <= n <= MAX_N:
         raise InvalidRun("n", f"n must be at least 2 and at most {MAX_N} (candidates per step), got {n}")
     if not 1 <= num_episodes <= MAX_EPISODES:
@@ -95,7 +127,7 @@ def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed
     if not 0 <= seed < SEED_LIMIT:
         raise InvalidRun("seed", f"the seed must be from 0 to {SEED_LIMIT - 1}, got {seed}")
     return BestOfNRun.objects.create(environment=environment, dataset_slug=bon.DATASET_SLUGS[environment], picker=picker,
-                                     backbone=backbone, n=n, seed=seed, num_episodes=num_episodes)
+                                     backbone=backbone, training_run=trained, n=n, seed=seed, num_episodes=num_episodes)
 
 
 def start(run_id: int, worker: str) -> BestOfNRun | None:
@@ -122,6 +154,10 @@ def _picker(run: BestOfNRun) -> bon.Picker | None:
         return None
     if run.picker in bon.BUILTIN_PICKERS:
         return bon.BUILTIN_PICKERS[run.picker]
+    if run.training_run is not None:  # a learned method: its trained model scores the candidates
+        trained = run.training_run
+        scorer = lm.Scorer.open(trained.model_dir, featuriser_from_spec(trained.featuriser))
+        return bon.score_picker(scorer.score_candidates)
     loaded = Dataset.objects.filter(slug=run.dataset_slug).order_by("-created_at").first()
     if loaded is None:
         raise bon.BestOfNError(f"method {run.picker} needs the dataset {run.dataset_slug} loaded (its method context)")
@@ -258,6 +294,16 @@ def test_rho(method: str, dataset_slug: str, backbone: str = "") -> float | None
     return chosen[0].value("spearman") if chosen else None
 
 
+def picker_rho(run: BestOfNRun) -> float | None:
+    """The test ρ of a run's picker: for a learned one, the test-split, target-q global Spearman ρ its training
+    run published (the model that picked); else :func:`test_rho`."""
+    if run.training_run_id is None:
+        return test_rho(run.picker, run.dataset_slug, run.backbone)
+    published = set(run.training_run.submissions.values_list("pk", flat=True))
+    rows = [e for e in evaluations() if e.submission_id in published and e.split == "test" and e.target == "q"]
+    return rows[-1].value("spearman") if rows else None
+
+
 @dataclass(frozen=True)
 class AlignmentPoint:
     """One picker on one environment: its test ρ (x) and Best-of-N gain over the base policy (y)."""
@@ -296,13 +342,14 @@ def alignment() -> list[Alignment]:
     """Per environment and N: every picker's latest finished run that has a test ρ and a base run to
     compare with, as a point, and Spearman ρ across the points with a bootstrap CI."""
     latest: dict[tuple[str, int, str], BestOfNRun] = {}
-    for run in BestOfNRun.objects.filter(status=BestOfNRun.FINISHED).order_by("finished_at", "pk"):
+    for run in BestOfNRun.objects.filter(status=BestOfNRun.FINISHED).select_related("training_run").order_by(
+            "finished_at", "pk"):
         latest[(run.environment, run.n, run.picker)] = run
     out: dict[tuple[str, int], list[AlignmentPoint]] = {}
     for (environment, n, picker), run in sorted(latest.items()):
         if picker in ("base", bon.REFERENCE):
             continue
-        rho = test_rho(picker, run.dataset_slug, run.backbone)
+        rho = picker_rho(run)
         g = gain_over_base(run)
         if rho is None or g is None or not math.isfinite(rho):
             continue

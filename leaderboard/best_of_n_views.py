@@ -25,7 +25,7 @@ def alignment(request: HttpRequest) -> HttpResponse:
         d = form.cleaned_data
         try:
             run = best_of_n.create_run(d["environment"], d["picker"], n=d["n"], num_episodes=d["episodes"],
-                                       seed=d["seed"], backbone=d["backbone"].strip())
+                                       seed=d["seed"], backbone=d["backbone"].strip(), training_run=d["training_run"])
         except best_of_n.InvalidRun as exc:
             form.add_error(exc.field, exc.message)
         else:

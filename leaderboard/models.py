@@ -242,7 +242,8 @@ class BestOfNRun(models.Model):
     """One Best-of-N run (:mod:`qval.best_of_n`): a picker choosing among N candidates in seeded test episodes.
 
     ``picker`` is a built-in picker (``oracle``, ``random``, ``base``), the reference-policy baseline
-    (``reference``) or a registered method's name (with ``backbone``).  ``queued`` → ``running``
+    (``reference``), a registered method's name (with ``backbone``) or a learned method's (with the
+    ``training_run`` whose model scores the candidates).  ``queued`` → ``running``
     (``done`` of ``num_episodes``; every finished episode is a :class:`BestOfNEpisode`) →
     ``finished`` (``summary`` holds the success rate and mean return with their 95% CIs) or
     ``failed`` (``error``).  While it runs it stamps ``heartbeat_at``; a run whose heartbeat stops is
@@ -258,6 +259,9 @@ class BestOfNRun(models.Model):
     dataset_slug = models.SlugField(help_text="The dataset whose environment, actor and test tasks are played.")
     picker = models.CharField(max_length=100)
     backbone = models.CharField(max_length=300, blank=True)
+    training_run = models.ForeignKey(
+        "learning.TrainingRun", on_delete=models.PROTECT, null=True, blank=True, related_name="best_of_n_runs",
+        help_text="For a learned picker (best-of-q, qlass, amc-value): the finished training run whose model picks.")
     n = models.PositiveSmallIntegerField()
     seed = models.IntegerField(default=0)
     num_episodes = models.PositiveIntegerField()

@@ -19,6 +19,16 @@ def runs() -> QuerySet[TrainingRun]:
     return TrainingRun.objects.select_related("dataset").order_by("-created_at")
 
 
+def finished_runs() -> QuerySet[TrainingRun]:
+    """The finished runs (their models can pick in a Best-of-N run), newest first, with their datasets."""
+    return runs().filter(status=TrainingRun.FINISHED).order_by("-finished_at", "-pk")
+
+
+def newest_finished(method: str, dataset_slug: str) -> TrainingRun | None:
+    """The most recently finished run of ``method`` on a dataset of slug ``dataset_slug`` (any version)."""
+    return finished_runs().filter(method=method, dataset__slug=dataset_slug).first()
+
+
 def run(pk: int) -> TrainingRun:
     """One run with its submissions' results."""
     return TrainingRun.objects.select_related("dataset").prefetch_related("submissions__results").get(pk=pk)

@@ -69,9 +69,11 @@ def test_bad_runs_are_refused() -> None:
         (("pong", "oracle"), "environment", "unknown environment 'pong'"),
         (("frozenlake", "nope"), "picker", "unknown method 'nope'"),
         (("frozenlake", "direct-single"), "backbone", "needs a backbone"),
+        (("frozenlake", "qlass"), "picker", "no finished training run of qlass on frozenlake-8x8: train one first"),
+        (("frozenlake", "oracle", 1), "training_run", "only a learned picker"),
     ]:
         with pytest.raises(best_of_n.InvalidRun, match=message) as refused:
-            best_of_n.create_run(*args, n=3, num_episodes=1)
+            best_of_n.create_run(*args[:2], n=3, num_episodes=1, training_run=args[2] if len(args) > 2 else None)
         assert refused.value.field == field
     with pytest.raises(best_of_n.InvalidRun, match="n must be at least 2") as refused:
         best_of_n.create_run("frozenlake", "oracle", n=1, num_episodes=1)
@@ -239,3 +241,80 @@ def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # 
     assert points["direct-single"]["rho"] == 0.25 and points["direct-single"]["group"] == "Direct"
     base = run.__class__.objects.get(picker="base")
     assert points["direct-single"]["gain"]["value"] == pytest.approx(mean_success(run) - mean_success(base))
+
+
+LEARNED = {"best-of-q": {"steps": 200, "target_every": 20}, "amc-value": {"steps": 200, "samples": 2, "max_states": 120}}
+"""Small but real training settings (the full train split's experience, fewer steps and samples)."""
+
+
+@pytest.mark.slow
+def test_learned_pickers_are_points(client, staff, loaded, data_dir: Path, settings,  # type: ignore[no-untyped-def]
+                                    django_capture_on_commit_callbacks) -> None:
+    """Best-of-Q and AMC trained by the training service pick through the staff form (then the gpu task) and
+    the command with their training run's model; the alignment page shows them at the test ρ their training
+    run published, with their gain over the base policy on the same episodes."""
+    from django.core.management import call_command
+
+    from leaderboard import best_of_n
+    from leaderboard.models import BestOfNRun
+    from learning import services
+    from qval.learned import methods as lm
+    from qval.learned.features import featuriser_from_spec
+    from qval.learned.store import Point
+    from workers.best_of_n import play_best_of_n
+
+    settings.QVAL_DATA_DIR = data_dir
+    n, episodes = 3, 12
+    with pytest.raises(best_of_n.InvalidRun, match="no finished training run of best-of-q on frozenlake-8x8") as refused:
+        best_of_n.create_run("frozenlake", "best-of-q", n=n, num_episodes=episodes)
+    assert refused.value.field == "picker"
+    trained = {}
+    for method, params in LEARNED.items():
+        run = services.run_training(services.create_run(method, loaded, seed=1, params=params).pk, "test")
+        assert run.status == "finished", run.error
+        trained[method] = run
+    with pytest.raises(best_of_n.InvalidRun, match=f"#{trained['amc-value'].pk} is not a finished run of best-of-q"):
+        best_of_n.create_run("frozenlake", "best-of-q", n=n, num_episodes=episodes, training_run=trained["amc-value"].pk)
+    runs = {p: play("frozenlake", p, n=n, episodes=episodes) for p in ("base", "random", "oracle")}
+
+    # best-of-q through the staff form and the gpu task; amc-value through the command
+    clear_queue("gpu")
+    client.force_login(staff)
+    form = client.get("/best-of-n/").content.decode()
+    assert "best-of-q (a finished training run&#x27;s model)" in form
+    assert f'<option value="{trained["best-of-q"].pk}">#{trained["best-of-q"].pk} best-of-q on {loaded.key}' in form
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/best-of-n/", {**GOOD, "picker": "best-of-q", "training_run": str(trained["best-of-q"].pk),
+                                           "n": str(n), "episodes": str(episodes), "seed": "0"})
+    assert resp.status_code == 302, resp.context["form"].errors
+    queued = BestOfNRun.objects.get(picker="best-of-q")
+    assert len(broker_messages("gpu")) == 1
+    clear_queue("gpu")
+    assert play_best_of_n.apply(args=[queued.pk]).get() == "finished"
+    call_command("best_of_n", "frozenlake", "amc-value", "--n", str(n), "--episodes", str(episodes))
+    for method, run in trained.items():
+        picked = BestOfNRun.objects.get(picker=method)
+        assert picked.status == "finished" and picked.training_run == run and picked.episodes.count() == episodes
+        runs[method] = picked
+        # every choice is the best candidate by the training run's model
+        scorer = lm.Scorer.open(run.model_dir, featuriser_from_spec(run.featuriser))
+        for episode in picked.episodes.all():
+            for step in episode.steps:
+                q = scorer.score([Point(episode.task, step["observation"], a) for a in step["candidates"]])
+                assert step["scores"] == pytest.approx(q, abs=1e-5)
+                assert q[step["chosen"]] >= max(q) - 1e-5
+        assert f"training run #{run.pk}" in client.get(f"/best-of-n/runs/{picked.pk}/").content.decode()
+
+    data = client.get("/best-of-n/?format=json").json()["alignments"]
+    assert [(a["environment"], a["n"]) for a in data] == [("frozenlake", n)]
+    points = {p["method"]: p for p in data[0]["points"]}
+    assert set(points) == {"oracle", "random", "best-of-q", "amc-value"}
+    for method, run in trained.items():
+        published = run.submissions.get(split="test", target="q").results.get(metric="spearman").value
+        assert points[method]["rho"] == pytest.approx(published) and points[method]["group"] == "Learned"
+    for picker, point in points.items():
+        assert point["gain"]["value"] == pytest.approx(mean_success(runs[picker]) - mean_success(runs["base"]))
+    assert points["oracle"]["gain"]["value"] >= points["random"]["gain"]["value"]
+    assert data[0]["rank_correlation"] is not None  # four points
+    page = client.get("/best-of-n/").content.decode()
+    assert 'data-method="best-of-q"' in page and 'data-method="amc-value"' in page

@@ -6,8 +6,9 @@
   (:func:`qval.learned.store.save`) under ``{root}/…``; returns the stored folder and model.
 * :func:`score_split`: id → score for every point of a split — for target ``q`` every candidate
   (so the per-state ranking is scored too), for ``v`` every state.
-* :class:`Scorer`: a trained model bound to its feature cache, ``score(points)`` → Q-values, the
-  API the Best-of-N track calls to pick among an environment's candidates.
+* :class:`Scorer`: a trained model bound to its feature cache, ``score(points)`` → Q-values;
+  ``score_candidates(states)`` is what a Best-of-N run's learned picker calls
+  (:func:`qval.best_of_n.score_picker`) to pick among an environment's candidates.
 * :func:`run`: ``run(name, ctx) -> output`` for the built-in method registry
   (``ctx.dataset_dir, split, target, points, seed, progress, cache_dir, options``; options
   ``model`` = a stored model folder, else the newest model of the method for the dataset
@@ -142,6 +143,10 @@ class Scorer:
     def score(self, points: Sequence[Point]) -> list[float]:
         """Q(s, a) of each (task, state, action) point."""
         return [float(v) for v in self.model.q(points, self.feats)]
+
+    def score_candidates(self, states: Sequence[schema.State]) -> dict[str, float]:
+        """Q(s, a) of every candidate of ``states`` by candidate id (a :data:`qval.best_of_n.ScoreStates`)."""
+        return score_states(self.model, states, "q", self.feats)
 
 
 def latest_model(root: str | Path, method: str, dataset_key: str) -> Path | None:

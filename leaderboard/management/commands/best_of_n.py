@@ -12,7 +12,8 @@ from qval import best_of_n as bon
 
 
 class Command(BaseCommand):
-    help = "Run (or --queue) a Best-of-N run: PICKER is oracle, random, base, reference or a registered method."
+    help = ("Run (or --queue) a Best-of-N run: PICKER is oracle, random, base, reference or a registered method "
+            "(a learned one plays with a finished training run's model).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("environment", help=f"one of {', '.join(bon.ENVIRONMENTS)}")
@@ -22,12 +23,14 @@ class Command(BaseCommand):
         parser.add_argument("--episodes", type=int, default=best_of_n.DEFAULT_EPISODES)
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--backbone", default="", help="a method's backbone (URL, unix:PATH or checkpoint dir)")
+        parser.add_argument("--training-run", type=int, default=None,
+                            help="a learned method's finished training run (default: its newest on the dataset)")
         parser.add_argument("--queue", action="store_true", help="send it to the gpu queue instead of playing here")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
             run = best_of_n.create_run(opts["environment"], opts["picker"], n=opts["n"], num_episodes=opts["episodes"],
-                                       seed=opts["seed"], backbone=opts["backbone"])
+                                       seed=opts["seed"], backbone=opts["backbone"], training_run=opts["training_run"])
         except best_of_n.InvalidRun as exc:
             raise CommandError(f"{exc.field}: {exc.message}") from exc
         if opts["queue"]:
