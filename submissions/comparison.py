@@ -126,7 +126,7 @@ def resolve_pair(
     if differences:
         raise ComparisonError(
             {"b": [f"submissions {a.pk} and {b.pk} differ in {', '.join(differences)}; "
-                   "only submissions on the same dataset, split and target can be compared"]},
+                   "only submissions on the same dataset, split and target, scored under the same rules, can be compared"]},
             a,
         )
     return a, b

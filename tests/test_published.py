@@ -232,7 +232,7 @@ def test_rescored_rows_are_compared_on_their_published_predictions(client, setti
     finish(ours)
     for other, says in ((reported, "reported by the authors: only its numbers are published"),
                         (ranking_only, "per-state ranking correlations only"),
-                        (Submission.objects.get(pk=ours), "only submissions on the same dataset, split and target")):
+                        (Submission.objects.get(pk=ours), "differ in dataset (qval-v1.0-alfworld@1.0 vs")):
         resp = client.get(f"/api/v1/compare/?a={direct.pk}&b={other.pk}")
         assert resp.status_code == 400 and says in resp.content.decode(), resp.content
 
