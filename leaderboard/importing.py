@@ -1,19 +1,23 @@
 """Import the published QVal v1.0 results (:mod:`qval.published`) into the database.
 
 Reported numbers become *reported* submissions, the stored predictions *re-scored*
-submissions (scored here under the reference rules); both sit on datasets of their own
-(``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*, ``hosted=False``: no inputs or labels),
-never mixed with rows scored on our datasets.  Each row carries its provenance and a stable
-``import_key``: importing again updates the rows in place, so the import is idempotent.
+submissions (scored here under the reference rules, their per-point predictions kept as a
+predictions file on the row, so that two of them can be compared as ours are); both sit on
+datasets of their own (``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*, ``hosted=False``: no
+inputs, and labels only in the project's data files), never mixed with rows scored on our
+datasets.  Each row carries its provenance and a stable ``import_key``: importing again
+updates the rows in place, so the import is idempotent.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.core.files.base import ContentFile
 from django.db import transaction
 from django.utils import timezone
 
@@ -21,7 +25,13 @@ from qval import families, metrics, published
 
 from .models import Backbone, Dataset, Environment, Method
 
+if TYPE_CHECKING:
+    from submissions.models import Submission
+
 DATASET_VERSION = "1.0"
+RESCORED_LAYOUT = 2
+"""What a re-scored row holds, part of the digest an import compares: rows imported under an
+older layout are rewritten (2: the row keeps its predictions file)."""
 ENVIRONMENT_INFO = {
     "FrozenLake": "Gymnasium FrozenLake 8×8.",
     "ALFWorld": "Text household tasks (ALFWorld).",
@@ -69,7 +79,8 @@ def _method(name: str) -> Method:
 
 
 def _upsert(key: str, *, dataset: Dataset, method: str, backbone: str, target: str, modality: str,
-            source: str, rules: str, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+            source: str, rules: str, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> Submission:
+    """Create or update the imported submission ``key`` and its results; return it."""
     from submissions.models import Result, Submission  # leaderboard must not import submissions at load time
 
     now = timezone.now()
@@ -86,6 +97,21 @@ def _upsert(key: str, *, dataset: Dataset, method: str, backbone: str, target: s
     sub.results.exclude(metric__in=keep).delete()
     for row in rows:
         Result.objects.update_or_create(submission=sub, metric=row.pop("metric"), defaults=row)
+    return sub
+
+
+def _store_predictions(sub: Submission, ev: published.RescoredEvaluation) -> None:
+    """Keep ``ev``'s per-point predictions on its row as a JSON Lines predictions file
+    (none for an evaluation with only per-state ranking values), replacing an older one."""
+    data = published.predictions_jsonl(ev)
+    if sub.predictions:
+        sub.predictions.delete(save=False)
+    if data is not None:
+        sub.predictions.save(f"{sub.pk}-rescored.jsonl", ContentFile(data), save=False)
+    sub.sha256 = hashlib.sha256(data).hexdigest() if data is not None else ""
+    sub.size_bytes = len(data or b"")
+    sub.file_format = "jsonl" if data is not None else ""
+    sub.save(update_fields=["predictions", "sha256", "size_bytes", "file_format"])
 
 
 def _unchanged(keys: list[str], digest: str) -> bool:
@@ -120,15 +146,16 @@ def _reported(report: ImportReport) -> None:
 def _rescored(report: ImportReport, resamples: int) -> None:
     for path in published.rescored_files():
         evaluations = published.rescored(path)
-        digest = f"{published.digest(path)}:{resamples}"
+        digest = f"{published.digest(path)}:{resamples}:{RESCORED_LAYOUT}"
         report.rescored += len(evaluations)
         if _unchanged([ev.key for ev in evaluations], digest):
             continue
         for ev in evaluations:
             rows = [dict(vars(r)) for r in published.score_evaluation(ev, bootstrap_resamples=resamples)]
-            _upsert(ev.key, dataset=published_dataset(ev.environment), method=ev.method, backbone=ev.backbone,
-                    target=ev.target, modality=ev.modality, source="rescored", rules=metrics.REFERENCE_RULES,
-                    provenance=dict(ev.provenance, data_sha256=digest), rows=rows)
+            sub = _upsert(ev.key, dataset=published_dataset(ev.environment), method=ev.method,
+                          backbone=ev.backbone, target=ev.target, modality=ev.modality, source="rescored",
+                          rules=metrics.REFERENCE_RULES, provenance=dict(ev.provenance, data_sha256=digest), rows=rows)
+            _store_predictions(sub, ev)
             report.results += len(rows)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from django.db import transaction
 
-from qval import schema
+from qval import published, schema
 from qval.predictions import SplitIndex
 from qval.scoring import Truth
 
@@ -129,7 +129,13 @@ def split_index(dataset: Dataset, split: str, target: str) -> SplitIndex:
 
 
 def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
-    """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only)."""
+    """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only).
+
+    A dataset we do not host (a published one, :mod:`leaderboard.importing`) has its labels
+    in the project's data file instead (:func:`qval.published.truth`; its rows are all on one split).
+    """
+    if not dataset.hosted:
+        return published.truth(dataset.environment.slug, target)
     labels = dict(
         Label.objects.filter(labelset__dataset=dataset, split=split, target=target).values_list("item_id", "value")
     )

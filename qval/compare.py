@@ -69,12 +69,12 @@ class PairedComparison:
 
 
 def _common_points(
-    labels: ArrayLike, scores_a: ArrayLike, scores_b: ArrayLike
+    labels: ArrayLike, scores_a: ArrayLike, scores_b: ArrayLike, rules: str
 ) -> tuple[FloatArray, FloatArray, FloatArray, int]:
-    """Labels, A and B at the points where all three are finite, and how many were dropped."""
-    x = metrics._finite_or_nan(labels, "labels")
-    a = metrics._finite_or_nan(scores_a, "scores_a")
-    b = metrics._finite_or_nan(scores_b, "scores_b")
+    """Labels, A and B at the points where none of the three is NaN, and how many were dropped."""
+    x = metrics._finite_or_nan(labels, "labels", rules)
+    a = metrics._finite_or_nan(scores_a, "scores_a", rules)
+    b = metrics._finite_or_nan(scores_b, "scores_b", rules)
     if not x.shape == a.shape == b.shape:
         raise ValueError(f"labels, scores_a and scores_b differ in length: {x.size}, {a.size}, {b.size}")
     keep = ~(np.isnan(x) | np.isnan(a) | np.isnan(b))
@@ -103,6 +103,7 @@ def paired_bootstrap(
     seed: int = 0,
     level: float = 0.95,
     min_points: int = MIN_USABLE_POINTS,
+    rules: str = metrics.QVAL_RULES,
 ) -> PairedComparison:
     """Paired bootstrap of ``metric(labels, A) - metric(labels, B)``.
 
@@ -114,12 +115,15 @@ def paired_bootstrap(
     agreement are vectorised over resamples (2000 resamples of 10^4 points take under two
     seconds); Kendall's tau is computed one resample at a time, with work capped as in
     :func:`qval.metrics.bootstrap_point_ci`.  The same inputs and ``seed`` always give the
-    same result, and swapping A and B negates the difference and the interval.
+    same result, and swapping A and B negates the difference and the interval.  ``rules``
+    (:data:`qval.metrics.RULES`) are those both submissions were scored under: ``qval-v1.0``
+    keeps infinite scores as :func:`qval.metrics.correlate` does, ours refuse them.
     """
+    metrics.check_rules(rules)
     metrics._check_metric(metric)
     metrics._check_min_points(min_points)
     metrics._check_bootstrap(resamples, level)
-    x, a, b, dropped = _common_points(labels, scores_a, scores_b)
+    x, a, b, dropped = _common_points(labels, scores_a, scores_b, rules)
     n = int(x.size)
 
     def result(
@@ -139,8 +143,8 @@ def paired_bootstrap(
 
     if n < min_points:
         return result()
-    rho_a = metrics.correlate(x, a, metric, min_points=min_points).value
-    rho_b = metrics.correlate(x, b, metric, min_points=min_points).value
+    rho_a = metrics.correlate(x, a, metric, min_points=min_points, rules=rules).value
+    rho_b = metrics.correlate(x, b, metric, min_points=min_points, rules=rules).value
     if rho_a is None or rho_b is None:
         return result(rho_a, rho_b)
 

@@ -8,7 +8,10 @@ Two kinds, both on the authors' datasets (which we do not host):
   with its std where given;
 * **re-scored** (``data/qval-v1.0/rescored-<env>.json``): the per-point ground truth and
   predictions stored in the four reference summary files, which :func:`score_evaluation`
-  scores with our own scorer under the reference rules (``qval-v1.0``).
+  scores with our own scorer under the reference rules (``qval-v1.0``).  The same files are
+  the labels of a published environment (:func:`truth`) and each evaluation's predictions
+  as a predictions file (:func:`predictions_jsonl`), so two re-scored evaluations are
+  compared as two of our submissions are.
 
 :func:`convert_reported` and :func:`convert_summary` made the data files once from the
 originals (``../shared/reference/qval-v1.0``); the tests check the files still equal them.
@@ -254,8 +257,64 @@ def rescored(path: Path) -> list[RescoredEvaluation]:
     return out
 
 
-def _nan(values: tuple[float | None, ...]) -> np.ndarray:
+def _nan(values: tuple[float | None, ...] | list[float | None]) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def point_ids(n: int) -> list[str]:
+    """The ids of the first ``n`` points of a re-scoring data file: ``p0, p1, …`` in its order."""
+    return [f"p{i}" for i in range(n)]
+
+
+def _truth(labels: tuple[float | None, ...] | list[float | None]) -> scoring.Truth:
+    return scoring.Truth(point_ids=point_ids(len(labels)), point_labels=_nan(labels))
+
+
+def truth(environment: str, target: str) -> scoring.Truth:
+    """The labels of a published environment (our slug, e.g. ``frozenlake``) for ``target``:
+    the :class:`qval.scoring.Truth` its re-scored evaluations are scored against, read from
+    ``rescored-<environment>.json``.  Points only: the summaries store no state grouping
+    (their ranking values are per-state correlations).  Raises :class:`PublishedDataError`
+    when there is no such file or it has no labels for ``target``."""
+    path = DATA_DIR / f"rescored-{environment}.json"
+    data = _read(path)
+    if ENVIRONMENTS.get(data["environment"]) != environment:
+        raise PublishedDataError(f"{path.name}: holds environment {data['environment']!r}, not {environment!r}")
+    if target not in data["labels"]:
+        raise PublishedDataError(f"{path.name}: no labels for target {target!r}")
+    return _truth(data["labels"][target])
+
+
+def _point_predictions(ev: RescoredEvaluation) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """``(ids, scores, samples)`` of an evaluation's per-point predictions (``samples`` only
+    for a sampled predictor); ``None`` when it has only per-state ranking values."""
+    if ev.samples is not None:
+        ids = np.array([pid for s in ev.samples for pid in point_ids(len(s))], dtype=object)
+        scores = np.concatenate([_nan(s) for s in ev.samples])
+        samples = np.concatenate([np.full(len(s), k) for k, s in enumerate(ev.samples)])
+        return ids, scores, samples
+    if ev.values is not None:
+        return np.array(point_ids(len(ev.values)), dtype=object), _nan(ev.values), None
+    return None
+
+
+def predictions_jsonl(ev: RescoredEvaluation) -> bytes | None:
+    """An evaluation's per-point predictions as a JSON Lines predictions file
+    (:mod:`qval.predictions`): ``id``, ``score`` (``null`` where the predictor gave none)
+    and, for a sampled predictor, ``sample``; ``None`` when it has only per-state ranking
+    values.  Parsed against :func:`truth`, it gives exactly the scores
+    :func:`score_evaluation` scores."""
+    found = _point_predictions(ev)
+    if found is None:
+        return None
+    ids, scores, samples = found
+    lines = []
+    for i, (pid, score) in enumerate(zip(ids, scores)):
+        record: dict[str, Any] = {"id": pid, "score": None if math.isnan(score) else float(score)}
+        if samples is not None:
+            record["sample"] = int(samples[i])
+        lines.append(json.dumps(record, allow_nan=False))
+    return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 def score_evaluation(ev: RescoredEvaluation, *, bootstrap_resamples: int = 1000, seed: int = 0) -> list[scoring.MetricRow]:
@@ -269,18 +328,11 @@ def score_evaluation(ev: RescoredEvaluation, *, bootstrap_resamples: int = 1000,
     """
     rules = metrics.REFERENCE_RULES
     rows: list[scoring.MetricRow] = []
-    if ev.values is not None or ev.samples is not None:
-        truth = scoring.Truth(point_ids=[f"p{i}" for i in range(len(ev.labels))], point_labels=_nan(ev.labels))
-        if ev.samples is not None:
-            ids = np.array([f"p{i}" for s in ev.samples for i in range(len(s))], dtype=object)
-            scores = np.concatenate([_nan(s) for s in ev.samples])
-            samples = np.concatenate([np.full(len(s), k) for k, s in enumerate(ev.samples)])
-        else:
-            assert ev.values is not None
-            ids = np.array([f"p{i}" for i in range(len(ev.values))], dtype=object)
-            scores, samples = _nan(ev.values), None
-        rows.extend(scoring.score(truth, ids, scores, samples=samples, bootstrap_resamples=bootstrap_resamples,
-                                  seed=seed, rules=rules))
+    found = _point_predictions(ev)
+    if found is not None:
+        ids, scores, samples = found
+        rows.extend(scoring.score(_truth(ev.labels), ids, scores, samples=samples,
+                                  bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules))
     if ev.per_state is not None:
         summary = metrics.ranking_summary(list(ev.per_state), rules)
         details: dict[str, Any] = {"std": summary.std, "num_valid": summary.num_valid,

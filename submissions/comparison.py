@@ -8,7 +8,11 @@ difference and counts leave this module, never a label.  Finished submissions ar
 immutable, so results are cached.
 
 A container submission is compared on the predictions its container wrote (kept on the
-submission as ``predictions``), never on its image archive.  On a hidden split every
+submission as ``predictions``), never on its image archive.  A row re-scored from the
+published QVal v1.0 predictions is compared on the predictions file the import kept, against
+the labels of its published environment (:func:`leaderboard.loading.truth_for`), under the
+rules it was scored with (``qval-v1.0``); a row the authors only reported has no
+predictions and cannot be compared.  On a hidden split of a dataset we host every
 comparison is a new number computed on hidden labels, so only submissions that score every
 point (coverage 1, nothing dropped) can be compared -- then ``rho_a``/``rho_b`` are the
 disclosed leaderboard values, and a file cannot pick the subset of points another
@@ -30,7 +34,7 @@ from django.db.models import QuerySet
 from leaderboard.loading import truth_for
 from qval import predictions as qpred
 from qval.compare import paired_bootstrap
-from qval.metrics import POINT_METRICS
+from qval.metrics import POINT_METRICS, REFERENCE_RULES
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import Truth, disclose_p_value, disclose_value, point_scores
 
@@ -53,6 +57,12 @@ class ComparisonError(ValueError):
         self.a = a
 
 
+def _hidden(sub: Submission) -> bool:
+    """Whether ``sub`` is on labels we keep hidden: a hidden split of a dataset we host (a
+    published dataset's labels are the authors' public data)."""
+    return sub.dataset.hosted and sub.split not in PUBLIC_SPLITS
+
+
 def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> Submission | str:
     """The finished submission named by parameter ``name``, or why it cannot be used."""
     if raw is None or not raw.strip():
@@ -67,13 +77,16 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     if sub.state != Submission.FINISHED:
         state = f" (it is {sub.state})" if sub.user_id == getattr(user, "pk", None) else ""
         return f"submission {pk} is not finished{state}; only finished submissions can be compared"
-    if sub.source in Submission.IMPORTED_SOURCES:
-        return (f"submission {pk} is an imported result ({sub.get_source_display()}): no per-point predictions "
-                "are stored here, so it cannot be compared point by point")
+    if sub.source == Submission.SOURCE_REPORTED:
+        return (f"submission {pk} is a result reported by the authors: only its numbers are published, no "
+                "per-point predictions, so it cannot be compared point by point")
+    if sub.source == Submission.SOURCE_RESCORED and not sub.predictions:
+        return (f"submission {pk} is re-scored from per-state ranking correlations only: the published summary "
+                "holds no per-point predictions for it, so it cannot be compared point by point")
     if sub.kind == Submission.KIND_CONTAINER and not sub.predictions:
         return (f"submission {pk} ran before the site kept a container's predictions; "
                 "only container submissions scored since then can be compared")
-    if sub.split not in PUBLIC_SPLITS:
+    if _hidden(sub):
         partial = sub.results.filter(metric__in=METRICS).exclude(coverage=1.0, num_dropped=0).first()
         if partial is not None:
             return (f"submission {pk} does not score every point of the hidden {sub.split} split "
@@ -90,7 +103,7 @@ def resolve_pair(
     Anyone may compare two finished submissions: their results are public on the
     leaderboard.  Raises :class:`ComparisonError` when an id is missing or not an
     integer, a submission does not exist or is not finished, both are the same
-    submission, or they differ in dataset, split or target.
+    submission, or they differ in dataset, split, target or scoring rules.
     """
     found = {name: _one(name, params.get(name), user) for name in ("a", "b")}
     a, b = found["a"], found["b"]
@@ -106,26 +119,29 @@ def resolve_pair(
             ("dataset", a.dataset.key, b.dataset.key),
             ("split", a.split, b.split),
             ("target", a.target.upper(), b.target.upper()),
+            ("scoring rules", a.rules, b.rules),
         )
         if x != y
     ]
     if differences:
         raise ComparisonError(
             {"b": [f"submissions {a.pk} and {b.pk} differ in {', '.join(differences)}; "
-                   "only submissions on the same dataset, split and target can be compared"]},
+                   "only submissions on the same dataset, split and target, scored under the same rules, can be compared"]},
             a,
         )
     return a, b
 
 
 def candidates(sub: Submission) -> QuerySet[Submission]:
-    """The other finished submissions ``sub`` can be compared with (same dataset, split, target)."""
+    """The other finished submissions ``sub`` can be compared with (same dataset, split, target
+    and rules; neither reported nor re-scored without per-point predictions)."""
     return (
         Submission.objects.filter(
-            state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target
+            state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules
         )
         .exclude(pk=sub.pk)
-        .exclude(source__in=Submission.IMPORTED_SOURCES)
+        .exclude(source=Submission.SOURCE_REPORTED)
+        .exclude(source=Submission.SOURCE_RESCORED, predictions="")
         .select_related("method", "backbone", "user")
     )
 
@@ -142,9 +158,10 @@ def _summary(sub: Submission) -> dict[str, Any]:
 
 def _scores(sub: Submission, truth: Truth) -> np.ndarray:
     """The score of each evaluation point in the predictions ``sub`` was scored on (the uploaded
-    file, or the file its container wrote), as the worker scored it."""
+    file, the file its container wrote, or a re-scored row's published predictions), as it was
+    scored (infinite scores kept under the ``qval-v1.0`` rules)."""
     path, name = sub.scored_predictions()
-    preds = qpred.parse(path, name, reference_ids=truth.point_ids)
+    preds = qpred.parse(path, name, reference_ids=truth.point_ids, allow_infinite=sub.rules == REFERENCE_RULES)
     return point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index))
 
 
@@ -154,23 +171,24 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     ``metrics``: per metric ``rho_a``, ``rho_b`` (on the common points), ``difference``
     (``rho_a - rho_b``), ``ci95``, ``p_value`` and ``significance`` of the difference,
     ``num_points`` (points both score), ``num_dropped`` (points one of them leaves out or
-    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples.  Cached per
-    (a, b, their files, resamples, seed).
+    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples, under the rules both
+    were scored with (``rules``).  Cached per (a, b, their files, resamples, seed).
     """
     resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
-    key = f"qval:compare:v2:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
+    key = f"qval:compare:v3:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
     cached = cache.get(key)
     if cached is not None:
         return cached
     truth = truth_for(a.dataset, a.split, a.target)
     scores_a, scores_b = _scores(a, truth), _scores(b, truth)
-    hidden = a.split not in PUBLIC_SPLITS
+    hidden = _hidden(a)
     value = disclose_value if hidden else (lambda x: x)
     p_value = disclose_p_value if hidden else (lambda x: x)
     rows = []
     for metric in METRICS:
         pc = paired_bootstrap(
-            truth.point_labels, scores_a, scores_b, metric=metric, resamples=resamples, seed=SEED, level=LEVEL
+            truth.point_labels, scores_a, scores_b, metric=metric, resamples=resamples, seed=SEED, level=LEVEL,
+            rules=a.rules,
         )
         rows.append(
             {
@@ -194,6 +212,7 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
         "dataset": a.dataset.key,
         "split": a.split,
         "target": a.target,
+        "rules": a.rules,
         "level": LEVEL,
         "resamples": resamples,
         "seed": SEED,

@@ -145,7 +145,8 @@ class Submission(models.Model):
                   "while unsent (the broker was down): the reaper sends it again.")
     predictions = models.FileField(
         upload_to="predictions/%Y/%m/", blank=True,
-        help_text="Container submissions: the predictions.jsonl the container wrote, as scored.")
+        help_text="Container and baseline submissions: the predictions.jsonl they wrote, as scored; re-scored "
+                  "rows: the published per-point predictions, as a predictions file.")
 
     class Meta:
         ordering = ["-received_at"]
@@ -182,8 +183,9 @@ class Submission(models.Model):
 
     def scored_predictions(self) -> tuple[str, str]:
         """``(path, file name)`` of the predictions this submission was scored on: the uploaded
-        file, or for a container the ``predictions.jsonl`` it wrote (never the image archive)."""
-        if self.kind in (self.KIND_CONTAINER, self.KIND_BASELINE):
+        file, for a container the ``predictions.jsonl`` it wrote (never the image archive), for
+        a re-scored row the published predictions the import stored."""
+        if self.kind in (self.KIND_CONTAINER, self.KIND_BASELINE) or self.source == self.SOURCE_RESCORED:
             if not self.predictions:
                 raise ValueError(f"{self.kind} submission {self.pk} has no stored predictions")
             return self.predictions.path, "predictions.jsonl"

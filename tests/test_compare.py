@@ -168,6 +168,20 @@ def test_bad_inputs_are_rejected() -> None:
         paired_bootstrap(x, a, b, metric="r2")
     with pytest.raises(ValueError, match="level"):
         paired_bootstrap(x, a, b, level=1.0)
+    with pytest.raises(ValueError, match="unknown rules"):
+        paired_bootstrap(x, a, b, rules="mine")
+
+
+def test_reference_rules_keep_infinite_scores_as_the_scorer_does() -> None:
+    """Under ``qval-v1.0`` an infinite score is a score (ranked above every other), as
+    :func:`qval.metrics.correlate` keeps it there; under ours it is refused (above)."""
+    x, a, b = _data(10, 100)
+    a[np.argmax(a)] = np.inf  # still the largest: every rank, so rho_a, is unchanged
+    result = paired_bootstrap(x, a, b, rules="qval-v1.0", resamples=200)
+    finite = paired_bootstrap(x, np.where(np.isinf(a), 1e9, a), b, resamples=200)
+    assert result.num_points == 100 and result.rho_a == pytest.approx(float(stats.spearmanr(x, a).statistic))
+    assert (result.difference, result.low, result.high, result.p_value) == pytest.approx(
+        (finite.difference, finite.low, finite.high, finite.p_value))
 
 
 # -- Friedman / Nemenyi -----------------------------------------------------------------

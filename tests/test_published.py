@@ -8,9 +8,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from qval import metrics, published
+from qval import metrics, published, scoring
+from qval import predictions as qpred
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "qval-v1.0"
 
@@ -89,6 +91,39 @@ def test_rescoring_with_the_reference_rules_reproduces_every_stored_number(refer
     assert checked > 500
 
 
+def test_predictions_files_and_truth_give_the_scored_numbers() -> None:
+    """Each re-scored evaluation's predictions file, parsed as an upload is and scored against
+    its environment's truth, gives exactly the rows :func:`score_evaluation` gives; only the
+    ranking-only evaluations have no file."""
+    without = 0
+    for path in published.rescored_files():
+        for ev in published.rescored(path):
+            data = published.predictions_jsonl(ev)
+            if data is None:
+                assert ev.values is None and ev.samples is None and ev.per_state is not None
+                without += 1
+                continue
+            truth = published.truth(published.ENVIRONMENTS[ev.environment], ev.target)
+            assert list(truth.point_ids) == [f"p{i}" for i in range(len(ev.labels))]
+            assert np.array_equal(truth.point_labels, np.array([np.nan if v is None else v for v in ev.labels]),
+                                  equal_nan=True)
+            preds = qpred.parse(data, "predictions.jsonl", reference_ids=truth.point_ids)
+            assert (preds.samples is None) == (ev.samples is None)
+            got = scoring.score(truth, preds.ids, preds.scores, samples=preds.samples, bootstrap_resamples=0,
+                                rules=metrics.REFERENCE_RULES)
+            want = [r for r in published.score_evaluation(ev, bootstrap_resamples=0) if r.metric != "ranking_spearman"]
+            assert [(r.metric, r.value, r.num_points, r.coverage) for r in got] == \
+                   [(r.metric, r.value, r.num_points, r.coverage) for r in want], ev.key
+    assert without == 15
+
+
+def test_truth_of_what_is_not_published_is_refused() -> None:
+    with pytest.raises(published.PublishedDataError, match="cannot read"):
+        published.truth("miniwob", "q")
+    with pytest.raises(published.PublishedDataError, match="no labels for target 'v'"):
+        published.truth("terminalbench", "v")
+
+
 def _import() -> Any:
     from leaderboard.importing import import_results
 
@@ -112,10 +147,14 @@ def test_import_is_idempotent_and_keeps_provenance(client) -> None:  # type: ign
     rescored = Submission.objects.filter(source="rescored").first()
     assert rescored.provenance["repository"] == "bethgelab/qval" and rescored.provenance["commit"] == published.REFERENCE_COMMIT
     assert not rescored.dataset.hosted and rescored.dataset.name.endswith("(reported)")
+    rescored_rows = Submission.objects.filter(source="rescored").order_by("pk")
+    files = list(rescored_rows.values_list("predictions", "sha256"))
+    assert sum(bool(name) for name, _ in files) == 60 and all(bool(name) == bool(sha) for name, sha in files)
 
     again = _import()
     assert again.results == 0  # unchanged data: nothing rewritten
     assert sorted(imported.values_list("id", flat=True)) == ids and Result.objects.count() == results
+    assert list(rescored_rows.values_list("predictions", "sha256")) == files
 
     page = client.get("/leaderboard/?source=reported").content.decode()
     assert "578 rows" in page and "reported by the authors" in page
@@ -123,9 +162,86 @@ def test_import_is_idempotent_and_keeps_provenance(client) -> None:  # type: ign
     export = client.get("/leaderboard/?source=rescored&format=json").json()["rows"]
     assert len(export) == 75 and all(r["rules"] == "qval-v1.0" for r in export)
     assert "OpenApps" in client.get("/environments/openapps/").content.decode()
-    pair = list(Submission.objects.filter(source="rescored", target="q", dataset=rescored.dataset)[:2])
-    refused = client.get(f"/api/v1/compare/?a={pair[0].pk}&b={pair[1].pk}")
-    assert refused.status_code == 400 and "imported result" in refused.content.decode()
+
+    # Rows imported before the import kept predictions files (layout 1) get them on the next import.
+    for sub in rescored_rows:
+        sub.provenance["data_sha256"] = sub.provenance["data_sha256"].rsplit(":", 1)[0]
+        sub.save(update_fields=["provenance"])
+    rescored_rows.update(predictions="", sha256="")
+    assert _import().results == Result.objects.filter(submission__source="rescored").count()
+    assert sum(bool(name) for name in rescored_rows.values_list("predictions", flat=True)) == 60
+
+
+@pytest.mark.django_db
+def test_rescored_rows_are_compared_on_their_published_predictions(client, settings, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    """Two re-scored rows of one environment and target are compared as two of ours are: on
+    the full points each metric's A and B are the stored values and A − B their difference;
+    reported and ranking-only rows, and rows of ours, are refused saying why; the
+    critical-difference table counts the re-scored rows."""
+    from submissions.models import Submission
+
+    from .test_site import actor_points, csv_bytes, finish, upload
+
+    settings.QVAL_BOOTSTRAP_RESAMPLES = 200
+    _import()
+    rows = Submission.objects.filter(source="rescored", target="q")
+
+    def row(env: str, method: str) -> Submission:
+        return rows.get(dataset__slug=f"qval-v1.0-{env}", method_name=method)
+
+    def stored(sub: Submission) -> dict[str, Any]:
+        return {r.metric: r for r in sub.results.all()}
+
+    def compare(a: Submission, b: Submission) -> dict[str, Any]:
+        resp = client.get(f"/api/v1/compare/?a={a.pk}&b={b.pk}")
+        assert resp.status_code == 200, resp.content
+        return resp.json()
+
+    direct, gvl, sampled = row("alfworld", "direct-single"), row("alfworld", "gvl"), row("alfworld", "codegen")
+    for a, b in ((direct, gvl), (sampled, direct)):  # both score all 100 points (codegen: 3 samples, their mean)
+        got = compare(a, b)
+        assert (got["dataset"], got["target"], got["rules"]) == ("qval-v1.0-alfworld@1.0", "q", "qval-v1.0")
+        sa, sb = stored(a), stored(b)
+        assert {m["metric"] for m in got["metrics"]} <= set(sa)
+        for m in got["metrics"]:
+            ra, rb = sa[m["metric"]], sb[m["metric"]]
+            assert m["num_points"] == ra.num_points == rb.num_points == 100, m
+            assert m["rho_a"] == pytest.approx(ra.value, abs=1e-12) and m["rho_b"] == pytest.approx(rb.value, abs=1e-12)
+            assert m["difference"] == pytest.approx(ra.value - rb.value, abs=1e-12)
+            assert m["resamples"] == 200 and m["p_value"] is not None and m["ci95"][0] < m["ci95"][1]
+    swapped = compare(gvl, direct)
+    assert [m["difference"] for m in swapped["metrics"]] == pytest.approx(
+        [-m["difference"] for m in compare(direct, gvl)["metrics"]])
+
+    # FrozenLake's verifier scores 239 points, direct-single the first 100: compared on those 100.
+    verifier, short = row("frozenlake", "verifier"), row("frozenlake", "direct-single")
+    for m in compare(verifier, short)["metrics"]:
+        assert m["num_points"] == stored(short)[m["metric"]].num_points <= 100
+        assert m["rho_b"] == pytest.approx(stored(short)[m["metric"]].value, abs=1e-12)
+        assert m["rho_a"] != pytest.approx(stored(verifier)[m["metric"]].value, abs=1e-6)
+
+    page = client.get(f"/compare/?a={direct.pk}&b={gvl.pk}").content.decode()
+    assert 'id="comparison"' in page and 'data-metric="spearman"' in page and "qval-v1.0" in page
+    choices = client.get(f"/compare/?a={direct.pk}").content.decode()
+    ranking_only = row("alfworld", "ranking")
+    assert f'value="{gvl.pk}"' in choices and f'value="{ranking_only.pk}"' not in choices
+
+    reported = Submission.objects.filter(source="reported", dataset=direct.dataset, target="q").first()
+    ids, labels = actor_points(frozenlake, "test")
+    ours = upload(api, csv_bytes(ids, labels))["id"]
+    finish(ours)
+    for other, says in ((reported, "reported by the authors: only its numbers are published"),
+                        (ranking_only, "per-state ranking correlations only"),
+                        (Submission.objects.get(pk=ours), "differ in dataset (qval-v1.0-alfworld@1.0 vs")):
+        resp = client.get(f"/api/v1/compare/?a={direct.pk}&b={other.pk}")
+        assert resp.status_code == 400 and says in resp.content.decode(), resp.content
+
+    # Friedman/Nemenyi use each row's stored value: re-scored rows count as evaluations of their own.
+    table = client.get("/api/v1/leaderboard/critical-difference/?split=test&target=q&metric=spearman").json()
+    evaluation = f"qval-v1.0-alfworld@1.0 (rescored) / {direct.backbone_name}"
+    assert sum("(rescored)" in e for e in table["evaluations"]) == 4  # one backbone per environment
+    cell = table["matrix"][table["evaluations"].index(evaluation)][table["methods"].index("direct-single")]
+    assert cell == stored(direct)["spearman"].value
 
 
 def _page_figure(html: str) -> dict[str, Any]:
