@@ -10,7 +10,7 @@ def mark_existing_sent(apps, schema_editor):  # type: ignore[no-untyped-def]
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("submissions", "0008_submission_attempt_heartbeat"),
+        ("submissions", "0009_rescored_predictions_help"),
     ]
 
     operations = [
