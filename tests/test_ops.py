@@ -208,6 +208,16 @@ def test_an_archive_is_loaded_once_into_a_read_only_store_its_jobs_share(engine,
     assert not store.parent.exists() and list((cache.root / "archives").iterdir()) == []
 
 
+def test_the_site_image_copies_every_local_app_of_the_site() -> None:
+    """A Django app missing from the compose image kills every service at start (as ``learning`` once did)."""
+    from django.conf import settings
+
+    copied = {line.split()[1] for line in (REPO / "containers" / "site.Containerfile").read_text().splitlines()
+              if line.startswith("COPY ")}
+    local = {app.split(".")[0] for app in settings.INSTALLED_APPS if (REPO / app.split(".")[0]).is_dir()}
+    assert local and local - copied == set()
+
+
 # -- the compose stack ----------------------------------------------------------------------------
 COMPOSE_PORT = 18651
 
