@@ -20,7 +20,7 @@ import math
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -30,7 +30,6 @@ from django.utils import timezone
 
 from leaderboard.models import Dataset, Method
 from qval.learned import methods as lm
-from qval.learned import store
 from qval.learned.data import read_inputs
 from qval.learned.features import FeatureCache, featuriser_from_spec
 from submissions.models import Submission
@@ -38,6 +37,9 @@ from workers import heartbeat
 
 from . import selectors
 from .models import TrainingRun
+
+if TYPE_CHECKING:  # torch: only the gpu worker that trains imports it (the site's image has none)
+    from qval.learned.store import TrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +204,7 @@ def _requeue_or_fail(run: TrainingRun) -> None:
     enqueue(run)
 
 
-def publish(run: TrainingRun, model: store.TrainedModel, feats: FeatureCache) -> list[Submission]:
+def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:
     """Score dev and test with the trained model and enter each (target q and v) as a finished submission."""
     from workers.tasks import score_submission
 

@@ -260,7 +260,7 @@ def test_learned_pickers_are_points(client, staff, loaded, data_dir: Path, setti
     from learning import services
     from qval.learned import methods as lm
     from qval.learned.features import featuriser_from_spec
-    from qval.learned.store import Point
+    from qval.learned.data import Point
     from workers.best_of_n import play_best_of_n
 
     settings.QVAL_DATA_DIR = data_dir

@@ -17,7 +17,7 @@ from qval import build, schema
 from qval.envs.base import Environment, Snapshot
 from qval.envs.frozenlake import FrozenLake
 from qval.learned import experience, methods, store
-from qval.learned.data import read_inputs
+from qval.learned.data import Point, read_inputs
 from qval.learned.experience import Edge, TreeNode
 from qval.learned.features import FeatureCache, HashedNgrams
 from qval.learned.trainers import expectile_loss, iql_q_target
@@ -224,7 +224,7 @@ def test_trained_models_are_reproducible_stored_and_q_aligned(fl_dir: Path, tmp_
         assert all(len(curve) > 10 for curve in loaded.losses.values())
         scorer = methods.Scorer.open(folder, f, tmp_path / "features")
         state = inputs.states_in("test")[0]
-        points = [store.Point(state.task, state.observation, c.action) for c in state.candidates]
+        points = [Point(state.task, state.observation, c.action) for c in state.candidates]
         assert scorer.score(points) == pytest.approx(list(model.q(points, scorer.feats)))
         for split in ("dev", "test"):
             q = methods.score_split(loaded, inputs, split, "q", scorer.feats)

@@ -218,6 +218,42 @@ def test_the_site_image_copies_every_local_app_of_the_site() -> None:
     assert local and local - copied == set()
 
 
+SITE_WITHOUT_ML = """
+import importlib.abc, sys
+ML = {"torch", "transformers", "open_clip", "alfworld", "textworld", "browsergym", "playwright", "openai"}
+class NoML(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ML:
+            raise ImportError(f"{name} is not in the site image")
+sys.meta_path.insert(0, NoML())
+import django
+django.setup()
+from django.test import Client
+client = Client()
+for url in sys.argv[1:]:
+    print(url, client.get(url, HTTP_HOST="127.0.0.1").status_code)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_site_serves_its_pages_without_the_ml_packages() -> None:
+    """The compose image installs requirements-site.txt only (no torch, transformers, environments):
+    every page must import and answer without them."""
+    from django.db import connection
+
+    urls = ["/", "/leaderboard/", "/learned/", "/best-of-n/", "/status/", "/readyz",
+            "/figures/per-family/", "/leaderboard/critical-difference/", "/datasets/", "/how-we-score/",
+            "/api/v1/leaderboard/"]
+    env = {**os.environ, "DATABASE_URL": "postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**connection.settings_dict),
+           "DJANGO_SETTINGS_MODULE": "qval_site.settings"}
+    done = subprocess.run([sys.executable, "-c", SITE_WITHOUT_ML, *urls], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    codes = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines() if line.startswith("/"))
+    assert set(codes) == set(urls) and all(code in ("200", "302") for code in codes.values()), \
+        (codes, done.stderr[-3000:])
+
+
 # -- the compose stack ----------------------------------------------------------------------------
 COMPOSE_PORT = 18651
 

@@ -16,6 +16,15 @@ from qval import schema
 
 
 @dataclass(frozen=True)
+class Point:
+    """What a learned model scores: the task, the state's text and (for Q) an action."""
+
+    task: str
+    state: str
+    action: str | None = None
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Manifest and states (with candidates) of a dataset, no labels."""
 

@@ -22,32 +22,34 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from qval import build, schema
 from qval.envs.base import Environment
-from qval.learned import store, trainers
-from qval.learned.data import Inputs, read_inputs
+from qval.learned import defaults
+from qval.learned.data import Inputs, Point, read_inputs
 from qval.learned.features import FeatureCache, Featuriser, featuriser_from_spec
-from qval.learned.store import Point, TrainedModel
 from qval.methods.registry import MethodOutput
+
+if TYPE_CHECKING:  # torch: imported where a model is trained or loaded (the site's image has none)
+    from qval.learned.store import TrainedModel
 
 METHODS: dict[str, dict[str, Any]] = {
     "best-of-q": {
-        "defaults": trainers.BEST_OF_Q_DEFAULTS,
+        "defaults": defaults.BEST_OF_Q,
         "main": ("steps", "batch_size", "lr", "discount", "tau"),
         "description": "Best-of-Q: IQL (expectile τ=0.7) Q and V networks on frozen features of state, action and "
                        "task; transitions of the train split's trajectories and candidate branches, rewards from "
                        "the environment.",
     },
     "qlass": {
-        "defaults": trainers.QLASS_DEFAULTS,
+        "defaults": defaults.QLASS,
         "main": ("steps", "batch_size", "lr", "discount", "width", "depth", "epsilon"),
         "description": "QLASS: a QNet regressed on max-backup Q-values (γ=0.9) of exploration trees grown from the "
                        "train states with the environment's restore and candidate sampler.",
     },
     "amc-value": {
-        "defaults": trainers.AMC_DEFAULTS,
+        "defaults": defaults.AMC_VALUE,
         "main": ("steps", "batch_size", "lr", "discount", "samples", "epsilon"),
         "description": "Agentic Monte Carlo: a value head regressed on Monte-Carlo returns of continuations sampled "
                        "with the ε-noisy actor from each train state and each of its candidates.",
@@ -83,6 +85,8 @@ def train(method: str, dataset_dir: str | Path, root: str | Path, *, featuriser:
     ``env``/``spec``: the dataset's environment (default: :func:`environment_for`; tests pass a
     small one).  Only ``states.jsonl``, ``candidates.jsonl`` and ``manifest.json`` are read.
     """
+    from qval.learned import store, trainers  # torch
+
     if method not in METHODS:
         raise KeyError(f"unknown learned method {method!r}; choose one of {', '.join(METHODS)}")
     inputs = read_inputs(dataset_dir)
@@ -137,6 +141,8 @@ class Scorer:
     @classmethod
     def open(cls, folder: str | Path, featuriser: Featuriser, cache_dir: str | Path | None = None) -> "Scorer":
         """Load a stored model; ``featuriser`` must be the one it was trained with."""
+        from qval.learned import store  # torch
+
         model = store.load(folder)
         return cls(model, FeatureCache(featuriser, cache_dir, model.fingerprint))
 
@@ -180,6 +186,8 @@ def run(method: str, ctx: Any) -> MethodOutput:
 
         folder, _ = train(method, ctx.dataset_dir, root, featuriser=featuriser, cache_dir=cache / "features",
                           seed=ctx.seed, params=options.get("params"), progress=report)
+    from qval.learned import store  # torch
+
     model = store.load(folder)
     feats = FeatureCache(featuriser, cache / "features", inputs.fingerprint)
     points = list(ctx.points or [])

@@ -24,17 +24,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from qval.learned.data import Point
 from qval.learned.features import FeatureCache
 from qval.learned.nets import FieldNet, limit_threads
-
-
-@dataclass(frozen=True)
-class Point:
-    """What a learned model scores: the task, the state's text and (for Q) an action."""
-
-    task: str
-    state: str
-    action: str | None = None
 
 
 @dataclass

@@ -30,7 +30,7 @@ import torch
 
 from qval import build
 from qval.envs.base import Environment
-from qval.learned import experience
+from qval.learned import defaults, experience
 from qval.learned.data import Inputs
 from qval.learned.features import FeatureCache
 from qval.learned.nets import FieldNet, limit_threads
@@ -41,17 +41,6 @@ Progress = Callable[[int, int, str], None]
 
 LOSS_POINTS = 200
 """Loss curves are kept as at most this many points (means over equal chunks of steps)."""
-
-BEST_OF_Q_DEFAULTS: dict[str, Any] = {"tau": 0.7, "discount": 0.99, "steps": 1500, "batch_size": 128, "lr": 1e-3,
-                                      "weight_decay": 1e-4, "target_every": 100, "shared": 64,
-                                      "hidden": [128, 64], "dropout": 0.1, "branches": True}
-QLASS_DEFAULTS: dict[str, Any] = {"discount": 0.9, "width": 3, "depth": 2, "epsilon": 0.3, "max_roots": None,
-                                  "steps": 1500, "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
-                                  "hidden": [128, 64], "dropout": 0.1}
-AMC_DEFAULTS: dict[str, Any] = {"discount": 0.95, "samples": 4, "epsilon": 0.3, "max_states": None, "steps": 1500,
-                                "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
-                                "hidden": [128, 64], "dropout": 0.1}
-
 
 def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
     """IQL's ``mean(|τ − 1(u < 0)| · u²)`` of ``diff = Q_target(s, a) − V(s)``."""
@@ -148,7 +137,7 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
                     seed: int = 0, params: dict[str, Any] | None = None,
                     progress: Progress | None = None) -> TrainedModel:
     """IQL on the train split's transitions (see the module docstring)."""
-    p = _params(BEST_OF_Q_DEFAULTS, params)
+    p = _params(defaults.BEST_OF_Q, params)
     started = time.monotonic()
     train_states = inputs.states_in("train")
     indices = _train_indices(inputs)
@@ -242,7 +231,7 @@ def _roots(inputs: Inputs, limit: int | None, seed: int, what: str) -> list:
 def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
                 params: dict[str, Any] | None = None, progress: Progress | None = None) -> TrainedModel:
     """QLASS: exploration trees from the train states, max backup, QNet regression."""
-    p = _params(QLASS_DEFAULTS, params)
+    p = _params(defaults.QLASS, params)
     started = time.monotonic()
     roots = _roots(inputs, p["max_roots"], seed, "qlass")
     rows: list[tuple[str, str, str | None, float]] = []
@@ -265,7 +254,7 @@ def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: 
 def train_amc_value(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
                     params: dict[str, Any] | None = None, progress: Progress | None = None) -> TrainedModel:
     """Agentic Monte Carlo's value model on Monte-Carlo returns of sampled continuations."""
-    p = _params(AMC_DEFAULTS, params)
+    p = _params(defaults.AMC_VALUE, params)
     started = time.monotonic()
     states = _roots(inputs, p["max_states"], seed, "amc")
     rows: list[tuple[str, str, str | None, float]] = []

@@ -1,0 +1,19 @@
+"""The default training parameters of the three learned methods.
+
+Torch-free, so that the site (whose image has no torch) can show and check them; the trainers
+(:mod:`qval.learned.trainers`) start from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BEST_OF_Q: dict[str, Any] = {"tau": 0.7, "discount": 0.99, "steps": 1500, "batch_size": 128, "lr": 1e-3,
+                             "weight_decay": 1e-4, "target_every": 100, "shared": 64,
+                             "hidden": [128, 64], "dropout": 0.1, "branches": True}
+QLASS: dict[str, Any] = {"discount": 0.9, "width": 3, "depth": 2, "epsilon": 0.3, "max_roots": None,
+                         "steps": 1500, "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
+                         "hidden": [128, 64], "dropout": 0.1}
+AMC_VALUE: dict[str, Any] = {"discount": 0.95, "samples": 4, "epsilon": 0.3, "max_states": None, "steps": 1500,
+                             "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
+                             "hidden": [128, 64], "dropout": 0.1}
