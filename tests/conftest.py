@@ -4,6 +4,7 @@ of method-container tests."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -13,11 +14,12 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from qval import build, schema
+from qval.envs.base import Environment
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -128,6 +130,45 @@ def api(user):  # type: ignore[no-untyped-def]
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     return client
+
+
+BUILD_CACHE = Path(os.environ.get("QVAL_TEST_BUILD_CACHE") or Path.home() / ".cache" / "qval" / "test-builds")
+"""Small datasets that fixtures build in a real environment (MiniWoB's Chromium, ALFWorld), kept
+between test sessions: a set-up step of minutes on 2 cores (``make test`` caches it as it caches
+the wheelhouse and the images). The tests of the builds themselves never read it."""
+
+
+def _core_digest() -> str:
+    """The SHA-256 of every file of the core package: any change to it builds the cached datasets again."""
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "qval").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_build(env_key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec) -> Path:
+    """The folder of the dataset ``spec`` built in the environment ``make_env()`` (closed after), once per
+    version of the core package, the spec and ``env_key`` (the environment's arguments); later sessions
+    find it in :data:`BUILD_CACHE` (read it with ``Dataset.read``, which checks its fingerprint; never
+    write into it)."""
+    assert not spec.secret_test, "a secret test split depends on the session's secret: not cached"
+    key = hashlib.sha256(f"{_core_digest()}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
+    target = BUILD_CACHE / key
+    if not (target / "manifest.json").is_file():
+        env = make_env()
+        try:
+            dataset = build.build_dataset(env, spec)
+        finally:
+            close = getattr(env, "close", None)  # MiniWoB's browser
+            if callable(close):
+                close()
+        partial = BUILD_CACHE / f".{key}.{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        dataset.write(partial)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    return target
 
 
 @contextmanager

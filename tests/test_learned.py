@@ -7,6 +7,7 @@ import json
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from qval.learned.data import Point, read_inputs
 from qval.learned.experience import Edge, TreeNode
 from qval.learned.features import FeatureCache, HashedNgrams
 from qval.learned.trainers import expectile_loss, iql_q_target
+from tests.conftest import cached_build
 
 FAST = {"best-of-q": {"steps": 300, "target_every": 10}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
 
@@ -284,32 +286,40 @@ def test_the_registry_adapter_scores_the_points_it_is_given(fl_dir: Path, tmp_pa
 
 
 # -- ALFWorld and MiniWoB: small builds, fast settings --------------------------------------
-def train_and_score_everywhere(env: Environment, spec: build.DatasetSpec, folder: Path, tmp_path: Path,
-                               params: dict[str, dict[str, object]]) -> None:
-    """Build ``spec`` into ``folder``, train every learned method on it, score dev and test (finite, every point)."""
-    build.build_dataset(env, spec).write(folder)
+def train_and_score_everywhere(env_key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec,
+                               tmp_path: Path, params: dict[str, dict[str, object]]) -> None:
+    """Build ``spec`` (cached between sessions: :func:`tests.conftest.cached_build`), train every learned
+    method on it in a fresh ``make_env()``, score dev and test (finite, every point)."""
+    folder = cached_build(env_key, make_env, spec)
     inputs = read_inputs(folder)
-    for method in methods.METHODS:
-        _, model = methods.train(method, folder, tmp_path / "models", featuriser=HashedNgrams(512), seed=0,
-                                 params=params[method], env=env, spec=spec)
-        feats = FeatureCache(HashedNgrams(512), None, inputs.fingerprint)
-        for split in ("dev", "test"):
-            for target in ("q", "v"):
-                scores = methods.score_split(model, inputs, split, target, feats)
-                assert scores and all(np.isfinite(list(scores.values()))), (method, split, target)
+    env = make_env()
+    try:
+        for method in methods.METHODS:
+            _, model = methods.train(method, folder, tmp_path / "models", featuriser=HashedNgrams(512), seed=0,
+                                     params=params[method], env=env, spec=spec)
+            feats = FeatureCache(HashedNgrams(512), None, inputs.fingerprint)
+            for split in ("dev", "test"):
+                for target in ("q", "v"):
+                    scores = methods.score_split(model, inputs, split, target, feats)
+                    assert scores and all(np.isfinite(list(scores.values()))), (method, split, target)
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
 
 
 @pytest.mark.slow
 def test_every_learned_method_trains_on_alfworld(tmp_path: Path) -> None:
     from qval.envs.alfworld import ALFWorld, choose_scenes
 
-    env = ALFWorld(choose_scenes(3, seed=7), horizon=15, game_root=tmp_path / "games")
     spec = build.DatasetSpec(slug="alfworld-small", name="ALFWorld small", version="0", description="test build",
                              modalities=("text",), num_trajectories=3, max_states_per_trajectory=2, epsilon=0.3,
                              seed=5, discount=0.95, splits=("train", "dev", "test"), split_by="task")
     fast = {"best-of-q": {"steps": 100, "target_every": 10}, "qlass": {"steps": 100, "width": 2, "depth": 1},
             "amc-value": {"steps": 100, "samples": 1}}
-    train_and_score_everywhere(env, spec, tmp_path / "ds", tmp_path, fast)
+    train_and_score_everywhere("ALFWorld(choose_scenes(3, seed=7), horizon=15)",
+                               lambda: ALFWorld(choose_scenes(3, seed=7), horizon=15, game_root=tmp_path / "games"),
+                               spec, tmp_path, fast)
 
 
 @pytest.mark.slow
@@ -318,17 +328,15 @@ def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
 
     # tasks login-user:0, enter-password:0, login-user:1, enter-password:1 → train, dev, test, train
     # (both need three actions, so an ε = 0 trajectory has a middle turn to sample)
-    env = MiniWoB(task_names=("login-user", "enter-password"), seeds=range(2), horizon=6)
     spec = build.DatasetSpec(slug="miniwob-small", name="MiniWoB small", version="0", description="test build",
                              modalities=("text",), num_trajectories=4, max_states_per_trajectory=1, epsilon=0.0,
                              seed=42, discount=0.95, splits=("train", "dev", "test"), split_by="task")
     fast = {"best-of-q": {"steps": 60, "target_every": 10, "branches": False},
             "qlass": {"steps": 60, "width": 2, "depth": 1, "epsilon": 0.0},
             "amc-value": {"steps": 60, "samples": 1, "epsilon": 0.0}}
-    try:
-        train_and_score_everywhere(env, spec, tmp_path / "ds", tmp_path, fast)
-    finally:
-        env.close()
+    train_and_score_everywhere("MiniWoB(('login-user', 'enter-password'), range(2), horizon=6)",
+                               lambda: MiniWoB(task_names=("login-user", "enter-password"), seeds=range(2), horizon=6),
+                               spec, tmp_path, fast)
 
 
 # -- the embeddings path: the project's own server with a tiny local model -----------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from qval import build, schema
+from tests.conftest import cached_build
 from qval.methods.registry import get_method
 from qval.methods.run import run_method
 
@@ -37,13 +38,15 @@ def datasets(frozenlake: schema.Dataset, tmp_path_factory: pytest.TempPathFactor
     from qval.envs.alfworld import ALFWorld, choose_scenes
     from qval.envs.miniwob import MiniWoB
 
-    alfworld = build.build_dataset(ALFWorld(choose_scenes(2, seed=7), horizon=15,
-                                            game_root=tmp_path_factory.mktemp("alfworld-games")), small("alfworld-tiny"))
-    miniwob_env = MiniWoB(task_names=("login-user", "click-button-sequence"), seeds=range(1), horizon=12)
-    try:
-        miniwob = build.build_dataset(miniwob_env, small("miniwob-tiny"))
-    finally:
-        miniwob_env.close()
+    alfworld_dir = cached_build(
+        "ALFWorld(choose_scenes(2, seed=7), horizon=15)",
+        lambda: ALFWorld(choose_scenes(2, seed=7), horizon=15, game_root=tmp_path_factory.mktemp("alfworld-games")),
+        small("alfworld-tiny"))
+    miniwob_dir = cached_build(
+        "MiniWoB(('login-user', 'click-button-sequence'), range(1), horizon=12)",
+        lambda: MiniWoB(task_names=("login-user", "click-button-sequence"), seeds=range(1), horizon=12),
+        small("miniwob-tiny"))
+    alfworld, miniwob = schema.Dataset.read(alfworld_dir), schema.Dataset.read(miniwob_dir)
     out = {}
     for name, ds in (("frozenlake", frozenlake), ("alfworld", alfworld), ("miniwob", miniwob)):
         out[name] = schema.Dataset(manifest=ds.manifest, states=ds.states_in("dev")[:NUM_STATES],
