@@ -38,6 +38,10 @@ from .evaluations import evaluations
 from .models import BestOfNEpisode, BestOfNRun, Dataset
 
 DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
+ALIGNMENT_METRICS = ("spearman", "ranking_spearman")
+"""The test-split metrics the alignment page can put on its x axis: global ρ (default) and state-local ρ
+(how well a method ranks the candidates of one state: what a Best-of-N pick uses). The oracle and random
+have the values of :data:`DEFINED_RHO` under both."""
 """The test-split ρ of the built-in pickers by definition: the oracle scores with the labels
 themselves; random scores are independent of them."""
 
@@ -280,28 +284,29 @@ def gain_over_base(run: BestOfNRun) -> bon.Interval | None:
     return bon.gain(episodes_of(run), episodes_of(base), seed=run.seed)
 
 
-def test_rho(method: str, dataset_slug: str, backbone: str = "") -> float | None:
-    """The latest test-split, target-q global Spearman ρ of ``method`` on the dataset (any version), from an
-    evaluation with backbone ``backbone`` when there is one, else from any; for ``oracle`` and ``random`` the
-    value they have by definition."""
+def test_rho(method: str, dataset_slug: str, backbone: str = "", metric: str = "spearman") -> float | None:
+    """The latest test-split, target-q ``metric`` (one of :data:`ALIGNMENT_METRICS`; default global Spearman ρ)
+    of ``method`` on the dataset (any version), from an evaluation with backbone ``backbone`` when there is
+    one, else from any; for ``oracle`` and ``random`` the value they have by definition."""
     if method in DEFINED_RHO:
         return DEFINED_RHO[method]
     rows = [e for e in evaluations()
             if e.method == method and e.dataset.partition("@")[0] == dataset_slug and e.split == "test"
-            and e.target == "q" and e.value("spearman") is not None]
+            and e.target == "q" and e.value(metric) is not None]
     same = [e for e in rows if backbone and e.backbone == backbone]
     chosen = (same or rows)[-1:]
-    return chosen[0].value("spearman") if chosen else None
+    return chosen[0].value(metric) if chosen else None
 
 
-def picker_rho(run: BestOfNRun) -> float | None:
-    """The test ρ of a run's picker: for a learned one, the test-split, target-q global Spearman ρ its training
+def picker_rho(run: BestOfNRun, metric: str = "spearman") -> float | None:
+    """The test ``metric`` of a run's picker: for a learned one, the test-split, target-q value its training
     run published (the model that picked); else :func:`test_rho`."""
     if run.training_run_id is None:
-        return test_rho(run.picker, run.dataset_slug, run.backbone)
+        return test_rho(run.picker, run.dataset_slug, run.backbone, metric)
     published = set(run.training_run.submissions.values_list("pk", flat=True))
-    rows = [e for e in evaluations() if e.submission_id in published and e.split == "test" and e.target == "q"]
-    return rows[-1].value("spearman") if rows else None
+    rows = [e for e in evaluations() if e.submission_id in published and e.split == "test" and e.target == "q"
+            and e.value(metric) is not None]
+    return rows[-1].value(metric) if rows else None
 
 
 @dataclass(frozen=True)
@@ -324,6 +329,8 @@ class Alignment:
     n: int
     points: list[AlignmentPoint]
     correlation: bon.Interval | None
+    metric: str = "spearman"
+    """The metric of the points' ρ (one of :data:`ALIGNMENT_METRICS`)."""
 
 
 def _group(picker: str) -> tuple[str, str]:
@@ -338,9 +345,12 @@ def _group(picker: str) -> tuple[str, str]:
     return family.name, family.colour
 
 
-def alignment() -> list[Alignment]:
-    """Per environment and N: every picker's latest finished run that has a test ρ and a base run to
-    compare with, as a point, and Spearman ρ across the points with a bootstrap CI."""
+def alignment(metric: str = "spearman") -> list[Alignment]:
+    """Per environment and N: every picker's latest finished run that has a test ``metric`` (one of
+    :data:`ALIGNMENT_METRICS`) and a base run to compare with, as a point, and Spearman ρ across the
+    points with a bootstrap CI."""
+    if metric not in ALIGNMENT_METRICS:
+        raise ValueError(f"unknown alignment metric {metric!r}; choose one of {', '.join(ALIGNMENT_METRICS)}")
     latest: dict[tuple[str, int, str], BestOfNRun] = {}
     for run in BestOfNRun.objects.filter(status=BestOfNRun.FINISHED).select_related("training_run").order_by(
             "finished_at", "pk"):
@@ -349,7 +359,7 @@ def alignment() -> list[Alignment]:
     for (environment, n, picker), run in sorted(latest.items()):
         if picker in ("base", bon.REFERENCE):
             continue
-        rho = picker_rho(run)
+        rho = picker_rho(run, metric)
         g = gain_over_base(run)
         if rho is None or g is None or not math.isfinite(rho):
             continue
@@ -359,13 +369,13 @@ def alignment() -> list[Alignment]:
     result = []
     for (environment, n), points in sorted(out.items()):
         corr = bon.rank_correlation([p.rho for p in points], [p.gain.value for p in points])
-        result.append(Alignment(environment=environment, n=n, points=points, correlation=corr))
+        result.append(Alignment(environment=environment, n=n, points=points, correlation=corr, metric=metric))
     return result
 
 
 def alignment_json(alignments: list[Alignment]) -> list[dict[str, Any]]:
     """The numbers behind the alignment page (``?format=json``)."""
-    return [{"environment": a.environment, "n": a.n,
+    return [{"environment": a.environment, "n": a.n, "metric": a.metric,
              "rank_correlation": _interval(a.correlation) if a.correlation else None,
              "points": [{"run": p.run_id, "method": p.method, "group": p.group, "rho": p.rho,
                          "gain": _interval(p.gain)} for p in a.points]} for a in alignments]

@@ -6,6 +6,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidde
 from django.shortcuts import get_object_or_404, redirect, render
 
 from qval import best_of_n as bon
+from qval import metric_registry
 
 from . import best_of_n, charts
 from .forms import PlayForm
@@ -31,13 +32,21 @@ def alignment(request: HttpRequest) -> HttpResponse:
         else:
             enqueue(run)
             return redirect("best-of-n-run", pk=run.pk)
-    alignments = best_of_n.alignment()
+    metric = request.GET.get("metric", "spearman")
+    if metric not in best_of_n.ALIGNMENT_METRICS:
+        return JsonResponse({"error": f"unknown metric {metric!r}; choose one of "
+                                      f"{', '.join(best_of_n.ALIGNMENT_METRICS)}"}, status=400)
+    alignments = best_of_n.alignment(metric)
     if request.GET.get("format") == "json":
-        return JsonResponse({"alignments": best_of_n.alignment_json(alignments)})
-    panels = [{"alignment": a, "plot": charts.alignment_plot(a, f"alignment-{a.environment}-{a.n}")} for a in alignments]
+        return JsonResponse({"metric": metric, "alignments": best_of_n.alignment_json(alignments)})
+    label = metric_registry.get(metric).label
+    panels = [{"alignment": a, "plot": charts.alignment_plot(a, f"alignment-{a.environment}-{a.n}", label)}
+              for a in alignments]
     runs = BestOfNRun.objects.all()[:200]
+    metrics = [(m, metric_registry.get(m).label) for m in best_of_n.ALIGNMENT_METRICS]
     return render(request, "leaderboard/best_of_n.html", {"panels": panels, "runs": runs, "form": form,
-                                                          "baselines": bon.BASELINES},
+                                                          "baselines": bon.BASELINES, "metric": metric,
+                                                          "metric_label": label, "metrics": metrics},
                   status=400 if form is not None and form.errors else 200)
 
 

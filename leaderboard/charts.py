@@ -144,8 +144,8 @@ def label_histograms(values: dict[str, dict[str, list[float]]], bins: int = 30) 
     return out
 
 
-def alignment_plot(alignment: Alignment, div_id: str) -> str:
-    """Test-split ρ (x) against the Best-of-N success gain over the base policy (y, with its 95% CI):
+def alignment_plot(alignment: Alignment, div_id: str, metric_label: str = "Spearman ρ (global)") -> str:
+    """Test-split ρ (x, the alignment's metric, named by ``metric_label``) against the Best-of-N success gain over the base policy (y, with its 95% CI):
     one marker per picker, one trace per legend group (family, oracle, random)."""
     groups: dict[str, list] = {}
     for p in alignment.points:
@@ -160,6 +160,6 @@ def alignment_plot(alignment: Alignment, div_id: str) -> str:
         )
         for group, points in groups.items()
     ])
-    fig.update_layout(xaxis_title="test-split Spearman ρ (Q-alignment)", yaxis_title="success-rate gain over the base policy",
+    fig.update_layout(xaxis_title=f"test-split {metric_label} (Q-alignment)", yaxis_title="success-rate gain over the base policy",
                       height=420, margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
     return _html(fig, div_id)

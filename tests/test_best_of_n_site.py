@@ -47,6 +47,13 @@ def test_runs_pages_and_alignment(client) -> None:  # type: ignore[no-untyped-de
 
     page = client.get("/best-of-n/")
     assert page.status_code == 200 and b'id="alignment-frozenlake-3"' in page.content
+    local = client.get("/best-of-n/?metric=ranking_spearman")
+    assert local.status_code == 200 and "<strong>Spearman ρ (state-local)</strong>" in local.content.decode()
+    assert "(state-local) (Q-alignment)" in local.content.decode()  # the plot's x axis title
+    assert client.get("/best-of-n/?metric=ranking_spearman&format=json").json()["alignments"][0]["points"] == \
+        data[0]["points"]  # the oracle and random are 1 and 0 under both
+    bad = client.get("/best-of-n/?metric=kendall_tau")
+    assert bad.status_code == 400 and "unknown metric 'kendall_tau'" in bad.json()["error"]
     run_page = client.get(f"/best-of-n/runs/{runs['oracle'].pk}/").content.decode()
     assert "Success gain over the base policy" in run_page and run_page.count("/episodes/") == 20
     episode = runs["oracle"].episodes.get(index=0)
@@ -237,8 +244,14 @@ def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # 
                                     method=method, filename="p.csv", state=Submission.FINISHED,
                                     finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
     Result.objects.create(submission=sub, metric="spearman", value=0.25, num_points=60, coverage=1.0)
+    Result.objects.create(submission=sub, metric="ranking_spearman", value=0.6, num_points=20, coverage=1.0)
     points = {p["method"]: p for a in client.get("/best-of-n/?format=json").json()["alignments"] for p in a["points"]}
     assert points["direct-single"]["rho"] == 0.25 and points["direct-single"]["group"] == "Direct"
+    # the same point under the state-local ρ: what a pick among one state's candidates uses
+    local = client.get("/best-of-n/?metric=ranking_spearman&format=json").json()
+    assert local["metric"] == "ranking_spearman"
+    assert {p["method"]: p["rho"] for a in local["alignments"] for p in a["points"]} == {
+        "direct-single": 0.6, "random": 0.0}
     base = run.__class__.objects.get(picker="base")
     assert points["direct-single"]["gain"]["value"] == pytest.approx(mean_success(run) - mean_success(base))
 
