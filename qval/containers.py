@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import shutil
 import stat
 import subprocess
@@ -602,7 +603,6 @@ class Job:
         self._output_dir = self.dir / "output"
         self._images: list[str] = []
         self._cache_lock: int | None = None
-        self._conmon_pidfile = self.dir / "conmon.pid"
         self.dir.mkdir(parents=True)
         self.input_dir.mkdir()
 
@@ -682,8 +682,7 @@ class Job:
         argv = [
             "run", "--name", name, "--label", f"{LABEL}={self.id}", "--pull=never",
             "--network=none", "--read-only",
-            *(["--read-only-tmpfs=false", "--timeout", str(int(limits.timeout_s) + _BACKSTOP_S),
-               "--conmon-pidfile", str(self._conmon_pidfile)] if podman else []),
+            *(["--read-only-tmpfs=false", "--timeout", str(int(limits.timeout_s) + _BACKSTOP_S)] if podman else []),
             "--tmpfs", f"/tmp:rw,size={limits.tmp_mb}m,mode=1777,nosuid,nodev",
             f"--memory={limits.memory_mb}m", f"--memory-swap={limits.memory_mb}m",
             f"--pids-limit={limits.pids}", f"--cpus={limits.cpus:g}",
@@ -742,7 +741,6 @@ class Job:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            _wait_for_exit(self._conmon_pidfile, _KILL_GRACE_S)
         status, exit_code, oom = (state.stdout.split() + ["", "", ""])[:3] if state.returncode == 0 else ("", "", "")
         code = int(exit_code) if exit_code.lstrip("-").isdigit() else None
         full = _is_full(self._output_dir)
@@ -779,27 +777,6 @@ class Job:
              "tmpfs", str(self._output_dir)], capture_output=True, text=True, check=False)
         if mounted.returncode != 0:
             raise ContainerError(f"cannot mount the size-limited /output (the runner needs root): {mounted.stderr.strip()}")
-
-
-def _wait_for_exit(pidfile: Path, timeout_s: float) -> None:
-    """Wait until the process named in ``pidfile`` (a container's conmon) has exited.
-
-    conmon outlives ``podman rm`` by a moment and still writes into the job's folder (its working
-    directory) as it goes; the folder is removed only after it is gone.
-    """
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-                if fh.read().rsplit(")", 1)[-1].split()[0] == "Z":  # exited, not yet reaped by its parent
-                    return
-        except (FileNotFoundError, ProcessLookupError):
-            return
-        time.sleep(0.05)
 
 
 def _is_full(directory: Path) -> bool:
@@ -888,9 +865,10 @@ def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
             removed.append(name)
     for point in _mounts_under(directory):
         _umount(point)
-    # A container's conmon may still be exiting (it writes a file into its working directory, the
-    # job's, as it goes): wait for it, then retry until the directory is gone, for up to 15 s.
-    _wait_for_exit(directory / "conmon.pid", _KILL_GRACE_S)
+    # The engine's processes still working in the folder -- a container's conmon (its working
+    # directory is the job's: it drops files there as it exits), the `podman run` of a worker that
+    # died -- would write into it while it is removed: they are stopped first.
+    _stop_processes_in(directory)
     deadline = time.monotonic() + 15
     while True:
         shutil.rmtree(directory, ignore_errors=True)
@@ -898,6 +876,42 @@ def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
             break
         time.sleep(0.1)
     return removed
+
+
+def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> None:
+    """SIGKILL every process (but this one) whose command line names ``directory`` or whose working
+    directory is in it, and wait until they are gone."""
+    folder = str(directory)
+    needle = folder.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if needle in cmdline or cwd == folder or cwd.startswith(folder + "/"):
+            pids.append(int(entry.name))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _running(pid)]
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its parent does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def sweep(engine: Engine) -> list[str]:
