@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import sys
+import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -181,6 +182,10 @@ def test_baseline_run_on_the_queue_survives_a_worker_kill(mini_lake, tiny_model:
         first.wait()
     sub.refresh_from_db()
     assert sub.state == "scoring" and sub.progress["done"] < total
+    # A delivery that finds a fresh heartbeat of another worker leaves the run to it (the reaper on beat,
+    # not running here, would requeue it later): let the dead worker's heartbeat go stale first, as it
+    # has long before any redelivery in production.
+    time.sleep(float(env["QVAL_HEARTBEAT_STALE_S"]) + 1)
 
     with worker_process("gpu", f"test-baseline-b-{os.getpid()}@%h", data_dir, log_path, 30, flush=False, **env):
         wait_for(lambda: Submission.objects.get(pk=sub.pk).is_final, timeout=300, interval=0.5)
