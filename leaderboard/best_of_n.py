@@ -234,20 +234,10 @@ def fail(run_id: int, reason: str) -> None:
 def reap_stale(now: datetime | None = None) -> list[int]:
     """Requeue once (``attempt`` 2, resuming at its first missing episode), or fail, every running run
     whose heartbeat is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
-    return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING), _requeue_or_fail, now)
-
-
-def _requeue_or_fail(run: BestOfNRun) -> None:
-    """A run whose worker was lost: queue and send it again, or on its last attempt fail it (run locked)."""
     from workers.best_of_n import enqueue  # the task module imports this one
 
-    if run.attempt >= heartbeat.MAX_ATTEMPTS:
-        run.status, run.finished_at, run.error = BestOfNRun.FAILED, timezone.now(), heartbeat.lost_reason()
-        run.save()
-        return
-    run.status, run.attempt, run.heartbeat_at = BestOfNRun.QUEUED, run.attempt + 1, None
-    run.save()
-    enqueue(run)
+    return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING),
+                          lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
 
 
 def requeue_worker_runs(worker: str) -> list[int]:

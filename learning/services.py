@@ -190,18 +190,8 @@ def run_training(run_id: int, worker: str) -> TrainingRun:
 def reap_stale(now: datetime | None = None) -> list[int]:
     """Requeue once (``attempt`` 2, trained again from scratch), or fail, every running run whose heartbeat
     is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
-    return heartbeat.reap(TrainingRun.objects.filter(status=TrainingRun.RUNNING), _requeue_or_fail, now)
-
-
-def _requeue_or_fail(run: TrainingRun) -> None:
-    """A run whose worker was lost: queue and send it again, or on its last attempt fail it (run locked)."""
-    if run.attempt >= heartbeat.MAX_ATTEMPTS:
-        run.status, run.finished_at, run.error = TrainingRun.FAILED, timezone.now(), heartbeat.lost_reason()
-        run.save()
-        return
-    run.status, run.attempt, run.heartbeat_at = TrainingRun.QUEUED, run.attempt + 1, None
-    run.save()
-    enqueue(run)
+    return heartbeat.reap(TrainingRun.objects.filter(status=TrainingRun.RUNNING),
+                          lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:

@@ -87,3 +87,17 @@ def reap(running: models.QuerySet[Row], lost: Callable[[Row], None], now: dateti
             lost(row)
             reaped.append(pk)
     return reaped
+
+
+def requeue_or_fail(run: models.Model, send: Callable[[models.Model], None]) -> None:
+    """A run (``TrainingRun``, ``BestOfNRun``: ``status``, ``attempt``, ``heartbeat_at``, ``finished_at``,
+    ``error``) whose worker was lost: queue it again and ``send`` it, or on its last attempt fail it with
+    :func:`lost_reason`. Call with the run locked."""
+    model = type(run)
+    if run.attempt >= MAX_ATTEMPTS:  # type: ignore[attr-defined]
+        run.status, run.finished_at, run.error = model.FAILED, timezone.now(), lost_reason()  # type: ignore[attr-defined]
+        run.save()
+        return
+    run.status, run.attempt, run.heartbeat_at = model.QUEUED, run.attempt + 1, None  # type: ignore[attr-defined]
+    run.save()
+    send(run)
