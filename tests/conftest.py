@@ -138,22 +138,57 @@ between test sessions: a set-up step of minutes on 2 cores (``make test`` caches
 the wheelhouse and the images). The tests of the builds themselves never read it."""
 
 
-def _core_digest() -> str:
-    """The SHA-256 of every file of the core package: any change to it builds the cached datasets again."""
+BUILD_ROOTS = ("qval/build.py", "qval/envs")
+"""Where a dataset build starts: the builder and every environment adapter."""
+
+
+def _imported_core_files(path: Path) -> set[Path]:
+    """The files of the core package that ``path`` imports (absolute ``qval.…`` and relative imports)."""
+    import ast
+
+    package = path.parent.relative_to(REPO).parts
+    found: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module.split(".") if node.module else []
+            if node.level:
+                base = list(package[:len(package) - node.level + 1]) + base
+            names = [base + [alias.name] for alias in node.names] + [base]
+        elif isinstance(node, ast.Import):
+            names = [alias.name.split(".") for alias in node.names]
+        else:
+            continue
+        for parts in names:
+            if parts and parts[0] == "qval":
+                for candidate in (REPO.joinpath(*parts).with_suffix(".py"), REPO.joinpath(*parts, "__init__.py")):
+                    if candidate.is_file():
+                        found.add(candidate)
+    return found
+
+
+def _build_digest() -> str:
+    """The SHA-256 of every core file a dataset build can run: :data:`BUILD_ROOTS` and what they import,
+    transitively (so a change to, say, a method or the scorer does not build the cached datasets again)."""
+    todo = {p for root in BUILD_ROOTS for p in ([REPO / root] if root.endswith(".py") else (REPO / root).glob("*.py"))}
+    todo.add(REPO / "qval" / "__init__.py")
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        seen.add(path)
+        todo |= _imported_core_files(path) - seen
     digest = hashlib.sha256()
-    for path in sorted((REPO / "qval").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in sorted(seen):
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 def cached_build(env_key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec) -> Path:
     """The folder of the dataset ``spec`` built in the environment ``make_env()`` (closed after), once per
-    version of the core package, the spec and ``env_key`` (the environment's arguments); later sessions
+    version of the build's code (:func:`_build_digest`), the spec and ``env_key`` (the environment's arguments); later sessions
     find it in :data:`BUILD_CACHE` (read it with ``Dataset.read``, which checks its fingerprint; never
     write into it)."""
     assert not spec.secret_test, "a secret test split depends on the session's secret: not cached"
-    key = hashlib.sha256(f"{_core_digest()}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{_build_digest()}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
     target = BUILD_CACHE / key
     if not (target / "manifest.json").is_file():
         env = make_env()
