@@ -16,4 +16,7 @@ QLASS: dict[str, Any] = {"discount": 0.9, "width": 3, "depth": 2, "epsilon": 0.3
                          "hidden": [128, 64], "dropout": 0.1}
 AMC_VALUE: dict[str, Any] = {"discount": 0.95, "samples": 4, "epsilon": 0.3, "max_states": None, "steps": 1500,
                              "batch_size": 128, "lr": 1e-3, "weight_decay": 1e-4, "shared": 64,
-                             "hidden": [128, 64], "dropout": 0.1}
+                             "hidden": [128, 64], "dropout": 0.1, "lora": False, "lora_rank": 8, "lora_alpha": 16.0,
+                             "lora_lr": 1e-5}
+"""``lora``: fine-tune LoRA adapters of a local backbone (featuriser ``local:PATH``) jointly with the head;
+``lora_rank``, ``lora_alpha`` and ``lora_lr`` (the adapters' learning rate) as Agentic Monte Carlo's Table 7."""

@@ -10,6 +10,11 @@ names it with every setting, so cached vectors are reused only for the same feat
 * :class:`EmbeddingsEndpoint`: an OpenAI-compatible ``POST /v1/embeddings`` (vLLM's pooling
   models in production; :mod:`qval.backbone`'s own server — mean-pooled last hidden layer — on
   CPU).
+* :class:`LocalBackbone`: a local transformers checkpoint (``local:PATH``) encoded in-process,
+  the same mean-pooled last hidden layer; its name carries :func:`checkpoint_digest`, so a
+  changed checkpoint never reuses cached vectors.  ``amc-value`` with ``lora`` fine-tunes this
+  backbone (:mod:`qval.learned.lora`) instead of reading frozen vectors.  Torch is imported only
+  when it encodes.
 * :class:`FeatureCache`: vectors keyed by SHA-256 of the text, stored under
   ``{cache_dir}/{fingerprint}/{featuriser name}/`` (``keys.json`` + ``vectors.npy``, replaced
   atomically), so a retrain or a scoring run on the same dataset encodes nothing twice.
@@ -126,8 +131,49 @@ class EmbeddingsEndpoint:
         return out
 
 
+def checkpoint_digest(path: str | Path) -> str:
+    """SHA-256 over the names and contents of the files directly in checkpoint folder ``path``."""
+    folder = Path(path)
+    files = sorted(f for f in folder.iterdir() if f.is_file()) if folder.is_dir() else []
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a local transformers checkpoint (no config.json)")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+class LocalBackbone:
+    """A local transformers checkpoint, mean-pooled last hidden layer computed in this process."""
+
+    def __init__(self, path: str | Path, batch_size: int = 32) -> None:
+        self.path = Path(path).resolve()
+        self.digest = checkpoint_digest(self.path)
+        config = json.loads((self.path / "config.json").read_text())
+        if not isinstance(config.get("hidden_size"), int):
+            raise ValueError(f"{self.path}/config.json names no hidden_size")
+        self.dim = config["hidden_size"]
+        self.batch_size = batch_size
+        self.name = f"local-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.path.name)}-{self.dim}-{self.digest[:12]}"
+        self._encoder: Any = None
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self._encoder is None:
+            from qval.learned.lora import BackboneEncoder  # torch, transformers
+
+            self._encoder = BackboneEncoder(self.path)
+        import torch
+
+        with torch.no_grad():
+            return self._encoder.encode(list(texts), self.batch_size).numpy()
+
+
 def featuriser_from_spec(spec: str) -> Featuriser:
-    """``hashed`` / ``hashed:DIM`` → :class:`HashedNgrams`; ``http://HOST:PORT#MODEL`` → :class:`EmbeddingsEndpoint`."""
+    """``hashed`` / ``hashed:DIM`` → :class:`HashedNgrams`; ``http://HOST:PORT#MODEL`` → :class:`EmbeddingsEndpoint`;
+    ``local:PATH`` → :class:`LocalBackbone`."""
     if spec == "hashed" or spec.startswith("hashed:"):
         _, _, dim = spec.partition(":")
         return HashedNgrams(int(dim) if dim else 1024)
@@ -136,7 +182,10 @@ def featuriser_from_spec(spec: str) -> Featuriser:
         if not model:
             raise ValueError(f"featuriser {spec!r}: name the model after '#', e.g. http://127.0.0.1:8001#my-model")
         return EmbeddingsEndpoint.probe(url, model)
-    raise ValueError(f"unknown featuriser {spec!r}; expected 'hashed', 'hashed:DIM' or 'http://HOST:PORT#MODEL'")
+    if spec.startswith("local:"):
+        return LocalBackbone(spec.removeprefix("local:"))
+    raise ValueError(f"unknown featuriser {spec!r}; expected 'hashed', 'hashed:DIM', 'http://HOST:PORT#MODEL' "
+                     f"or 'local:PATH'")
 
 
 class FeatureCache:

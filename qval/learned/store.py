@@ -7,6 +7,13 @@ same seed and data give the same version.  :func:`save` writes
 ``{root}/{method}/{dataset slug}-{version}/{model hash[:16]}/`` with ``model.json`` and
 ``weights.pt``; :func:`load` reads it back and checks the hash.
 
+A model whose backbone was fine-tuned (``amc-value`` with ``lora``) also holds its
+:class:`~qval.learned.lora.BackboneEncoder`: :attr:`~TrainedModel.backbone` records the
+checkpoint (path, :func:`~qval.learned.features.checkpoint_digest`, LoRA rank and alpha, the
+adapted projections), the adapter tensors are stored in ``weights.pt`` (key ``lora``) and enter
+the version; :func:`load` rebuilds the encoder from the same checkpoint (refused when its digest
+changed) and scoring encodes texts through it instead of the frozen feature cache.
+
 Scoring (:meth:`TrainedModel.q`, :meth:`TrainedModel.v`) takes :class:`Point` s — text task,
 state and action — and a :class:`~qval.learned.features.FeatureCache` of the featuriser it was
 trained with.
@@ -25,7 +32,8 @@ import numpy as np
 import torch
 
 from qval.learned.data import Point
-from qval.learned.features import FeatureCache
+from qval.learned.features import FeatureCache, checkpoint_digest
+from qval.learned.lora import BackboneEncoder
 from qval.learned.nets import FieldNet, limit_threads
 
 
@@ -47,20 +55,34 @@ class TrainedModel:
     """What the training used: splits, counts of trajectories, transitions, trees, rollouts."""
     losses: dict[str, list[float]] = field(default_factory=dict)
     seconds: float = 0.0
+    backbone: dict[str, Any] | None = None
+    """The fine-tuned checkpoint: ``path``, ``digest``, ``lora_rank``, ``lora_alpha``, ``adapted`` (None: frozen features)."""
+    encoder: BackboneEncoder | None = None
+    """The backbone with the trained adapters (when :attr:`backbone` is set)."""
 
     # -- scoring -------------------------------------------------------------------------
     def _encode(self, feats: FeatureCache, points: Sequence[Point], with_action: bool) -> list[torch.Tensor]:
         limit_threads()
         if feats.featuriser.name != self.featuriser:
             raise ValueError(f"this model was trained on {self.featuriser} features, not {feats.featuriser.name}")
-        state = feats.encode([p.state for p in points])
-        task = feats.encode([p.task for p in points])
+        encode = self._through_encoder if self.encoder is not None else feats.encode
+        state = encode([p.state for p in points])
+        task = encode([p.task for p in points])
         if not with_action:
             return [torch.from_numpy(state), torch.from_numpy(task)]
         if any(p.action is None for p in points):
             raise ValueError("Q scoring needs an action in every point")
-        action = feats.encode([p.action or "" for p in points])
+        action = encode([p.action or "" for p in points])
         return [torch.from_numpy(state), torch.from_numpy(action), torch.from_numpy(task)]
+
+    def _through_encoder(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts`` from the fine-tuned backbone (each distinct text encoded once)."""
+        assert self.encoder is not None
+        unique = list(dict.fromkeys(texts))
+        self.encoder.eval()
+        vectors = self.encoder.encode(unique).numpy()
+        row = {t: i for i, t in enumerate(unique)}
+        return vectors[[row[t] for t in texts]] if texts else vectors
 
     @torch.no_grad()
     def q(self, points: Sequence[Point], feats: FeatureCache) -> np.ndarray:
@@ -101,21 +123,32 @@ class TrainedModel:
 
     # -- identity ------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        """Everything but the weights, JSON-serialisable."""
-        return {"method": self.method, "dataset": self.dataset, "fingerprint": self.fingerprint,
-                "featuriser": self.featuriser, "seed": self.seed, "params": self.params,
-                "net_config": self.net_config, "data": self.data, "losses": self.losses,
-                "seconds": round(self.seconds, 3)}
+        """Everything but the weights, JSON-serialisable (``backbone`` only for a fine-tuned one)."""
+        out = {"method": self.method, "dataset": self.dataset, "fingerprint": self.fingerprint,
+               "featuriser": self.featuriser, "seed": self.seed, "params": self.params,
+               "net_config": self.net_config, "data": self.data, "losses": self.losses,
+               "seconds": round(self.seconds, 3)}
+        if self.backbone is not None:
+            out["backbone"] = self.backbone
+        return out
+
+    def tensors(self) -> dict[str, dict[str, torch.Tensor]]:
+        """What ``weights.pt`` holds: each net's state dict and, for a fine-tuned backbone, ``lora``: its adapters."""
+        out = {name: net.state_dict() for name, net in self.nets.items()}
+        if self.encoder is not None:
+            out["lora"] = self.encoder.adapter_state()
+        return out
 
     @property
     def version(self) -> str:
-        """SHA-256 of the description (timing left out) and of every weight tensor."""
+        """SHA-256 of the description (timing left out) and of every trained tensor (nets, adapters)."""
         h = hashlib.sha256()
         desc = self.describe()
         desc.pop("seconds")
         h.update(json.dumps(desc, sort_keys=True, separators=(",", ":")).encode())
-        for name in sorted(self.nets):
-            for key, tensor in sorted(self.nets[name].state_dict().items()):
+        tensors = self.tensors()
+        for name in sorted(tensors):
+            for key, tensor in sorted(tensors[name].items()):
                 h.update(f"{name}.{key}".encode())
                 h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
@@ -132,7 +165,7 @@ def save(model: TrainedModel, root: str | Path) -> Path:
     folder = model_dir(root, model)
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    torch.save({name: net.state_dict() for name, net in model.nets.items()}, buf)
+    torch.save({name: {k: t.detach().cpu() for k, t in state.items()} for name, state in model.tensors().items()}, buf)
     tmp = folder / "weights.pt.tmp"
     tmp.write_bytes(buf.getvalue())
     tmp.replace(folder / "weights.pt")
@@ -154,10 +187,18 @@ def load(folder: str | Path) -> TrainedModel:
         net.load_state_dict(states[name])
         net.eval()
         nets[name] = net
+    backbone, encoder = meta.get("backbone"), None
+    if backbone is not None:
+        if checkpoint_digest(backbone["path"]) != backbone["digest"]:
+            raise ValueError(f"{folder}: the backbone checkpoint {backbone['path']} is not the one the adapters "
+                             f"were trained on (digest {backbone['digest'][:12]})")
+        encoder = BackboneEncoder(backbone["path"], lora=(backbone["lora_rank"], backbone["lora_alpha"], meta["seed"]))
+        encoder.load_adapters(states["lora"])
+        encoder.eval()
     model = TrainedModel(method=meta["method"], dataset=meta["dataset"], fingerprint=meta["fingerprint"],
                          featuriser=meta["featuriser"], seed=meta["seed"], params=meta["params"],
                          net_config=meta["net_config"], nets=nets, data=meta["data"], losses=meta["losses"],
-                         seconds=meta["seconds"])
+                         seconds=meta["seconds"], backbone=backbone, encoder=encoder)
     if model.version != meta["version"]:
         raise ValueError(f"{folder}: the stored weights do not match the model's version {meta['version'][:16]}")
     return model
