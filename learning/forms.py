@@ -13,7 +13,9 @@ from . import selectors
 
 
 def _param_field(default: Any) -> forms.Field:
-    """A blank-allowed number field of the default's type (blank: the default)."""
+    """A blank-allowed number field of the default's type (blank: the default), a checkbox for a switch."""
+    if isinstance(default, bool):
+        return forms.BooleanField(initial=default, required=False, help_text=f"default {'on' if default else 'off'}")
     if isinstance(default, int):
         return forms.IntegerField(initial=default, required=False, help_text=f"default {default}")
     return forms.FloatField(initial=default, required=False, help_text=f"default {default}")
@@ -26,6 +28,9 @@ class TrainForm(forms.Form):
     method = forms.ChoiceField(choices=[(m, m) for m in lm.METHODS])
     dataset = forms.ChoiceField(help_text="Datasets hosted here with a loaded train split.")
     seed = forms.IntegerField(initial=0)
+    featuriser = forms.CharField(initial="hashed", max_length=300, required=False, help_text=(
+        "hashed, hashed:DIM, http://HOST:PORT#MODEL (an /v1/embeddings server) or local:PATH (a transformers "
+        "checkpoint on the gpu worker; amc-value's lora fine-tunes it)"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -46,6 +51,10 @@ class TrainForm(forms.Form):
                 self.errors.pop(field, None)
         return self.cleaned_data
 
+    def clean_featuriser(self) -> str:
+        """Blank: ``hashed``."""
+        return self.cleaned_data.get("featuriser") or "hashed"
+
     def clean_dataset(self) -> Dataset:
         dataset = Dataset.lookup(self.cleaned_data["dataset"])
         if dataset is None:
@@ -54,17 +63,20 @@ class TrainForm(forms.Form):
 
     def common_fields(self) -> list[forms.BoundField]:
         """The fields every method has."""
-        return [self["method"], self["dataset"], self["seed"]]
+        return [self["method"], self["dataset"], self["seed"], self["featuriser"]]
 
     def param_groups(self) -> list[tuple[str, list[forms.BoundField]]]:
         """Per method, its hyperparameter fields."""
         return [(m, [self[f"{m}-{name}"] for name in info["main"]]) for m, info in lm.METHODS.items()]
 
     def params(self) -> dict[str, Any]:
-        """The chosen method's hyperparameters that were filled in (blank ones keep their default)."""
+        """The chosen method's hyperparameters that were filled in (blank ones keep their default; a switch
+        counts when it differs from its default, an unticked box being the same as a blank)."""
         method = self.cleaned_data["method"]
+        defaults = lm.METHODS[method]["defaults"]
         values = {name: self.cleaned_data.get(f"{method}-{name}") for name in lm.METHODS[method]["main"]}
-        return {name: value for name, value in values.items() if value is not None}
+        return {name: value for name, value in values.items()
+                if value is not None and not (isinstance(defaults[name], bool) and value == defaults[name])}
 
     def field_of(self, field: str) -> str | None:
         """The form field of a :class:`~learning.services.InvalidRun` field (``None``: the whole form)."""

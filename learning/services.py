@@ -17,6 +17,7 @@ import csv
 import io
 import logging
 import math
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -78,8 +79,13 @@ PARAM_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
     "dropout": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
     "lr": (lambda v: v > 0, "a positive number"),
     "weight_decay": (lambda v: v >= 0, "a number of at least 0"),
+    "lora_alpha": (lambda v: v > 0, "a positive number"),
+    "lora_lr": (lambda v: v > 0, "a positive number"),
 }
 """Allowed values of the float hyperparameters; integer ones (an integer default) must be at least 1."""
+
+FEATURISER = re.compile(r"hashed(:[1-9][0-9]*)?|https?://[^#\s]+#\S+|local:\S.*")
+"""The featuriser specs :func:`qval.learned.features.featuriser_from_spec` accepts."""
 
 SEED_LIMIT = 2**31
 """Seeds are from 0 to ``SEED_LIMIT - 1``."""
@@ -109,7 +115,11 @@ def check_param(name: str, value: Any, default: Any) -> Any:
 
 def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", seed: int = 0,
                params: dict[str, Any] | None = None) -> TrainingRun:
-    """A queued run; bad arguments are an :class:`InvalidRun` naming the field and what was expected."""
+    """A queued run; bad arguments are an :class:`InvalidRun` naming the field and what was expected.
+
+    ``featuriser``: ``hashed``, ``hashed:DIM``, ``http://HOST:PORT#MODEL`` or ``local:PATH`` (a transformers
+    checkpoint folder on the gpu worker); ``amc-value`` with ``params.lora`` needs ``local:PATH``.
+    """
     if method not in lm.METHODS:
         raise InvalidRun("method", f"unknown learned method {method!r}; choose one of {', '.join(lm.METHODS)}")
     if not selectors.trainable_datasets().filter(pk=dataset.pk).exists():
@@ -122,6 +132,12 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
     if unknown:
         raise InvalidRun("params", f"unknown parameters {sorted(unknown)} for {method}; it takes {sorted(defaults)}")
     checked = {name: check_param(name, value, defaults[name]) for name, value in (params or {}).items()}
+    if not FEATURISER.fullmatch(featuriser):
+        raise InvalidRun("featuriser", f"expected hashed, hashed:DIM, http://HOST:PORT#MODEL or local:PATH, "
+                                       f"got {featuriser!r}")
+    if checked.get("lora") and not featuriser.startswith("local:"):
+        raise InvalidRun("featuriser", f"LoRA fine-tunes a local backbone: expected local:PATH (a transformers "
+                                       f"checkpoint folder), got {featuriser!r}")
     return TrainingRun.objects.create(method=method, dataset=dataset, featuriser=featuriser, seed=seed,
                                       params=checked)
 

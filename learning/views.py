@@ -31,7 +31,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
     if form is not None and request.method == "POST" and form.is_valid():
         d = form.cleaned_data
         try:
-            run = services.create_run(d["method"], d["dataset"], seed=d["seed"], params=form.params())
+            run = services.create_run(d["method"], d["dataset"], featuriser=d["featuriser"], seed=d["seed"],
+                                      params=form.params())
         except services.InvalidRun as exc:
             form.add_error(form.field_of(exc.field), exc.message)
         else:

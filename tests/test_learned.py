@@ -376,3 +376,120 @@ def test_embeddings_endpoint_mean_pools_the_last_layer_and_trains_a_method(tiny_
         bad = server.embeddings  # bad input is a clear 400
         with pytest.raises(bb.BackboneError, match="input must be"):
             bad({"input": []})
+
+
+# -- amc-value with LoRA on a local backbone (the tiny random-weight checkpoint) -------------
+LORA_FAST = {"steps": 30, "samples": 1, "max_states": 8, "batch_size": 32, "lora": True, "lora_lr": 1e-3}
+
+
+def test_a_lora_linear_adds_the_scaled_low_rank_update_to_its_frozen_base() -> None:
+    from qval.learned.lora import LoRALinear
+
+    base = torch.nn.Linear(3, 2)
+    layer = LoRALinear(base, rank=2, alpha=4.0, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(5, 3)
+    assert torch.equal(layer(x), base(x))  # B starts at zero: the backbone is unchanged
+    with torch.no_grad():
+        layer.lora_b.copy_(torch.tensor([[1.0, 0.0], [0.5, -1.0]]))
+    by_hand = x @ base.weight.T + base.bias + 2.0 * (x @ layer.lora_a.T @ layer.lora_b.T)  # alpha / rank = 2
+    assert torch.allclose(layer(x), by_hand)
+    assert [n for n, p in layer.named_parameters() if p.requires_grad] == ["lora_a", "lora_b"]
+    with pytest.raises(ValueError, match="rank"):
+        LoRALinear(base, rank=0, alpha=4.0, generator=torch.Generator())
+
+
+def corridor_mc_rows() -> list[tuple[str, str, str | None, float]]:
+    """Hand-made Monte-Carlo targets in a corridor of length 4 (γ = 0.9, the ε = 0 actor walks right):
+    from position i the goal is 4 − i steps away, V = 0.9^(3 − i); stepping left costs two steps."""
+    rows: list[tuple[str, str, str | None, float]] = []
+    for i in range(4):
+        state = "." * i + "@" + "." * (4 - i)
+        rows.append(("walk to the end", state, None, 0.9 ** (3 - i)))
+        rows.append(("walk to the end", state, "right", 0.9 ** (3 - i)))
+        rows.append(("walk to the end", state, "left", 0.9 ** (3 - i + 2) if i > 0 else 0.9 ** 4))
+    return rows
+
+
+def test_lora_training_moves_only_adapters_and_head_and_fits_monte_carlo_targets(tiny_model: Path) -> None:
+    import transformers
+
+    from qval.learned.lora import BackboneEncoder
+    from qval.learned.trainers import fit_lora_value
+
+    rows = corridor_mc_rows()
+    env = Corridor((4,))
+    env.reset("n-4")
+    # the hand-made targets are the Monte-Carlo returns of the environment
+    assert experience.mc_value(env, env.snapshot(), "left", samples=1, epsilon=0.0, discount=0.9,
+                               rng=random.Random(0)) == pytest.approx(rows[2][3])
+    params = {"steps": 120, "batch_size": 12, "lr": 3e-3, "lora_lr": 3e-3, "dropout": 0.0}
+    _, head, encoder, curve = fit_lora_value(rows, tiny_model, params, seed=0)
+    assert np.mean(curve[-10:]) < 0.2 * np.mean(curve[:10]), (curve[:10], curve[-10:])
+
+    fresh = transformers.AutoModel.from_pretrained(tiny_model, local_files_only=True).state_dict()
+    trained = {k.replace(".base.", "."): v for k, v in encoder.body.state_dict().items() if ".lora_" not in k}
+    assert set(trained) == set(fresh) and all(torch.equal(trained[k], fresh[k]) for k in fresh)  # base: bitwise
+    adapters = encoder.adapter_state()
+    assert len(adapters) == 2 * len(encoder.adapted) == 2 * 14  # q, k, v, o, gate, up, down of 2 layers
+    assert all(p.abs().sum() > 0 for k, p in adapters.items() if k.endswith("lora_b"))  # B left zero
+    frozen = BackboneEncoder(tiny_model)
+    with torch.no_grad():
+        assert not torch.allclose(encoder.encode(["@...."]), frozen.encode(["@...."]), atol=1e-4)
+        # frozen, a padded batch gives each text's own mean-pooled last hidden layer (as /v1/embeddings)
+        texts = ["@....", "walk to the end of the corridor", ""]
+        lm = transformers.AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True).eval()
+        tok = transformers.AutoTokenizer.from_pretrained(tiny_model)
+        for text, vec in zip(texts, frozen.encode(texts)):
+            ids = tok(text)["input_ids"] or [tok.eos_token_id]
+            hidden = lm(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1]
+            assert torch.allclose(vec, hidden[0].mean(0), atol=1e-5)
+    trainable = {n for n, p in encoder.named_parameters() if p.requires_grad}
+    assert trainable == {f"body.{k}" for k in adapters}
+
+
+def test_lora_amc_value_trains_on_frozenlake_stores_reloads_and_scores(tiny_model: Path, fl_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    import shutil
+
+    from qval.learned.features import LocalBackbone, featuriser_from_spec
+
+    checkpoint = tmp_path / "tiny"
+    shutil.copytree(tiny_model, checkpoint)
+    env, spec = small_frozenlake()
+    local = featuriser_from_spec(f"local:{checkpoint}")
+    assert isinstance(local, LocalBackbone) and local.dim == 32
+    folder, model = methods.train("amc-value", fl_dir, tmp_path / "models", featuriser=local, seed=5,
+                                  params=LORA_FAST, env=env, spec=spec)
+    again_folder, again = methods.train("amc-value", fl_dir, tmp_path / "models", featuriser=local, seed=5,
+                                        params=LORA_FAST, env=env, spec=spec)
+    assert again.version == model.version and again_folder == folder
+    assert model.encoder is not None and again.encoder is not None
+    assert all(torch.equal(t, again.encoder.adapter_state()[k]) for k, t in model.encoder.adapter_state().items())
+    other = methods.train("amc-value", fl_dir, tmp_path / "models", featuriser=local, seed=6,
+                          params=LORA_FAST, env=env, spec=spec)[1]
+    assert other.version != model.version
+    assert model.backbone is not None and model.backbone["lora_rank"] == 8 and model.backbone["lora_alpha"] == 16.0
+    assert "LoRA adapters (rank 8, alpha 16)" in model.data["fine_tuned"] and model.data["labels_read"] is False
+
+    inputs = read_inputs(fl_dir)
+    loaded = store.load(folder)
+    assert loaded.version == model.version and loaded.encoder is not None
+    feats = FeatureCache(featuriser_from_spec(f"local:{checkpoint}"), None, inputs.fingerprint)
+    for split in ("dev", "test"):
+        for target in ("q", "v"):
+            scores = methods.score_split(model, inputs, split, target, feats)
+            assert scores and all(np.isfinite(list(scores.values())))
+            assert methods.score_split(loaded, inputs, split, target, feats) == pytest.approx(scores, abs=1e-6)
+    q = methods.score_split(loaded, inputs, "dev", "q", feats)
+    assert len(set(np.round(list(q.values()), 6))) > 1  # the states are told apart
+    assert feats.encoded == 0  # a fine-tuned model encodes through its own adapters, not frozen features
+
+    # the adapters belong to that checkpoint: a changed one is refused; LoRA needs a local backbone
+    (checkpoint / "config.json").write_text((checkpoint / "config.json").read_text() + "\n")
+    with pytest.raises(ValueError, match="not the one the adapters were trained on"):
+        store.load(folder)
+    with pytest.raises(ValueError, match="local:PATH"):
+        methods.train("amc-value", fl_dir, tmp_path / "m", featuriser=HashedNgrams(64), params=LORA_FAST,
+                      env=env, spec=spec)
+    with pytest.raises(ValueError, match="not a local transformers checkpoint"):
+        featuriser_from_spec(f"local:{tmp_path / 'nowhere'}")

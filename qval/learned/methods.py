@@ -13,7 +13,8 @@
   (``ctx.dataset_dir, split, target, points, seed, progress, cache_dir, options``; options
   ``model`` = a stored model folder, else the newest model of the method for the dataset
   under ``options["models_root"]`` (default ``cache_dir/learned``), else one is trained first;
-  ``featuriser`` = a :func:`~qval.learned.features.featuriser_from_spec` spec, default ``hashed``).
+  ``featuriser`` = a :func:`~qval.learned.features.featuriser_from_spec` spec, default ``hashed``;
+  an ``amc-value`` model with LoRA adapters scores through its own fine-tuned backbone).
   :mod:`qval.methods.learned` registers the three methods with it.
 """
 
@@ -50,9 +51,12 @@ METHODS: dict[str, dict[str, Any]] = {
     },
     "amc-value": {
         "defaults": defaults.AMC_VALUE,
-        "main": ("steps", "batch_size", "lr", "discount", "samples", "epsilon"),
+        "main": ("steps", "batch_size", "lr", "discount", "samples", "epsilon", "lora", "lora_rank", "lora_alpha",
+                 "lora_lr"),
         "description": "Agentic Monte Carlo: a value head regressed on Monte-Carlo returns of continuations sampled "
-                       "with the ε-noisy actor from each train state and each of its candidates.",
+                       "with the ε-noisy actor from each train state and each of its candidates; with lora and a "
+                       "local backbone (featuriser local:PATH), LoRA adapters (r=8, α=16) of the backbone's attention "
+                       "and MLP projections are fine-tuned jointly with the head, base weights frozen.",
     },
 }
 """Method name → default parameters, the main ones (offered by the site's training form) and a
