@@ -18,7 +18,8 @@ class TrainingRun(models.Model):
     method = models.CharField(max_length=50, help_text="A key of qval.learned.methods.METHODS.")
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="training_runs")
     featuriser = models.CharField(max_length=300, default="hashed",
-                                  help_text="'hashed', 'hashed:DIM' or 'http://HOST:PORT#MODEL' (an /v1/embeddings server).")
+                                  help_text="'hashed', 'hashed:DIM', 'http://HOST:PORT#MODEL' (an /v1/embeddings server) or "
+                                            "'local:PATH' (a transformers checkpoint on the gpu worker).")
     seed = models.IntegerField(default=0)
     params = models.JSONField(default=dict, blank=True, help_text="Overrides of the method's default parameters.")
     status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)

@@ -119,6 +119,43 @@ def test_bad_hyperparameters_are_refused_by_the_service(loaded) -> None:  # type
 
 @pytest.mark.slow
 @pytest.mark.worker
+def test_a_lora_amc_value_run_fine_tunes_a_local_backbone_and_says_so(  # type: ignore[no-untyped-def]
+        client, staff, loaded, tiny_model: Path, data_dir: Path, settings, django_capture_on_commit_callbacks) -> None:
+    settings.QVAL_DATA_DIR = data_dir
+    with pytest.raises(services.InvalidRun, match="featuriser: LoRA fine-tunes a local backbone"):
+        services.create_run("amc-value", loaded, params={"lora": True})
+    with pytest.raises(services.InvalidRun, match="featuriser: expected hashed"):
+        services.create_run("amc-value", loaded, featuriser="bert")
+    with pytest.raises(services.InvalidRun, match="params.lora_alpha: expected a positive number"):
+        services.create_run("amc-value", loaded, featuriser=f"local:{tiny_model}", params={"lora": True, "lora_alpha": 0})
+    # the staff form: featuriser and the LoRA switch; without a local backbone it names the featuriser field
+    clear_queue("gpu")
+    client.force_login(staff)
+    page = client.get("/learned/").content.decode()
+    assert 'name="featuriser"' in page and 'name="amc-value-lora"' in page and 'name="amc-value-lora_rank"' in page
+    resp = client.post("/learned/", {"method": "amc-value", "dataset": loaded.key, "seed": "0", "amc-value-lora": "on"})
+    assert resp.status_code == 400 and list(resp.context["form"].errors) == ["featuriser"]
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/learned/", {"method": "amc-value", "dataset": loaded.key, "seed": "0",
+                                         "featuriser": f"local:{tiny_model}", "amc-value-lora": "on",
+                                         "amc-value-lora_rank": "4"})
+    queued = TrainingRun.objects.get()
+    assert resp.status_code == 302 and queued.featuriser == f"local:{tiny_model}"
+    assert queued.params == {"lora": True, "lora_rank": 4}
+    clear_queue("gpu")
+    # inline through manage.py: trained, stored, published; the page says what was fine-tuned
+    params = '{"lora": true, "steps": 20, "samples": 1, "max_states": 6, "batch_size": 16, "lora_lr": 0.001}'
+    call_command("train_learned", "--method", "amc-value", "--dataset", loaded.slug,
+                 "--featuriser", f"local:{tiny_model}", "--params", params)
+    run = TrainingRun.objects.exclude(pk=queued.pk).get()
+    assert run.status == TrainingRun.FINISHED, run.error
+    assert sorted((s.split, s.target, s.state) for s in run.submissions.all()) == [
+        ("dev", "q", "finished"), ("dev", "v", "finished"), ("test", "q", "finished"), ("test", "v", "finished")]
+    assert Path(run.model_dir, "weights.pt").is_file()
+    page = client.get(f"/learned/{run.pk}/").content.decode()
+    assert 'id="run-fine-tuned"' in page and "LoRA adapters (rank 8, alpha 16) on the 14 linear projections" in page
+
+
 def test_a_queued_run_finishes_on_a_real_gpu_worker(transactional_db, frozenlake, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from leaderboard.loading import load_dataset
 
