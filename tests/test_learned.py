@@ -483,6 +483,10 @@ def test_lora_amc_value_trains_on_frozenlake_stores_reloads_and_scores(tiny_mode
     q = methods.score_split(loaded, inputs, "dev", "q", feats)
     assert len(set(np.round(list(q.values()), 6))) > 1  # the states are told apart
     assert feats.encoded == 0  # a fine-tuned model encodes through its own adapters, not frozen features
+    scorer = methods.Scorer.open(folder, featuriser_from_spec(f"local:{checkpoint}"))  # a Best-of-N picker's
+    state = inputs.states_in("test")[0]
+    points = [Point(state.task, state.observation, c.action) for c in state.candidates]
+    assert scorer.score(points) == pytest.approx(list(model.q(points, feats)), abs=1e-6)
 
     # the adapters belong to that checkpoint: a changed one is refused; LoRA needs a local backbone
     (checkpoint / "config.json").write_text((checkpoint / "config.json").read_text() + "\n")

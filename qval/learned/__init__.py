@@ -13,7 +13,9 @@ experience gathered in the dataset's own environment from **train** tasks only:
   candidate sampler, backed up with ``Q = r + γ·max over children`` (γ = 0.9).
 * ``amc-value`` (:func:`qval.learned.trainers.train_amc_value`): the Agentic Monte Carlo
   value model, a value head regressed on the mean discounted return of sampled
-  continuations (the ε-noisy actor) after each train state and each of its candidates.
+  continuations (the ε-noisy actor) after each train state and each of its candidates; with
+  ``lora`` and a local checkpoint (featuriser ``local:PATH``) LoRA adapters of the backbone are
+  fine-tuned jointly with the head (:mod:`qval.learned.lora`).
 
 Nothing here reads a label file: the dataset's inputs come from :func:`qval.learned.data.read_inputs`
 (``states.jsonl`` and ``candidates.jsonl``); rewards come from the environment.
@@ -21,7 +23,7 @@ Nothing here reads a label file: the dataset's inputs come from :func:`qval.lear
 Modules: :mod:`~qval.learned.data` (label-free inputs), :mod:`~qval.learned.features`
 (hashed n-grams, an ``/v1/embeddings`` endpoint, the per-fingerprint cache),
 :mod:`~qval.learned.experience` (trajectories, trees, Monte-Carlo returns),
-:mod:`~qval.learned.nets` and :mod:`~qval.learned.trainers` (torch), :mod:`~qval.learned.store`
+:mod:`~qval.learned.nets`, :mod:`~qval.learned.lora` and :mod:`~qval.learned.trainers` (torch), :mod:`~qval.learned.store`
 (content-hashed weights, scoring) and :mod:`~qval.learned.methods` (train + score entry points
 for the method registry and the site).  Django-free.
 """
