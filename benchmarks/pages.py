@@ -5,7 +5,8 @@ The script fills the database named by ``DATABASE_URL`` (use a database of its o
 migrated and written to) with the imported QVal v1.0 results plus synthetic finished
 submissions up to ``--rows`` leaderboard rows (each with ρ, τ and the state-local ρ), starts
 gunicorn on ``--port``, and for each page sends ``--requests`` requests from ``--clients``
-concurrent clients.  It prints, per page, the p50/p95 of the server time (the
+concurrent clients (a figure page's data is a second request, ``?format=plotly``, measured
+as a page of its own).  It prints, per page, the p50/p95 of the server time (the
 ``Server-Timing`` header of :mod:`qval_site.middleware`) and of the latency the client saw,
 and both as a ratio to the trivial view ``/healthz/`` measured in the same run.
 
@@ -38,6 +39,7 @@ PAGES = [
     "/leaderboard/?source=user&sort=-kendall_tau&page=3",
     "/api/v1/leaderboard/?source=reported",
     "/figures/per-family/",
+    "/figures/per-family/?format=plotly",
     "/figures/per-environment/",
     "/figures/text-vs-image/",
     "/figures/q-vs-v/",
@@ -121,6 +123,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300, help="requests per page")
     parser.add_argument("--port", type=int, default=18351)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per worker: 1 is gunicorn's sync worker, as deployed (scripts/up.sh, "
+                             "containers/compose/app.sh); more runs the gthread worker")
     args = parser.parse_args()
     if "DATABASE_URL" not in os.environ:
         parser.error("set DATABASE_URL to a database of the benchmark's own (it is migrated and written to)")
@@ -128,7 +133,8 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "qval_site.wsgi", "-b", f"127.0.0.1:{args.port}", "-w", str(args.workers),
-         "-k", "gthread", "--threads", "8", "--timeout", "300", "--log-level", "warning"], cwd=REPO, env=env)
+         *(["-k", "gthread", "--threads", str(args.threads)] if args.threads > 1 else ["-k", "sync"]),
+         "--timeout", "300", "--log-level", "warning"], cwd=REPO, env=env)
     base = f"http://127.0.0.1:{args.port}"
     try:
         for _ in range(120):
@@ -146,7 +152,8 @@ def main() -> int:
         server.wait(30)
     s50, s95 = (np.percentile(results["/healthz/"][0], q) for q in (50, 95))
     c50, c95 = (np.percentile(results["/healthz/"][1], q) for q in (50, 95))
-    print(f"{args.clients} concurrent clients, {args.requests} requests per page, {args.workers} gunicorn workers x 8 threads")
+    print(f"{args.clients} concurrent clients, {args.requests} requests per page, {args.workers} gunicorn workers x {args.threads} "
+          f"thread{'s' if args.threads > 1 else ' (sync)'}")
     print(f"{'page':<52} {'server p50':>10} {'p95 ms':>8} {'x trivial':>9} {'client p50':>10} {'p95 ms':>8} {'x trivial':>9}")
     worst = 0.0
     for path, (server_ms, client_ms, failed) in results.items():

@@ -1,12 +1,12 @@
 """Every finished evaluation with its headline metrics: the rows the leaderboard, the
 aggregates, the figures and their APIs all start from.
 
-:func:`evaluations` reads them with a constant number of queries (two to learn whether
+:func:`evaluations` reads them with a constant number of queries (one to learn whether
 anything changed, two more when it did) and keeps them in memory per process, so a page
-costs the same however many results the database holds.  The memo is keyed by a version
-made of the count and newest finish time of the finished submissions and the count and
-largest id of the results; a submission that finishes (or is re-scored, or re-imported)
-changes it.
+costs the same however many results the database holds.  The memo is keyed by the results
+version, a row that PostgreSQL triggers bump in the same transaction as every write to the
+results, to a finished submission or to a method (:class:`submissions.models.ResultsVersion`):
+a submission that finishes (or is re-scored, or re-imported) changes it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Max
 
 from qval import families, metric_registry
 
-FILTER_KEYS = ("environment", "dataset", "split", "target", "modality", "family", "backbone", "source")
+FILTER_KEYS = ("environment", "dataset", "split", "target", "modality", "family", "backbone", "source", "method")
 """Query parameters that select evaluations (each an exact value; empty means any)."""
 
 
@@ -86,12 +85,13 @@ _memo: dict[str, Any] = {"version": None, "rows": []}
 _lock = threading.Lock()
 
 
-def _version() -> tuple[Any, ...]:
-    from submissions.models import Result, Submission
+def version() -> tuple[str, int]:
+    """The results version (``(epoch, counter)`` of :class:`submissions.models.ResultsVersion`, one
+    primary-key read); ``("", 0)`` before anything was written."""
+    from submissions.models import ResultsVersion
 
-    subs = Submission.objects.filter(state=Submission.FINISHED).aggregate(n=Count("id"), last=Max("finished_at"))
-    results = Result.objects.aggregate(n=Count("id"), last=Max("id"))
-    return subs["n"], subs["last"], results["n"], results["last"]
+    row = ResultsVersion.objects.filter(pk=1).values_list("epoch", "counter").first()
+    return row if row is not None else ("", 0)
 
 
 def _load() -> list[Evaluation]:
@@ -128,15 +128,15 @@ def _load() -> list[Evaluation]:
     return rows
 
 
-def current() -> tuple[tuple[Any, ...], list[Evaluation]]:
+def current() -> tuple[tuple[str, int], list[Evaluation]]:
     """``(version, rows)``: every finished evaluation, ordered by submission id, and the
     version it was read at (memoised, see the module doc).  Treat ``rows`` as read-only."""
-    version = _version()
+    now = version()
     with _lock:
-        if _memo["version"] != version:
+        if _memo["version"] != now:
             _memo["rows"] = _load()
-            _memo["version"] = version
-        return version, _memo["rows"]
+            _memo["version"] = now
+        return now, _memo["rows"]
 
 
 def evaluations() -> list[Evaluation]:

@@ -93,11 +93,10 @@ class Figure:
         return {"data": self.traces, "layout": self.layout}
 
     @cached_property
-    def plotly_json(self) -> str:
-        """:meth:`plotly` as JSON safe inside ``<script type="application/json">`` (``<``,
-        ``>`` and ``&`` escaped), serialised once per figure."""
-        text = json.dumps(self.plotly(), ensure_ascii=False, separators=(",", ":"))
-        return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    def plotly_bytes(self) -> bytes:
+        """:meth:`plotly` as UTF-8 JSON, serialised once per figure: what a figure page fetches
+        (``?format=plotly``), so the page itself stays small however many points the figure has."""
+        return json.dumps(self.plotly(), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _order(rows: Sequence[Evaluation]) -> list[str]:
@@ -351,10 +350,7 @@ def build(name: str, f: Filters) -> Figure:
     key = (version, name, f)
     fig = _built.get(key)
     if fig is None:
-        rows = select(f.evaluation_filters(), everything)
-        if f.method:
-            rows = [e for e in rows if e.method == f.method]
-        fig = builder(rows, f)
+        fig = builder(select(f.evaluation_filters(), everything), f)
         if len(_built) >= _BUILT_MAX:
             _built.clear()
         _built[key] = fig

@@ -34,7 +34,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """What QVal measures, the per-family figure of the board, and where to start."""
+    """What QVal measures, the per-family figure of the board (its data fetched from the figure page,
+    ``?format=plotly``), and where to start."""
     fig = figures.build("per-family", figures.Filters())
     return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment"), "fig": fig})
 
@@ -58,6 +59,7 @@ def board(request: HttpRequest) -> HttpResponse:
     filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
     sort = request.GET.get("sort", "-spearman")
     search = request.GET.get("q", "").strip()
+    version = evaluations.version()  # before the rows: a cached fragment is never older than its key
     rows = leaderboard_rows(filters, sort, search)
     fmt = request.GET.get("format")
     if fmt in BOARD_EXPORT_FORMATS:
@@ -77,7 +79,7 @@ def board(request: HttpRequest) -> HttpResponse:
         request,
         "leaderboard/board.html",
         {"rows": page.object_list, "page": page, "total": len(rows), "filters": filters, "sort": sort,
-         "options": options, "search": search},
+         "options": options, "search": search, "results_version": version},
     )
 
 
@@ -288,10 +290,15 @@ def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
 # -- figures, method and environment pages --------------------------------------------------
 
 
+_options_memo: dict[str, object] = {"version": None, "options": {}}
+
+
 def _figure_options() -> dict[str, list[tuple[str, str]]]:
-    """The choices of the figure filters (values present in the evaluations)."""
-    rows = evaluations.evaluations()
-    return {
+    """The choices of the figure filters (values present in the evaluations), kept per results version."""
+    version, rows = evaluations.current()
+    if _options_memo["version"] == version:
+        return _options_memo["options"]  # type: ignore[return-value]
+    options = {
         "environment": sorted({(e.environment_slug, e.environment) for e in rows}),
         "backbone": [(b, b) for b in sorted({e.backbone for e in rows if e.backbone})],
         "split": [("all", "all splits"), ("dev", "dev"), ("test", "test")],
@@ -301,11 +308,20 @@ def _figure_options() -> dict[str, list[tuple[str, str]]]:
         "source": [(s, s) for s in figures.SOURCES],
         "metric": [(m, metric_registry.get(m).label) for m in metric_registry.COMPARABLE],
     }
+    _options_memo.update(version=version, options=options)
+    return options
+
+
+FIGURE_FORMATS = ("csv", "json", "plotly")
+"""``?format=`` of a figure page: the data behind it as CSV or JSON downloads, or the Plotly figure the
+page draws (fetched by its script)."""
 
 
 def _figure_response(request: HttpRequest, name: str, fig: figures.Figure, f: figures.Filters) -> HttpResponse:
-    """The figure's data as a CSV or JSON download (``?format=``)."""
+    """The figure's data as a CSV or JSON download, or its Plotly traces and layout (``?format=``)."""
     fmt = request.GET.get("format")
+    if fmt == "plotly":
+        return HttpResponse(fig.plotly_bytes, content_type="application/json")
     if fmt == "csv":
         response = HttpResponse(figures.csv_text(fig), content_type="text/csv; charset=utf-8")
     else:
@@ -329,12 +345,12 @@ def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], templat
     try:
         f = figures.read_filters(request.GET, **fixed)
     except aggregates.InvalidSelection as exc:
-        if request.GET.get("format") in ("csv", "json"):
+        if request.GET.get("format") in FIGURE_FORMATS:
             return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
         context["error"] = exc.message
         return render(request, template, context, status=400)
     fig = figures.build(name, f)
-    if request.GET.get("format") in ("csv", "json"):
+    if request.GET.get("format") in FIGURE_FORMATS:
         return _figure_response(request, name, fig, f)
     context.update(filters=f, values=vars(f), fig=fig, title=figures.FIGURES[name][0])
     return render(request, template, context)
@@ -366,10 +382,11 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     fig_name = request.GET.get("figure", "per-environment")
     if fig_name not in figures.FIGURES:
         fig_name = "per-environment"
-    rows = [r for r in exports.leaderboard_rows({}, "-spearman") if r.method == name]
-    extra = {"method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
+    version = evaluations.version()  # before the rows: the results table's cached fragment is never older than its key
+    rows = exports.leaderboard_rows({"method": name}, "-spearman")
+    extra = {"results_version": version, "method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
              "builtin": builtin_method(name),
-             "num_results": len(rows), "all_results": f"?q={name}", "fixed": "method", "fixed_value": name}
+             "num_results": len(rows), "all_results": f"?method={name}", "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 
 
@@ -381,8 +398,9 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     fig_name = request.GET.get("figure", "heatmap")
     if fig_name not in figures.FIGURES:
         fig_name = "heatmap"
+    version = evaluations.version()
     rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
-    extra = {"environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
+    extra = {"results_version": version, "environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}
     return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)

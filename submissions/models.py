@@ -218,3 +218,15 @@ class Result(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["submission", "metric"], name="result_unique_metric")]
         ordering = ["id"]
+
+
+class ResultsVersion(models.Model):
+    """Which version of the finished results the database holds: one row that PostgreSQL triggers
+    (migration ``0011_results_version``) bump in the same transaction as every write to the results, to a
+    finished submission or to a method; read by :func:`leaderboard.evaluations.current`.
+
+    ``epoch`` is drawn when the row is created, so a version read after the table was emptied (a test
+    database flushed between tests) never equals one read before."""
+
+    epoch = models.CharField(max_length=32)
+    counter = models.BigIntegerField(default=0)

@@ -3,6 +3,7 @@ rules, the idempotent import, the figures over them, and queries per page."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -244,10 +245,14 @@ def test_rescored_rows_are_compared_on_their_published_predictions(client, setti
     assert cell == stored(direct)["spearman"].value
 
 
-def _page_figure(html: str) -> dict[str, Any]:
-    found = re.search(r'<script id="figure-data" type="application/json">(.*?)</script>', html, re.S)
-    assert found, "no figure data on the page"
-    return json.loads(found.group(1))
+def _page_figure(client: Any, url: str) -> dict[str, Any]:
+    """The Plotly figure the page at ``url`` draws: what its script fetches from the figure's ``data-src``."""
+    found = re.search(r'<div id="figure"[^>]* data-src="([^"]+)"', client.get(url).content.decode())
+    assert found, "no figure on the page"
+    src = html.unescape(found.group(1))
+    resp = client.get(url.split("?")[0] + src if src.startswith("?") else src)
+    assert resp.status_code == 200 and resp["Content-Type"] == "application/json"
+    return json.loads(resp.content)
 
 
 def _points(fig: dict[str, Any]) -> int:
@@ -279,20 +284,21 @@ def test_figures_draw_what_the_database_holds(client) -> None:  # type: ignore[n
     }
     for query, expected in cases.items():
         name, _, params = query.partition("?")
-        fig = _page_figure(client.get(f"/figures/{name}/?{params}").content.decode())
+        fig = _page_figure(client, f"/figures/{name}/?{params}")
         api = client.get(f"/api/v1/figures/{name}/?{params}").json()
         download = client.get(f"/figures/{name}/?{params}&format=json").json()
         assert _points(fig) == len(api["rows"]) == expected, query
         assert download == api
     for name in ("per-environment", "text-vs-image", "q-vs-v"):
-        fig = _page_figure(client.get(f"/figures/{name}/").content.decode())
+        fig = _page_figure(client, f"/figures/{name}/")
         assert _points(fig) == len(client.get(f"/api/v1/figures/{name}/").json()["rows"]) > 0, name
     assert client.get("/figures/per-family/?metric=nope").status_code == 400
 
 
 PAGES = ["/", "/leaderboard/", "/leaderboard/?source=reported&q=gvl&page=2", "/api/v1/leaderboard/?source=rescored",
          "/figures/per-family/", "/figures/per-environment/", "/figures/text-vs-image/", "/figures/q-vs-v/",
-         "/figures/heatmap/?by=backbone", "/methods/gvl/", "/environments/frozenlake/", "/api/v1/figures/heatmap/"]
+         "/figures/heatmap/?by=backbone", "/methods/gvl/", "/environments/frozenlake/", "/api/v1/figures/heatmap/",
+         "/figures/per-family/?format=plotly", "/methods/gvl/?figure=q-vs-v&format=plotly"]
 
 
 @pytest.mark.django_db
@@ -323,3 +329,59 @@ def test_queries_per_page_do_not_grow_with_the_rows(client, django_assert_max_nu
     after = counts()
     assert after == before, dict(zip(PAGES, zip(before, after)))
     assert max(after) <= 12, dict(zip(PAGES, after))
+
+
+@pytest.mark.django_db
+def test_the_results_version_follows_every_write_to_the_board(client) -> None:  # type: ignore[no-untyped-def]
+    """The triggers bump the results version on every write the board shows (a result, a finished
+    submission, a method) and not on a running job's heartbeat; the board then shows the write."""
+    from django.utils import timezone
+
+    from leaderboard import evaluations
+    from leaderboard.models import Method
+    from submissions.models import Result, Submission
+
+    _import()
+    row = Submission.objects.filter(source="reported", method__name="gvl").first()
+    running = Submission.objects.create(**{f.attname: getattr(row, f.attname) for f in Submission._meta.concrete_fields
+                                           if f.attname not in ("id", "import_key", "state", "finished_at")})
+    assert running.state == Submission.RECEIVED
+    seen = [evaluations.version()]
+
+    def bumped() -> bool:
+        seen.append(evaluations.version())
+        return seen[-1] != seen[-2]
+
+    Submission.objects.filter(pk=running.pk).update(heartbeat_at=timezone.now())
+    assert not bumped()
+    Submission.objects.filter(pk=running.pk).update(state=Submission.FINISHED, finished_at=timezone.now())
+    assert bumped()
+    Result.objects.create(submission=running, metric="spearman", value=0.123456)
+    assert bumped()
+    assert "0.123" in client.get(f"/leaderboard/?q=gvl&sort=spearman").content.decode()
+    Result.objects.filter(submission=running).update(value=-0.987654)
+    assert bumped()
+    assert "-0.988" in client.get("/leaderboard/?q=gvl&sort=spearman").content.decode()
+    Method.objects.filter(name="gvl").update(family="direct")
+    assert bumped()
+    Submission.objects.filter(pk=running.pk).delete()
+    assert bumped()
+    assert "-0.988" not in client.get("/leaderboard/?q=gvl&sort=spearman").content.decode()
+
+
+@pytest.mark.django_db
+def test_the_board_filters_one_method_exactly(client) -> None:  # type: ignore[no-untyped-def]
+    """``?method=`` keeps that method's rows only (not every method whose name contains it), on the board, its
+    API and the method page (whose link to all of its results uses it)."""
+    from leaderboard import views
+    from submissions.models import Submission
+
+    _import()
+    expected = Submission.objects.filter(state="finished", method__name="codegen").count()
+    assert Submission.objects.filter(state="finished", method__name__contains="codegen").count() > expected > 0
+    api = client.get("/api/v1/leaderboard/?method=codegen&page_size=1000").json()
+    assert api["count"] == expected and {r["method"] for r in api["results"]} == {"codegen"}
+    page = client.get("/leaderboard/?method=codegen").content.decode()
+    assert f"{expected} rows" in page and 'name="method" value="codegen"' in page
+    method_page = client.get("/methods/codegen/").content.decode()
+    assert method_page.count("<tr data-submission=") == min(expected, views.RESULTS_SHOWN)
