@@ -241,10 +241,18 @@ def reap_stale(now: datetime | None = None) -> list[int]:
 
 
 def requeue_worker_runs(worker: str) -> list[int]:
-    """Queue again the runs marked running on ``worker`` (it restarted: they died with it); their ids."""
+    """Queue again (unsent) the runs marked running on ``worker`` (it restarted: they died with it); their ids."""
     ids = list(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING, worker=worker).values_list("pk", flat=True))
-    BestOfNRun.objects.filter(pk__in=ids).update(status=BestOfNRun.QUEUED)
+    BestOfNRun.objects.filter(pk__in=ids).update(status=BestOfNRun.QUEUED, queued_at=timezone.now(), sent_at=None)
     return ids
+
+
+def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
+    """Send again the queued runs whose message never reached the broker, and fail those queued for over
+    ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
+    from workers.best_of_n import play_best_of_n  # the task module imports this one
+
+    return heartbeat.reap_queued(BestOfNRun.objects.filter(status=BestOfNRun.QUEUED), play_best_of_n, now)
 
 
 # -- selectors -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 from leaderboard.models import Dataset
 
@@ -36,6 +37,10 @@ class TrainingRun(models.Model):
         default=1, help_text="Which try this is (a run whose worker is lost is requeued once, from scratch).")
     heartbeat_at = models.DateTimeField(
         null=True, blank=True, help_text="Last sign of life of the worker running it (status running).")
+    queued_at = models.DateTimeField(
+        default=timezone.now, help_text="When it was last queued (created, or requeued); see QVAL_RUN_QUEUE_S.")
+    sent_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its message reached the broker (null: not yet; its reaper sends it again).")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -143,10 +143,11 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
 
 
 def enqueue(run: TrainingRun) -> TrainingRun:
-    """Send the run to the ``gpu`` queue once the transaction commits."""
+    """Send the run to the ``gpu`` queue once the transaction commits (:func:`workers.heartbeat.send`:
+    a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
     from .tasks import train_learned
 
-    transaction.on_commit(lambda: train_learned.delay(run.pk))
+    heartbeat.send(run, train_learned)
     return run
 
 
@@ -208,6 +209,14 @@ def reap_stale(now: datetime | None = None) -> list[int]:
     is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
     return heartbeat.reap(TrainingRun.objects.filter(status=TrainingRun.RUNNING),
                           lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
+
+
+def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
+    """Send again the queued runs whose message never reached the broker, and fail those queued for over
+    ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
+    from .tasks import train_learned
+
+    return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED), train_learned, now)
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:

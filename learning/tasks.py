@@ -1,5 +1,6 @@
 """``train_learned`` (queue ``gpu``): one training run of the Learned family (:func:`learning.services.run_training`);
-``reap_stale_training_runs`` (beat, every ``QVAL_REAP_EVERY_S``): requeue once, or fail, the runs whose worker was lost."""
+``reap_stale_training_runs`` (beat, every ``QVAL_REAP_EVERY_S``): requeue once, or fail, the runs whose worker was lost;
+send again the queued runs whose message never reached the broker, and fail those that waited too long."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def train_learned(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
 
 @shared_task(name="learning.tasks.reap_stale_training_runs")
 def reap_stale_training_runs() -> list[int]:
-    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`learning.services.reap_stale`)."""
+    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`learning.services.reap_stale`);
+    send again, or fail, the queued runs whose message never left (:func:`learning.services.reap_unsent`)."""
     reaped = services.reap_stale()
     if reaped:
         log.warning("%d training runs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
+    services.reap_unsent()
     return reaped

@@ -603,6 +603,7 @@ class Job:
         self._output_dir = self.dir / "output"
         self._images: list[str] = []
         self._cache_lock: int | None = None
+        self._containers_left = False  # whether a run may have left a container behind (close then looks)
         self.dir.mkdir(parents=True)
         self.input_dir.mkdir()
 
@@ -625,7 +626,7 @@ class Job:
         if self.engine.kind == "docker":
             for image_id in self._images:
                 self.engine.call("rmi", image_id)  # fails, harmlessly, while another job runs the same image
-        _remove_job_dir(self.engine, self.dir)
+        _remove_job_dir(self.engine, self.dir, containers=self._containers_left)
         if self._cache_lock is not None:
             os.close(self._cache_lock)
             self._cache_lock = None
@@ -680,7 +681,7 @@ class Job:
         """
         podman = self.engine.kind == "podman"
         argv = [
-            "run", "--name", name, "--label", f"{LABEL}={self.id}", "--pull=never",
+            "run", "--rm", "--name", name, "--label", f"{LABEL}={self.id}", "--pull=never",
             "--network=none", "--read-only",
             *(["--read-only-tmpfs=false", "--timeout", str(int(limits.timeout_s) + _BACKSTOP_S)] if podman else []),
             "--tmpfs", f"/tmp:rw,size={limits.tmp_mb}m,mode=1777,nosuid,nodev",
@@ -711,6 +712,7 @@ class Job:
         self._mount_output(limits.output_mb)
         name = f"qval-{self.id}"
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
+        self._containers_left = True
         start = time.monotonic()
         # cwd: conmon (started by `podman run`) drops an empty "oom" file in its working directory when
         # the container's cgroup v1 goes away; it must land in the job's folder, not the worker's.
@@ -726,31 +728,35 @@ class Job:
                 elif _is_full(self._output_dir):
                     killed_for = "output"
                 if killed_for:
-                    self.engine.call("rm", "-f", "-t", "0", name, store=self.dir)
-                    try:
-                        proc.wait(timeout=_KILL_GRACE_S)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
                     break
-                time.sleep(_POLL_S)
-            wall = time.monotonic() - start
-            state = self.engine.call("inspect", "--type", "container", "--format",
-                                     "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}", name, store=self.dir)
+                try:  # returns as soon as the run ends (a sleep would add up to _POLL_S to every job)
+                    proc.wait(timeout=_POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
         finally:
-            self.engine.call("rm", "-f", "-t", "0", name, store=self.dir)
+            # `run --rm` removed a container that exited by itself; one still running is removed here.
             if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        status, exit_code, oom = (state.stdout.split() + ["", "", ""])[:3] if state.returncode == 0 else ("", "", "")
-        code = int(exit_code) if exit_code.lstrip("-").isdigit() else None
+                removed = self.engine.call("rm", "-f", "-t", "0", name, store=self.dir)
+                try:
+                    proc.wait(timeout=_KILL_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                self._containers_left = removed.returncode != 0
+            else:
+                self._containers_left = False
+            wall = time.monotonic() - start
+        stderr = err.text()
+        code: int | None = proc.returncode
         full = _is_full(self._output_dir)
         if killed_for == "timeout":
             error: str | None = f"timeout: still running after the {limits.timeout_s:g} s limit"
         elif killed_for == "output" or full:
             error = f"output too large: /output reached its {limits.output_mb} MiB limit"
-        elif killed_for is None and status not in ("exited", "stopped") and proc.returncode != 0:
-            error = f"the container could not be started ({self.engine.kind} exit status {proc.returncode}; see stderr)"
-        elif oom == "true" or code == 137:
+        elif _not_started(code, stderr):
+            error = f"the container could not be started ({self.engine.kind} exit status {code}; see stderr)"
+            code = None
+        elif code == 137:
             error = f"out of memory: killed at the {limits.memory_mb} MiB memory limit"
         elif code != 0:
             error = f"exited with code {code}"
@@ -763,7 +769,7 @@ class Job:
                 error = f"no predictions written: {error}"
             else:
                 metadata, error = _read_metadata(self._output_dir / "metadata.json")
-        return RunResult(error=error, exit_code=code, wall_s=round(wall, 3), stdout=out.text(), stderr=err.text(),
+        return RunResult(error=error, exit_code=code, wall_s=round(wall, 3), stdout=out.text(), stderr=stderr,
                          predictions=predictions if error is None else None, metadata=metadata)
 
     def _mount_output(self, size_mb: int) -> None:
@@ -777,6 +783,14 @@ class Job:
              "tmpfs", str(self._output_dir)], capture_output=True, text=True, check=False)
         if mounted.returncode != 0:
             raise ContainerError(f"cannot mount the size-limited /output (the runner needs root): {mounted.stderr.strip()}")
+
+
+def _not_started(code: int | None, stderr: str) -> bool:
+    """Whether ``run`` ended before the container's command ran: the engine's own failure (exit status
+    125), or the runtime unable to run the command (126, 127) with the engine's ``Error:`` as the last
+    line of stderr; a command that exits 126 or 127 by itself did run."""
+    last = stderr.rstrip().rsplit("\n", 1)[-1]
+    return code == 125 or (code in (126, 127) and last.startswith("Error: "))
 
 
 def _is_full(directory: Path) -> bool:
@@ -855,10 +869,13 @@ def _umount(point: Path) -> None:
         subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
 
 
-def _remove_job_dir(engine: Engine, directory: Path) -> list[str]:
-    """Remove a job's containers, mounts and directory; return the names of the containers removed."""
+def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True) -> list[str]:
+    """Remove a job's containers, mounts and directory; return the names of the containers removed.
+
+    ``containers``: whether a container of the job may be left in its store (``False``: its runs
+    removed theirs, and the engine is not asked)."""
     removed = []
-    if engine.kind == "podman" and (directory / "store").exists():
+    if containers and engine.kind == "podman" and (directory / "store").exists():
         listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}", store=directory)
         for name in listed.stdout.split():
             engine.call("rm", "-f", "-t", "0", name, store=directory)

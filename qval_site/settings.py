@@ -68,8 +68,10 @@ Workers, heartbeats and remote gpu workers (workers/jobs.py, qval/remote_worker.
                                 heartbeat for this long is requeued once, then failed (default 120).
 ``QVAL_WORKER_KEY``             the key remote workers register and send heartbeats with (none: refused).
 ``QVAL_REAP_EVERY_S``           how often beat sends the reapers of lost jobs (default 30).
-``QVAL_RESEND_AFTER_S``         a submission whose message never reached the broker (it was down) is
-                                sent again by the reaper once it is this old (default 20).
+``QVAL_RESEND_AFTER_S``         a submission, training or Best-of-N run whose message never reached the
+                                broker (it was down) is sent again by its reaper once it is this old (default 20).
+``QVAL_RUN_QUEUE_S``            a training or Best-of-N run not started within this long of being queued
+                                is failed with the reason (default 86400).
 
 Dataset builds (queue ``datasets``, see workers/builds.py):
 
@@ -308,6 +310,7 @@ QVAL_HEARTBEAT_STALE_S = float(os.environ.get("QVAL_HEARTBEAT_STALE_S", "120"))
 QVAL_WORKER_KEY = os.environ.get("QVAL_WORKER_KEY", "")
 QVAL_REAP_EVERY_S = float(os.environ.get("QVAL_REAP_EVERY_S", "30"))
 QVAL_RESEND_AFTER_S = float(os.environ.get("QVAL_RESEND_AFTER_S", "20"))
+QVAL_RUN_QUEUE_S = float(os.environ.get("QVAL_RUN_QUEUE_S", str(24 * 3600)))
 
 QVAL_BUILD_STALL_S = float(os.environ.get("QVAL_BUILD_STALL_S", "1800"))
 QVAL_BUILD_QUEUE_S = float(os.environ.get("QVAL_BUILD_QUEUE_S", str(24 * 3600)))

@@ -128,6 +128,7 @@ def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # t
         assert services.reap_stale(now=later(settings)) == [run.pk]
     run.refresh_from_db()
     assert (run.status, run.attempt, run.heartbeat_at) == ("queued", 2, None)
+    assert run.sent_at is not None and run.queued_at > run.created_at  # queued again, and sent
     assert take_messages("gpu") == [("learning.tasks.train_learned", [run.pk])]
     assert TrainingRun.objects.get(pk=fresh.pk).status == "running"
 
@@ -238,3 +239,83 @@ def test_a_submission_whose_message_never_left_is_sent_again_by_the_reaper(loade
     assert jobs.resend_unsent(now=later_on) == [lost.pk]
     assert take_messages("scoring") == [("workers.tasks.score_submission", [lost.pk])]
     assert Submission.objects.get(pk=lost.pk).attempt == 1
+
+
+# -- training and Best-of-N runs whose message never left -------------------------------------------
+@pytest.fixture
+def broker_down(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Celery sends to a port nothing listens on (its connection pools made afresh) until ``undo()``."""
+    from qval_site.celery import app
+
+    monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:1/0")
+    monkeypatch.setattr(app, "_pool", None)
+    monkeypatch.setattr(app.amqp, "_producer_pool", None)
+    return monkeypatch
+
+
+def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper(  # type: ignore[no-untyped-def]
+        loaded, settings, broker_down, django_capture_on_commit_callbacks) -> None:
+    from learning import services, tasks
+    from learning.models import TrainingRun
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run = services.enqueue(services.create_run("qlass", loaded))  # the request succeeds
+    run.refresh_from_db()
+    assert (run.status, run.sent_at) == ("queued", None)
+    broker_down.undo()
+
+    assert services.reap_unsent() == ([], [])  # too young: its message may be on its way
+    later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
+    assert services.reap_unsent(now=later_on) == ([run.pk], [])
+    assert take_messages("gpu") == [("learning.tasks.train_learned", [run.pk])]
+    assert TrainingRun.objects.get(pk=run.pk).sent_at is not None
+    assert services.reap_unsent(now=later_on) == ([], [])  # sent once
+    tasks.reap_stale_training_runs()  # what beat sends: nothing left to send
+    assert take_messages("gpu") == []
+
+
+def test_a_best_of_n_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_and_played(  # type: ignore[no-untyped-def]
+        db, settings, broker_down, django_capture_on_commit_callbacks) -> None:
+    from leaderboard import best_of_n
+    from leaderboard.models import BestOfNRun
+    from workers.best_of_n import enqueue, play_best_of_n
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run = enqueue(best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3))
+    assert BestOfNRun.objects.get(pk=run.pk).sent_at is None
+    broker_down.undo()
+
+    later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
+    assert best_of_n.reap_unsent(now=later_on) == ([run.pk], [])
+    [(task, args)] = take_messages("gpu")
+    assert (task, args) == ("workers.best_of_n.play_best_of_n", [run.pk])
+    assert play_best_of_n.apply(args=args).get() == "finished"  # the worker's delivery
+    run.refresh_from_db()
+    assert run.status == "finished" and run.done == 3 and run.sent_at is not None
+
+
+def test_a_run_not_started_within_the_queue_limit_fails_with_the_reason(  # type: ignore[no-untyped-def]
+        loaded, settings, broker_down, django_capture_on_commit_callbacks) -> None:
+    from leaderboard import best_of_n
+    from learning import services
+    from workers.best_of_n import enqueue
+
+    with django_capture_on_commit_callbacks(execute=True):
+        unsent = services.enqueue(services.create_run("qlass", loaded))
+    broker_down.undo()
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = services.enqueue(services.create_run("qlass", loaded))
+        waiting = enqueue(best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3))
+    assert sorted(take_messages("gpu")) == [("learning.tasks.train_learned", [sent.pk]),
+                                            ("workers.best_of_n.play_best_of_n", [waiting.pk])]
+
+    overdue = timezone.now() + timedelta(seconds=settings.QVAL_RUN_QUEUE_S + 1)
+    assert services.reap_unsent(now=overdue) == ([], [unsent.pk, sent.pk])
+    assert best_of_n.reap_unsent(now=overdue) == ([], [waiting.pk])
+    for run in (unsent, sent, waiting):
+        run.refresh_from_db()
+        assert run.status == "failed" and run.finished_at is not None
+    limit = f"not started within {settings.QVAL_RUN_QUEUE_S:g} s of being queued: "
+    assert unsent.error == limit + "its message never reached the broker (Redis was unreachable each time it was sent)"
+    assert sent.error == waiting.error == limit + "no worker consuming its queue took it"
+    assert take_messages("gpu") == []  # a failed run is not sent

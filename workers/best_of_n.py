@@ -3,7 +3,9 @@
 * ``play_best_of_n`` claims a queued run and plays its missing episodes, each stored as it
   finishes; the run ends ``finished`` with its summary or ``failed`` with the reason.
 * ``reap_stale_best_of_n_runs`` (beat, every ``QVAL_REAP_EVERY_S``) requeues once, or fails, a
-  run whose heartbeat stopped (:func:`leaderboard.best_of_n.reap_stale`).
+  run whose heartbeat stopped (:func:`leaderboard.best_of_n.reap_stale`), and sends again a queued
+  run whose message never reached the broker, or fails it after ``QVAL_RUN_QUEUE_S``
+  (:func:`leaderboard.best_of_n.reap_unsent`).
 * When a worker consuming ``gpu`` starts, the runs it was playing when it died (same worker
   name) are queued again and resume at their first missing episode.
 
@@ -17,18 +19,19 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import celeryd_after_setup
-from django.db import transaction
 
 from leaderboard import best_of_n
 from leaderboard.building import reason_of
 from leaderboard.models import BestOfNRun
+from workers import heartbeat
 
 log = logging.getLogger(__name__)
 
 
 def enqueue(run: BestOfNRun) -> BestOfNRun:
-    """Send a queued run to the ``gpu`` queue once the transaction that created it commits."""
-    transaction.on_commit(lambda: play_best_of_n.delay(run.pk))
+    """Send a queued run to the ``gpu`` queue once the transaction that created it commits
+    (:func:`workers.heartbeat.send`: a message that cannot reach the broker is sent again by the reaper)."""
+    heartbeat.send(run, play_best_of_n)
     return run
 
 
@@ -49,10 +52,12 @@ def play_best_of_n(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
 
 @shared_task(name="workers.best_of_n.reap_stale_best_of_n_runs")
 def reap_stale_best_of_n_runs() -> list[int]:
-    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`leaderboard.best_of_n.reap_stale`)."""
+    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`leaderboard.best_of_n.reap_stale`);
+    send again, or fail, the queued runs whose message never left (:func:`leaderboard.best_of_n.reap_unsent`)."""
     reaped = best_of_n.reap_stale()
     if reaped:
         log.warning("%d best-of-n runs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
+    best_of_n.reap_unsent()
     return reaped
 
 
@@ -63,5 +68,5 @@ def resume_best_of_n_runs(sender: str, instance: Any, **kwargs: Any) -> None:
         return
     ids = best_of_n.requeue_worker_runs(sender)
     for run_id in ids:
-        play_best_of_n.delay(run_id)
+        heartbeat.send_now(BestOfNRun, run_id, play_best_of_n)
     log.info("worker %s: %d interrupted best-of-n runs queued again: %s", sender, len(ids), ids)
