@@ -787,10 +787,11 @@ class Job:
 
 def _not_started(code: int | None, stderr: str) -> bool:
     """Whether ``run`` ended before the container's command ran: the engine's own failure (exit status
-    125), or the runtime unable to run the command (126, 127) with the engine's ``Error:`` as the last
-    line of stderr; a command that exits 126 or 127 by itself did run."""
+    125), or the OCI runtime unable to run the command (126, 127), which the engine's error, the last
+    line of stderr, names; a command that exits 126 or 127 by itself did run."""
     last = stderr.rstrip().rsplit("\n", 1)[-1]
-    return code == 125 or (code in (126, 127) and last.startswith("Error: "))
+    engine_error = last.startswith(("Error: ", "docker: Error")) and "OCI runtime" in last
+    return code == 125 or (code in (126, 127) and engine_error)
 
 
 def _is_full(directory: Path) -> bool:

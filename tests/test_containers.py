@@ -312,6 +312,7 @@ def test_the_sandbox_command_line(tmp_path: Path) -> None:
         assert with_gpu[-1] == plain[-1] == "f" * 64
         assert with_gpu[:-1] == plain[:-1] + gpu_flag
         assert ("--root" in plain) == (kind == "podman")
+        assert "--rm" in plain and "--pull=never" in plain  # removed by the engine as it exits; never pulled
         job.close()
         assert not job.dir.exists()
 
@@ -430,6 +431,20 @@ def test_failures_a_submitter_can_act_on(engine, probe_tar, frozenlake, nothing_
     assert "line 2: id 'no-such-id' is not an id of this split" in evaluation.error and "line 3" in evaluation.error
     assert {p.code for p in evaluation.problems} == {"unknown_id", "duplicate_id"}
     assert qc.evaluate(results["nothing"], truth).error == results["nothing"].error
+
+
+def test_a_command_that_cannot_start_is_told_apart_from_one_exiting_127(engine, probe_tar, frozenlake,
+                                                                          nothing_left) -> None:
+    """``run --rm`` leaves no container to inspect: the engine's exit status and its ``Error:`` line tell."""
+    with qc.Job(engine) as job:
+        image_id = job.load(probe_tar)
+        qc.write_input(frozenlake, "dev", "q", job.input_dir)
+        missing = job.run(image_id, qc.Limits(timeout_s=60), command=("/no-such-program",))
+        own = job.run(image_id, qc.Limits(timeout_s=60),
+                      command=("python3", "-c", "import sys; print('Error: mine', file=sys.stderr); sys.exit(127)"))
+    assert missing.error == "the container could not be started (podman exit status 127; see stderr)"
+    assert missing.exit_code is None and "no-such-program" in missing.stderr
+    assert (own.error, own.exit_code) == ("exited with code 127", 127)  # its own "Error:" is not the engine's
 
 
 def test_a_tar_claiming_another_images_tag_changes_nothing(engine, probe_tar, tmp_path, nothing_left) -> None:

@@ -154,8 +154,10 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
         backbone = services.container_backbone(sub.backbone_name)
         usage: dict[str, int] = {}
         with beating(Submission.objects.filter(state=Submission.SCORING), sub.pk), qc.Job(services.container_engine()) as job:
-            image_id = job.load(sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
-                                max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
+            # a rerun, or another split of the same upload: its image is cached by the SHA-256 stored at upload
+            image_id = job.load_cached(sub.sha256) or job.load(
+                sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
+                max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
             qc.write_input(inputs, sub.split, sub.target, job.input_dir, images_from=images if images.is_dir() else None)
             if backbone is None:
                 result = job.run(image_id, limits)
