@@ -253,7 +253,7 @@ def broker_down(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def
     return monkeypatch
 
 
-def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper(  # type: ignore[no-untyped-def]
+def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_and_trained(  # type: ignore[no-untyped-def]
         loaded, settings, broker_down, django_capture_on_commit_callbacks) -> None:
     from learning import services, tasks
     from learning.models import TrainingRun
@@ -267,11 +267,13 @@ def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper(  
     assert services.reap_unsent() == ([], [])  # too young: its message may be on its way
     later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
     assert services.reap_unsent(now=later_on) == ([run.pk], [])
-    assert take_messages("gpu") == [("learning.tasks.train_learned", [run.pk])]
+    [(task, args)] = take_messages("gpu")
+    assert (task, args) == ("learning.tasks.train_learned", [run.pk])
     assert TrainingRun.objects.get(pk=run.pk).sent_at is not None
     assert services.reap_unsent(now=later_on) == ([], [])  # sent once
     tasks.reap_stale_training_runs()  # what beat sends: nothing left to send
     assert take_messages("gpu") == []
+    assert tasks.train_learned.apply(args=args).get() == "finished"  # the worker's delivery
 
 
 def test_a_best_of_n_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_and_played(  # type: ignore[no-untyped-def]
