@@ -249,7 +249,9 @@ class BestOfNRun(models.Model):
     ``finished`` (``summary`` holds the success rate and mean return with their 95% CIs) or
     ``failed`` (``error``).  While it runs it stamps ``heartbeat_at``; a run whose heartbeat stops is
     requeued once (``attempt`` 2), then failed; a requeued run (or one queued again when its worker
-    restarts) resumes at its first missing episode.
+    restarts) resumes at its first missing episode. One whose message never reached the broker
+    (``sent_at`` null) is sent again by its reaper, and one not started within ``QVAL_RUN_QUEUE_S`` of
+    ``queued_at`` is failed (:mod:`workers.heartbeat`).
     """
 
     QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"

@@ -11,7 +11,9 @@ from leaderboard.models import Dataset
 class TrainingRun(models.Model):
     """``queued`` → ``running`` (stage, done/total, loss curves; ``heartbeat_at`` stamped while it runs) →
     ``finished`` (stored model, leaderboard submissions for dev and test) or ``failed`` with the reason. A
-    run whose heartbeat stops is requeued once (``attempt`` 2), then failed."""
+    run whose heartbeat stops is requeued once (``attempt`` 2), then failed; one whose message never reached
+    the broker (``sent_at`` null) is sent again by its reaper, and one not started within
+    ``QVAL_RUN_QUEUE_S`` of ``queued_at`` is failed (:mod:`workers.heartbeat`)."""
 
     QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
     STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]

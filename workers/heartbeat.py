@@ -97,7 +97,7 @@ def reap(running: models.QuerySet[Row], lost: Callable[[Row], None], now: dateti
 
 def requeue_or_fail(run: models.Model, send: Callable[[models.Model], None]) -> None:
     """A run (``TrainingRun``, ``BestOfNRun``: ``status``, ``attempt``, ``heartbeat_at``, ``finished_at``,
-    ``error``) whose worker was lost: queue it again and ``send`` it, or on its last attempt fail it with
+    ``error``, ``queued_at``, ``sent_at``) whose worker was lost: queue it again (unsent) and ``send`` it, or on its last attempt fail it with
     :func:`lost_reason`. Call with the run locked."""
     model = type(run)
     if run.attempt >= MAX_ATTEMPTS:  # type: ignore[attr-defined]
@@ -113,8 +113,6 @@ def requeue_or_fail(run: models.Model, send: Callable[[models.Model], None]) -> 
 # -- sending runs, and the runs whose message never left -----------------------------------------
 class Task(Protocol):
     """A Celery task taking a run's id (``train_learned``, ``play_best_of_n``)."""
-
-    name: str
 
     def delay(self, run_id: int) -> Any: ...
 
