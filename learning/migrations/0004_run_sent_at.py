@@ -13,7 +13,7 @@ def existing_runs_were_sent(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('learning', '0002_training_run_heartbeat_attempt'),
+        ('learning', '0003_training_run_local_featuriser'),
     ]
 
     operations = [
