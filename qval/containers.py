@@ -879,7 +879,7 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
     if containers and engine.kind == "podman" and (directory / "store").exists():
         listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}", store=directory)
         for name in listed.stdout.split():
-            engine.call("rm", "-f", "-t", "0", name, store=directory)
+            _remove_container(engine, name, store=directory)
             removed.append(name)
     for point in _mounts_under(directory):
         _umount(point)
@@ -894,6 +894,29 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
             break
         time.sleep(0.1)
     return removed
+
+
+def _remove_container(engine: Engine, name: str, store: Path | None = None) -> None:
+    """``rm -f`` a container, then make sure its init process is gone: SIGKILL it if the engine let it
+    live (its ``rm`` can fail while the ``run`` of a worker that died still holds the container), and
+    wait; with it goes the container's PID namespace, every process of the method."""
+    pid = engine.call("inspect", "--format", "{{.State.Pid}}", name, store=store).stdout.strip()
+    engine.call("rm", "-f", "-t", "0", name, store=store)
+    if pid.isdigit() and int(pid) > 0:
+        _kill_and_wait([int(pid)])
+
+
+def _kill_and_wait(pids: list[int], timeout_s: float = 10.0) -> None:
+    """SIGKILL ``pids`` and wait (at most ``timeout_s``) until none of them runs."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _running(pid)]
+        time.sleep(0.02)
 
 
 def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> None:
@@ -912,15 +935,7 @@ def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> None:
             continue
         if needle in cmdline or cwd == folder or cwd.startswith(folder + "/"):
             pids.append(int(entry.name))
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout_s
-    while pids and time.monotonic() < deadline:
-        pids = [pid for pid in pids if _running(pid)]
-        time.sleep(0.02)
+    _kill_and_wait(pids, timeout_s)
 
 
 def _running(pid: int) -> bool:
@@ -942,7 +957,7 @@ def sweep(engine: Engine) -> list[str]:
     removed: list[str] = []
     listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
     for name in listed.stdout.split():
-        engine.call("rm", "-f", "-t", "0", name)
+        _remove_container(engine, name)
         removed.append(name)
     if engine.work_root.is_dir():
         for directory in sorted(engine.work_root.iterdir()):

@@ -138,17 +138,14 @@ between test sessions: a set-up step of minutes on 2 cores (``make test`` caches
 the wheelhouse and the images). The tests of the builds themselves never read it."""
 
 
-BUILD_ROOTS = ("qval/build.py", "qval/envs")
-"""Where a dataset build starts: the builder and every environment adapter."""
-
-
 def _imported_core_files(path: Path) -> set[Path]:
-    """The files of the core package that ``path`` imports (absolute ``qval.…`` and relative imports)."""
+    """The files of the core package that ``path`` imports at module level (absolute ``qval.…`` and
+    relative imports; imports inside functions, such as the builders' lazy ones, are left out)."""
     import ast
 
     package = path.parent.relative_to(REPO).parts
     found: set[Path] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.parse(path.read_text(), str(path)).body:
         if isinstance(node, ast.ImportFrom):
             base = node.module.split(".") if node.module else []
             if node.level:
@@ -166,11 +163,14 @@ def _imported_core_files(path: Path) -> set[Path]:
     return found
 
 
-def _build_digest() -> str:
-    """The SHA-256 of every core file a dataset build can run: :data:`BUILD_ROOTS` and what they import,
-    transitively (so a change to, say, a method or the scorer does not build the cached datasets again)."""
-    todo = {p for root in BUILD_ROOTS for p in ([REPO / root] if root.endswith(".py") else (REPO / root).glob("*.py"))}
-    todo.add(REPO / "qval" / "__init__.py")
+def _build_digest(env_key: str) -> str:
+    """The SHA-256 of every core file a cached build runs: ``qval/build.py``, the adapter that defines the
+    environment class ``env_key`` starts with, and what they import, transitively (so a change to a method,
+    the scorer or another environment's adapter does not build the cached datasets again)."""
+    name = env_key.split("(")[0].strip()
+    adapters = [path for path in (REPO / "qval" / "envs").glob("*.py") if f"\nclass {name}(" in path.read_text()]
+    assert len(adapters) == 1, f"no single adapter in qval/envs defines class {name!r} (from {env_key!r})"
+    todo = {REPO / "qval" / "build.py", REPO / "qval" / "__init__.py", *adapters}
     seen: set[Path] = set()
     while todo:
         path = todo.pop()
@@ -184,11 +184,11 @@ def _build_digest() -> str:
 
 def cached_build(env_key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec) -> Path:
     """The folder of the dataset ``spec`` built in the environment ``make_env()`` (closed after), once per
-    version of the build's code (:func:`_build_digest`), the spec and ``env_key`` (the environment's arguments); later sessions
+    version of the build's code (:func:`_build_digest`), the spec and ``env_key`` (the environment's class and arguments); later sessions
     find it in :data:`BUILD_CACHE` (read it with ``Dataset.read``, which checks its fingerprint; never
     write into it)."""
     assert not spec.secret_test, "a secret test split depends on the session's secret: not cached"
-    key = hashlib.sha256(f"{_build_digest()}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{_build_digest(env_key)}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
     target = BUILD_CACHE / key
     if not (target / "manifest.json").is_file():
         env = make_env()
