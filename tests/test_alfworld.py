@@ -154,6 +154,20 @@ def test_restore_equals_replay_on_every_labelled_point(
     assert replay_env.restore_counts["direct"] == 0
 
 
+def test_a_snapshot_is_restored_directly_the_first_time(dataset: schema.Dataset, direct_env: ALFWorld,
+                                                         replay_env: ALFWorld) -> None:
+    """A state the episode snapshotted is set directly (no replay from reset), and continues as a replay would."""
+    state = dataset.states[-1]
+    direct_env.reset(state.task)
+    for action in state.history:
+        direct_env.step(action)
+    snap = direct_env.snapshot()
+    before = dict(direct_env.restore_counts)
+    via_restore = [continuation(direct_env, snap, cand.action) for cand in state.candidates]
+    assert direct_env.restore_counts == {"direct": before["direct"] + len(state.candidates), "replay": before["replay"]}
+    assert via_restore == [continuation(replay_env, snap, cand.action) for cand in state.candidates]
+
+
 @pytest.mark.slow
 def test_a_build_that_only_replays_is_identical(dataset: schema.Dataset, replay_env: ALFWorld) -> None:
     assert build.build_dataset(replay_env, small_spec()).compute_fingerprint() == dataset.compute_fingerprint()

@@ -27,11 +27,11 @@
   last command and its feedback, and the admissible commands.
 * **Candidates.**  :meth:`ALFWorld.sample_candidates`: the actor's action and three other
   admissible commands drawn by the builder's RNG, listed in admissible-command order.
-* **Restore.**  ``restore_mode="direct"`` (default): the first restore of a state in an
-  episode replays it from reset; the adapter then keeps libdownward's state id
-  (``get_state_id``/``set_state_id``) and copies of the Python-side state, and later restores
-  of the same state in the same episode set them directly (a reset, in this or any other
-  adapter, invalidates them: libdownward holds one problem per process).
+* **Restore.**  ``restore_mode="direct"`` (default): :meth:`ALFWorld.snapshot` keeps
+  libdownward's state id (``get_state_id``/``set_state_id``) and copies of the Python-side
+  state, and restores of that state in the same episode set them directly; a state restored
+  without such a snapshot is replayed from reset once, then kept the same way (a reset, in this
+  or any other adapter, invalidates them: libdownward holds one problem per process).
   ``restore_mode="replay"``: every restore replays.  Both give the same data (tested).
 * **Speed.**  :func:`set_parse_memoization` caches TextWorld's text-template and query
   parsing (tatsu), which dominates a step, and the PDDL-to-SAS translation, which dominates a
@@ -454,6 +454,14 @@ class ALFWorld(Environment):
         others = [c for c in commands if c != actor_action]
         picked = set(rng.sample(others, min(NUM_CANDIDATES - 1, len(others))))
         return [c for c in commands if c == actor_action or c in picked]
+
+    def snapshot(self) -> Snapshot:
+        """The current state; with ``restore_mode="direct"`` it is kept too, so that even its first restore in this
+        episode is direct (a Best-of-N step or a labelling rollout restores the state it is in, not a replay)."""
+        snap = super().snapshot()
+        if self.restore_mode == "direct":
+            self._direct[snap.history] = self._capture()
+        return snap
 
     def restore(self, snapshot: Snapshot) -> None:
         """Set a state kept in this episode directly (``restore_mode="direct"``); otherwise replay."""
