@@ -447,6 +447,26 @@ def test_lora_training_moves_only_adapters_and_head_and_fits_monte_carlo_targets
     assert trainable == {f"body.{k}" for k in adapters}
 
 
+def test_a_checkpoint_digest_follows_its_files(tmp_path: Path) -> None:
+    """The digest is the SHA-256 of the files' names and contents; kept per process, it is still new as soon as
+    a file is rewritten, even with the same size."""
+    import hashlib
+    import os
+
+    from qval.learned.features import checkpoint_digest
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 8}')
+    (folder / "model.safetensors").write_bytes(b"a" * 1000)
+    expected = hashlib.sha256(b"config.json\0" + b'{"hidden_size": 8}' + b"model.safetensors\0" + b"a" * 1000)
+    assert checkpoint_digest(folder) == checkpoint_digest(str(folder)) == expected.hexdigest()
+    before = (folder / "model.safetensors").stat().st_mtime_ns
+    (folder / "model.safetensors").write_bytes(b"b" * 1000)
+    os.utime(folder / "model.safetensors", ns=(before + 1, before + 1))  # however coarse the clock
+    assert checkpoint_digest(folder) != expected.hexdigest()
+
+
 def test_lora_amc_value_trains_on_frozenlake_stores_reloads_and_scores(tiny_model: Path, fl_dir: Path,
                                                                       tmp_path: Path) -> None:
     import shutil

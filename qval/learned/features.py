@@ -22,6 +22,7 @@ names it with every setting, so cached vectors are reused only for the same feat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -132,15 +133,25 @@ class EmbeddingsEndpoint:
 
 
 def checkpoint_digest(path: str | Path) -> str:
-    """SHA-256 over the names and contents of the files directly in checkpoint folder ``path``."""
-    folder = Path(path)
-    files = sorted(f for f in folder.iterdir() if f.is_file()) if folder.is_dir() else []
+    """SHA-256 over the names and contents of the files directly in checkpoint folder ``path``.
+
+    Hashing a large checkpoint takes seconds, so the digest is kept per process for the files' names,
+    sizes and modification times: a file rewritten since is hashed again."""
+    folder = Path(path).resolve()
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a local transformers checkpoint (no config.json)")
+    files = sorted(f for f in folder.iterdir() if f.is_file())
+    signature = tuple((f.name, st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
+    return _hash_files(str(folder), signature)
+
+
+@functools.lru_cache(maxsize=32)
+def _hash_files(folder: str, signature: tuple[tuple[str, int, int], ...]) -> str:
+    """The digest of :func:`checkpoint_digest` for the files named in ``signature`` (kept per signature)."""
     h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0")
-        with f.open("rb") as fh:
+    for name, _, _ in signature:
+        h.update(name.encode() + b"\0")
+        with (Path(folder) / name).open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
