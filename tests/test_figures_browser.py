@@ -132,3 +132,10 @@ def test_figure_pages(live_server, imported, page) -> None:  # type: ignore[no-u
     page.goto(base + "/leaderboard/?source=reported")
     assert page.locator("#leaderboard .badge-reported").count() == 50  # one page of the 578 rows
     page.screenshot(path=str(ARTIFACTS / "leaderboard.png"), full_page=True)
+
+    # On a phone the pages keep the screen's width: wide tables scroll inside themselves.
+    page.set_viewport_size({"width": 390, "height": 844})
+    for url in ("/leaderboard/?source=reported", "/methods/gvl/", "/"):
+        page.goto(base + url)
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390, url
+    page.screenshot(path=str(ARTIFACTS / "leaderboard-phone.png"), full_page=True)
