@@ -385,3 +385,23 @@ def test_the_board_filters_one_method_exactly(client) -> None:  # type: ignore[n
     assert f"{expected} rows" in page and 'name="method" value="codegen"' in page
     method_page = client.get("/methods/codegen/").content.decode()
     assert method_page.count("<tr data-submission=") == min(expected, views.RESULTS_SHOWN)
+
+
+@pytest.mark.django_db
+def test_each_view_of_the_board_renders_its_own_rows(client) -> None:  # type: ignore[no-untyped-def]
+    """The rendered rows are cached per results version and view: pages, sorts, filters and searches
+    each get theirs (compared with the API, which renders nothing)."""
+    _import()
+
+    def shown(query: str) -> list[int]:
+        html = client.get(f"/leaderboard/?{query}").content.decode()
+        return [int(i) for i in re.findall(r'<tr data-submission="(\d+)"', html)]
+
+    def api(query: str) -> list[int]:
+        return [r["submission_id"] for r in client.get(f"/api/v1/leaderboard/?{query}&page_size=50").json()["results"]]
+
+    views = ["source=reported", "source=reported&page=2", "source=reported&sort=spearman",
+             "source=reported&sort=spearman&page=2", "source=rescored", "source=reported&environment=alfworld", "method=gvl"]
+    for query in views + views:  # the second round is served from the cache
+        assert shown(query) == api(query), query
+    assert len({tuple(shown(q)) for q in views}) == len(views)
