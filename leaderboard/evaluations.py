@@ -12,10 +12,9 @@ a submission that finishes (or is re-scored, or re-imported) changes it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
+from typing import Any, TypeVar
 
 from qval import families, metric_registry
 
@@ -137,6 +136,28 @@ def current() -> tuple[tuple[str, int], list[Evaluation]]:
             _memo["rows"] = _load()
             _memo["version"] = now
         return now, _memo["rows"]
+
+
+T = TypeVar("T")
+DERIVED_MAX = 256
+"""Values :func:`derived` keeps per process (all of one results version)."""
+_derived: dict[str, Any] = {"version": None, "values": {}}
+
+
+def derived(key: Hashable, make: Callable[[list[Evaluation]], T]) -> T:
+    """``make(rows)`` of the current evaluations, kept under ``key`` until the results version changes:
+    what pages compute from every row (a figure, the filter choices) costs the version check when asked
+    again.  Computed outside the lock; two threads may both compute a new key, and keep either."""
+    version, rows = current()
+    with _lock:
+        if _derived["version"] == version and key in _derived["values"]:
+            return _derived["values"][key]  # type: ignore[no-any-return]
+    value = make(rows)
+    with _lock:
+        if _derived["version"] != version or len(_derived["values"]) >= DERIVED_MAX:
+            _derived.update(version=version, values={})
+        _derived["values"][key] = value
+    return value
 
 
 def evaluations() -> list[Evaluation]:

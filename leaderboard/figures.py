@@ -22,7 +22,7 @@ from typing import Any
 from qval import compare, families, metric_registry
 
 from .aggregates import InvalidSelection
-from .evaluations import FILTER_KEYS, Evaluation, best, current, select
+from .evaluations import FILTER_KEYS, Evaluation, best, derived, select
 
 SPLITS = ("dev", "test")
 TARGETS = ("q", "v")
@@ -335,26 +335,14 @@ FIGURES: dict[str, tuple[str, Builder]] = {
 """Every figure page: name (its URL) -> (title, builder)."""
 
 
-_built: dict[tuple[Any, ...], Figure] = {}
-_BUILT_MAX = 256
-
-
 def build(name: str, f: Filters) -> Figure:
     """Figure ``name`` over the evaluations selected by ``f`` (``KeyError`` for an unknown name).
 
-    Kept per process for the current evaluations (at most :data:`_BUILT_MAX` figures), so a
+    Kept per process for the current evaluations (:func:`~leaderboard.evaluations.derived`), so a
     page asked for again costs only the check that nothing changed.
     """
     _, builder = FIGURES[name]
-    version, everything = current()
-    key = (version, name, f)
-    fig = _built.get(key)
-    if fig is None:
-        fig = builder(select(f.evaluation_filters(), everything), f)
-        if len(_built) >= _BUILT_MAX:
-            _built.clear()
-        _built[key] = fig
-    return fig
+    return derived(("figure", name, f), lambda rows: builder(select(f.evaluation_filters(), rows), f))
 
 
 def payload(fig: Figure, f: Filters) -> dict[str, Any]:

@@ -290,15 +290,14 @@ def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
 # -- figures, method and environment pages --------------------------------------------------
 
 
-_options_memo: dict[str, object] = {"version": None, "options": {}}
-
-
 def _figure_options() -> dict[str, list[tuple[str, str]]]:
     """The choices of the figure filters (values present in the evaluations), kept per results version."""
-    version, rows = evaluations.current()
-    if _options_memo["version"] == version:
-        return _options_memo["options"]  # type: ignore[return-value]
-    options = {
+    return evaluations.derived("figure-options", _options_of)
+
+
+def _options_of(rows: list[evaluations.Evaluation]) -> dict[str, list[tuple[str, str]]]:
+    """The figure filters' choices for ``rows``."""
+    return {
         "environment": sorted({(e.environment_slug, e.environment) for e in rows}),
         "backbone": [(b, b) for b in sorted({e.backbone for e in rows if e.backbone})],
         "split": [("all", "all splits"), ("dev", "dev"), ("test", "test")],
@@ -308,8 +307,6 @@ def _figure_options() -> dict[str, list[tuple[str, str]]]:
         "source": [(s, s) for s in figures.SOURCES],
         "metric": [(m, metric_registry.get(m).label) for m in metric_registry.COMPARABLE],
     }
-    _options_memo.update(version=version, options=options)
-    return options
 
 
 FIGURE_FORMATS = ("csv", "json", "plotly")
