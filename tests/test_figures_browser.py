@@ -79,8 +79,17 @@ def _expected(name: str, source: str) -> tuple[int, int]:
     raise AssertionError(name)
 
 
+TRACES = "() => JSON.stringify(document.getElementById('figure').data.map(t => [t.name, t.x, t.y]))"
+
+
+def _drawn(page) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the page has fetched its figure's traces and Plotly has drawn them (the
+    figure arrives after the page's load event, so a navigation alone does not wait for it)."""
+    page.wait_for_selector("#figure:not([aria-busy]) .main-svg")
+
+
 def _figure(page) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    page.wait_for_selector("#figure .main-svg")
+    _drawn(page)
     return page.evaluate(COUNT_POINTS)
 
 
@@ -105,13 +114,14 @@ def test_figure_pages(live_server, imported, page) -> None:  # type: ignore[no-u
     assert "source=rescored" in page.url
     with page.expect_navigation():
         page.select_option("select[name=environment]", "alfworld")
-    changed = page.evaluate("() => JSON.stringify(document.getElementById('figure').data.map(t => [t.name, t.x, t.y]))")
+    _drawn(page)
+    changed = page.evaluate(TRACES)
     permalink = page.get_attribute("#permalink", "href")
     assert "environment=alfworld" in permalink and "source=rescored" in permalink
     other = page.context.browser.new_page()
     other.goto(page.url.split("?")[0] + permalink)
-    other.wait_for_selector("#figure .main-svg")
-    assert other.evaluate("() => JSON.stringify(document.getElementById('figure').data.map(t => [t.name, t.x, t.y]))") == changed
+    _drawn(other)
+    assert other.evaluate(TRACES) == changed
     other.close()
 
     # Download the data behind the figure and compare it with the API.
