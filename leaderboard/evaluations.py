@@ -140,23 +140,29 @@ def current() -> tuple[tuple[str, int], list[Evaluation]]:
 
 T = TypeVar("T")
 DERIVED_MAX = 256
-"""Values :func:`derived` keeps per process (all of one results version)."""
+"""Values :func:`derived` keeps per process (all of one results version; the oldest goes first)."""
 _derived: dict[str, Any] = {"version": None, "values": {}}
 
 
 def derived(key: Hashable, make: Callable[[list[Evaluation]], T]) -> T:
     """``make(rows)`` of the current evaluations, kept under ``key`` until the results version changes:
-    what pages compute from every row (a figure, the filter choices) costs the version check when asked
-    again.  Computed outside the lock; two threads may both compute a new key, and keep either."""
+    what pages compute from every row (a figure, the filter choices, a view of the board) costs the version
+    check when asked again.  Computed outside the lock; two threads may both compute a new key, and keep
+    either."""
     version, rows = current()
     with _lock:
         if _derived["version"] == version and key in _derived["values"]:
             return _derived["values"][key]  # type: ignore[no-any-return]
     value = make(rows)
     with _lock:
-        if _derived["version"] != version or len(_derived["values"]) >= DERIVED_MAX:
+        if _memo["version"] != version:
+            return value  # another thread has read a newer version meanwhile: keep nothing stale
+        if _derived["version"] != version:
             _derived.update(version=version, values={})
-        _derived["values"][key] = value
+        values = _derived["values"]
+        if len(values) >= DERIVED_MAX:
+            del values[next(iter(values))]  # the oldest: a burst of new keys never drops them all
+        values[key] = value
     return value
 
 

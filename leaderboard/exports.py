@@ -291,41 +291,23 @@ def board_row(e: evaluations.Evaluation) -> BoardRow:
     )
 
 
-_board_memo: dict[Any, Any] = {}
-"""``"current"``: the board line of every evaluation for the evaluations' current version;
-``(version, filters, sort, search)``: a filtered, sorted list (treat it as read-only)."""
-
-
 def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
     """Finished submissions with their ρ, τ and ranking Spearman, filtered, searched and sorted.
 
     ``search`` keeps the rows whose method, backbone, dataset or submitter contains it
-    (case-insensitive).  Rows without a value of the sort key come last.
+    (case-insensitive).  Rows without a value of the sort key come last.  The list is kept until
+    the results version changes (:func:`leaderboard.evaluations.derived`): treat it as read-only.
     """
-    version, everything = evaluations.current()
-    memo = _board_memo.get("current")
-    if memo is None or memo[0] != version:
-        memo = (version, {e.submission_id: board_row(e) for e in everything})
-        _board_memo["current"] = memo
-    key = (version, tuple(sorted(filters.items())), sort, search)
-    cached = _board_memo.get(key)
-    if cached is not None:
-        return cached
-    if len(_board_memo) > 256:
-        _board_memo.clear()
-        _board_memo["current"] = memo
-    rows = _sorted_rows(memo[1], evaluations.select(filters, everything), sort, search)
-    _board_memo[key] = rows
-    return rows
+    key = ("board", tuple(sorted(filters.items())), sort, search)
+    return evaluations.derived(key, lambda rows: _sorted_rows(evaluations.select(filters, rows), sort, search))
 
 
-def _sorted_rows(by_id: dict[int, BoardRow], selected: list[evaluations.Evaluation], sort: str,
-                 search: str) -> list[BoardRow]:
-    rows = [by_id[e.submission_id] for e in selected]
+def _sorted_rows(selected: list[evaluations.Evaluation], sort: str, search: str) -> list[BoardRow]:
     if search:
         needle = search.casefold()
-        rows = [r for r in rows if any(needle in str(v).casefold()
-                                       for v in (r.method, r.backbone, r.dataset, r.submitted_by, r.environment))]
+        selected = [e for e in selected if any(needle in str(v).casefold()
+                                               for v in (e.method, e.backbone, e.dataset, e.submitted_by, e.environment))]
+    rows = [board_row(e) for e in selected]
     key = sort.lstrip("-")
     if key not in SORT_KEYS:
         key, sort = "spearman", "-spearman"

@@ -370,6 +370,37 @@ def test_the_results_version_follows_every_write_to_the_board(client) -> None:  
 
 
 @pytest.mark.django_db
+def test_derived_values_follow_the_latest_version_and_drop_the_oldest(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """What pages derive from the evaluations is kept per results version: a value computed from rows read
+    before a write does not displace what was computed after it, and a full memo drops its oldest value
+    only."""
+    from leaderboard import evaluations
+    from submissions.models import Result
+
+    _import()
+    calls: list[str] = []
+
+    def make(name: str) -> Any:
+        return lambda rows: calls.append(name) or len(rows)
+
+    def slow_page(rows: list[Any]) -> int:  # a result lands and another request reads it meanwhile
+        Result.objects.filter(pk=Result.objects.order_by("pk").first().pk).update(value=0.5)
+        evaluations.derived("after", make("after"))
+        return len(rows)
+
+    evaluations.derived("before", slow_page)
+    evaluations.derived("after", make("after"))
+    assert calls == ["after"]  # computed once, at the newer version
+
+    monkeypatch.setattr(evaluations, "DERIVED_MAX", 3)
+    for name in ("a", "b", "c", "a", "b"):
+        evaluations.derived(name, make(name))
+    assert calls[1:] == ["a", "b", "c"]  # "c" dropped "after", the oldest of three; "a" and "b" stayed
+    evaluations.derived("after", make("after"))
+    assert calls[1:] == ["a", "b", "c", "after"]
+
+
+@pytest.mark.django_db
 def test_the_board_filters_one_method_exactly(client) -> None:  # type: ignore[no-untyped-def]
     """``?method=`` keeps that method's rows only (not every method whose name contains it), on the board, its
     API and the method page (whose link to all of its results uses it)."""
