@@ -213,6 +213,20 @@ def published(dataset: Any, method: str, metric: str) -> float | None:
     return row.value if row is not None and not row.insufficient else None
 
 
+def baseline_evaluation(dataset: Any, method: Any, *, rho: float, local_rho: float) -> None:
+    """A finished test-split, target-q baseline submission of ``method`` on ``dataset`` with its global and
+    state-local ρ: what a platform run of a built-in method stores on the leaderboard."""
+    from django.utils import timezone
+
+    from submissions.models import Result, Submission
+
+    sub = Submission.objects.create(dataset=dataset, split="test", target="q", method_name=method.name,
+                                    method=method, filename="p.csv", state=Submission.FINISHED,
+                                    finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
+    Result.objects.create(submission=sub, metric="spearman", value=rho, num_points=60, coverage=1.0)
+    Result.objects.create(submission=sub, metric="ranking_spearman", value=local_rho, num_points=20, coverage=1.0)
+
+
 TEXT_METHOD = "direct-single"
 """The built-in text method of the alignment page's browser test.  On the tiny model its replies do not parse
 (every score NaN: the actor's action is taken), so its episodes are as short as the base policy's; a method whose
@@ -229,13 +243,11 @@ def test_alignment_page_in_chromium(live_server, transactional_db, loaded, data_
     FrozenLake and ALFWorld, for the oracle, random, Best-of-Q trained by the training service and a built-in
     text method on a tiny local model: x the test-split ρ (the training run's published evaluation, the text
     method's leaderboard result), y the paired success difference to the base policy."""
-    from django.utils import timezone
     from playwright.sync_api import sync_playwright
 
     from leaderboard.models import Method
     from learning import services
     from qval import backbone as bb
-    from submissions.models import Result, Submission
     from tests.test_browser import CHROMIUM
 
     settings.QVAL_DATA_DIR = data_dir
@@ -247,12 +259,7 @@ def test_alignment_page_in_chromium(live_server, transactional_db, loaded, data_
     # the text method's test-split evaluations on the leaderboard (what a platform run of it stores)
     method = Method.objects.create(name=TEXT_METHOD, family="direct")
     for i, dataset in enumerate(datasets.values()):
-        sub = Submission.objects.create(dataset=dataset, split="test", target="q", method_name=TEXT_METHOD,
-                                        method=method, filename="p.csv", state=Submission.FINISHED,
-                                        finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
-        Result.objects.create(submission=sub, metric="spearman", value=0.1 + i / 10, num_points=60, coverage=1.0)
-        Result.objects.create(submission=sub, metric="ranking_spearman", value=-0.2 - i / 10, num_points=20,
-                              coverage=1.0)
+        baseline_evaluation(dataset, method, rho=0.1 + i / 10, local_rho=-0.2 - i / 10)
     backend = bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu")
     with bb.BackboneServer(backend, 10**9, address=("127.0.0.1", 0)) as server:
         url = "http://%s:%d" % server.address
@@ -299,11 +306,8 @@ def test_alignment_page_in_chromium(live_server, transactional_db, loaded, data_
 def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # type: ignore[no-untyped-def]
     """A built-in text method on a tiny local model plays a run through the service (its picker runs the
     method's ``run``) and appears on the alignment page at its test-split ρ from the leaderboard."""
-    from django.utils import timezone
-
     from leaderboard import best_of_n
     from leaderboard.models import Method
-    from submissions.models import Result, Submission
 
     for picker in ("base", "random"):
         play("frozenlake", picker, n=3, episodes=2)
@@ -312,12 +316,7 @@ def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # 
     assert run.status == "finished" and run.episodes.count() == 2
     assert all(s["scores"] and len(s["candidates"]) == 3 for e in run.episodes.all() for s in e.steps)
     # its leaderboard evaluation on the test split (what a platform run of the method stores)
-    method = Method.objects.create(name="direct-single", family="direct")
-    sub = Submission.objects.create(dataset=loaded, split="test", target="q", method_name="direct-single",
-                                    method=method, filename="p.csv", state=Submission.FINISHED,
-                                    finished_at=timezone.now(), source=Submission.SOURCE_BASELINE)
-    Result.objects.create(submission=sub, metric="spearman", value=0.25, num_points=60, coverage=1.0)
-    Result.objects.create(submission=sub, metric="ranking_spearman", value=0.6, num_points=20, coverage=1.0)
+    baseline_evaluation(loaded, Method.objects.create(name="direct-single", family="direct"), rho=0.25, local_rho=0.6)
     points = {p["method"]: p for a in client.get("/best-of-n/?format=json").json()["alignments"] for p in a["points"]}
     assert points["direct-single"]["rho"] == 0.25 and points["direct-single"]["group"] == "Direct"
     # the same point under the state-local ρ: what a pick among one state's candidates uses
