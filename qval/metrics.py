@@ -26,8 +26,8 @@ reproduces the reference code exactly:
   ranking Spearman, which makes the ranking mean and std undefined (ours: 0.0);
 * a state with a missing or NaN candidate score is skipped whole (ours: the candidate is
   dropped and the state kept);
-* the std over exactly one valid state, and the aggregate std over exactly one valid
-  sample, are 0.0 (ours: ``None``);
+* the std over exactly one valid state (even one whose value is NaN), and the aggregate
+  std over exactly one valid sample, are 0.0 (ours: ``None``);
 * infinite values are kept (ours: rejected).
 """
 
@@ -321,13 +321,14 @@ def ranking_summary(per_state: Sequence[float | None], rules: str = QVAL_RULES) 
     """Mean and sample std of the non-``None`` per-state values (the reference's rule 7).
 
     NaN counts as ``None`` under our rules; under the reference rules a NaN state counts as
-    valid and makes the mean and std undefined (``None``).
+    valid and makes the mean and std undefined (``None``), except that the std of exactly one
+    valid state is 0.0 there, as the reference writes it.
     """
     check_rules(rules)
     if rules == REFERENCE_RULES and any(v is not None and math.isnan(v) for v in per_state):
         num_valid = sum(v is not None for v in per_state)
-        return RankingSummary(
-            mean=None, std=None, num_valid=num_valid, num_skipped=len(per_state) - num_valid,
+        return RankingSummary(  # the reference's std of exactly one value is 0.0, even of a NaN
+            mean=None, std=0.0 if num_valid == 1 else None, num_valid=num_valid, num_skipped=len(per_state) - num_valid,
             num_points=len(per_state),
             per_state=[None if v is None or math.isnan(v) else float(v) for v in per_state],
         )

@@ -21,6 +21,9 @@ def test_a_constant_scorer_state_is_zero_for_us_and_poisons_the_reference_summar
     assert ours.mean == pytest.approx(0.5) and ours.num_valid == 2
     ref = metrics.ranking_spearman(groups, REF)
     assert ref.mean is None and ref.std is None and ref.num_valid == 2 and ref.num_skipped == 0
+    # One valid state whose correlation is undefined: the reference still writes a std of 0.0.
+    alone = metrics.ranking_spearman([(labels, scores), ([0.0, 0.0], [0.0, 1.0])], REF)
+    assert alone.mean is None and alone.std == 0.0 and alone.num_valid == 1 and alone.num_skipped == 1
 
 
 def test_a_state_with_a_missing_score_is_kept_by_us_and_skipped_whole_by_the_reference() -> None:
