@@ -61,7 +61,7 @@ def published_dataset(environment: str) -> Dataset:
         defaults={
             "environment": env, "name": f"QVal-v1.0 {environment} (reported)", "hosted": False,
             "description": "The authors' dataset of QVal v1.0; results imported from their publication.",
-            "fingerprint": "", "modalities": ["text", "image"],
+            "fingerprint": "", "modalities": list(published.paper_environments()[1][environment].modalities),
             "manifest": {"provenance": {"repository": published.REFERENCE_REPOSITORY,
                                         "commit": published.REFERENCE_COMMIT}},
         },

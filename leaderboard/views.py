@@ -10,7 +10,7 @@ from django.db.models import Count
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from qval import families, metric_registry, metrics
+from qval import families, metric_registry, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
 from . import aggregates, charts, evaluations, figures
@@ -197,6 +197,8 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
     """Description, provenance, schema, counts, label histograms (public splits), examples,
     dataset card and download links of one dataset."""
     ds = _dataset_by_key(key)
+    if not ds.hosted:
+        return _published_dataset_detail(request, ds)
     counts = _split_counts(ds)
     try:
         card = exports.card_body(exports.dataset_card(ds))
@@ -217,6 +219,20 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
             "formats": list(DOWNLOAD_FORMATS),
         },
     )
+
+
+def _published_dataset_detail(request: HttpRequest, ds: Dataset) -> HttpResponse:
+    """The page of an authors' dataset whose results we import but whose inputs we do not host:
+    the paper's summary of the environment, what is and is not here, and the imported rows."""
+    provenance, environments = published.paper_environments()
+    paper = next((e for e in environments.values() if published.ENVIRONMENTS[e.name] == ds.environment.slug), None)
+    sources = dict(ds.submissions.filter(state="finished").order_by().values("source")
+                   .annotate(n=Count("pk")).values_list("source", "n"))
+    return render(request, "leaderboard/published_dataset.html", {
+        "ds": ds, "paper": paper, "provenance": provenance, "sources": sources,
+        "reference": {"repository": published.REFERENCE_REPOSITORY, "commit": published.REFERENCE_COMMIT},
+        "website": {"repository": published.SITE_REPOSITORY, "commit": published.SITE_COMMIT},
+    })
 
 
 IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.(png|jpg|jpeg|webp)")

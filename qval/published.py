@@ -213,6 +213,53 @@ def reported(path: Path = REPORTED_FILE) -> tuple[dict[str, Any], list[ReportedR
     return data["provenance"], rows
 
 
+ENVIRONMENTS_FILE: Path = DATA_DIR / "environments.json"
+
+
+@dataclass(frozen=True)
+class PaperEnvironment:
+    """One column of the paper's environment summary (Appendix A, Table 2), with the point
+    and trajectory counts the website's data gives for the same environment."""
+
+    name: str
+    source: str
+    modalities: tuple[str, ...]
+    distinct_tasks: str
+    trajectories: int
+    eval_points: int
+    ranking_points: int
+    max_ranking_k: str
+    horizon_steps: int
+    collection_actor: str
+    reference_policy: str
+    labelling_backbone: str
+    v_labels: bool
+    website_points: int | None
+    website_trajectories: int | None
+
+
+def paper_environments() -> tuple[dict[str, Any], dict[str, PaperEnvironment]]:
+    """The provenance and, by environment name, the paper's summary of each environment
+    (``data/qval-v1.0/environments.json``), joined with the website's counts
+    (``reported.json``); a missing environment or field raises :class:`PublishedDataError`."""
+    data = _read(ENVIRONMENTS_FILE)
+    website = _read(REPORTED_FILE)["environments"]
+    out: dict[str, PaperEnvironment] = {}
+    for name in ENVIRONMENTS:
+        row = data["environments"].get(name)
+        if row is None:
+            raise PublishedDataError(f"{ENVIRONMENTS_FILE.name}: no environment {name!r}")
+        try:
+            out[name] = PaperEnvironment(
+                name=name, modalities=tuple(row.pop("modalities")), **row,
+                website_points=website.get(name, {}).get("num_points"),
+                website_trajectories=website.get(name, {}).get("num_trajectories"),
+            )
+        except TypeError as exc:
+            raise PublishedDataError(f"{ENVIRONMENTS_FILE.name}: environment {name!r}: {exc}") from None
+    return data["provenance"], out
+
+
 def rescored_files() -> list[Path]:
     """The re-scoring data files, in name order."""
     return sorted(DATA_DIR.glob("rescored-*.json"))

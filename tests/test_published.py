@@ -436,3 +436,26 @@ def test_each_view_of_the_board_renders_its_own_rows(client) -> None:  # type: i
     for query in views + views:  # the second round is served from the cache
         assert shown(query) == api(query), query
     assert len({tuple(shown(q)) for q in views}) == len(views)
+
+
+@pytest.mark.django_db
+def test_every_published_dataset_page_answers_with_the_papers_summary(client) -> None:  # type: ignore[no-untyped-def]
+    """The not-hosted QVal v1.0 datasets have pages (they answered 500: no states): the paper's
+    Table 2 column, the counts of imported rows, and that nothing of the inputs is hosted."""
+    from submissions.models import Submission
+
+    from leaderboard.models import Dataset
+
+    _import()
+    _, paper = published.paper_environments()
+    for ds in Dataset.objects.filter(hosted=False):
+        env = next(e for e in paper.values() if published.ENVIRONMENTS[e.name] == ds.environment.slug)
+        resp = client.get(f"/datasets/{ds.key}/")
+        assert resp.status_code == 200, ds.key
+        page = resp.content.decode()
+        assert "not hosted here" in page and env.reference_policy in page and f">{env.eval_points}<" in page
+        reported = Submission.objects.filter(dataset=ds, source="reported").count()
+        assert reported > 0 and f'<td class="num">{reported}</td>' in page
+        assert ds.modalities == list(env.modalities)
+    assert paper["TerminalBench"].modalities == ("text",) and not paper["TerminalBench"].v_labels
+    assert paper["FrozenLake"].website_points == 239 and paper["FrozenLake"].eval_points == 100
