@@ -715,12 +715,13 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
-def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
+def make_tiny_model(directory: str | Path, seed: int = 0, *, hidden_size: int = 32, num_layers: int = 2) -> Path:
     """Write a tiny random-weight Llama-style causal LM with a byte-level BPE tokenizer to ``directory``.
 
     Nothing is downloaded: the tokenizer is trained here on a small built-in text and the
     weights are drawn from ``seed``.  It speaks nonsense, but it exercises exactly the code
-    path of a real checkpoint (chat template, tokenizer, generation, logprobs).
+    path of a real checkpoint (chat template, tokenizer, generation, logprobs).  ``hidden_size``
+    (a multiple of 4) and ``num_layers`` make a larger one for timings (``benchmarks/lora.py``).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -745,7 +746,8 @@ def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
     tokenizer.save_pretrained(directory)
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=num_layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
