@@ -4,6 +4,9 @@
 peer is one of ``QVAL_TRUSTED_PROXIES`` (addresses or networks, none by default): then the hops are
 walked from the right, past every trusted proxy, and the first untrusted one is the client. Hops
 further left were written by the client itself, so rotating them changes nothing.
+
+An IPv6 subscriber usually gets a whole /64, so limits count an IPv6 client by its /64
+(:func:`limit_key`, as allauth's sign-up limit does).
 """
 
 from __future__ import annotations
@@ -42,3 +45,13 @@ def client_address(request: HttpRequest) -> str:
         if not _trusted(hop, networks):
             return hop
     return hops[0] if hops else remote
+
+
+def limit_key(request: HttpRequest) -> str:
+    """What a per-address limit counts ``request`` under: its client address, or for IPv6 the /64 around it."""
+    address = client_address(request)
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else address

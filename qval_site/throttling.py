@@ -1,10 +1,10 @@
 """Rate limits on the expensive endpoints (``QVAL_THROTTLE_RATES``).
 
-A view names its ``throttle_scope`` (``compare``, ``upload``, ``signup``, ``download``); the
+A view names its ``throttle_scope`` (``compare``, ``upload``, ``download``); the
 rate is ``QVAL_THROTTLE_RATES["<scope>_anon"]`` per client address for anonymous callers and
 ``["<scope>_user"]`` per account for signed-in ones. Plain Django views use
 :func:`allow` with the same rates. Counts live in the default cache (Redis, shared by every
-process); the client address is :func:`qval_site.clients.client_address`'s.
+process); the client is counted by :func:`qval_site.clients.limit_key`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from rest_framework.throttling import SimpleRateThrottle
 
-from qval_site.clients import client_address
+from qval_site.clients import limit_key
 
 
 class SiteThrottle(SimpleRateThrottle):
@@ -40,8 +40,9 @@ class SiteThrottle(SimpleRateThrottle):
         return super().allow_request(request, view)
 
     def get_ident(self, request: Any) -> str:
-        """The client address, ``X-Forwarded-For`` read only behind ``QVAL_TRUSTED_PROXIES`` (not DRF's rule, which trusts it)."""
-        return client_address(request)
+        """The client address (IPv6: its /64), ``X-Forwarded-For`` read only behind ``QVAL_TRUSTED_PROXIES``
+        (:mod:`qval_site.clients`; DRF's own rule believes the header)."""
+        return limit_key(request)
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         user = getattr(request, "user", None)

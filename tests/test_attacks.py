@@ -1027,6 +1027,9 @@ class TestSybilsAndForwardedFor:
         codes = [client.get("/api/v1/compare/", {"a": 1, "b": 2}, HTTP_X_FORWARDED_FOR=f"198.51.100.{n}").status_code
                  for n in range(6)]
         assert codes == [400] * 3 + [429] * 3
+        codes = [client.get("/api/v1/compare/", {"a": 1, "b": 2}, REMOTE_ADDR=f"2001:db8:0:7::{n:x}").status_code
+                 for n in range(4)]  # nor do the addresses of one IPv6 subscriber's /64
+        assert codes == [400] * 3 + [429]
         settings.ACCOUNT_RATE_LIMITS = {"signup": "2/h/ip"}
         codes = [sign_up(client, f"u{n}", f"u{n}@example.org", HTTP_X_FORWARDED_FOR=f"198.51.100.{n}").status_code
                  for n in range(3)]

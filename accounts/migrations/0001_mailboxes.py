@@ -22,7 +22,7 @@ def claim_existing(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
             shared.add(user_id)
     Mailbox.objects.bulk_create(Mailbox(address=address, user_id=user_id) for address, user_id in owners.items())
     if shared:
-        print(f"\n  accounts whose addresses reach a mailbox of an older account (ids): {sorted(shared)}")
+        print(f"\n  accounts with an address whose mailbox another account holds (ids): {sorted(shared)}")
 
 
 class Migration(migrations.Migration):
