@@ -1003,6 +1003,13 @@ class TestSybilsAndForwardedFor:
         EmailAddress.objects.filter(user=user).delete()  # a mailbox its account gives up is free again
         EmailAddress.objects.create(user=other, email="ada@example.org", verified=True, primary=True)
 
+    def test_a_token_for_another_accounts_mailbox_is_refused(self, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from django.core.management import CommandError, call_command
+
+        with pytest.raises(CommandError, match="An account already exists for this mailbox"):
+            call_command("issue_token", username="eve", verified_email="Ada+bot@example.org")
+        assert not django_user_model.objects.filter(username="eve").exists()
+
     def test_a_signup_that_loses_the_race_for_its_mailbox_stores_nothing(self, rf, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
         from allauth.account.models import EmailAddress
         from django.contrib.auth.models import AnonymousUser
