@@ -15,7 +15,11 @@ Variables:
 ``QVAL_MAX_UPLOAD_MB``      largest accepted predictions file (default 100).
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
-``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
+``QVAL_CACHE_URL``          the cache every process shares: throttle and sign-up counters, comparisons
+                            (default ``redis://127.0.0.1:6379/1``; ``locmem://`` for a per-process
+                            cache, the embedded laptop fallback only).
+``QVAL_TRUSTED_PROXIES``    comma-separated addresses or networks of the reverse proxies in front of the
+                            site; ``X-Forwarded-For`` is read only from these (default none).
 ``QVAL_USER_STORAGE_MB``    uploaded bytes one account may keep stored (default 10240).
 ``QVAL_THROTTLE_RATES``     JSON object overriding rates of the expensive endpoints, e.g.
                             ``{"compare_anon": "10/min"}`` (qval_site/throttling.py).
@@ -81,6 +85,7 @@ Dataset builds (queue ``datasets``, see workers/builds.py):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -142,6 +147,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "allauth",
     "allauth.account",
+    "accounts",  # one account per mailbox
     "leaderboard",
     "submissions",
     "workers",
@@ -202,7 +208,8 @@ LOGOUT_REDIRECT_URL = "home"
 
 # Accounts (django-allauth): sign-up asks for an email address and sends a confirmation link;
 # an account submits to a hidden (test) split only once an address of it is verified
-# (submissions.services.check_request). Sign-ups are rate-limited per client address.
+# (submissions.services.check_request). Sign-ups are rate-limited per client address
+# (qval_site.clients), and one mailbox holds one account (accounts.mailboxes).
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
@@ -215,6 +222,15 @@ ACCOUNT_CONFIRM_EMAIL_ON_GET = True
 ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
 ACCOUNT_SIGNUP_REDIRECT_URL = "upload"
 ACCOUNT_RATE_LIMITS = {"signup": os.environ.get("QVAL_SIGNUP_RATE", "5/h/ip")}
+ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+ACCOUNT_FORMS = {"signup": "accounts.forms.SignupForm", "add_email": "accounts.forms.AddEmailForm"}
+# The reverse proxies whose X-Forwarded-For the client address is read from (qval_site/clients.py).
+QVAL_TRUSTED_PROXIES = [p.strip() for p in os.environ.get("QVAL_TRUSTED_PROXIES", "").split(",") if p.strip()]
+for _proxy in QVAL_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"QVAL_TRUSTED_PROXIES: {_proxy!r} is not an address or network: {exc}") from exc
 # Development and tests print mail to the console; set EMAIL_BACKEND (and EMAIL_HOST etc.) to send it.
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "QVal Leaderboard <noreply@localhost>")
@@ -316,15 +332,16 @@ QVAL_BUILD_STALL_S = float(os.environ.get("QVAL_BUILD_STALL_S", "1800"))
 QVAL_BUILD_QUEUE_S = float(os.environ.get("QVAL_BUILD_QUEUE_S", str(24 * 3600)))
 QVAL_DOWNLOAD_CACHE = QVAL_DATA_DIR / "cache" / "downloads"
 
-# Cache of computed comparisons (A vs B paired bootstraps; finished submissions never change).
-# Local memory by default: it needs no service, so it also works in the SQLite/in-process
-# fallback, and a cold cache only costs a recomputation. ``QVAL_CACHE_URL=redis://…`` shares
-# one Redis cache between the web processes instead.
+# The cache: rate-limit counters (throttles, sign-ups) and computed comparisons. Redis by default,
+# one cache shared by every web process, so that a limit is one limit and not one per process;
+# ``QVAL_CACHE_URL=locmem://`` keeps it in each process's memory (the embedded SQLite fallback of
+# scripts/up.sh, where there is no Redis).
+QVAL_CACHE_URL = os.environ.get("QVAL_CACHE_URL") or "redis://127.0.0.1:6379/1"
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": os.environ["QVAL_CACHE_URL"]}
-        if os.environ.get("QVAL_CACHE_URL")
-        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "qval"}
+        {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "qval"}
+        if QVAL_CACHE_URL.startswith("locmem:")
+        else {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": QVAL_CACHE_URL}
     )
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024

@@ -1,9 +1,10 @@
 """Rate limits on the expensive endpoints (``QVAL_THROTTLE_RATES``).
 
-A view names its ``throttle_scope`` (``compare``, ``upload``, ``signup``, ``download``); the
+A view names its ``throttle_scope`` (``compare``, ``upload``, ``download``); the
 rate is ``QVAL_THROTTLE_RATES["<scope>_anon"]`` per client address for anonymous callers and
 ``["<scope>_user"]`` per account for signed-in ones. Plain Django views use
-:func:`allow` with the same rates. Counts live in the default cache.
+:func:`allow` with the same rates. Counts live in the default cache (Redis, shared by every
+process); the client is counted by :func:`qval_site.clients.limit_key`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from rest_framework.throttling import SimpleRateThrottle
+
+from qval_site.clients import limit_key
 
 
 class SiteThrottle(SimpleRateThrottle):
@@ -35,6 +38,11 @@ class SiteThrottle(SimpleRateThrottle):
             return True
         self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request, view)
+
+    def get_ident(self, request: Any) -> str:
+        """The client address (IPv6: its /64), ``X-Forwarded-For`` read only behind ``QVAL_TRUSTED_PROXIES``
+        (:mod:`qval_site.clients`; DRF's own rule believes the header)."""
+        return limit_key(request)
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         user = getattr(request, "user", None)

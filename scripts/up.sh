@@ -20,6 +20,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
   else
     export DATABASE_URL="sqlite:///$PWD/var/qval.sqlite3"
     export QVAL_INPROCESS_WORKER=1
+    export QVAL_CACHE_URL=locmem://  # no Redis: rate limits count per web process
     mode="FALLBACK: embedded SQLite (var/qval.sqlite3) and an in-process worker ($services) — a laptop demo, not the tested set-up"
   fi
 fi
@@ -31,7 +32,7 @@ $PY manage.py build_dataset frozenlake
 $PY manage.py import_results   # QVal v1.0 published results (idempotent)
 
 scripts/down.sh >/dev/null 2>&1 || true
-env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER)=' > var/run/env || true
+env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER|QVAL_CACHE_URL)=' > var/run/env || true
 if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   # -B: this one scoring worker also sends the periodic deadline reaper (Celery beat).
   nohup .venv/bin/celery -A qval_site worker -Q scoring -c 1 -n "scoring@%h" --loglevel INFO \

@@ -24,19 +24,26 @@ from qval.envs.base import Environment
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", "redis://127.0.0.1:6379/14")
+"""The cache of a test session: a Redis database of its own, as each test empties it (``_fresh_cache``)."""
 BASE_IMAGE = "localhost/qval-base:py3-slim"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Send every task this test session queues to a Redis database of its own; export the
-    session's test-split secret (the settings', generated once in ``QVAL_DATA_DIR`` when unset) so
-    that every ``Dataset.read`` and worker process of the session uses it."""
+    """Send every task this test session queues to a Redis database of its own, and keep its cache
+    (rate-limit counters, comparisons) in another, for this process and the worker processes it
+    starts; export the session's test-split secret (the settings', generated once in
+    ``QVAL_DATA_DIR`` when unset) so that every ``Dataset.read`` and worker process of the session uses it."""
     from django.conf import settings
+    from django.test.utils import override_settings
 
     from qval import hidden
     from qval_site.celery import app
 
     app.conf.broker_url = TEST_BROKER_URL
+    os.environ["QVAL_CACHE_URL"] = TEST_CACHE_URL
+    override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                          "LOCATION": TEST_CACHE_URL}}).enable()
     os.environ[hidden.ENV_VAR] = settings.QVAL_TEST_SPLIT_SECRET
 
 

@@ -55,6 +55,7 @@ class Stack:
             "PYTHONPATH": str(REPO),
             "DATABASE_URL": f"postgres://postgres@127.0.0.1:{self.pg_port}/qval",
             "CELERY_BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "QVAL_CACHE_URL": f"redis://127.0.0.1:{self.redis_port}/1",
             "QVAL_DATA_DIR": str(self.data_dir),
             "QVAL_CONTAINER_WORK_ROOT": str(root / "jobs"),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",

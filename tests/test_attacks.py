@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -930,3 +931,148 @@ def deep_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) 
     engine.call("rmi", tag)
     assert saved.returncode == 0, saved.stderr
     return context / "deep.tar"
+
+
+def sign_up(client, username: str, email: str, **extra: str):  # type: ignore[no-untyped-def]
+    """POST the sign-up form as a new visitor (``extra``: request headers, e.g. ``HTTP_X_FORWARDED_FOR``)."""
+    client.logout()
+    return client.post("/accounts/signup/", {"username": username, "email": email, "password1": "correct-horse-9x",
+                                             "password2": "correct-horse-9x"}, **extra)
+
+
+SIGNUP_IN_CHILD = """
+import django, sys
+django.setup()
+from django.test import Client
+print(Client().post("/accounts/signup/", {"username": "u-child", "email": "child@example.org",
+      "password1": "correct-horse-9x", "password2": "correct-horse-9x"}).status_code)
+"""
+
+
+@pytest.mark.django_db
+class TestSybilsAndForwardedFor:
+    """Sybils are cheap (round two, finding 4): plus-addresses and dotted Gmail addresses of one
+    mailbox made separate accounts, the sign-up limit counted per web process, and the anonymous
+    throttles keyed on a client-chosen ``X-Forwarded-For``."""
+
+    @pytest.mark.parametrize("first, sibling", [
+        ("mallory@example.org", "Mallory+2@Example.org"),
+        ("mal.lory@gmail.com", "m.a.l.l.o.r.y+x@googlemail.com"),
+    ])
+    def test_a_sibling_address_of_a_mailbox_cannot_sign_up(self, client, django_user_model, first: str,
+                                                            sibling: str) -> None:  # type: ignore[no-untyped-def]
+        assert sign_up(client, "mallory", first).status_code == 302
+        resp = sign_up(client, "mallory2", sibling)
+        assert resp.status_code == 200
+        assert "An account already exists for this mailbox" in resp.content.decode()
+        assert list(django_user_model.objects.values_list("username", flat=True)) == ["mallory"]
+
+    @pytest.mark.parametrize("email, box", [
+        ("Ada+Lab@Example.ORG", "ada@example.org"),
+        ("a.d.a+x@GoogleMail.com", "ada@gmail.com"),
+        ("a.da@example.org", "a.da@example.org"),  # dots matter outside Gmail
+        ("+only@example.org", "+only@example.org"),  # no name before the tag: kept whole
+    ])
+    def test_the_mailbox_rule(self, email: str, box: str) -> None:
+        from accounts.mailboxes import mailbox
+
+        assert mailbox(email) == box
+
+    def test_an_account_cannot_add_another_accounts_mailbox(self, client, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from allauth.account.models import EmailAddress
+
+        other = django_user_model.objects.create_user(username="eve", password="correct-horse-battery")
+        client.force_login(other)
+        resp = client.post("/accounts/email/", {"email": "ada+eve@example.org", "action_add": ""})
+        assert resp.status_code == 200 and "An account already exists for this mailbox" in resp.content.decode()
+        assert not EmailAddress.objects.filter(user=other).exists()
+        # the account's own aliases are its own mailbox
+        client.force_login(user)
+        assert client.post("/accounts/email/", {"email": "ada+lab@example.org", "action_add": ""}).status_code == 302
+
+    def test_the_database_holds_one_account_per_mailbox(self, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from allauth.account.models import EmailAddress
+        from django.db import transaction
+
+        from accounts.mailboxes import MailboxTaken
+
+        other = django_user_model.objects.create_user(username="eve", password="correct-horse-battery")
+        with pytest.raises(MailboxTaken), transaction.atomic():  # a racing sign-up past the form's check
+            EmailAddress.objects.create(user=other, email="ADA+1@example.org", verified=True, primary=True)
+        assert not EmailAddress.objects.filter(user=other).exists()
+        EmailAddress.objects.filter(user=user).delete()  # a mailbox its account gives up is free again
+        EmailAddress.objects.create(user=other, email="ada@example.org", verified=True, primary=True)
+
+    def test_a_token_for_another_accounts_mailbox_is_refused(self, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from django.core.management import CommandError, call_command
+
+        with pytest.raises(CommandError, match="An account already exists for this mailbox"):
+            call_command("issue_token", username="eve", verified_email="Ada+bot@example.org")
+        assert not django_user_model.objects.filter(username="eve").exists()
+
+    def test_a_signup_that_loses_the_race_for_its_mailbox_stores_nothing(self, rf, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from allauth.account.models import EmailAddress
+        from django.contrib.auth.models import AnonymousUser
+        from django.contrib.sessions.middleware import SessionMiddleware
+
+        from accounts.forms import SignupForm
+
+        EmailAddress.objects.filter(user=user).delete()  # the mailbox is free when the form is checked...
+        form = SignupForm({"username": "mallory", "email": "ada+m@example.org", "password1": "correct-horse-9x",
+                           "password2": "correct-horse-9x"})
+        assert form.is_valid(), form.errors
+        EmailAddress.objects.create(user=user, email="ada@example.org")  # ...and taken before it is saved
+        request = rf.post("/accounts/signup/")
+        SessionMiddleware(lambda r: None).process_request(request)
+        request.user = AnonymousUser()
+        new_user, resp = form.try_save(request)
+        assert new_user is None and "An account already exists for this mailbox" in resp.render().content.decode()
+        assert list(django_user_model.objects.values_list("username", flat=True)) == ["ada"]
+
+    def test_rotating_x_forwarded_for_is_throttled(self, client, settings) -> None:  # type: ignore[no-untyped-def]
+        settings.QVAL_THROTTLE_RATES = {**settings.QVAL_THROTTLE_RATES, "compare_anon": "3/min"}
+        codes = [client.get("/api/v1/compare/", {"a": 1, "b": 2}, HTTP_X_FORWARDED_FOR=f"198.51.100.{n}").status_code
+                 for n in range(6)]
+        assert codes == [400] * 3 + [429] * 3
+        codes = [client.get("/api/v1/compare/", {"a": 1, "b": 2}, REMOTE_ADDR=f"2001:db8:0:7::{n:x}").status_code
+                 for n in range(4)]  # nor do the addresses of one IPv6 subscriber's /64
+        assert codes == [400] * 3 + [429]
+        settings.ACCOUNT_RATE_LIMITS = {"signup": "2/h/ip"}
+        codes = [sign_up(client, f"u{n}", f"u{n}@example.org", HTTP_X_FORWARDED_FOR=f"198.51.100.{n}").status_code
+                 for n in range(3)]
+        assert codes == [302, 302, 429]
+
+    def test_behind_a_trusted_proxy_the_client_is_the_hop_it_saw(self, client, settings) -> None:  # type: ignore[no-untyped-def]
+        settings.QVAL_TRUSTED_PROXIES = ["10.0.0.0/8"]
+        settings.QVAL_THROTTLE_RATES = {**settings.QVAL_THROTTLE_RATES, "compare_anon": "2/min"}
+
+        def compare(forwarded: str) -> int:
+            return client.get("/api/v1/compare/", {"a": 1, "b": 2}, REMOTE_ADDR="10.0.0.5",
+                              HTTP_X_FORWARDED_FOR=forwarded).status_code
+
+        # the client's own hops (left of the one the proxies saw) change nothing
+        assert [compare(f"198.51.100.{n}, 203.0.113.7, 10.0.0.9") for n in range(3)] == [400, 400, 429]
+        assert compare("203.0.113.8, 10.0.0.9") == 400  # another client behind the same proxy
+        assert client.get("/api/v1/compare/", {"a": 1, "b": 2}, REMOTE_ADDR="198.51.100.1",
+                          HTTP_X_FORWARDED_FOR="203.0.113.9").status_code == 400  # not a proxy: not believed
+        assert client.get("/api/v1/compare/", {"a": 1, "b": 2}, REMOTE_ADDR="198.51.100.1",
+                          HTTP_X_FORWARDED_FOR="203.0.113.10").status_code == 400
+        assert client.get("/api/v1/compare/", {"a": 1, "b": 2}, REMOTE_ADDR="198.51.100.1").status_code == 429
+
+    @pytest.mark.django_db(transaction=True)
+    def test_the_signup_count_is_shared_with_another_process(self, client, settings) -> None:  # type: ignore[no-untyped-def]
+        settings.ACCOUNT_RATE_LIMITS = {"signup": "2/h/ip"}
+        assert [sign_up(client, f"u{n}", f"u{n}@example.org").status_code for n in range(2)] == [302, 302]
+        db = connection.settings_dict
+        env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+               "QVAL_SIGNUP_RATE": "2/h/ip", "DJANGO_SETTINGS_MODULE": "qval_site.settings"}
+        child = subprocess.run([sys.executable, "-c", SIGNUP_IN_CHILD], cwd=Path(__file__).parents[1], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert child.returncode == 0, child.stderr
+        assert child.stdout.split()[-1] == "429"  # a third sign-up from the same address, in a second web process
+
+    def test_the_default_cache_is_shared(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "QVAL_CACHE_URL"}
+        child = subprocess.run([sys.executable, "-c", "from qval_site import settings; print(settings.CACHES['default']['BACKEND'])"],
+                               cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=120)
+        assert child.stdout.strip() == "django.core.cache.backends.redis.RedisCache", child.stderr

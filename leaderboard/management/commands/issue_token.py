@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from rest_framework.authtoken.models import Token
+
+from accounts.mailboxes import MAILBOX_TAKEN, MailboxTaken
 
 
 class Command(BaseCommand):
@@ -19,12 +22,16 @@ class Command(BaseCommand):
                             help="record this address as verified, so the user may submit to hidden splits")
 
     def handle(self, *args: object, **opts: object) -> None:
-        user, created = get_user_model().objects.get_or_create(username=str(opts["username"]))
-        if created:
-            user.set_unusable_password()
-            user.save()
-        if opts["verified_email"]:
-            EmailAddress.objects.update_or_create(user=user, email=str(opts["verified_email"]),
-                                                  defaults={"verified": True, "primary": True})
-        token, _ = Token.objects.get_or_create(user=user)
+        try:
+            with transaction.atomic():
+                user, created = get_user_model().objects.get_or_create(username=str(opts["username"]))
+                if created:
+                    user.set_unusable_password()
+                    user.save()
+                if opts["verified_email"]:
+                    EmailAddress.objects.update_or_create(user=user, email=str(opts["verified_email"]),
+                                                          defaults={"verified": True, "primary": True})
+                token, _ = Token.objects.get_or_create(user=user)
+        except MailboxTaken as exc:
+            raise CommandError(f"{opts['verified_email']}: {MAILBOX_TAKEN}") from exc
         self.stdout.write(token.key)
