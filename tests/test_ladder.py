@@ -191,6 +191,18 @@ class TestSiteLadder:
         assert set(_board("dev")) == set(devs)  # no ladder on a public split
         assert all(s.ladder_climbed is None for s in Submission.objects.filter(split="dev"))
 
+    def test_a_container_run_shares_the_account_ladder(self, api, user, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        from tests.test_attacks import _container_submission
+
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 0
+        file = upload(api, _noisy(frozenlake, 0.5, 8), method_name="file")["id"]
+        finish(file)
+        boxed = Submission.objects.get(pk=_container_submission(user, loaded, "test", *_noisy_scores(frozenlake, 2.0, 9)).pk)
+        assert boxed.ladder_climbed is False and boxed.ladder_against_id == file  # paired on its predictions.jsonl
+        assert list(_board()) == [file]
+        better = Submission.objects.get(pk=_container_submission(user, loaded, "test", *_noisy_scores(frozenlake, 0.05, 10)).pk)
+        assert better.ladder_climbed and list(_board()) == [better.pk]
+
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_finishes_cannot_both_climb_on_the_same_best(loaded, frozenlake, user, settings) -> None:  # type: ignore[no-untyped-def]
