@@ -6,7 +6,8 @@ anything changed, two more when it did) and keeps them in memory per process, so
 costs the same however many results the database holds.  The memo is keyed by the results
 version, a row that PostgreSQL triggers bump in the same transaction as every write to the
 results, to a finished submission or to a method (:class:`submissions.models.ResultsVersion`):
-a submission that finishes (or is re-scored, or re-imported) changes it.
+a submission that finishes (or is re-scored, or re-imported) changes it.  Of a hidden split's
+ladder (:mod:`submissions.ladder`) only each account's current best is an evaluation.
 """
 
 from __future__ import annotations
@@ -93,11 +94,22 @@ def version() -> tuple[str, int]:
     return row if row is not None else ("", 0)
 
 
+def _on_board():  # type: ignore[no-untyped-def]
+    """The finished submissions the board shows: on a hidden split's ladder
+    (:mod:`submissions.ladder`) only each scope's current best, never one that did not climb nor
+    one a later climb replaced."""
+    from submissions.models import Submission
+
+    finished = Submission.objects.filter(state=Submission.FINISHED)
+    replaced = finished.filter(ladder_climbed=True).exclude(ladder_against=None).values("ladder_against")
+    return finished.exclude(ladder_climbed=False).exclude(pk__in=replaced)
+
+
 def _load() -> list[Evaluation]:
-    from submissions.models import Result, Submission
+    from submissions.models import Result
 
     subs = (
-        Submission.objects.filter(state=Submission.FINISHED)
+        _on_board()
         .order_by("id")
         .values_list(
             "id", "method__name", "method__family", "dataset__environment__name", "dataset__environment__slug",
@@ -107,7 +119,7 @@ def _load() -> list[Evaluation]:
     )
     scores: dict[int, dict[str, Score]] = {}
     names = [m.name for m in metric_registry.METRICS]
-    results = Result.objects.filter(submission__state=Submission.FINISHED, metric__in=names).values_list(
+    results = Result.objects.filter(submission__in=_on_board(), metric__in=names).values_list(
         "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std"
     )
     for sid, metric, value, p_value, num_points, ci, std in results:

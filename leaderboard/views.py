@@ -10,7 +10,7 @@ from django.db.models import Count
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from qval import families, metric_registry, metrics, published
+from qval import families, ladder, metric_registry, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
 from . import aggregates, charts, evaluations, figures
@@ -45,7 +45,8 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "leaderboard/scoring.html",
-        {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES},
+        {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
+         "ladder_resamples": ladder.RESAMPLES},
     )
 
 

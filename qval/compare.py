@@ -45,7 +45,8 @@ class PairedComparison:
     ``num_points``: points where the label, A and B are all finite; ``num_dropped``: the
     other points.  ``resamples``: resamples drawn (a work cap may make it smaller than
     requested; 0 when nothing was resampled); ``num_undefined``: resamples left out because
-    a metric was undefined on them.
+    a metric was undefined on them.  ``std_error``: the standard deviation of the bootstrap
+    differences, the standard error of ``difference`` (the margin of :mod:`qval.ladder`).
     """
 
     metric: str
@@ -62,6 +63,7 @@ class PairedComparison:
     num_undefined: int
     seed: int
     insufficient: bool
+    std_error: float | None = None
 
     def significance(self) -> str:
         """Significance marks of :attr:`p_value` (see :func:`qval.metrics.significance_marks`)."""
@@ -134,11 +136,12 @@ def paired_bootstrap(
         p_value: float | None = None,
         drawn: int = 0,
         undefined: int = 0,
+        std_error: float | None = None,
     ) -> PairedComparison:
         difference = None if rho_a is None or rho_b is None else rho_a - rho_b
         return PairedComparison(
             metric, rho_a, rho_b, difference, low, high, p_value, level, n, dropped, drawn, undefined, seed,
-            insufficient=n < min_points,
+            insufficient=n < min_points, std_error=std_error,
         )
 
     if n < min_points:
@@ -157,7 +160,8 @@ def paired_bootstrap(
         return result(rho_a, rho_b, drawn=total, undefined=undefined)
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(defined, [tail, 1.0 - tail])
-    return result(rho_a, rho_b, float(low), float(high), _bootstrap_p_value(defined), total, undefined)
+    std_error = float(defined.std(ddof=1)) if defined.size > 1 else None
+    return result(rho_a, rho_b, float(low), float(high), _bootstrap_p_value(defined), total, undefined, std_error)
 
 
 def _paired_differences(x: FloatArray, a: FloatArray, b: FloatArray, metric: str, total: int, seed: int) -> FloatArray:

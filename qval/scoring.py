@@ -310,13 +310,53 @@ def point_scores(
     per-id mean prediction of :func:`score_samples`.  ``codes``: as in :func:`score`.
     Used to compare two submissions on the same points (:func:`qval.compare.paired_bootstrap`).
     """
+    return _scored_by_code(truth, ids, scores, samples, codes)[0][: truth.index.num_expected]
+
+
+def state_ranking_values(
+    truth: Truth,
+    ids: np.ndarray,
+    scores: np.ndarray,
+    *,
+    samples: np.ndarray | None = None,
+    codes: np.ndarray | None = None,
+    rules: str = metrics.QVAL_RULES,
+) -> np.ndarray:
+    """Each state's ranking Spearman, in ``truth.group_ids`` order: the per-state values whose
+    mean :func:`score` reports as ``ranking_spearman`` (:func:`qval.metrics.state_ranking_spearman`
+    of the state's candidates, with the same mean prediction and matching by id).
+
+    NaN for a state the file scores no candidate of, a skipped state, and every state of a file
+    that scores no candidate but the actors' (which gets no ranking row); empty for target
+    ``v``.  ``codes``, ``rules``: as in :func:`score`.  Used to compare two submissions state by
+    state (:mod:`qval.ladder`).
+    """
+    values = np.full(len(truth.group_ids), np.nan)
+    by_code, given = _scored_by_code(truth, ids, scores, samples, codes)
+    if not truth.group_ids or not given[truth.index.num_expected :].any():
+        return values
+    flat_scores, provided = by_code[truth._group_codes], given[truth._group_codes]
+    start = 0
+    for k, group_labels in enumerate(truth.group_labels):
+        end = start + len(group_labels)
+        if provided[start:end].any():
+            value = metrics.state_ranking_spearman(group_labels, flat_scores[start:end], rules)
+            values[k] = np.nan if value is None else value
+        start = end
+    return values
+
+
+def _scored_by_code(
+    truth: Truth, ids: np.ndarray, scores: np.ndarray, samples: np.ndarray | None, codes: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scores :func:`score` scores, by code of ``truth.index`` (NaN where none), and the mask of
+    the codes given (see :func:`_scatter`): with ``samples``, each id's mean prediction."""
     if codes is None:
         codes = truth.index.encode(ids)
     if samples is None:
-        by_code, _ = _scatter(codes, np.asarray(scores, dtype=np.float64), len(truth.index))
-    else:
-        _, _, by_code, _ = _mean_prediction(truth, scores, samples, codes)
-    return by_code[: truth.index.num_expected]
+        return _scatter(codes, np.asarray(scores, dtype=np.float64), len(truth.index))
+    _, _, by_code, given = _mean_prediction(truth, scores, samples, codes)
+    return by_code, given
 
 
 def _ranking_rows(

@@ -86,6 +86,9 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     if sub.kind == Submission.KIND_CONTAINER and not sub.predictions:
         return (f"submission {pk} ran before the site kept a container's predictions; "
                 "only container submissions scored since then can be compared")
+    if sub.score_withheld:
+        return (f"submission {pk} did not beat its account's best on the hidden {sub.split} split: under the "
+                "Ladder its own score is shown to nobody, so it cannot be compared")
     if _hidden(sub):
         partial = sub.results.filter(metric__in=METRICS).exclude(coverage=1.0, num_dropped=0).first()
         if partial is not None:
@@ -134,12 +137,13 @@ def resolve_pair(
 
 def candidates(sub: Submission) -> QuerySet[Submission]:
     """The other finished submissions ``sub`` can be compared with (same dataset, split, target
-    and rules; neither reported nor re-scored without per-point predictions)."""
+    and rules; neither reported nor re-scored without per-point predictions, nor withheld by the Ladder)."""
     return (
         Submission.objects.filter(
             state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules
         )
         .exclude(pk=sub.pk)
+        .exclude(ladder_climbed=False)
         .exclude(source=Submission.SOURCE_REPORTED)
         .exclude(source=Submission.SOURCE_RESCORED, predictions="")
         .select_related("method", "backbone", "user")
@@ -156,12 +160,17 @@ def _summary(sub: Submission) -> dict[str, Any]:
     }
 
 
-def _scores(sub: Submission, truth: Truth) -> np.ndarray:
-    """The score of each evaluation point in the predictions ``sub`` was scored on (the uploaded
-    file, the file its container wrote, or a re-scored row's published predictions), as it was
-    scored (infinite scores kept under the ``qval-v1.0`` rules)."""
+def scored_predictions(sub: Submission, truth: Truth) -> qpred.Predictions:
+    """The predictions ``sub`` was scored on (the uploaded file, the file its container wrote, or a
+    re-scored row's published predictions), parsed as they were scored (infinite scores kept under
+    the ``qval-v1.0`` rules)."""
     path, name = sub.scored_predictions()
-    preds = qpred.parse(path, name, reference_ids=truth.point_ids, allow_infinite=sub.rules == REFERENCE_RULES)
+    return qpred.parse(path, name, reference_ids=truth.point_ids, allow_infinite=sub.rules == REFERENCE_RULES)
+
+
+def _scores(sub: Submission, truth: Truth) -> np.ndarray:
+    """The score of each evaluation point in the predictions ``sub`` was scored on."""
+    preds = scored_predictions(sub, truth)
     return point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index))
 
 

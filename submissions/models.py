@@ -147,6 +147,16 @@ class Submission(models.Model):
         upload_to="predictions/%Y/%m/", blank=True,
         help_text="Container and baseline submissions: the predictions.jsonl they wrote, as scored; re-scored "
                   "rows: the published per-point predictions, as a predictions file.")
+    # The Ladder of a hidden split (submissions.ladder): set once, when a user's submission finishes.
+    ladder_climbed = models.BooleanField(
+        null=True, blank=True,
+        help_text="Hidden split, user submissions: whether it moved the account's ladder (the board shows its "
+                  "score; the first of its scope always does) or not (the board keeps the best's score and its "
+                  "own is not shown); empty off the ladder (public splits, baselines, imports, finished before it).")
+    ladder_against = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="The account's best it was compared with (empty for the first of its scope): the score the "
+                  "board keeps when it did not climb, the one it replaced when it did.")
 
     class Meta:
         ordering = ["-received_at"]
@@ -168,6 +178,12 @@ class Submission(models.Model):
     def is_final(self) -> bool:
         """Whether the submission has reached ``finished`` or ``failed``."""
         return self.state in self.FINAL_STATES
+
+    @property
+    def score_withheld(self) -> bool:
+        """Whether its own score is shown to nobody: a hidden-split submission that did not climb its
+        account's ladder (:mod:`submissions.ladder`); the board keeps the best's score instead."""
+        return self.ladder_climbed is False
 
     def transition(self, new_state: str, *, error: str = "", fault: str = "", save: bool = True) -> None:
         """Move to ``new_state``, stamping its time; raise :class:`InvalidTransition` if not allowed."""

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from .ladder import outcome
 from .models import Submission
 
 
 def submission_payload(sub: Submission) -> dict[str, Any]:
-    """State, timeline, error, problems, coverage and results of a submission (no labels)."""
+    """State, timeline, error, problems, coverage and results of a submission (no labels).
+
+    ``ladder``: its step on its account's ladder of a hidden split (:func:`submissions.ladder.outcome`,
+    ``None`` off a ladder); a submission that did not climb has no ``results``: its score is withheld.
+    """
     return {
         "id": sub.pk,
         "kind": sub.kind,
@@ -35,6 +40,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},
         "container": container_payload(sub),
         "baseline": baseline_payload(sub),
+        "ladder": outcome(sub),
         "results": [
             {
                 "metric": r.metric,
@@ -48,7 +54,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
             }
             for r in sub.results.all()
         ]
-        if sub.state == Submission.FINISHED
+        if sub.state == Submission.FINISHED and not sub.score_withheld
         else [],
     }
 

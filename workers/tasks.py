@@ -58,7 +58,7 @@ from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MetricRow, disclose, score
 from qval.vllm import ServeSpec, VLLMManager
-from submissions import baselines, services
+from submissions import baselines, ladder, services
 from submissions.models import Result, Submission
 from workers import jobs
 from workers.heartbeat import beating
@@ -283,18 +283,30 @@ def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> s
     """Replace a scored submission's results with ``rows``, set ``fields`` on it, link its method
     and backbone and finish it, in one transaction; return its final state.
 
-    On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored.
+    On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored, and a
+    user's submission takes its step on its account's ladder (:func:`submissions.ladder.climb`,
+    decided once: re-scoring keeps it) under the account's row lock, taken before the submission's.
 
     A submission that is no longer being scored (the reaper failed it meanwhile) keeps its state
     and gets no results.
     """
     with transaction.atomic():
+        sub = Submission.objects.select_related("user").get(pk=submission_id)
+        laddered = ladder.on_ladder(sub)
+        if laddered:
+            services.lock_account(sub.user)
         sub = Submission.objects.select_for_update().get(pk=submission_id)
         if sub.state != Submission.SCORING:
             log.warning("submission %s became %s while it was scored; results dropped", sub.pk, sub.state)
             return sub.state
-        Result.objects.filter(submission=sub).delete()
         rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
+        for name, value in fields.items():
+            setattr(sub, name, value)
+        if laddered and sub.ladder_climbed is None:
+            # Before the results are written: that write waits for every other finishing job
+            # (the results version's row), the account's lock only for this account's.
+            ladder.climb(sub, rows)
+        Result.objects.filter(submission=sub).delete()
         Result.objects.bulk_create(
             Result(
                 submission=sub,
@@ -309,8 +321,6 @@ def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> s
             )
             for r in rows
         )
-        for name, value in fields.items():
-            setattr(sub, name, value)
         sub.method = Method.objects.get_or_create(name=sub.method_name)[0]
         sub.backbone = Backbone.objects.get_or_create(name=sub.backbone_name)[0] if sub.backbone_name else None
         sub.transition(Submission.FINISHED)

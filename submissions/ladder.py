@@ -1,0 +1,139 @@
+"""The Ladder of the hidden test board (Blum & Hardt 2015): which score the board shows of an account.
+
+A user's submission on a hidden split is on a ladder, one per **scope**: account, dataset
+version, target and split.  When it finishes, :func:`climb` compares it with the scope's
+current best (:func:`qval.ladder.decide`: significantly better by the paired bootstrap, the
+parameter-free Ladder).  The first submission of a scope climbs, released as scored; a later
+one climbs only when it is significantly better, and then the board shows its score instead
+of the best's.  One that does not climb stays off the board and its own score is shown to
+nobody (:attr:`submissions.models.Submission.score_withheld`): its page says which best the
+board keeps.  Showing it would hand back the exact answer the Ladder withholds.
+
+Each decision is stored on the submission (``ladder_climbed``, and ``ladder_against``: the best
+it was compared with) and never changes, re-scoring included.  The scope's current best is the
+submission that climbed and that no later climb replaced (:func:`current_best`).  :func:`climb`
+runs in the transaction that finishes the submission, under the account's row lock
+(:func:`submissions.services.lock_account`), so two submissions of one account finishing at
+once are compared one after the other: they cannot both climb on the same best.
+
+Baseline runs (the platform's), imported rows, public splits and submissions finished before
+the Ladder are on no ladder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from django.db.models import QuerySet
+
+from leaderboard.loading import truth_for
+from qval import ladder as qladder
+from qval import predictions as qpred
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import Truth, point_scores, state_ranking_values
+
+from .comparison import scored_predictions
+from .models import Submission
+
+log = logging.getLogger(__name__)
+
+
+class _Scored(Protocol):
+    metric: str
+    value: float | None
+
+
+def on_ladder(sub: Submission) -> bool:
+    """Whether ``sub`` is on a ladder: a user's submission to a hidden split."""
+    return sub.source == Submission.SOURCE_USER and sub.user_id is not None and sub.split not in PUBLIC_SPLITS
+
+
+def scope(sub: Submission) -> QuerySet[Submission]:
+    """The submissions sharing ``sub``'s ladder: its account's, on its dataset version, split and target."""
+    return Submission.objects.filter(user_id=sub.user_id, source=Submission.SOURCE_USER, dataset_id=sub.dataset_id,
+                                     split=sub.split, target=sub.target)
+
+
+def current_best(sub: Submission) -> Submission | None:
+    """The submission whose score the board shows for ``sub``'s scope (``None`` before its first):
+    the one that climbed last, i.e. that no climb since replaced."""
+    climbed = scope(sub).filter(ladder_climbed=True).exclude(state=Submission.FAILED).exclude(pk=sub.pk)
+    replaced = climbed.exclude(ladder_against=None).values("ladder_against")
+    return climbed.exclude(pk__in=replaced).order_by("-pk").first()
+
+
+def board_values(rows: Iterable[_Scored]) -> dict[str, float | None]:
+    """The values of :data:`qval.ladder.LADDER_METRICS` among ``rows`` (stored or disclosed results)."""
+    return {r.metric: r.value for r in rows if r.metric in qladder.LADDER_METRICS}
+
+
+def _entry(sub: Submission, truth: Truth, board: dict[str, float | None]) -> qladder.Entry:
+    """``sub`` as the Ladder sees it: the predictions it was scored on, per point and per state."""
+    preds = scored_predictions(sub, truth)
+    codes = preds.codes(truth.index)
+    return qladder.Entry(
+        points=point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=codes),
+        states=state_ranking_values(truth, preds.ids, preds.scores, samples=preds.samples, codes=codes,
+                                    rules=sub.rules),
+        board=board,
+    )
+
+
+def climb(sub: Submission, rows: Iterable[_Scored]) -> qladder.Decision:
+    """Decide ``sub``'s step on its ladder from its disclosed result ``rows`` and set
+    ``ladder_climbed``/``ladder_against`` (unsaved).
+
+    Call it only for a submission :func:`on_ladder` whose step is not decided yet, in the
+    transaction that finishes it and under its account's row lock.  When the best's stored
+    predictions cannot be read any more, there is nothing to pair with: ``sub`` is released as
+    the first of its scope would be (logged as an error).
+    """
+    best = current_best(sub)
+    truth = truth_for(sub.dataset, sub.split, sub.target)
+    new = _entry(sub, truth, board_values(rows))
+    best_entry = None
+    if best is not None:
+        try:
+            best_entry = _entry(best, truth, board_values(best.results.all()))
+        except (OSError, ValueError, qpred.ValidationFailed):
+            log.exception("ladder: the predictions of best %s cannot be read; %s is released as a first", best.pk,
+                          sub.pk)
+    decision = qladder.decide(truth.point_labels, new, best_entry, rules=sub.rules)
+    sub.ladder_climbed = decision.climbs
+    sub.ladder_against = best
+    log.info("ladder of user %s on %s/%s/%s: submission %s %s (best %s): %s", sub.user_id, sub.dataset_id,
+             sub.split, sub.target, sub.pk, "climbs" if decision.climbs else "holds",
+             best.pk if best else None, decision.reason)
+    return decision
+
+
+def outcome(sub: Submission) -> dict[str, Any] | None:
+    """What ``sub``'s page and API say of its step on the ladder (``None`` off the ladder or unfinished).
+
+    ``climbed``; ``best``: the id of the best it was compared with and that best's board
+    values (``best_spearman``, ``best_ranking_spearman``); ``message``: the sentence the page shows.
+    """
+    if sub.ladder_climbed is None or sub.state != Submission.FINISHED:
+        return None
+    best = sub.ladder_against
+    values = board_values(best.results.all()) if best is not None else {}
+    rho = values.get("spearman")
+    local = values.get("ranking_spearman")
+    named = ""
+    if best is not None:
+        shown = f"ρ={'—' if rho is None else f'{rho:.3f}'}"
+        if local is not None:
+            shown += f", state-local ρ={local:.3f}"
+        named = f"your best (#{best.pk}, {shown})"
+    if best is None:
+        message = (f"The first {sub.split}-split submission of your account on {sub.dataset.key} · target "
+                   f"{sub.target.upper()}: the board shows this score.")
+    elif sub.ladder_climbed:
+        message = f"Significantly better than {named}: the board shows this score."
+    else:
+        message = (f"Not significantly better than {named}; the board keeps that score. This submission's own "
+                   f"score on the hidden {sub.split} split is not shown (the Ladder, see How we score).")
+    return {"climbed": sub.ladder_climbed, "best": best.pk if best is not None else None, "best_spearman": rho,
+            "best_ranking_spearman": local, "message": message}
