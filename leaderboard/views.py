@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
@@ -383,7 +384,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     rows = exports.leaderboard_rows({"method": name}, "-spearman")
     extra = {"results_version": version, "method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
              "builtin": builtin_method(name),
-             "num_results": len(rows), "all_results": f"?method={name}", "fixed": "method", "fixed_value": name}
+             "num_results": len(rows), "all_results": "?" + urlencode({"method": name}), "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 
 
