@@ -321,7 +321,7 @@ def _figure_response(request: HttpRequest, name: str, fig: figures.Figure, f: fi
     if fmt == "plotly":
         return HttpResponse(fig.plotly_bytes, content_type="application/json")
     if fmt == "csv":
-        response = HttpResponse(figures.csv_text(fig), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(exports.csv_text(fig.columns, fig.rows), content_type="text/csv; charset=utf-8")
     else:
         response = JsonResponse(figures.payload(fig, f), json_dumps_params={"ensure_ascii": False})
     response["Content-Disposition"] = f'attachment; filename="qval-{name}.{fmt}"'

@@ -348,7 +348,7 @@ class TestChartMarkup:
         # Plotly's JSON writes "/" as \u002f and "<" as \u003c; undo that to read the strings it draws.
         drawn = charts.critical_difference_diagram(cd).replace("\\u002f", "/").replace("\\u003c", "<").replace(
             "\\u003e", ">")
-        assert "&lt;a href=&quot;https://evil.example/&quot;&gt;click&lt;/a&gt;" in drawn
+        assert '&lt;a href=\\"https://evil.example/\\"&gt;click&lt;/a&gt;' in drawn  # a JSON string: \" is "
         assert "&lt;b&gt;bold&lt;/b&gt;" in drawn
         assert "<a href" not in drawn and "<b>bold" not in drawn
 
