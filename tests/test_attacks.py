@@ -767,7 +767,8 @@ class TestHostilePredictionFiles:
         data = b"".join(b'{"id": "a", "score": 1, "k%d": 1}\n' % i for i in range(20_000))
         found = problems(data, "p.jsonl")
         assert list(found) == ["duplicate_id"]
-        one_line = b'{"id": "a", "score": 1' + b"".join(b', "k%d": 1' % i for i in range(100_000)) + b"}\n"
+        # 70,000 keys on one line: 0.85 MiB, within the 1 MiB line limit
+        one_line = b'{"id": "a", "score": 1' + b"".join(b', "k%d": 1' % i for i in range(70_000)) + b"}\n"
         preds, _ = qpred.parse_and_validate(one_line, "p.jsonl", qpred.SplitIndex(IDS))
         assert preds.ids.tolist() == ["a"]
 
