@@ -7,6 +7,11 @@ costs the same however many results the database holds.  The memo is keyed by th
 version, a row that PostgreSQL triggers bump in the same transaction as every write to the
 results, to a finished submission or to a method (:class:`submissions.models.ResultsVersion`):
 a submission that finishes (or is re-scored, or re-imported) changes it.
+
+On a hidden split of an open-book dataset (:attr:`leaderboard.models.Environment.open_book`: its
+labels follow from the observations) only the rows the platform ran itself are evaluations
+(:meth:`submissions.models.Submission.rankable`); an uploaded file there is scored for its
+uploader but ranked nowhere.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ def _load() -> list[Evaluation]:
     from submissions.models import Result, Submission
 
     subs = (
-        Submission.objects.filter(state=Submission.FINISHED)
+        Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED)
         .order_by("id")
         .values_list(
             "id", "method__name", "method__family", "dataset__environment__name", "dataset__environment__slug",

@@ -80,7 +80,8 @@ def board(request: HttpRequest) -> HttpResponse:
         request,
         "leaderboard/board.html",
         {"rows": page.object_list, "page": page, "total": len(rows), "filters": filters, "sort": sort,
-         "options": options, "search": search, "results_version": version},
+         "options": options, "search": search, "results_version": version,
+         "open_book": list(Environment.objects.filter(open_book=True))},
     )
 
 
@@ -208,6 +209,7 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
         "leaderboard/dataset.html",
         {
             "ds": ds,
+            "open_book": [ds.environment] if ds.environment.open_book else [],
             "counts": counts,
             "examples": [(c["split"], c["public"], _examples(ds, str(c["split"]))) for c in counts],
             "histograms": charts.label_histograms(_public_label_values(ds)),
@@ -399,6 +401,7 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     version = evaluations.version()
     rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
     extra = {"results_version": version, "environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
+             "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}
     return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)
