@@ -1012,6 +1012,18 @@ class TestNamesAndInjection:
         for url in ("/leaderboard/?split=dev&format=csv", "/figures/per-family/?split=dev&format=csv"):
             assert name in _csv_cells(client.get(url).content), url
 
+    @pytest.mark.parametrize("name,where", [("a\u202eb", "U+202E (RIGHT-TO-LEFT OVERRIDE) at character 2"),
+                                            ("two\nlines", "U+000A (a control character) at character 4"),
+                                            ("zero\u200bwidth", "U+200B (ZERO WIDTH SPACE) at character 5")])
+    def test_an_unprinted_character_in_a_method_name_is_refused(self, api, loaded, name: str, where: str) -> None:  # type: ignore[no-untyped-def]
+        data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": name,
+                "file": SimpleUploadedFile("p.csv", b"id,score\n")}
+        resp = api.post("/api/v1/submissions/", data, format="multipart")
+        assert resp.status_code == 400
+        assert resp.json()["errors"]["method_name"] == [
+            f"method_name holds {where}, which is not printed; use letters, digits, spaces and punctuation"]
+        assert not Submission.objects.exists()
+
     def test_formula_cells_are_neutralised_in_every_csv_and_numbers_stay_numbers(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         from django.urls import reverse
 
