@@ -22,8 +22,11 @@ _CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def plain(text: str) -> str:
-    """``text`` escaped for Plotly: its pseudo-HTML tags become literal characters."""
-    return html.escape(str(text), quote=True)
+    """``text`` escaped for Plotly: its pseudo-HTML tags and entities become literal characters.
+
+    Only ``&``, ``<`` and ``>`` are escaped: Plotly decodes ``&amp;``, ``&lt;`` and ``&gt;`` but not
+    ``&quot;``, and a quote starts no markup without a ``<``."""
+    return html.escape(str(text), quote=False)
 
 
 def _html(fig: go.Figure, div_id: str) -> str:

@@ -8,6 +8,11 @@ version, a row that PostgreSQL triggers bump in the same transaction as every wr
 results, to a finished submission or to a method (:class:`submissions.models.ResultsVersion`):
 a submission that finishes (or is re-scored, or re-imported) changes it.  Of a hidden split's
 ladder (:mod:`submissions.ladder`) only each account's current best is an evaluation.
+
+On a hidden split of an open-book dataset (:attr:`leaderboard.models.Environment.open_book`: its
+labels follow from the observations) only the rows the platform ran itself are evaluations
+(:meth:`submissions.models.Submission.rankable`); an uploaded file there is scored for its
+uploader but ranked nowhere.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ def _on_board():  # type: ignore[no-untyped-def]
     one a later climb replaced."""
     from submissions.models import Submission
 
-    finished = Submission.objects.filter(state=Submission.FINISHED)
+    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED)
     replaced = finished.filter(ladder_climbed=True).exclude(ladder_against=None).values("ladder_against")
     return finished.exclude(ladder_climbed=False).exclude(pk__in=replaced)
 

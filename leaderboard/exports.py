@@ -9,9 +9,10 @@ import os
 import shutil
 import uuid
 import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -325,19 +326,42 @@ BOARD_COLUMNS = [
 ]
 
 
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet reads a text cell starting with as a formula (``=HYPERLINK(...)``, ``+1+cmd|...``)."""
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet opens as data: empty for ``None``; text that starts with one
+    of :data:`FORMULA_PREFIXES` gets a leading ``'`` (so it shows as text); numbers, negative ones
+    included, stay numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """``rows`` as CSV under the header ``columns`` (other keys ignored), every cell through
+    :func:`csv_cell`: the one writer of the CSV downloads that carry user text (board, figures)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([csv_cell(row.get(c)) for c in columns])
+    return out.getvalue()
+
+
 def board_export(rows: list[BoardRow], fmt: str) -> HttpResponse:
     """A download of leaderboard rows: ``csv`` (:data:`BOARD_COLUMNS`) or ``json`` (``{"rows": [...]}``)."""
     if fmt == "json":
         response = JsonResponse({"rows": [r.as_dict() for r in rows]}, json_dumps_params={"ensure_ascii": False})
     else:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(BOARD_COLUMNS)
+        lines = []
         for r in rows:
             d = r.as_dict()
-            ci = d.pop("spearman_ci") or [None, None]
-            d["spearman_ci_low"], d["spearman_ci_high"] = ci
-            writer.writerow(["" if d[c] is None else d[c] for c in BOARD_COLUMNS])
-        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+            d["spearman_ci_low"], d["spearman_ci_high"] = d.pop("spearman_ci") or [None, None]
+            lines.append(d)
+        response = HttpResponse(csv_text(BOARD_COLUMNS, lines), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
     return response

@@ -6,12 +6,13 @@ built from exactly those rows.  Traces carry ``meta.kind``: ``points`` (one mark
 row), ``means`` (summaries of the points) or ``guide`` (the diagonal), so a reader can
 count what is drawn.  Figures are plain dicts (no ``plotly.graph_objects`` validation), so
 building one is cheap.  Colours are the reference's family colours (:mod:`qval.families`).
+Plotly draws a subset of HTML in tick labels, legend names and hover text, so every name a user
+chose (method, backbone) goes into a trace through :func:`leaderboard.charts.plain`; the ``rows``
+keep the names as they are.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import Any
 from qval import compare, families, metric_registry
 
 from .aggregates import InvalidSelection
+from .charts import plain
 from .evaluations import FILTER_KEYS, Evaluation, best, derived, select
 
 SPLITS = ("dev", "test")
@@ -118,7 +120,7 @@ def _label(metric: str) -> str:
 
 
 def _hover(e: Evaluation, value: float) -> str:
-    return (f"{e.method} ({e.family_name})<br>{e.environment} · {e.backbone or 'no backbone'}<br>"
+    return (f"{plain(e.method)} ({e.family_name})<br>{plain(e.environment)} · {plain(e.backbone or 'no backbone')}<br>"
             f"target {e.target.upper()} · {e.modality} · {e.source}<br>value {value:.4f} · #{e.submission_id}")
 
 
@@ -149,10 +151,10 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
             methods = list(sums)
             means = [sum(sums[m]) / len(sums[m]) for m in methods]
             common = {"xaxis": xaxis, "yaxis": yaxis, "legendgroup": family.slug, "marker": {"color": family.colour}}
-            fig.traces.append({"type": "bar", "x": methods, "y": means, "name": f"{family.name} mean",
+            fig.traces.append({"type": "bar", "x": [plain(m) for m in methods], "y": means, "name": f"{family.name} mean",
                                "opacity": 0.35, "showlegend": False, "meta": {"kind": "means", "metric": metric},
                                "hovertemplate": "%{x}: mean %{y:.4f}<extra></extra>", **common})
-            fig.traces.append({"type": "scatter", "mode": "markers", "x": [e.method for e, _ in points],
+            fig.traces.append({"type": "scatter", "mode": "markers", "x": [plain(e.method) for e, _ in points],
                                "y": [v for _, v in points], "name": family.name,
                                "showlegend": family.slug not in shown, "text": [_hover(e, v) for e, v in points],
                                "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points", "metric": metric},
@@ -188,13 +190,13 @@ def per_environment(rows: Sequence[Evaluation], f: Filters) -> Figure:
             family = families.get(family_of[method]).name
             fig.rows.append({"method": method, "family": family, "environment": env, "metric": f.metric,
                              "n": iv.n, "mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
-            xs.append(method)
+            xs.append(plain(method))
             ys.append(iv.mean)
             lows.append(0.0 if iv.low is None else iv.mean - iv.low)
             highs.append(0.0 if iv.high is None else iv.high - iv.mean)
-            texts.append(f"{method} ({family}) in {env}<br>mean {iv.mean:.4f} over {iv.n}"
+            texts.append(f"{plain(method)} ({family}) in {plain(env)}<br>mean {iv.mean:.4f} over {iv.n}"
                          + (f"<br>95% CI [{iv.low:.4f}, {iv.high:.4f}]" if iv.low is not None else ""))
-        fig.traces.append({"type": "bar", "x": xs, "y": ys, "name": env, "text": texts, "textposition": "none",
+        fig.traces.append({"type": "bar", "x": xs, "y": ys, "name": plain(env), "text": texts, "textposition": "none",
                            "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points"},
                            "error_y": {"type": "data", "symmetric": False, "array": highs, "arrayminus": lows}})
     fig.layout = _layout("Per environment (mean over backbones, 95% CI)", barmode="group",
@@ -230,7 +232,7 @@ def text_vs_image(rows: Sequence[Evaluation], f: Filters) -> Figure:
             fig.traces.append({
                 "type": "scatter", "mode": "markers", "name": family.name, "marker": {"color": family.colour, "size": 9},
                 "x": [p[1] for p in points], "y": [p[2] for p in points],
-                "text": [f"{k[0]} · {k[1]} · {k[2] or 'no backbone'} · {k[3].upper()}" for k, _, _ in points],
+                "text": [f"{plain(k[0])} · {plain(k[1])} · {plain(k[2] or 'no backbone')} · {k[3].upper()}" for k, _, _ in points],
                 "hovertemplate": "%{text}<br>text %{x:.4f} · image %{y:.4f}<extra></extra>", "meta": {"kind": "points"},
             })
     fig.traces.append(_diagonal())
@@ -278,7 +280,7 @@ def q_vs_v(rows: Sequence[Evaluation], f: Filters) -> Figure:
                 "x": [p["q_mean"] for p in points], "y": [p["v_mean"] for p in points],
                 "error_x": {"type": "data", "array": [p["q_se"] or 0.0 for p in points]},
                 "error_y": {"type": "data", "array": [p["v_se"] or 0.0 for p in points]},
-                "text": [f"{p['method']}: Q {p['q_n']} evaluations, V {p['v_n']}" for p in points],
+                "text": [f"{plain(p['method'])}: Q {p['q_n']} evaluations, V {p['v_n']}" for p in points],
                 "hovertemplate": "%{text}<br>Q %{x:.4f} · V %{y:.4f}<extra></extra>", "meta": {"kind": "points"},
             })
     fig.traces.append(_diagonal())
@@ -314,7 +316,7 @@ def heatmap(rows: Sequence[Evaluation], f: Filters) -> Figure:
             else:
                 line.append(None)
         z.append(line)
-    fig.traces.append({"type": "heatmap", "x": columns, "y": order, "z": z, "zmin": -1, "zmax": 1,
+    fig.traces.append({"type": "heatmap", "x": [plain(c) for c in columns], "y": [plain(m) for m in order], "z": z, "zmin": -1, "zmax": 1,
                        "colorscale": "RdBu", "reversescale": True, "meta": {"kind": "points"},
                        "hovertemplate": "%{y} · %{x}<br>mean %{z:.4f}<extra></extra>",
                        "colorbar": {"title": {"text": _label(f.metric)}}})
@@ -348,13 +350,3 @@ def build(name: str, f: Filters) -> Figure:
 def payload(fig: Figure, f: Filters) -> dict[str, Any]:
     """The data behind a figure, as the JSON download and the figure API return it."""
     return {"figure": fig.name, "title": fig.title, "filters": f.query(), "columns": fig.columns, "rows": fig.rows}
-
-
-def csv_text(fig: Figure) -> str:
-    """The data behind a figure as CSV (header: :attr:`Figure.columns`; empty cell for none)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fig.columns, lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
-    for row in fig.rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return out.getvalue()

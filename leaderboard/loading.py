@@ -16,6 +16,7 @@ ENVIRONMENTS = {
         "name": "FrozenLake",
         "description": "Gymnasium's FrozenLake grid world: reach the goal without falling into a hole.",
         "url": "https://gymnasium.farama.org/environments/toy_text/frozen_lake/",
+        "open_book": True,  # an observation is the whole map: a shortest-path search labels it exactly
     },
     "alfworld": {
         "name": "ALFWorld",

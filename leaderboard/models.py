@@ -25,6 +25,11 @@ class Environment(models.Model):
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     url = models.URLField(blank=True)
+    open_book = models.BooleanField(
+        default=False,
+        help_text="Its labels follow from its observations (a FrozenLake observation is the whole map), so no split "
+                  "of it is hidden: an open-book sanity check whose test board ranks only platform-run rows.",
+    )
 
     def __str__(self) -> str:
         return self.name

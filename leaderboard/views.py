@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
@@ -80,7 +81,8 @@ def board(request: HttpRequest) -> HttpResponse:
         request,
         "leaderboard/board.html",
         {"rows": page.object_list, "page": page, "total": len(rows), "filters": filters, "sort": sort,
-         "options": options, "search": search, "results_version": version},
+         "options": options, "search": search, "results_version": version,
+         "open_book": list(Environment.objects.filter(open_book=True))},
     )
 
 
@@ -210,6 +212,7 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
         "leaderboard/dataset.html",
         {
             "ds": ds,
+            "open_book": [ds.environment] if ds.environment.open_book else [],
             "counts": counts,
             "examples": [(c["split"], c["public"], _examples(ds, str(c["split"]))) for c in counts],
             "histograms": charts.label_histograms(_public_label_values(ds)),
@@ -337,7 +340,7 @@ def _figure_response(request: HttpRequest, name: str, fig: figures.Figure, f: fi
     if fmt == "plotly":
         return HttpResponse(fig.plotly_bytes, content_type="application/json")
     if fmt == "csv":
-        response = HttpResponse(figures.csv_text(fig), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(exports.csv_text(fig.columns, fig.rows), content_type="text/csv; charset=utf-8")
     else:
         response = JsonResponse(figures.payload(fig, f), json_dumps_params={"ensure_ascii": False})
     response["Content-Disposition"] = f'attachment; filename="qval-{name}.{fmt}"'
@@ -400,7 +403,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     rows = exports.leaderboard_rows({"method": name}, "-spearman")
     extra = {"results_version": version, "method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
              "builtin": builtin_method(name),
-             "num_results": len(rows), "all_results": f"?method={name}", "fixed": "method", "fixed_value": name}
+             "num_results": len(rows), "all_results": "?" + urlencode({"method": name}), "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 
 
@@ -415,6 +418,7 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     version = evaluations.version()
     rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
     extra = {"results_version": version, "environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
+             "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}
     return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)

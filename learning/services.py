@@ -242,7 +242,7 @@ def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[
                              size_bytes=len(buf.getvalue().encode()))
             sub.file.save(name, ContentFile(buf.getvalue().encode()), save=False)
             sub.save()
+            run.submissions.add(sub)  # before it finishes: the board reads a training run's rows as platform-run
             score_submission.apply(args=[sub.pk])
             subs.append(sub)
-    run.submissions.set(subs)
     return subs

@@ -876,10 +876,12 @@ def _csv_structure_problems(data: bytes, expected_fields: int, arrow_message: st
 # -- JSON Lines --------------------------------------------------------------------------
 def _parse_jsonl(data: bytes) -> _Parsed:
     deep = safejson.too_deep(data, per_line=True)
-    if deep.size or data.count(b"\r") != data.count(b"\r\n") or not _lines_open_objects(data):
+    if (deep.size or data.count(b"\r") != data.count(b"\r\n") or not _lines_open_objects(data)
+            or _longest_line(data) > MAX_JSONL_LINE_BYTES):
         # pyarrow's reader must never see a deep line, nor a file whose first value is not an
         # object (pyarrow 26 segfaults on a leading ``null``); a lone CR ends a line for the scan
-        # (as for splitlines) but JSON allows it as whitespace: such files are read line by line
+        # (as for splitlines) but JSON allows it as whitespace: such files are read line by line,
+        # as are files with a line over the limit (pyarrow reads any length), which that reader names
         return _parse_jsonl_rows(data, deep)
     lines = _nonblank_lines(data, whitespace_is_blank=True)
     columns = [("id", pa.string()), ("score", pa.float64())]
@@ -911,6 +913,12 @@ def _parse_jsonl(data: bytes) -> _Parsed:
         lines,
         _Issues("line {}"),
     )
+
+
+def _longest_line(data: bytes) -> int:
+    """Bytes of the longest line of ``data``, its line break included (as :func:`_parse_jsonl_rows` counts)."""
+    breaks = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    return int(np.diff(breaks, prepend=-1, append=len(data) - 1).max()) if data else 0
 
 
 def _lines_open_objects(data: bytes) -> bool:

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
 from leaderboard import best_of_n_views as bon_views
@@ -13,6 +13,9 @@ from workers import api as wapi
 from workers import views as wv
 
 from . import api, health
+from .converters import NameConverter
+
+register_converter(NameConverter, "name")
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -23,7 +26,7 @@ urlpatterns = [
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
     path("figures/<str:name>/", lb.figure, name="figure"),
-    path("methods/<str:name>/", lb.method_detail, name="method"),
+    path("methods/<name:name>/", lb.method_detail, name="method"),
     path("environments/<str:slug>/", lb.environment_detail, name="environment"),
     path("compare/", sv.compare, name="compare"),
     path("learned/", lv.run_list, name="learned"),

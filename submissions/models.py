@@ -23,6 +23,7 @@ from django.db import models
 from django.utils import timezone
 
 from leaderboard.models import MODALITY_CHOICES, SPLIT_CHOICES, TARGET_CHOICES, Backbone, Dataset, Method
+from qval.schema import PUBLIC_SPLITS
 
 
 class InvalidTransition(RuntimeError):
@@ -173,6 +174,27 @@ class Submission(models.Model):
     def submitted_by(self) -> str:
         """The uploader's name, or the source of an imported row."""
         return self.user.username if self.user_id else self.get_source_display()
+
+    @classmethod
+    def platform_run(cls) -> models.Q:
+        """Submissions whose predictions the platform made itself -- a built-in baseline, a method container
+        (its archive kept), a training run's scores -- rather than an uploaded file."""
+        trained = cls.training_runs.through.objects.filter(submission_id=models.OuterRef("pk"))
+        return (models.Q(kind__in=(cls.KIND_CONTAINER, cls.KIND_BASELINE)) | models.Q(source=cls.SOURCE_BASELINE)
+                | models.Q(models.Exists(trained)))
+
+    @classmethod
+    def rankable(cls) -> models.Q:
+        """Submissions the board may rank: all but those not :meth:`platform_run` on a hidden split of a dataset
+        we host whose environment is open book (:attr:`leaderboard.models.Environment.open_book`: its labels
+        follow from its observations, so an uploaded file there may simply contain them)."""
+        open_book_hidden = (models.Q(dataset__hosted=True, dataset__environment__open_book=True)
+                            & ~models.Q(split__in=sorted(PUBLIC_SPLITS)))
+        return ~(open_book_hidden & ~cls.platform_run())
+
+    def ranked(self) -> bool:
+        """Whether the board ranks this submission once finished (:meth:`rankable`)."""
+        return Submission.objects.filter(Submission.rankable(), pk=self.pk).exists()
 
     @property
     def is_final(self) -> bool:

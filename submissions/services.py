@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -114,6 +115,27 @@ def check_storage(user, size: int) -> None:  # type: ignore[no-untyped-def]
             f"{size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} MiB per account", status=413)
 
 
+UNPRINTED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+"""Unicode categories a method name may not hold: controls (newline, tab, NUL), format characters
+(zero-width and bidirectional overrides, which make one name look like another) and line separators."""
+
+
+def check_method_name(name: str) -> None:
+    """Refuse (:class:`SubmissionRejected`) a method name that is blank, longer than 100 characters or
+    holds a character that is not printed (:data:`UNPRINTED_CATEGORIES`). Anything printed is allowed --
+    ``/``, quotes, ``<``, any script: every page, URL and export handles it."""
+    if not name.strip():
+        raise SubmissionRejected("method_name", "method_name is required")
+    if len(name) > 100:
+        raise SubmissionRejected("method_name", "method_name is longer than 100 characters")
+    for position, char in enumerate(name, 1):
+        if unicodedata.category(char) in UNPRINTED_CATEGORIES:
+            what = unicodedata.name(char, "a control character")
+            raise SubmissionRejected(
+                "method_name", f"method_name holds U+{ord(char):04X} ({what}) at character {position}, which is "
+                "not printed; use letters, digits, spaces and punctuation")
+
+
 def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Dataset:  # type: ignore[no-untyped-def]
     """Validate the request's fields and the quota; return the dataset.
 
@@ -136,10 +158,7 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
             "split", f"verify your email address before submitting to the hidden {req.split} split: follow the "
             "link we emailed you at sign-up (or add an address under /accounts/email/); the dev split needs no "
             "verification", status=403)
-    if not req.method_name.strip():
-        raise SubmissionRejected("method_name", "method_name is required")
-    if len(req.method_name) > 100:
-        raise SubmissionRejected("method_name", "method_name is longer than 100 characters")
+    check_method_name(req.method_name)
     if req.split == "test" and (newer := dataset.superseded_test_split()) is not None:
         raise SubmissionRejected(
             "split",

@@ -55,7 +55,7 @@ def mine(request: HttpRequest) -> HttpResponse:
 @login_required
 def detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One submission: timeline, results or the exact validation problems."""
-    sub = get_object_or_404(Submission.objects.select_related("dataset").filter(visible_to(request.user)), pk=pk)
+    sub = get_object_or_404(Submission.objects.select_related("dataset__environment").filter(visible_to(request.user)), pk=pk)
     data = submission_payload(sub)
     sampled = [
         {**r, "sample_values": list(zip(r["details"]["samples"]["sample_numbers"], r["details"]["samples"]["values"]))}
@@ -63,7 +63,8 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
         if "values" in r["details"].get("samples", {})  # per-sample values exist on public splits only
     ]
     others = comparison.candidates(sub) if sub.state == Submission.FINISHED else Submission.objects.none()
-    context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others}
+    context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others,
+               "unranked": sub.state == Submission.FINISHED and not sub.ranked()}
     return render(request, "submissions/detail.html", context)
 
 

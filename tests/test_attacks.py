@@ -350,7 +350,7 @@ class TestChartMarkup:
         # Plotly's JSON writes "/" as \u002f and "<" as \u003c; undo that to read the strings it draws.
         drawn = charts.critical_difference_diagram(cd).replace("\\u002f", "/").replace("\\u003c", "<").replace(
             "\\u003e", ">")
-        assert "&lt;a href=&quot;https://evil.example/&quot;&gt;click&lt;/a&gt;" in drawn
+        assert '&lt;a href=\\"https://evil.example/\\"&gt;click&lt;/a&gt;' in drawn  # a JSON string: \" is "
         assert "&lt;b&gt;bold&lt;/b&gt;" in drawn
         assert "<a href" not in drawn and "<b>bold" not in drawn
 
@@ -769,7 +769,8 @@ class TestHostilePredictionFiles:
         data = b"".join(b'{"id": "a", "score": 1, "k%d": 1}\n' % i for i in range(20_000))
         found = problems(data, "p.jsonl")
         assert list(found) == ["duplicate_id"]
-        one_line = b'{"id": "a", "score": 1' + b"".join(b', "k%d": 1' % i for i in range(100_000)) + b"}\n"
+        # 70,000 keys on one line: 0.85 MiB, within the 1 MiB line limit
+        one_line = b'{"id": "a", "score": 1' + b"".join(b', "k%d": 1' % i for i in range(70_000)) + b"}\n"
         preds, _ = qpred.parse_and_validate(one_line, "p.jsonl", qpred.SplitIndex(IDS))
         assert preds.ids.tolist() == ["a"]
 
@@ -1077,3 +1078,175 @@ class TestSybilsAndForwardedFor:
         child = subprocess.run([sys.executable, "-c", "from qval_site import settings; print(settings.CACHES['default']['BACKEND'])"],
                                cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=120)
         assert child.stdout.strip() == "django.core.cache.backends.redis.RedisCache", child.stderr
+
+
+EVIL_NAME = "<a href=//evil.example>x</a>"
+"""A method name that is a link: drawn live by a browser or Plotly if it ever reaches either as markup."""
+
+FORMULA = '=HYPERLINK("http://evil.example","x")'
+"""A method name a spreadsheet would run as a formula."""
+
+
+def _strings(node: object) -> list[str]:
+    """Every string in a decoded JSON document (a Plotly figure's labels, names and hover texts)."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in _strings(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _strings(value)]
+    return []
+
+
+def _csv_cells(body: bytes) -> list[str]:
+    """Every cell of a CSV download below its header."""
+    import csv
+
+    return [cell for row in list(csv.reader(io.StringIO(body.decode())))[1:] for cell in row]
+
+
+@pytest.mark.django_db
+class TestNamesAndInjection:
+    """Issue 20, findings 7-10: a user-chosen name breaks no page and becomes no markup or formula; the
+    job result endpoint and the JSON Lines line limit hold; an open-book dataset ranks no uploaded file."""
+
+    @pytest.mark.parametrize("name", ["a/b", EVIL_NAME, "..", "50% \"quoted\" 'é' ü/", "x" * 100])
+    def test_any_method_name_is_safe_on_every_page(self, client, api, loaded, frozenlake, name: str) -> None:  # type: ignore[no-untyped-def]
+        from html import escape
+        from urllib.parse import urlencode
+
+        from django.urls import reverse
+
+        ids, labels = actor_points(frozenlake, "dev")
+        noisy = labels + np.random.default_rng(0).normal(0, 0.3, len(ids))
+        mine = upload(api, csv_bytes(ids, noisy), split="dev", method_name=name, backbone=EVIL_NAME)
+        finish(mine["id"])
+        other = upload(api, csv_bytes(ids, labels), split="dev", method_name="plain")
+        finish(other["id"])
+        method_url = reverse("method", args=[name])
+        shown = escape(name)  # as a template writes it
+        lists = [f"/leaderboard/?{q}" for q in ("", "sort=date", "sort=-date", "sort=method", "sort=-method",
+                                                  "split=dev", urlencode({"q": name}), urlencode({"method": name}))]
+        pages = [*lists, method_url, method_url + "?figure=heatmap&split=dev", "/environments/frozenlake/?split=dev",
+                 f"/compare/?a={mine['id']}&b={other['id']}", "/leaderboard/aggregate/?split=dev",
+                 "/leaderboard/critical-difference/?split=dev"]
+        for url in pages:
+            resp = client.get(url)
+            assert resp.status_code == 200, (url, resp.status_code)
+            body = resp.content.decode()
+            assert "<a href=//evil.example>" not in body, url
+            assert shown in body, url
+        for url in lists + [method_url]:
+            assert f'href="{escape(method_url)}"' in client.get(url).content.decode(), url
+        assert f"<h1>Method {shown}</h1>" in client.get(method_url).content.decode()
+
+        drawn = escape(name, quote=False)  # as Plotly must receive it: it reads &, < and > as markup
+        figures_ = [f"/figures/{f}/?split=dev&format=plotly" for f in ("per-family", "per-environment", "heatmap")]
+        figures_ += ["/figures/heatmap/?split=dev&by=backbone&format=plotly",  # the home page fetches per-family
+                     method_url + "?split=dev&format=plotly", method_url + "?figure=per-family&split=dev&format=plotly"]
+        for url in figures_:
+            resp = client.get(url)
+            assert resp.status_code == 200, (url, resp.status_code)
+            strings = _strings(resp.json())
+            assert not any("<a" in s or "evil.example>" in s for s in strings), url
+            assert any(drawn in s for s in strings), url
+            assert any(escape(EVIL_NAME, quote=False) in s for s in strings) or "by=backbone" not in url
+
+        api_rows = client.get("/api/v1/leaderboard/", {"method": name}).json()["results"]
+        assert [r["submission_id"] for r in api_rows] == [mine["id"]] and api_rows[0]["method"] == name
+        exported = client.get("/leaderboard/", {"split": "dev", "format": "json"}).json()["rows"]
+        assert name in {r["method"] for r in exported}
+        for url in ("/leaderboard/?split=dev&format=csv", "/figures/per-family/?split=dev&format=csv"):
+            assert name in _csv_cells(client.get(url).content), url
+
+    @pytest.mark.parametrize("name,where", [("a\u202eb", "U+202E (RIGHT-TO-LEFT OVERRIDE) at character 2"),
+                                            ("two\nlines", "U+000A (a control character) at character 4"),
+                                            ("zero\u200bwidth", "U+200B (ZERO WIDTH SPACE) at character 5")])
+    def test_an_unprinted_character_in_a_method_name_is_refused(self, api, loaded, name: str, where: str) -> None:  # type: ignore[no-untyped-def]
+        data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": name,
+                "file": SimpleUploadedFile("p.csv", b"id,score\n")}
+        resp = api.post("/api/v1/submissions/", data, format="multipart")
+        assert resp.status_code == 400
+        assert resp.json()["errors"]["method_name"] == [
+            f"method_name holds {where}, which is not printed; use letters, digits, spaces and punctuation"]
+        assert not Submission.objects.exists()
+
+    def test_formula_cells_are_neutralised_in_every_csv_and_numbers_stay_numbers(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        from django.urls import reverse
+
+        ids, labels = actor_points(frozenlake, "dev")
+        sub = upload(api, csv_bytes(ids, -labels), split="dev", method_name=FORMULA, backbone="@SUM(A1)")
+        finish(sub["id"])
+        downloads = ["/leaderboard/?format=csv", "/leaderboard/?split=dev&format=csv",
+                     "/figures/per-family/?split=dev&format=csv", "/figures/per-environment/?split=dev&format=csv",
+                     "/figures/heatmap/?split=dev&by=backbone&format=csv",
+                     reverse("method", args=[FORMULA]) + "?split=dev&format=csv"]
+        for url in downloads:
+            resp = client.get(url)
+            assert resp.status_code == 200, (url, resp.status_code)
+            cells = _csv_cells(resp.content)
+            assert cells, url
+            assert not any(c.startswith(("=", "+", "@", "\t", "\r")) for c in cells), url
+            assert not any(c.startswith("-") and not c.lstrip("-").replace(".", "", 1).isdigit() for c in cells), url
+            assert "'" + FORMULA in cells, url
+            assert any(c.startswith("-") and float(c) < 0 for c in cells), url  # ρ = -1: a negative number, kept
+        assert "'@SUM(A1)" in _csv_cells(client.get("/leaderboard/?format=csv").content)
+
+    def test_a_nested_job_result_is_a_400_after_the_token_check(self, user, loaded) -> None:  # type: ignore[no-untyped-def]
+        from rest_framework.test import APIClient
+
+        from workers import jobs
+        from workers.models import JobToken
+
+        sub = Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="boxed",
+                                        kind=Submission.KIND_CONTAINER, filename="m.tar", attempt=1)
+        for state in (Submission.VALIDATING, Submission.QUEUED, Submission.SCORING):
+            sub.transition(state)
+        token = jobs.issue_token(sub)
+        deep = '{"exit_code": 0, "stdout": ' + "[" * 10_000 + "]" * 10_000 + "}"
+
+        def post(raw: str):  # type: ignore[no-untyped-def]
+            client = APIClient()
+            client.credentials(HTTP_AUTHORIZATION=f"Job {raw}", HTTP_X_QVAL_WORKER="box-1")
+            return client.post(f"/api/v1/jobs/{sub.pk}/result", {"run": deep}, format="multipart")
+
+        forged = post("forged-" + token[7:])
+        assert forged.status_code == 403 and forged.json()["detail"] == "unknown job token for this submission"
+        resp = post(token)
+        assert resp.status_code == 400
+        assert resp.json()["detail"] == "run: not a JSON object (line 1, column 91: nesting deeper than 64 levels)"
+        assert JobToken.objects.get(submission=sub).used_at is None  # refused: the token is not spent
+        assert Submission.objects.get(pk=sub.pk).state == Submission.SCORING
+
+    @pytest.mark.parametrize("pad", ["x" * (3 * 2**19), "é" * (2**19 + 2**17)])  # 1.5 MiB; 655,360 characters, 1.25 MiB
+    def test_a_jsonl_line_over_1_mib_is_refused_with_its_line(self, pad: str) -> None:
+        data = ('{"id": "a", "score": 1}\n{"id": "b", "score": 2, "pad": "' + pad + '"}\n{"id": "c", "score": 3}\n')
+        found = problems(data.encode(), "p.jsonl")
+        assert found["parse"].rows == (2,)
+        assert found["parse"].message.startswith("line 2: the line is 1.")
+        assert "lines may be at most 1.0 MiB" in found["parse"].message
+
+    def test_frozenlake_ranks_no_uploaded_file_on_its_test_split(self, client, api, user, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        ids, labels = actor_points(frozenlake, "test")
+        labelled = upload(api, csv_bytes(ids, labels), method_name="public-labeller")  # ρ = 1 from the test inputs
+        finish(labelled["id"])
+        dev_ids, dev_labels = actor_points(frozenlake, "dev")
+        dev = upload(api, csv_bytes(dev_ids, dev_labels), split="dev", method_name="public-labeller")
+        finish(dev["id"])
+        boxed = _container_submission(user, loaded, "test", ids, labels)
+
+        on_board = {r["submission_id"] for r in client.get("/api/v1/leaderboard/", {"dataset": KEY}).json()["results"]}
+        assert labelled["id"] not in on_board
+        assert {dev["id"], boxed.pk} <= on_board  # the dev split, and a platform-run row of the test split, stay
+        page = client.get("/leaderboard/", {"split": "test"}).content.decode()
+        assert f'data-submission="{labelled["id"]}"' not in page and f'data-submission="{boxed.pk}"' in page
+        assert 'id="open-book"' in page and "labels follow from the observations" in page
+        exported = client.get("/leaderboard/", {"split": "test", "format": "json"}).json()["rows"]
+        assert [r["submission_id"] for r in exported] == [boxed.pk]
+        figure = client.get("/figures/per-family/", {"split": "test", "format": "json"}).json()["rows"]
+        assert {r["submission_id"] for r in figure} == {boxed.pk}
+        dataset_page = client.get(f"/datasets/{KEY}/").content.decode()
+        assert 'id="open-book"' in dataset_page and "labels follow from the observations" in dataset_page
+        client.force_login(user)
+        assert 'id="not-ranked"' in client.get(f"/submissions/{labelled['id']}/").content.decode()
+        assert 'id="not-ranked"' not in client.get(f"/submissions/{dev['id']}/").content.decode()

@@ -44,6 +44,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from qval import containers as qc
+from qval import safejson
 from submissions import services
 from submissions.models import Submission
 
@@ -291,16 +292,19 @@ def input_tar(sub: Submission) -> IO[bytes]:
     return out
 
 
-def accept_result(pk: int, raw: str, run: dict[str, Any], predictions: bytes | None) -> None:
-    """Record a remote run's outcome (``run``: ``error``, ``exit_code``, ``wall_s``, ``stdout``,
-    ``stderr``, ``token_usage``) and its predictions, spend the token, and send it to be scored;
+def accept_result(pk: int, raw: str, run_json: str, predictions: bytes | None) -> None:
+    """Record a remote run's outcome (``run_json``, a JSON object: ``error``, ``exit_code``, ``wall_s``,
+    ``stdout``, ``stderr``, ``token_usage``) and its predictions, spend the token, and send it to be scored;
     a ``platform_error`` (the worker could not run it) requeues it once instead. Raises :class:`JobRefused` for a bad
-    token and ``ValueError`` for a malformed result."""
+    token -- checked first: nothing of the body is decoded for an unknown caller -- and ``ValueError`` for a
+    malformed result (``run_json`` is read by :func:`qval.safejson.load_json`: too deep or not JSON is such
+    an error, never a crash)."""
     from workers import tasks  # the tasks module imports this one
 
-    fields = _run_fields(run)
     with transaction.atomic():
         sub = running(pk, raw)
+        run = _run_object(run_json)
+        fields = _run_fields(run)
         token = JobToken.objects.select_for_update().get(token_sha256=_digest(raw))
         token.used_at = timezone.now()
         token.save()
@@ -315,6 +319,17 @@ def accept_result(pk: int, raw: str, run: dict[str, Any], predictions: bytes | N
             sub.predictions.save(f"{sub.pk}-a{sub.attempt}-predictions.jsonl", ContentFile(predictions), save=False)
         sub.save()
         transaction.on_commit(lambda: tasks.score_remote_run.delay(pk))
+
+
+def _run_object(run_json: str) -> dict[str, Any]:
+    """The posted ``run`` document as a JSON object, or ``ValueError`` saying why it is not one."""
+    try:
+        run = safejson.load_json(run_json)
+    except safejson.JSONError as exc:
+        raise ValueError(f"run: not a JSON object ({exc})") from None
+    if not isinstance(run, dict):
+        raise ValueError("run: expected a JSON object")
+    return run
 
 
 def _run_fields(run: dict[str, Any]) -> dict[str, Any]:
