@@ -16,8 +16,8 @@ runs in the transaction that finishes the submission, under the account's row lo
 (:func:`submissions.services.lock_account`), so two submissions of one account finishing at
 once are compared one after the other: they cannot both climb on the same best.
 
-Baseline runs (the platform's), imported rows, public splits and submissions finished before
-the Ladder are on no ladder.
+Baseline runs (the platform's), imported rows, public splits, uploaded files on an open-book
+dataset (ranked nowhere) and submissions finished before the Ladder are on no ladder.
 """
 
 from __future__ import annotations
@@ -46,14 +46,17 @@ class _Scored(Protocol):
 
 
 def on_ladder(sub: Submission) -> bool:
-    """Whether ``sub`` is on a ladder: a user's submission to a hidden split."""
-    return sub.source == Submission.SOURCE_USER and sub.user_id is not None and sub.split not in PUBLIC_SPLITS
+    """Whether ``sub`` is on a ladder: a user's submission to a hidden split that the board may rank
+    (an uploaded file on an open-book dataset is ranked nowhere: :meth:`Submission.rankable`)."""
+    return (sub.source == Submission.SOURCE_USER and sub.user_id is not None and sub.split not in PUBLIC_SPLITS
+            and sub.ranked())
 
 
 def scope(sub: Submission) -> QuerySet[Submission]:
-    """The submissions sharing ``sub``'s ladder: its account's, on its dataset version, split and target."""
-    return Submission.objects.filter(user_id=sub.user_id, source=Submission.SOURCE_USER, dataset_id=sub.dataset_id,
-                                     split=sub.split, target=sub.target)
+    """The submissions sharing ``sub``'s ladder: its account's rankable ones, on its dataset version,
+    split and target."""
+    return Submission.objects.filter(Submission.rankable(), user_id=sub.user_id, source=Submission.SOURCE_USER,
+                                     dataset_id=sub.dataset_id, split=sub.split, target=sub.target)
 
 
 def current_best(sub: Submission) -> Submission | None:

@@ -136,7 +136,18 @@ def _noisy(frozenlake, sd: float, seed: int) -> bytes:  # type: ignore[no-untype
     return csv_bytes(*_noisy_scores(frozenlake, sd, seed))
 
 
+@pytest.fixture
+def closed_book(loaded):  # type: ignore[no-untyped-def]
+    """The loaded FrozenLake as a dataset whose labels do not follow from its inputs: its test board
+    ranks uploaded files, so they climb ladders (FrozenLake itself is open book)."""
+    env = loaded.environment
+    env.open_book = False
+    env.save(update_fields=["open_book"])
+    return loaded
+
+
 @pytest.mark.django_db
+@pytest.mark.usefixtures("closed_book")
 class TestSiteLadder:
     def test_resubmissions_move_the_board_only_when_significantly_better(self, client, user, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         settings.QVAL_BOOTSTRAP_RESAMPLES = 50
@@ -205,7 +216,7 @@ class TestSiteLadder:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_finishes_cannot_both_climb_on_the_same_best(loaded, frozenlake, user, settings) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_finishes_cannot_both_climb_on_the_same_best(closed_book, loaded, frozenlake, user, settings) -> None:  # type: ignore[no-untyped-def]
     """Two better submissions of one account finishing at once are compared one after the other."""
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
