@@ -1039,6 +1039,9 @@ class TestRankingDecodeAndCounts:
         settings.QVAL_BOOTSTRAP_RESAMPLES = self.RESAMPLES
         found, _, options = self._partial(api, frozenlake, "test")
         assert found == [set(o) for o in options]  # every value it could have is still possible
+        sub = Submission.objects.filter(method_name="k-states").get()
+        for row in sub.results.exclude(metric__in=metrics.POINT_METRICS):  # ranking and selection: withheld
+            assert (row.value, set(row.details)) == (None, {"withheld"}), row.metric
 
     def test_a_full_file_padded_with_known_zeros_gives_one_sum(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         """Every candidate scored, but all states except two get one constant score (each counts 0): the
@@ -1062,7 +1065,7 @@ class TestRankingDecodeAndCounts:
         assert values[first] in found[1] and values[second] in found[0]  # the swap matches as well
         assert all(len(v) > 1 for v in found)
 
-    def test_no_label_dependent_count_is_disclosed_on_test(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    def test_no_label_dependent_count_is_disclosed_on_test(self, client, user, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         """A complete file's shown rows, against what the same file shows under other labels: every count
         is the same (it depends on the file only); sign agreement, a count of label signs, is withheld."""
         states = [s for s in frozenlake.states if s.split == "test"]
@@ -1082,6 +1085,10 @@ class TestRankingDecodeAndCounts:
                                 {k: v for k, v in r["details"].items() if isinstance(v, int) and not isinstance(v, bool)})
             assert counts(row) == counts(vars(elsewhere[metric])), metric
         assert shown["sign_agreement"]["value"] is None and shown["sign_agreement"]["details"]["withheld"]
+        client.force_login(user)
+        page = client.get(f"/submissions/{sub['id']}/").content.decode()
+        assert "skipped states" not in page and "candidate pairs" not in page
+        assert "not disclosed" in page.split('data-metric="sign_agreement"')[1].split("</tr>")[0]
 
     def test_a_constant_file_reads_no_label_sign_count(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         """All scores 0: sign agreement is the share of labels that are exactly 0 (shown on dev, never on
@@ -1099,3 +1106,35 @@ class TestRankingDecodeAndCounts:
         finish(other["id"])
         compared = api.get(f"/api/v1/compare/?a={sub['id']}&b={other['id']}").json()
         assert "sign_agreement" not in {m["metric"] for m in compared["metrics"]}
+
+    def test_the_migration_cuts_what_was_stored_before(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        """Rows stored under the old rule are cut by data migration ``disclose_hidden_counts``: a partial
+        file's ranking and selection withheld, a complete file's ranking its rounded mean over its states,
+        sign agreement withheld; a dev submission keeps everything."""
+        import importlib
+
+        from django.apps import apps
+
+        ids, _ = actor_points(frozenlake, "test")
+        old = {"std": 0.2, "ci95": [0.1, 0.9], "num_valid": 3, "num_skipped": 1}
+        stored = {}
+        for name, split, coverage in (("partial", "test", 0.04), ("complete", "test", 1.0), ("public", "dev", 0.04)):
+            sub = Submission.objects.get(pk=upload(api, csv_bytes(*actor_points(frozenlake, split)), split=split,
+                                                   method_name=name)["id"])
+            sub.transition(Submission.SCORING)
+            sub.results.create(metric="ranking_spearman", value=0.51234, num_points=3, coverage=coverage, details=old)
+            sub.results.create(metric="top1_accuracy", value=0.75, num_points=4, coverage=coverage)
+            sub.results.create(metric="sign_agreement", value=0.9, p_value=1e-5, num_points=len(ids), coverage=1.0,
+                               details={"ci95": [0.8, 0.95], "significance": "***"})
+            sub.transition(Submission.FINISHED)
+            stored[name] = sub
+        folder = Path(__file__).resolve().parents[1] / "submissions" / "migrations"
+        name = next(folder.glob("*_disclose_hidden_counts.py")).stem  # whatever number it has
+        importlib.import_module(f"submissions.migrations.{name}").disclose_hidden_counts(apps, None)
+        rows = {(n, r.metric): r for n, sub in stored.items() for r in sub.results.all()}
+        for metric in ("ranking_spearman", "top1_accuracy", "sign_agreement"):
+            assert rows["partial", metric].value is None and rows["partial", metric].details["withheld"]
+        complete = rows["complete", "ranking_spearman"]
+        assert (complete.value, complete.num_points, complete.details) == (0.512, 4, {"num_states": 4})
+        assert rows["complete", "sign_agreement"].value is None
+        assert rows["public", "ranking_spearman"].details == old and rows["public", "sign_agreement"].value == 0.9
