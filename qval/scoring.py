@@ -475,16 +475,23 @@ def disclose(rows: Sequence[MetricRow], *, hidden: bool) -> list[MetricRow]:
     return [_disclose_row(row) for row in rows]
 
 
-def _withheld(row: MetricRow, reason: str, num_points: int) -> MetricRow:
-    """``row`` with no value: only the file's counts and ``reason``."""
-    return MetricRow(metric=row.metric, value=None, p_value=None, num_points=num_points,
-                     num_dropped=row.num_dropped, coverage=row.coverage, details={"withheld": reason})
+def _withheld(row: MetricRow, reason: str, num_states: int | None = None) -> MetricRow:
+    """``row`` with no value: only the file's counts (the states it scores, for a ranking or
+    selection row) and ``reason``."""
+    details: dict[str, Any] = {"withheld": reason}
+    if num_states is not None:
+        details["num_states"] = num_states
+    return MetricRow(metric=row.metric, value=None, p_value=None,
+                     num_points=row.num_points if num_states is None else num_states,
+                     num_dropped=row.num_dropped, coverage=row.coverage, details=details)
 
 
 def _disclose_row(row: MetricRow) -> MetricRow:
     """One row of a hidden split as :func:`disclose` shows it."""
+    if row.details.get("withheld"):  # disclosed before
+        return _withheld(row, row.details["withheld"], row.details.get("num_states"))
     if row.metric in WITHHELD_ON_HIDDEN:
-        return _withheld(row, WITHHELD_COUNT, row.num_points)
+        return _withheld(row, WITHHELD_COUNT)
     if metric_registry.get(row.metric).kind != "point":
         num_states = row.details.get("num_states")
         if num_states is None or row.coverage < 1.0 or row.num_dropped:

@@ -1041,7 +1041,7 @@ class TestRankingDecodeAndCounts:
         assert found == [set(o) for o in options]  # every value it could have is still possible
         sub = Submission.objects.filter(method_name="k-states").get()
         for row in sub.results.exclude(metric__in=metrics.POINT_METRICS):  # ranking and selection: withheld
-            assert (row.value, set(row.details)) == (None, {"withheld"}), row.metric
+            assert (row.value, set(row.details), row.num_points) == (None, {"withheld", "num_states"}, self.K), row.metric
 
     def test_a_full_file_padded_with_known_zeros_gives_one_sum(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         """Every candidate scored, but all states except two get one constant score (each counts 0): the
@@ -1106,6 +1106,15 @@ class TestRankingDecodeAndCounts:
         finish(other["id"])
         compared = api.get(f"/api/v1/compare/?a={sub['id']}&b={other['id']}").json()
         assert "sign_agreement" not in {m["metric"] for m in compared["metrics"]}
+
+    def test_disclosing_twice_changes_nothing(self, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        truth = truth_from_dataset(frozenlake, "test", "q")
+        states = [s for s in frozenlake.states if s.split == "test"]
+        for ranked in ({0: PATTERNS[0]}, {i: PATTERNS[0] for i in range(len(states))}):
+            ids, scores = ranking_file(states, ranked)
+            once = disclose(score(truth, np.array(ids, dtype=object), np.array(scores), bootstrap_resamples=50),
+                            hidden=True)
+            assert disclose(once, hidden=True) == once
 
     def test_the_migration_cuts_what_was_stored_before(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         """Rows stored under the old rule are cut by data migration ``disclose_hidden_counts``: a partial
