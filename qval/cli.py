@@ -97,9 +97,14 @@ def _request(method: str, url: str, **kwargs: Any) -> requests.Response:
 def format_rows(rows: Sequence[MetricRow] | Sequence[dict[str, Any]]) -> str:
     """A plain-text table of metric rows (from :func:`qval.scoring.score` or the API)."""
     lines = [f"{'metric':<20} {'value':>10} {'95% CI':>19} {'p-value':>10} {'points':>7} {'dropped':>8} {'coverage':>9}"]
+    withheld: dict[str, list[str]] = {}
     for row in rows:
         r = row if isinstance(row, dict) else vars(row)
-        if r["insufficient"]:
+        reason = (r.get("details") or {}).get("withheld")
+        if reason:
+            value = "withheld"
+            withheld.setdefault(reason, []).append(r["metric"])
+        elif r["insufficient"]:
             value = "insuff."
         elif r["value"] is None:
             value = "n/a"
@@ -111,6 +116,7 @@ def format_rows(rows: Sequence[MetricRow] | Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['metric']:<20} {value:>10} {ci_text:>19} {p:>10} {r['num_points']:>7} {r['num_dropped']:>8} {r['coverage']:>9.3f}"
         )
+    lines += [f"{', '.join(metrics)}: {reason}" for reason, metrics in withheld.items()]
     return "\n".join(lines)
 
 

@@ -15,12 +15,14 @@ Rules (documented on the site's "how we score" page):
   correlation is reported as insufficient (no value).
 * **Ranking.** When the predictions score candidates other than the actor's (target ``q``),
   the per-state ranking Spearman and the selection metrics are computed over the states
-  whose candidates were scored.
+  whose candidates were scored; their ``coverage`` is candidates scored / candidates of the
+  split and ``details["num_states"]`` the states scored.
 * **Samples.** A file with a ``sample`` column (several predictions per id) is scored on
   each id's mean prediction over the samples, with every sample's own value and their
   aggregate in the row's details (:func:`score_samples`).
 * **Disclosure.** What a user may see of the rows of a hidden split is decided by
-  :func:`disclose`: aggregates of the whole submission only, rounded.
+  :func:`disclose`: aggregates of the whole submission only, rounded; ranking and selection
+  only for a file that scores every candidate; no count that depends on the labels.
 """
 
 from __future__ import annotations
@@ -39,9 +41,22 @@ DISCLOSED_DIGITS = 3
 """Decimals of every number disclosed about a hidden split: what the leaderboard shows."""
 DISCLOSED_P_DIGITS = 2
 """Significant digits of a p-value disclosed about a hidden split (enough for the stars)."""
-DISCLOSED_DETAILS = frozenset({"ci95", "significance", "std", "num_valid", "num_skipped", "samples"})
-"""The ``details`` keys that may be disclosed about a hidden split; ``samples`` only as
-``{"aggregation", "num_samples"}`` (:func:`disclose`)."""
+DISCLOSED_DETAILS = frozenset({"ci95", "significance", "samples", "num_states", "withheld"})
+"""The ``details`` keys that may be disclosed about a hidden split (:func:`disclose`): ``ci95`` and
+``significance`` of a global correlation, ``samples`` only as ``{"aggregation", "num_samples"}``,
+``num_states`` (the states a ranking file scores: the file's count, not the labels') and
+``withheld`` (why a row shows no value)."""
+WITHHELD_ON_HIDDEN: frozenset[str] = frozenset({"sign_agreement"})
+"""Metrics never disclosed on a hidden split.  Sign agreement is a count of label signs divided by
+the number of points, exact at any rounding fine enough to be useful below 1,000 points: a file of
+constant scores reads how many labels are positive, zero or negative."""
+WITHHELD_COUNT = ("not disclosed on a hidden split: sign agreement is a count of label signs "
+                  "(agreeing points / points), which any useful rounding shows exactly")
+"""Why :data:`WITHHELD_ON_HIDDEN` rows show no value (``details["withheld"]``)."""
+WITHHELD_PARTIAL = ("not disclosed on a hidden split: the state-local ranking and selection metrics are "
+                    "shown only for a file that scores every candidate of every state (coverage 1, nothing "
+                    "dropped); a file scoring a few states would read their values")
+"""Why a ranking or selection row of an incomplete file shows no value on a hidden split."""
 
 
 @dataclass(frozen=True)
@@ -379,13 +394,14 @@ def _ranking_rows(
         if provided[start - len(group) : end].any():
             scored_states += 1
             groups.append((np.asarray(group_labels, dtype=np.float64), group_scores))
-    coverage = scored_states / len(truth.group_ids)
+    coverage = float(provided.sum()) / provided.size  # candidates scored / candidates of the split
     dropped = int((provided & np.isnan(flat_scores)).sum())
     summary = metrics.ranking_spearman(groups, rules)
     details: dict[str, Any] = {
         "std": summary.std,
         "num_valid": summary.num_valid,
         "num_skipped": summary.num_skipped,
+        "num_states": scored_states,
     }
     if summary.mean is not None and bootstrap_resamples:
         ci = metrics.bootstrap_ranking_ci(summary.per_state, resamples=bootstrap_resamples, seed=seed)
@@ -414,6 +430,7 @@ def _ranking_rows(
                 num_dropped=dropped,
                 coverage=coverage,
                 insufficient=value is None,
+                details={"num_states": scored_states},
             )
         )
     return rows
@@ -467,47 +484,77 @@ def disclose(rows: Sequence[MetricRow], *, hidden: bool) -> list[MetricRow]:
     """The rows as a user may see them: unchanged on a public split; on a ``hidden`` split
     only aggregates of the whole submission, rounded to what the leaderboard shows.
 
-    Every number a user sees that was computed on hidden labels is a channel to them, so on
-    a hidden split:
+    Every number a user sees that was computed on hidden labels is a channel to them (the
+    README's *Threat model: hidden splits* bounds each), so on a hidden split:
 
-    * values, confidence bounds and standard deviations keep :data:`DISCLOSED_DIGITS`
-      decimals, p-values :data:`DISCLOSED_P_DIGITS` significant digits (counts and coverage
-      depend on the file only and stay exact);
-    * ``details`` keep only :data:`DISCLOSED_DETAILS` (no per-point, per-state or per-sample
-      values);
+    * values and confidence bounds keep :data:`DISCLOSED_DIGITS` decimals, p-values
+      :data:`DISCLOSED_P_DIGITS` significant digits; ``details`` keep only
+      :data:`DISCLOSED_DETAILS` (no per-point, per-state or per-sample values);
+    * **no count that depends on the labels**: the numbers of valid and skipped states and
+      of unequal candidate pairs go, and a ranking or selection row's ``num_points`` is the
+      number of states the file scores (``details["num_states"]``); :data:`WITHHELD_ON_HIDDEN`
+      metrics (sign agreement, a count of label signs) are withheld;
+    * **ranking and selection** only for a file that scores every candidate of every state
+      (``coverage`` 1, nothing dropped), otherwise withheld (:data:`WITHHELD_PARTIAL`): a file
+      scoring K states, or padding the others with single candidates, read their per-state
+      values from the mean, std and seeded bootstrap interval.  Of the ranking only the mean
+      is shown: its std and interval are spreads over states, which a file that gives all but
+      K states constant scores (each such state counts 0) turns into more equations on the
+      K states' values;
     * **several samples**: the submission is scored on the mean prediction only; of the
       per-sample scores nothing is disclosed but how many samples there were
       (``details["samples"] == {"aggregation": "mean_prediction", "num_samples": n}``) --
       each sample scored on its own would let a file of n one-hot samples read n labels.
 
-    Idempotent: disclosing disclosed rows changes nothing.
+    A withheld row keeps the file's own counts (``num_points``, ``num_dropped``,
+    ``coverage``) and says why in ``details["withheld"]``.  Idempotent: disclosing disclosed
+    rows changes nothing.
     """
     if not hidden:
         return list(rows)
-    out = []
-    for row in rows:
-        details: dict[str, Any] = {}
-        for key, value in row.details.items():
-            if key not in DISCLOSED_DETAILS:
-                continue
-            if key == "ci95":
-                value = [disclose_value(v) for v in value]
-            elif key == "std":
-                value = disclose_value(value)
-            elif key == "samples":
-                value = {"aggregation": value.get("aggregation", "mean_prediction"),
-                         "num_samples": int(value.get("num_samples", 0))}
+    return [_disclose_row(row) for row in rows]
+
+
+def _withheld(row: MetricRow, reason: str, num_states: int | None = None) -> MetricRow:
+    """``row`` with no value: only the file's counts (the states it scores, for a ranking or
+    selection row) and ``reason``."""
+    details: dict[str, Any] = {"withheld": reason}
+    if num_states is not None:
+        details["num_states"] = num_states
+    return MetricRow(metric=row.metric, value=None, p_value=None,
+                     num_points=row.num_points if num_states is None else num_states,
+                     num_dropped=row.num_dropped, coverage=row.coverage, details=details)
+
+
+def _disclose_row(row: MetricRow) -> MetricRow:
+    """One row of a hidden split as :func:`disclose` shows it."""
+    if row.details.get("withheld"):  # disclosed before
+        return _withheld(row, row.details["withheld"], row.details.get("num_states"))
+    if row.metric in WITHHELD_ON_HIDDEN:
+        return _withheld(row, WITHHELD_COUNT)
+    if metric_registry.get(row.metric).kind != "point":
+        num_states = row.details.get("num_states")
+        if num_states is None or row.coverage < 1.0 or row.num_dropped:
+            return _withheld(row, WITHHELD_PARTIAL, int(num_states or 0))
+        return MetricRow(metric=row.metric, value=disclose_value(row.value), p_value=None,
+                         num_points=int(num_states), num_dropped=0, coverage=row.coverage,
+                         insufficient=row.insufficient, details={"num_states": int(num_states)})
+    details: dict[str, Any] = {}
+    for key, value in row.details.items():
+        if key == "ci95":
+            details[key] = [disclose_value(v) for v in value]
+        elif key == "significance":
             details[key] = value
-        out.append(
-            MetricRow(
-                metric=row.metric,
-                value=disclose_value(row.value),
-                p_value=disclose_p_value(row.p_value),
-                num_points=row.num_points,
-                num_dropped=row.num_dropped,
-                coverage=row.coverage,
-                insufficient=row.insufficient,
-                details=details,
-            )
-        )
-    return out
+        elif key == "samples":
+            details[key] = {"aggregation": value.get("aggregation", "mean_prediction"),
+                            "num_samples": int(value.get("num_samples", 0))}
+    return MetricRow(
+        metric=row.metric,
+        value=disclose_value(row.value),
+        p_value=disclose_p_value(row.p_value),
+        num_points=row.num_points,
+        num_dropped=row.num_dropped,
+        coverage=row.coverage,
+        insufficient=row.insufficient,
+        details=details,
+    )

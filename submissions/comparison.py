@@ -16,8 +16,8 @@ predictions and cannot be compared.  On a hidden split of a dataset we host ever
 comparison is a new number computed on hidden labels, so only submissions that score every
 point (coverage 1, nothing dropped) can be compared -- then ``rho_a``/``rho_b`` are the
 disclosed leaderboard values, and a file cannot pick the subset of points another
-submission is measured on -- and every number is rounded as :func:`qval.scoring.disclose`
-rounds results.
+submission is measured on -- every number is rounded as :func:`qval.scoring.disclose`
+rounds results, and metrics it withholds (sign agreement) are left out.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from qval import predictions as qpred
 from qval.compare import paired_bootstrap
 from qval.metrics import POINT_METRICS, REFERENCE_RULES
 from qval.schema import PUBLIC_SPLITS
-from qval.scoring import Truth, disclose_p_value, disclose_value, point_scores
+from qval.scoring import WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
 
 from .models import Submission
 
@@ -184,7 +184,7 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     were scored with (``rules``).  Cached per (a, b, their files, resamples, seed).
     """
     resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
-    key = f"qval:compare:v3:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
+    key = f"qval:compare:v4:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
     cached = cache.get(key)
     if cached is not None:
         return cached
@@ -195,6 +195,8 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     p_value = disclose_p_value if hidden else (lambda x: x)
     rows = []
     for metric in METRICS:
+        if hidden and metric in WITHHELD_ON_HIDDEN:
+            continue  # a count of label signs: never disclosed on a hidden split
         pc = paired_bootstrap(
             truth.point_labels, scores_a, scores_b, metric=metric, resamples=resamples, seed=SEED, level=LEVEL,
             rules=a.rules,

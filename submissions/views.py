@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from qval.schema import PUBLIC_SPLITS
 from qval_site import throttling
 
 from . import comparison
@@ -64,7 +65,8 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
     ]
     others = comparison.candidates(sub) if sub.state == Submission.FINISHED else Submission.objects.none()
     context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others,
-               "unranked": sub.state == Submission.FINISHED and not sub.ranked()}
+               "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
+               "hidden": sub.split not in PUBLIC_SPLITS}  # its rows were disclosed (workers.tasks.store_results)
     return render(request, "submissions/detail.html", context)
 
 

@@ -9,6 +9,7 @@ Other classes of this suite (hostile prediction files, secret test splits) live 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import stat
@@ -34,11 +35,12 @@ from django.db import connection
 from django.utils import timezone
 
 from leaderboard import charts
-from qval import build, containers, export, hidden, safejson, schema
+from qval import build, containers, export, hidden, metrics, safejson, schema
 from qval import containers as qc
 from qval import predictions as qpred
 from qval.compare import friedman_nemenyi
-from qval.scoring import DISCLOSED_DETAILS, DISCLOSED_DIGITS, score, truth_from_dataset
+from qval.scoring import (DISCLOSED_DETAILS, DISCLOSED_DIGITS, Truth, disclose, disclose_value, score,
+                          truth_from_dataset)
 from submissions import services
 from submissions.models import Submission
 from tests.test_site import KEY, actor_points, csv_bytes, finish, upload
@@ -1250,3 +1252,218 @@ class TestNamesAndInjection:
         client.force_login(user)
         assert 'id="not-ranked"' in client.get(f"/submissions/{labelled['id']}/").content.decode()
         assert 'id="not-ranked"' not in client.get(f"/submissions/{dev['id']}/").content.decode()
+
+
+# -- per-state ranking values and label-dependent counts (issue 20, findings 2 and 3) ----------------------
+
+
+SPREAD = ("std", "ci95", "num_valid", "num_skipped")
+"""What the ranking row showed besides its mean: each one more equation on the per-state values."""
+
+
+def possible_values(scores: list[float]) -> list[float | None]:
+    """Every per-state ranking value ``scores`` can get, whatever the state's labels (ties included);
+    ``None``: the state is skipped (all labels equal)."""
+    found = {metrics.state_ranking_spearman(np.array(labels, dtype=float), np.array(scores))
+             for labels in itertools.product(range(len(scores)), repeat=len(scores))}
+    return sorted(found, key=lambda v: (v is not None, v or 0.0))
+
+
+def replayed(per_state: list[float | None], resamples: int) -> dict:  # type: ignore[type-arg]
+    """What the scorer computes for the ranking row from per-state values (public code, seed 0)."""
+    summary = metrics.ranking_summary(per_state)
+    shown = {"value": summary.mean, "std": summary.std, "num_valid": summary.num_valid,
+             "num_skipped": summary.num_skipped}
+    if summary.mean is not None and resamples:
+        ci = metrics.bootstrap_ranking_ci(per_state, resamples=resamples, seed=0)
+        shown["ci95"] = [ci.low, ci.high]
+    return shown
+
+
+def consistent(row: dict, replay: dict, hidden_split: bool) -> bool:  # type: ignore[type-arg]
+    """Whether a replay gives every number the ranking row shows (rounded as shown on a hidden split)."""
+    if row["details"].get("withheld"):
+        return True  # nothing shown, nothing to match
+    shown = {"value": row["value"], **{k: row["details"][k] for k in SPREAD if k in row["details"]}}
+
+    def same(a, b) -> bool:  # type: ignore[no-untyped-def]
+        if isinstance(a, list) or isinstance(b, list):
+            return a is not None and b is not None and all(same(x, y) for x, y in zip(a, b))
+        if a is None or b is None:
+            return a is b
+        return disclose_value(b) == a if hidden_split else abs(a - b) < 1e-9
+
+    return all(same(value, replay.get(key)) for key, value in shown.items())
+
+
+def decode(row: dict, template: list[float | None], slots: list[int], options: list[list[float | None]],  # type: ignore[type-arg]
+           resamples: int, hidden_split: bool) -> list[set[float | None]]:
+    """The attacker's step: replay the seeded bootstrap for every assignment of possible values to the
+    unknown ``slots`` of the per-state list; per slot, the values of the assignments that match."""
+    matches = []
+    for combo in itertools.product(*options):
+        per_state = list(template)
+        for slot, value in zip(slots, combo):
+            per_state[slot] = value
+        if consistent(row, replayed(per_state, resamples), hidden_split):
+            matches.append(combo)
+    return [{m[i] for m in matches} for i in range(len(slots))]
+
+
+PATTERNS = ((0.0, 1.0, 2.0, 3.0), (0.0, 0.0, 1.0, 1.0), (0.0, 0.0, 0.0, 1.0))
+"""The attacker's scores of a state's four candidates: a different pattern per decoded state, so that
+the states' possible values differ and the decode can tell them apart."""
+
+
+def ranking_file(states: list[schema.State], ranked: dict[int, tuple[float, ...]]) -> tuple[list[str], list[float]]:
+    """The candidates of state ``i`` in ``ranked`` score ``ranked[i]``; every other candidate of ``states`` 0."""
+    ids, scores = [], []
+    for i, s in enumerate(states):
+        ids += [c.id for c in s.candidates]
+        scores += list(ranked[i]) if i in ranked else [0.0] * len(s.candidates)
+    return ids, scores
+
+
+def true_values(ds: schema.Dataset, states: list[schema.State], scores: dict[str, float]) -> list[float | None]:
+    """Each state's ranking value under ``scores`` (what the attacker wants)."""
+    return [metrics.state_ranking_spearman(np.array([ds.q_labels[c.id] for c in s.candidates]),
+                                           np.array([scores[c.id] for c in s.candidates])) for s in states]
+
+
+@pytest.mark.django_db
+class TestRankingDecodeAndCounts:
+    """Channels: per-state ranking values read from a partial file's mean, std and seeded bootstrap
+    interval (issue 20, finding 2), and counts that depend on the labels (finding 3)."""
+
+    K = 3
+    RESAMPLES = 200
+
+    def _partial(self, api, frozenlake, split: str) -> tuple[list[set[float | None]], list[float | None], list[list[float | None]]]:  # type: ignore[no-untyped-def]
+        """Score every candidate of the first K states only, then decode their values from the row."""
+        states = [s for s in frozenlake.states if s.split == split][: self.K]
+        ids, scores = ranking_file(states, dict(enumerate(PATTERNS[: self.K])))
+        sub = upload(api, csv_bytes(ids, scores), split=split, method_name="k-states")
+        finish(sub["id"])
+        rows = {r["metric"]: r for r in api.get(f"/api/v1/submissions/{sub['id']}/").json()["results"]}
+        options = [possible_values(list(pattern)) for pattern in PATTERNS[: self.K]]
+        found = decode(rows["ranking_spearman"], [None] * self.K, list(range(self.K)), options, self.RESAMPLES,
+                       split not in schema.PUBLIC_SPLITS)
+        return found, true_values(frozenlake, states, dict(zip(ids, scores))), options
+
+    def test_the_decode_reads_each_state_where_labels_are_public(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        settings.QVAL_BOOTSTRAP_RESAMPLES = self.RESAMPLES
+        found, truth, _ = self._partial(api, frozenlake, "dev")
+        assert found == [{v} for v in truth]  # every state's value, exactly
+
+    def test_a_partial_file_discloses_no_per_state_value_on_test(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        settings.QVAL_BOOTSTRAP_RESAMPLES = self.RESAMPLES
+        found, _, options = self._partial(api, frozenlake, "test")
+        assert found == [set(o) for o in options]  # every value it could have is still possible
+        sub = Submission.objects.filter(method_name="k-states").get()
+        for row in sub.results.exclude(metric__in=metrics.POINT_METRICS):  # ranking and selection: withheld
+            assert (row.value, set(row.details), row.num_points) == (None, {"withheld", "num_states"}, self.K), row.metric
+
+    def test_a_full_file_padded_with_known_zeros_gives_one_sum(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        """Every candidate scored, but all states except two get one constant score (each counts 0): the
+        mean is the only ranking number, so the two values are seen only as a sum, even by an attacker
+        who knows which padded states are skipped."""
+        settings.QVAL_BOOTSTRAP_RESAMPLES = self.RESAMPLES
+        states = [s for s in frozenlake.states if s.split == "test"]
+        values = true_values(frozenlake, states, {c.id: PATTERNS[0][k] for s in states for k, c in enumerate(s.candidates)})
+        # two states the ranking scores give different values: only the order of the bootstrap could tell them apart
+        first = next(i for i, v in enumerate(values) if v is not None)
+        second = next(i for i, v in enumerate(values) if v is not None and v != values[first])
+        ids, scores = ranking_file(states, {first: PATTERNS[0], second: PATTERNS[0]})
+        sub = upload(api, csv_bytes(ids, scores), method_name="padded")
+        finish(sub["id"])
+        rank = {r["metric"]: r for r in api.get(f"/api/v1/submissions/{sub['id']}/").json()["results"]}["ranking_spearman"]
+        assert rank["value"] is not None and not set(SPREAD) & set(rank["details"])
+        assert rank["num_points"] == len(states) and rank["coverage"] == 1.0
+        template = true_values(frozenlake, states, dict(zip(ids, scores)))  # the known zeros and skips
+        option = possible_values(list(PATTERNS[0]))
+        found = decode(rank, template, [first, second], [option, option], self.RESAMPLES, True)
+        assert values[first] in found[1] and values[second] in found[0]  # the swap matches as well
+        assert all(len(v) > 1 for v in found)
+
+    def test_no_label_dependent_count_is_disclosed_on_test(self, client, user, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        """A complete file's shown rows, against what the same file shows under other labels: every count
+        is the same (it depends on the file only); sign agreement, a count of label signs, is withheld."""
+        states = [s for s in frozenlake.states if s.split == "test"]
+        ids = [c.id for s in states for c in s.candidates]
+        scores = np.random.default_rng(20).normal(size=len(ids))
+        sub = upload(api, csv_bytes(ids, scores), method_name="counts")
+        finish(sub["id"])
+        shown = {r["metric"]: r for r in api.get(f"/api/v1/submissions/{sub['id']}/").json()["results"]}
+        truth = truth_from_dataset(frozenlake, "test", "q")
+        flat = lambda labels: np.where(np.arange(len(labels)) % 2 == 0, 0.0, labels)  # noqa: E731
+        other = Truth(truth.point_ids, flat(truth.point_labels), truth.group_ids,
+                      [g if i % 2 else np.zeros_like(g) for i, g in enumerate(truth.group_labels)])
+        elsewhere = {r.metric: r for r in disclose(score(other, np.array(ids, dtype=object), scores,
+                                                         bootstrap_resamples=0), hidden=True)}
+        for metric, row in shown.items():
+            counts = lambda r: (r["num_points"], r["num_dropped"], r["coverage"],  # noqa: E731
+                                {k: v for k, v in r["details"].items() if isinstance(v, int) and not isinstance(v, bool)})
+            assert counts(row) == counts(vars(elsewhere[metric])), metric
+        assert shown["sign_agreement"]["value"] is None and shown["sign_agreement"]["details"]["withheld"]
+        client.force_login(user)
+        page = client.get(f"/submissions/{sub['id']}/").content.decode()
+        assert "skipped states" not in page and "candidate pairs" not in page
+        assert "not disclosed" in page.split('data-metric="sign_agreement"')[1].split("</tr>")[0]
+
+    def test_a_constant_file_reads_no_label_sign_count(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        """All scores 0: sign agreement is the share of labels that are exactly 0 (shown on dev, never on
+        test, and never in A vs B on test)."""
+        for split in ("dev", "test"):
+            ids, labels = actor_points(frozenlake, split)
+            sub = upload(api, csv_bytes(ids, np.zeros(len(ids))), split=split, method_name="zeros")
+            finish(sub["id"])
+            sign = {r["metric"]: r for r in api.get(f"/api/v1/submissions/{sub['id']}/").json()["results"]}["sign_agreement"]
+            if split == "dev":
+                assert round(sign["value"] * len(ids)) == int((labels == 0).sum())
+            else:
+                assert sign["value"] is None and sign["p_value"] is None and "ci95" not in sign["details"]
+        other = upload(api, csv_bytes(ids, labels + 1.0), method_name="shifted")
+        finish(other["id"])
+        compared = api.get(f"/api/v1/compare/?a={sub['id']}&b={other['id']}").json()
+        assert "sign_agreement" not in {m["metric"] for m in compared["metrics"]}
+
+    def test_disclosing_twice_changes_nothing(self, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        truth = truth_from_dataset(frozenlake, "test", "q")
+        states = [s for s in frozenlake.states if s.split == "test"]
+        for ranked in ({0: PATTERNS[0]}, {i: PATTERNS[0] for i in range(len(states))}):
+            ids, scores = ranking_file(states, ranked)
+            once = disclose(score(truth, np.array(ids, dtype=object), np.array(scores), bootstrap_resamples=50),
+                            hidden=True)
+            assert disclose(once, hidden=True) == once
+
+    def test_the_migration_cuts_what_was_stored_before(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        """Rows stored under the old rule are cut by data migration ``disclose_hidden_counts``: a partial
+        file's ranking and selection withheld, a complete file's ranking its rounded mean over its states,
+        sign agreement withheld; a dev submission keeps everything."""
+        import importlib
+
+        from django.apps import apps
+
+        ids, _ = actor_points(frozenlake, "test")
+        old = {"std": 0.2, "ci95": [0.1, 0.9], "num_valid": 3, "num_skipped": 1}
+        stored = {}
+        for name, split, coverage in (("partial", "test", 0.04), ("complete", "test", 1.0), ("public", "dev", 0.04)):
+            sub = Submission.objects.get(pk=upload(api, csv_bytes(*actor_points(frozenlake, split)), split=split,
+                                                   method_name=name)["id"])
+            sub.transition(Submission.SCORING)
+            sub.results.create(metric="ranking_spearman", value=0.51234, num_points=3, coverage=coverage, details=old)
+            sub.results.create(metric="top1_accuracy", value=0.75, num_points=4, coverage=coverage)
+            sub.results.create(metric="sign_agreement", value=0.9, p_value=1e-5, num_points=len(ids), coverage=1.0,
+                               details={"ci95": [0.8, 0.95], "significance": "***"})
+            sub.transition(Submission.FINISHED)
+            stored[name] = sub
+        folder = Path(__file__).resolve().parents[1] / "submissions" / "migrations"
+        name = next(folder.glob("*_disclose_hidden_counts.py")).stem  # whatever number it has
+        importlib.import_module(f"submissions.migrations.{name}").disclose_hidden_counts(apps, None)
+        rows = {(n, r.metric): r for n, sub in stored.items() for r in sub.results.all()}
+        for metric in ("ranking_spearman", "top1_accuracy", "sign_agreement"):
+            assert rows["partial", metric].value is None and rows["partial", metric].details["withheld"]
+        complete = rows["complete", "ranking_spearman"]
+        assert (complete.value, complete.num_points, complete.details) == (0.512, 4, {"num_states": 4})
+        assert rows["complete", "sign_agreement"].value is None
+        assert rows["public", "ranking_spearman"].details == old and rows["public", "sign_agreement"].value == 0.9
