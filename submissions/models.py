@@ -263,8 +263,9 @@ class ResultsVersion(models.Model):
     (migration ``0011_results_version``) bump in the same transaction as every write to the results, to a
     finished submission or to a method; read by :func:`leaderboard.evaluations.current`.
 
-    ``epoch`` is drawn when the row is created, so a version read after the table was emptied (a test
-    database flushed between tests) never equals one read before."""
+    ``epoch`` is drawn anew at every bump (migration ``0014``), so two reads give the same version only when
+    no other write came between them: not after the table was emptied (a test database flushed between
+    tests), nor when a bump was rolled back and the counter reached the same value again."""
 
     epoch = models.CharField(max_length=32)
     counter = models.BigIntegerField(default=0)

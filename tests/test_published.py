@@ -459,3 +459,24 @@ def test_every_published_dataset_page_answers_with_the_papers_summary(client) ->
         assert ds.modalities == list(env.modalities)
     assert paper["TerminalBench"].modalities == ("text",) and not paper["TerminalBench"].v_labels
     assert paper["FrozenLake"].website_points == 239 and paper["FrozenLake"].eval_points == 100
+
+
+@pytest.mark.django_db
+def test_a_rolled_back_write_never_gives_its_version_to_a_later_one() -> None:
+    """Once the version row exists (a flushed test database keeps one), a write rolled back and a
+    later write must not read the same version: a page memo of the first would be served for the second."""
+    from django.db import transaction
+
+    from leaderboard import evaluations
+    from leaderboard.models import Method
+
+    Method.objects.create(name="first-write", family="other")  # the row exists from here on
+    try:
+        with transaction.atomic():
+            Method.objects.create(name="rolled-back", family="other")
+            rolled_back = evaluations.version()
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+    Method.objects.create(name="kept", family="other")
+    assert evaluations.version() != rolled_back
