@@ -17,6 +17,7 @@ Variables:
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
 ``QVAL_CACHE_URL``          ``redis://host:port/db`` for a shared cache (default: local memory).
 ``QVAL_USER_STORAGE_MB``    uploaded bytes one account may keep stored (default 10240).
+``QVAL_COMPARE_CONCURRENCY`` comparisons (A vs B) not yet cached the whole site computes at once (default 2).
 ``QVAL_SCORING_WORK_PER_HOUR`` prediction rows (ids x samples) of one account's files accepted for scoring
                             per hour (default 10000000).
 ``QVAL_THROTTLE_RATES``     JSON object overriding rates of the expensive endpoints, e.g.
@@ -247,6 +248,7 @@ QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
 QVAL_USER_STORAGE_BYTES = int(float(os.environ.get("QVAL_USER_STORAGE_MB", "10240")) * 1024 * 1024)
 QVAL_SCORING_WORK_PER_HOUR = int(os.environ.get("QVAL_SCORING_WORK_PER_HOUR", "10000000"))
+QVAL_COMPARE_CONCURRENCY = int(os.environ.get("QVAL_COMPARE_CONCURRENCY", "2"))
 # Deadlines of the non-final states of a predictions file (the reaper fails it past them; the
 # platform's fault, so it does not count towards the quota). Containers: QVAL_CONTAINER_*_S below.
 QVAL_RECEIVED_S = float(os.environ.get("QVAL_RECEIVED_S", "3600"))

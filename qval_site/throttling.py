@@ -5,8 +5,8 @@ rate is ``QVAL_THROTTLE_RATES["<scope>_anon"]`` per client address for anonymous
 ``["<scope>_user"]`` per account for signed-in ones. Plain Django views use
 :func:`allow` with the same rates. Work that costs the server whoever asks (a comparison
 computed afresh) is limited per client address, signed in or not: :func:`take` counts it
-at ``QVAL_THROTTLE_RATES[scope]`` and :func:`exclusive` lets one run at a time. Counts and
-markers live in the default cache.
+at ``QVAL_THROTTLE_RATES[scope]`` and :func:`exclusive` bounds how many run at a time.
+Counts and markers live in the default cache.
 """
 
 from __future__ import annotations
@@ -91,13 +91,15 @@ def take(address: str, scope: str) -> float | None:
 
 
 @contextmanager
-def exclusive(key: str, timeout: float) -> Iterator[bool]:
-    """Hold the marker ``key`` in the shared cache while the block runs, if no one holds it:
-    yields whether it is held here (then it is removed at the end; ``timeout`` bounds how long
-    a marker left by a dead process blocks others)."""
-    held = cache.add(key, 1, timeout=timeout)
+def exclusive(key: str, timeout: float, slots: int = 1) -> Iterator[bool]:
+    """Hold a marker in the shared cache while the block runs: ``key`` itself, or with
+    ``slots`` > 1 any free one of ``key:0`` ... ``key:<slots - 1>`` (at most ``slots`` holders
+    at a time).  Yields whether one is held here (it is removed at the end; ``timeout``
+    bounds how long a marker left by a dead process blocks others)."""
+    keys = [key] if slots == 1 else [f"{key}:{i}" for i in range(slots)]
+    held = next((k for k in keys if cache.add(k, 1, timeout=timeout)), None)
     try:
-        yield held
+        yield held is not None
     finally:
-        if held:
-            cache.delete(key)
+        if held is not None:
+            cache.delete(held)

@@ -228,8 +228,10 @@ def _cache_key(a: Submission, b: Submission) -> str:
 def comparison_for(a: Submission, b: Submission, client: str) -> dict[str, Any]:
     """:func:`compare` of A and B (from :func:`resolve_pair`) for a caller at client address
     ``client``: from the cache when it is there, else computed if the address may
-    (``QVAL_THROTTLE_RATES["compare_compute"]``, one computation at a time per address) and
-    no one is computing the same pair; raises :class:`ComparisonBusy` otherwise."""
+    (``QVAL_THROTTLE_RATES["compare_compute"]``, one computation at a time per address), the
+    site computes fewer than ``QVAL_COMPARE_CONCURRENCY`` others and no one is computing the
+    same pair; raises :class:`ComparisonBusy` otherwise, so web workers never queue behind
+    comparisons."""
     cached = cache.get(_cache_key(a, b))
     if cached is not None:
         return cached
@@ -242,7 +244,11 @@ def comparison_for(a: Submission, b: Submission, client: str) -> dict[str, Any]:
             rate = settings.QVAL_THROTTLE_RATES["compare_compute"]
             raise ComparisonBusy(f"too many new comparisons from your address (at most {rate}; cached ones are "
                                  f"not counted); try again in {wait:.0f} s", wait)
-        return compare(a, b)
+        with throttling.exclusive("qval:compare:computing", COMPUTE_LOCK_S, settings.QVAL_COMPARE_CONCURRENCY) as slot:
+            if not slot:
+                raise ComparisonBusy("the server is computing as many comparisons as it may at once; "
+                                     "ask again in a moment", BUSY_RETRY_S)
+            return compare(a, b)
 
 
 def compare(a: Submission, b: Submission) -> dict[str, Any]:
