@@ -424,13 +424,22 @@ def test_submission_page_shows_each_sample(client, user, api, loaded, frozenlake
 # -- in a real browser ----------------------------------------------------------------------
 
 
+@pytest.fixture
+def session_cookie(client, user) -> str:  # type: ignore[no-untyped-def]
+    """A signed-in session of ``user`` (set up before Playwright's event loop starts)."""
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, page) -> None:  # type: ignore[no-untyped-def]
+def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, session_cookie, page) -> None:  # type: ignore[no-untyped-def]
     # ``page`` comes last: Playwright's event loop must start after the database fixtures ran.
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     base = live_server.url
+    # The board's rows are the user's own: only they may compare them.
+    page.context.add_cookies([{"name": "sessionid", "value": session_cookie, "url": base}])
     page.goto(base + "/leaderboard/critical-difference/?split=dev")
     page.wait_for_selector("#cd-diagram .main-svg")
     assert page.locator("#cd-diagram .shapelayer path").count() > 2 * len(NOISE)  # elbows, cliques, CD bar
