@@ -62,7 +62,13 @@ sign_agreement); beyond it fewer resamples are drawn, but never fewer than
 :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES`."""
 
 KENDALL_BOOTSTRAP_MAX_WORK: int = 10_000_000
-"""The same cap for ``kendall_tau``, which is computed one resample at a time."""
+"""The same cap for ``kendall_tau`` (vectorised up to :data:`KENDALL_VECTOR_MAX_POINTS`
+points, one resample at a time beyond)."""
+
+KENDALL_VECTOR_MAX_POINTS: int = 20_000
+"""Largest sample whose bootstrap Kendall tau is computed by :class:`_KendallResampler`
+(vectorised over resamples; its block matrices grow as ``n ** 1.5``, 23 MB at the limit); larger samples
+call :func:`scipy.stats.kendalltau` once per resample."""
 
 BOOTSTRAP_MIN_CAPPED_RESAMPLES: int = 100
 """Resamples drawn at least when a work cap applies (unless fewer were requested)."""
@@ -526,6 +532,133 @@ def _resample_ranks(dense: NDArray[np.intp], num_groups: int, idx: NDArray[np.in
     return average.ravel()[drawn]
 
 
+def _resample_counts(idx: NDArray[np.intp], n: int, dtype: type = np.float64) -> NDArray[np.floating]:
+    """How often each of ``n`` points is drawn in each row of ``idx``: an ``(n + 1, rows)``
+    array whose last row is zero (the padding slot of :class:`_KendallResampler`)."""
+    rows = idx.shape[0]
+    counts = np.zeros((n + 1, rows), dtype=dtype)
+    counts[:n] = np.bincount((idx * rows + np.arange(rows)[:, None]).ravel(), minlength=n * rows).reshape(n, rows)
+    return counts
+
+
+def _runs(ordered: NDArray[np.intp]) -> NDArray[np.intp]:
+    """Start positions of the runs of equal values in ``ordered``."""
+    return np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+
+
+def _blocks(dense: NDArray[np.intp], order: NDArray[np.intp], size: int) -> tuple[NDArray[np.intp], int]:
+    """Consecutive blocks of about ``size`` points along ``order`` (sorted by ``dense``) that
+    never split a run of tied values: the block of each point, and how many blocks."""
+    starts = _runs(dense[order])
+    sizes = np.diff(np.append(starts, order.size))
+    ids = np.empty(starts.size, dtype=np.intp)
+    block = fill = 0
+    for group, count in enumerate(sizes.tolist()):
+        if fill and fill + count > size:
+            block, fill = block + 1, 0
+        ids[group] = block
+        fill += count
+    out = np.empty(order.size, dtype=np.intp)
+    out[order] = np.repeat(ids, sizes)
+    return out, block + 1
+
+
+class _KendallResampler:
+    """Kendall's tau-b of ``(x, y)`` on many bootstrap resamples at once, equal to
+    :func:`scipy.stats.kendalltau` on each resample (NaN where a side is constant).
+
+    A resample is given by how often it draws each point (:func:`_resample_counts`), so a
+    pair of points ``(i, j)`` counts ``c_i * c_j`` times.  The discordant pairs are split
+    three ways: points in different blocks of ``x`` *and* of ``y`` (blocks of about
+    ``2 sqrt(n)`` points along each sorted side, never splitting ties) are discordant as
+    their blocks are, counted on the grid of block pairs with two cumulative sums; pairs
+    within one ``x`` block, and pairs within one ``y`` block but different ``x`` blocks,
+    are quadratic forms with fixed small 0/1 matrices, one batched matrix product each.
+    Ties in ``x``, in ``y`` and in both are sums of counts over runs of equal values.
+    Every count is an exact integer, so tau is scipy's formula on the same integers.
+    """
+
+    def __init__(self, x: FloatArray, y: FloatArray) -> None:
+        xd = stats.rankdata(x, method="dense").astype(np.intp) - 1
+        yd = stats.rankdata(y, method="dense").astype(np.intp) - 1
+        n = self.n = int(xd.size)
+        # Integer counts up to n are exact in float32 below 2**24 (and the products stay sums of them).
+        self.dtype = np.float32 if n < 1 << 24 else np.float64
+        size = max(16, 2 * math.isqrt(n))  # balances the block matrices (n * size) and the grid ((n / size) ** 2)
+        self.by_x, self.by_y = np.lexsort((yd, xd)), np.lexsort((xd, yd))
+        self.x_runs, self.y_runs = _runs(xd[self.by_x]), _runs(yd[self.by_y])
+        self.joint_runs = np.flatnonzero(
+            np.concatenate(([True], (np.diff(xd[self.by_x]) != 0) | (np.diff(yd[self.by_x]) != 0))))
+        bx, self.kx = _blocks(xd, self.by_x, size)
+        by, self.ky = _blocks(yd, self.by_y, size)
+        self.x_slots, self.x_pairs = self._within(self.by_x, bx, self.kx, xd, yd, None)
+        self.y_slots, self.y_pairs = self._within(self.by_y, by, self.ky, xd, yd, bx)
+        cell = bx * self.ky + by
+        self.by_cell = np.argsort(cell, kind="stable")
+        self.cell_runs = _runs(cell[self.by_cell])
+        self.cells = cell[self.by_cell][self.cell_runs]
+        self.total = n * (n - 1) // 2
+
+    def _within(
+        self, order: NDArray[np.intp], block: NDArray[np.intp], blocks: int, xd: NDArray[np.intp],
+        yd: NDArray[np.intp], apart: NDArray[np.intp] | None,
+    ) -> tuple[NDArray[np.intp], NDArray[np.floating]]:
+        """Points of each block (padded with ``n``) and the 0/1 matrix of its discordant pairs
+        ``[s, t]`` (``x_t < x_s`` and ``y_t > y_s``; with ``apart``, only pairs in different
+        ``apart`` blocks); blocks without a discordant pair are left out."""
+        n = self.n
+        ordered = block[order]
+        sizes = np.bincount(ordered, minlength=blocks)
+        slots = np.full((blocks, int(sizes.max())), n, dtype=np.intp)
+        slots[ordered, np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = order
+        real = slots < n
+        xs, ys = np.append(xd, 0)[slots], np.append(yd, 0)[slots]
+        pairs = (xs[:, None, :] < xs[:, :, None]) & (ys[:, None, :] > ys[:, :, None])
+        pairs &= real[:, :, None] & real[:, None, :]
+        if apart is not None:
+            group = np.append(apart, -1)[slots]
+            pairs &= group[:, :, None] != group[:, None, :]
+        used = pairs.any(axis=(1, 2))
+        return slots[used], pairs[used].astype(self.dtype)
+
+    @staticmethod
+    def _quadratic(counts: NDArray[np.floating], slots: NDArray[np.intp], pairs: NDArray[np.floating]) -> FloatArray:
+        """Per resample, the weighted number of pairs ``pairs`` marks in each block."""
+        if not slots.size:
+            return np.zeros(counts.shape[1])
+        drawn = counts[slots]  # blocks x slots x resamples
+        return np.einsum("bsr,bsr->r", np.matmul(pairs, drawn), drawn, dtype=np.float64)
+
+    @staticmethod
+    def _tied(ordered: NDArray[np.floating], runs: NDArray[np.intp]) -> FloatArray:
+        """Per resample, the pairs drawn within runs of equal values (``ordered``: counts in sorted order)."""
+        totals = ordered if runs.size == ordered.shape[0] else np.add.reduceat(ordered, runs, axis=0)
+        totals = totals.astype(np.float64)
+        return (totals * (totals - 1.0)).sum(axis=0) / 2.0
+
+    def __call__(self, counts: NDArray[np.floating]) -> FloatArray:
+        """Tau-b of each resample (a column of ``counts``, from :func:`_resample_counts` with :attr:`dtype`)."""
+        rows = counts.shape[1]
+        grid = np.zeros((self.kx * self.ky, rows), dtype=self.dtype)
+        grid[self.cells] = np.add.reduceat(counts[self.by_cell], self.cell_runs, axis=0)
+        grid = grid.reshape(self.kx, self.ky, rows)
+        before = np.cumsum(grid, axis=0) - grid  # earlier x blocks
+        above = np.cumsum(before[:, ::-1], axis=1)[:, ::-1] - before  # ... and later y blocks
+        discordant = (
+            np.einsum("pqr,pqr->r", grid, above, dtype=np.float64)
+            + self._quadratic(counts, self.x_slots, self.x_pairs)
+            + self._quadratic(counts, self.y_slots, self.y_pairs)
+        )
+        by_x = counts[self.by_x]
+        x_ties, joint_ties = self._tied(by_x, self.x_runs), self._tied(by_x, self.joint_runs)
+        y_ties = self._tied(counts[self.by_y], self.y_runs)
+        total = self.total
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tau = (total - x_ties - y_ties + joint_ties - 2.0 * discordant) / np.sqrt(total - x_ties) / np.sqrt(total - y_ties)
+        tau[(x_ties == total) | (y_ties == total)] = np.nan
+        return np.clip(tau, -1.0, 1.0)
+
+
 def _resample_statistic(x: FloatArray, y: FloatArray, metric: str) -> Callable[[NDArray[np.intp]], FloatArray]:
     """A function giving ``metric`` on each resample ``(x[idx[r]], y[idx[r]])`` of an index
     matrix ``idx``, NaN where it is undefined (a constant side)."""
@@ -541,6 +674,9 @@ def _resample_statistic(x: FloatArray, y: FloatArray, metric: str) -> Callable[[
         return lambda idx: _row_pearson(
             _resample_ranks(x_dense, x_groups, idx), _resample_ranks(y_dense, y_groups, idx)
         )
+    if x.size <= KENDALL_VECTOR_MAX_POINTS:
+        tau = _KendallResampler(x, y)
+        return lambda idx: tau(_resample_counts(idx, x.size, tau.dtype))
 
     def kendall(idx: NDArray[np.intp]) -> FloatArray:
         out = np.full(idx.shape[0], np.nan)
@@ -567,8 +703,8 @@ def bootstrap_point_ci(
 
     NaN pairs are dropped first; each resample draws that many pairs with replacement.
     Resamples on which the metric is undefined (a constant side) are left out of the
-    percentiles.  Pearson, Spearman and sign agreement are vectorised over resamples;
-    Kendall's tau is computed one resample at a time.  Work is capped at
+    percentiles.  Every metric is vectorised over resamples (Kendall's tau up to
+    :data:`KENDALL_VECTOR_MAX_POINTS` points, one resample at a time beyond).  Work is capped at
     :data:`BOOTSTRAP_MAX_WORK` (:data:`KENDALL_BOOTSTRAP_MAX_WORK` for Kendall) resampled
     pairs, never going below :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES` resamples.  The same
     inputs and ``seed`` always give the same interval.

@@ -44,6 +44,8 @@ from submissions.services import (
     create_submission,
 )
 
+from . import throttling
+
 
 def _dataset(key: str) -> Dataset:
     ds = Dataset.lookup(key)
@@ -297,7 +299,9 @@ class LeaderboardCriticalDifference(APIView):
 class Compare(APIView):
     """A vs B: paired bootstrap of the difference in each pointwise metric between two
     finished submissions on the same dataset, split and target (on a hidden split only
-    submissions that score every point, rounded: :func:`submissions.comparison.resolve_pair`)."""
+    submissions that score every point, rounded: :func:`submissions.comparison.resolve_pair`).
+    Public rows for anyone, a signed-in user's own submissions too (403 otherwise); a
+    comparison not yet cached answers 429 past the client address's compute rate."""
 
     permission_classes = [AllowAny]
     throttle_scope = "compare"
@@ -309,9 +313,12 @@ class Compare(APIView):
     def get(self, request: Request) -> Response:
         try:
             a, b = comparison.resolve_pair(request.query_params, request.user)
+            return Response(comparison.comparison_for(a, b, throttling.client_address(request)))
         except comparison.ComparisonError as exc:
-            return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
-        return Response(comparison.compare(a, b))
+            return Response({"errors": exc.errors}, status=exc.status)
+        except comparison.ComparisonBusy as exc:
+            return Response({"detail": exc.message}, status=status.HTTP_429_TOO_MANY_REQUESTS,
+                            headers={"Retry-After": str(int(exc.retry_after) + 1)})
 
 
 class FigureData(APIView):

@@ -21,6 +21,9 @@ Variables:
 ``QVAL_TRUSTED_PROXIES``    comma-separated addresses or networks of the reverse proxies in front of the
                             site; ``X-Forwarded-For`` is read only from these (default none).
 ``QVAL_USER_STORAGE_MB``    uploaded bytes one account may keep stored (default 10240).
+``QVAL_COMPARE_CONCURRENCY`` comparisons (A vs B) not yet cached the whole site computes at once (default 2).
+``QVAL_SCORING_WORK_PER_HOUR`` prediction rows (ids x samples) of one account's files accepted for scoring
+                            per hour (default 10000000).
 ``QVAL_THROTTLE_RATES``     JSON object overriding rates of the expensive endpoints, e.g.
                             ``{"compare_anon": "10/min"}`` (qval_site/throttling.py).
 ``QVAL_SIGNUP_RATE``        sign-ups per client address, allauth's syntax (default ``5/h/ip``).
@@ -260,15 +263,19 @@ QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) *
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
 QVAL_USER_STORAGE_BYTES = int(float(os.environ.get("QVAL_USER_STORAGE_MB", "10240")) * 1024 * 1024)
+QVAL_SCORING_WORK_PER_HOUR = int(os.environ.get("QVAL_SCORING_WORK_PER_HOUR", "10000000"))
+QVAL_COMPARE_CONCURRENCY = int(os.environ.get("QVAL_COMPARE_CONCURRENCY", "2"))
 # Deadlines of the non-final states of a predictions file (the reaper fails it past them; the
 # platform's fault, so it does not count towards the quota). Containers: QVAL_CONTAINER_*_S below.
 QVAL_RECEIVED_S = float(os.environ.get("QVAL_RECEIVED_S", "3600"))
 QVAL_SCORING_S = float(os.environ.get("QVAL_SCORING_S", "3600"))
 # Rates of the expensive endpoints (qval_site/throttling.py): "<scope>_anon" per client address,
-# "<scope>_user" per account. A scope without a rate is not limited.
+# "<scope>_user" per account. A scope without a rate is not limited. "compare_compute": comparisons
+# not yet cached that one client address may have computed, signed in or not (one at a time).
 QVAL_THROTTLE_RATES = {
     "compare_anon": "10/min",
     "compare_user": "60/min",
+    "compare_compute": "6/min",
     "upload_user": "30/min",
     "download_anon": "30/min",
     "download_user": "120/min",

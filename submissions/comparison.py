@@ -18,10 +18,20 @@ point (coverage 1, nothing dropped) can be compared -- then ``rho_a``/``rho_b`` 
 disclosed leaderboard values, and a file cannot pick the subset of points another
 submission is measured on -- every number is rounded as :func:`qval.scoring.disclose`
 rounds results, and metrics it withholds (sign agreement) are left out.
+
+Who may compare what: every comparison is a new number computed on the labels, so only
+*public* rows can be compared by anyone -- rows published by the authors (reported or
+re-scored) and the platform's baseline runs -- while a user's own submissions (on any split)
+can be compared only by their owner, signed in; another account's submission is refused
+with 403 (:class:`ComparisonError`).  Results are cached in the shared cache, keyed on the
+two rows and their versions; a comparison not yet cached is computed at most once at a time
+per pair (:class:`ComparisonBusy` meanwhile) and counts against its client address
+(:func:`comparison_for`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +39,7 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from leaderboard.loading import truth_for
 from qval import predictions as qpred
@@ -37,6 +47,7 @@ from qval.compare import paired_bootstrap
 from qval.metrics import POINT_METRICS, REFERENCE_RULES
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
+from qval_site import throttling
 
 from .models import Submission
 
@@ -47,14 +58,45 @@ METRICS = POINT_METRICS
 """The metrics compared: every pointwise metric :func:`qval.compare.paired_bootstrap` supports."""
 
 
+COMPUTE_LOCK_S = 300.0
+"""How long a pair's "being computed" marker may outlive a process that died computing it."""
+BUSY_RETRY_S = 2.0
+"""Seconds a caller is told to wait while the pair it asked for is being computed."""
+
+
 class ComparisonError(ValueError):
     """Why two submissions cannot be compared: ``errors`` lists messages per parameter
-    (``a``/``b``); ``a`` is submission A when parameter ``a`` itself was valid."""
+    (``a``/``b``); ``a`` is submission A when parameter ``a`` itself was valid and may be
+    shown.  ``status``: 403 when a submission is another account's, else 400."""
 
-    def __init__(self, errors: dict[str, list[str]], a: Submission | None = None) -> None:
+    def __init__(self, errors: dict[str, list[str]], a: Submission | None = None, status: int = 400) -> None:
         super().__init__("; ".join(m for ms in errors.values() for m in ms))
         self.errors = errors
         self.a = a
+        self.status = status
+
+
+class ComparisonBusy(RuntimeError):
+    """The comparison is not cached and cannot be computed for this caller now (answered 429):
+    ``message`` says why, ``retry_after`` in how many seconds to ask again."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+def _private(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Whether ``sub`` is a user's own row that ``user`` is not the owner of (published rows and
+    the platform's baselines are public)."""
+    return sub.source == Submission.SOURCE_USER and (not user.is_authenticated or sub.user_id != user.pk)
+
+
+def _private_reason(pk: int, user: AbstractBaseUser | AnonymousUser) -> str:
+    who = ("sign in as its owner to compare it" if not user.is_authenticated
+           else "only its owner can compare it")
+    return (f"submission {pk} is a user's own submission: {who}. Anyone may compare published rows "
+            "(reported or re-scored) and the platform's baselines; a signed-in user may also compare their own")
 
 
 def _hidden(sub: Submission) -> bool:
@@ -74,6 +116,8 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     sub = Submission.objects.select_related("dataset", "method", "backbone", "user").filter(pk=pk).first()
     if sub is None:
         return f"there is no submission {pk}"
+    if _private(sub, user):
+        raise ComparisonError({name: [_private_reason(pk, user)]}, status=403)
     if sub.state != Submission.FINISHED:
         state = f" (it is {sub.state})" if sub.user_id == getattr(user, "pk", None) else ""
         return f"submission {pk} is not finished{state}; only finished submissions can be compared"
@@ -103,10 +147,11 @@ def resolve_pair(
 ) -> tuple[Submission, Submission]:
     """Submissions A and B of query parameters ``a`` and ``b``.
 
-    Anyone may compare two finished submissions: their results are public on the
-    leaderboard.  Raises :class:`ComparisonError` when an id is missing or not an
-    integer, a submission does not exist or is not finished, both are the same
-    submission, or they differ in dataset, split, target or scoring rules.
+    Raises :class:`ComparisonError` with status 403 as soon as either is another account's
+    submission (or any user's, for an anonymous caller), before anything else about it is
+    said; with status 400 when an id is missing or not an integer, a submission does not
+    exist or is not finished, both are the same submission, or they differ in dataset,
+    split, target or scoring rules.
     """
     found = {name: _one(name, params.get(name), user) for name in ("a", "b")}
     a, b = found["a"], found["b"]
@@ -135,13 +180,16 @@ def resolve_pair(
     return a, b
 
 
-def candidates(sub: Submission) -> QuerySet[Submission]:
-    """The other finished submissions ``sub`` can be compared with (same dataset, split, target
-    and rules; neither reported nor re-scored without per-point predictions, nor withheld by the Ladder)."""
+def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """The other finished submissions ``user`` can compare ``sub`` with (same dataset, split,
+    target and rules; public or ``user``'s own; neither reported nor re-scored without
+    per-point predictions, nor withheld by the Ladder)."""
+    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
     return (
         Submission.objects.filter(
             state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules
         )
+        .filter(~Q(source=Submission.SOURCE_USER) | mine)
         .exclude(pk=sub.pk)
         .exclude(ladder_climbed=False)
         .exclude(source=Submission.SOURCE_REPORTED)
@@ -174,6 +222,44 @@ def _scores(sub: Submission, truth: Truth) -> np.ndarray:
     return point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index))
 
 
+def _version(sub: Submission) -> str:
+    """What a comparison of ``sub`` depends on: its file, the predictions it was scored on and
+    when it last finished (a re-scored row changes at least one)."""
+    finished = sub.finished_at.isoformat() if sub.finished_at else ""
+    return f"{sub.sha256}:{sub.predictions.name or ''}:{finished}:{sub.rules}"
+
+
+def _cache_key(a: Submission, b: Submission) -> str:
+    version = hashlib.sha256(f"{_version(a)}|{_version(b)}".encode()).hexdigest()[:32]
+    return f"qval:compare:v5:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
+
+
+def comparison_for(a: Submission, b: Submission, client: str) -> dict[str, Any]:
+    """:func:`compare` of A and B (from :func:`resolve_pair`) for a caller at client address
+    ``client``: from the cache when it is there, else computed if the address may
+    (``QVAL_THROTTLE_RATES["compare_compute"]``, one computation at a time per address), the
+    site computes fewer than ``QVAL_COMPARE_CONCURRENCY`` others and no one is computing the
+    same pair; raises :class:`ComparisonBusy` otherwise, so web workers never queue behind
+    comparisons."""
+    cached = cache.get(_cache_key(a, b))
+    if cached is not None:
+        return cached
+    with throttling.exclusive(f"qval:compare:computing-for:{client}", COMPUTE_LOCK_S) as free:
+        if not free:
+            raise ComparisonBusy("a comparison you asked for is still being computed; ask for one at a time",
+                                 BUSY_RETRY_S)
+        wait = throttling.take(client, "compare_compute")
+        if wait is not None:
+            rate = settings.QVAL_THROTTLE_RATES["compare_compute"]
+            raise ComparisonBusy(f"too many new comparisons from your address (at most {rate}; cached ones are "
+                                 f"not counted); try again in {wait:.0f} s", wait)
+        with throttling.exclusive("qval:compare:computing", COMPUTE_LOCK_S, settings.QVAL_COMPARE_CONCURRENCY) as slot:
+            if not slot:
+                raise ComparisonBusy("the server is computing as many comparisons as it may at once; "
+                                     "ask again in a moment", BUSY_RETRY_S)
+            return compare(a, b)
+
+
 def compare(a: Submission, b: Submission) -> dict[str, Any]:
     """The paired comparison of A and B (from :func:`resolve_pair`) as a JSON-friendly dict.
 
@@ -181,13 +267,28 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     (``rho_a - rho_b``), ``ci95``, ``p_value`` and ``significance`` of the difference,
     ``num_points`` (points both score), ``num_dropped`` (points one of them leaves out or
     scores NaN), ``resamples`` drawn and ``num_undefined`` resamples, under the rules both
-    were scored with (``rules``).  Cached per (a, b, their files, resamples, seed).
+    were scored with (``rules``).  Cached in the shared cache per (a, b, their versions,
+    resamples, seed); computed by one process at a time per pair: another asking meanwhile
+    gets :class:`ComparisonBusy`.
     """
-    resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
-    key = f"qval:compare:v4:{a.pk}:{b.pk}:{a.sha256}:{b.sha256}:{resamples}:{SEED}"
+    key = _cache_key(a, b)
     cached = cache.get(key)
     if cached is not None:
         return cached
+    with throttling.exclusive(f"{key}:computing", COMPUTE_LOCK_S) as mine:
+        if not mine:
+            raise ComparisonBusy("this comparison is being computed right now; ask again in a moment", BUSY_RETRY_S)
+        cached = cache.get(key)  # finished between the first look and the marker
+        if cached is not None:
+            return cached
+        result = _computed(a, b)
+        cache.set(key, result, timeout=None)
+        return result
+
+
+def _computed(a: Submission, b: Submission) -> dict[str, Any]:
+    """The comparison :func:`compare` caches."""
+    resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
     truth = truth_for(a.dataset, a.split, a.target)
     scores_a, scores_b = _scores(a, truth), _scores(b, truth)
     hidden = _hidden(a)
@@ -217,7 +318,7 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
                 "insufficient": pc.insufficient,
             }
         )
-    result = {
+    return {
         "a": _summary(a),
         "b": _summary(b),
         "dataset": a.dataset.key,
@@ -229,5 +330,3 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
         "seed": SEED,
         "metrics": rows,
     }
-    cache.set(key, result, timeout=None)
-    return result

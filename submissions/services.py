@@ -87,6 +87,54 @@ def quota_used(user, now=None) -> int:  # type: ignore[no-untyped-def]
     )
 
 
+SCORING_WORK_WINDOW = timedelta(hours=1)
+"""The window ``QVAL_SCORING_WORK_PER_HOUR`` counts scoring work over."""
+
+
+def scoring_work(user, now=None) -> list[tuple[datetime, int]]:  # type: ignore[no-untyped-def]
+    """``(when it was read, prediction rows)`` of each predictions file of ``user`` read in the
+    last hour, oldest first.
+
+    A file counts its rows (ids x samples) from the moment its check has read it -- queued
+    for scoring, or refused for the work limit -- unless it then failed through the
+    platform's fault.
+    """
+    now = now or timezone.now()
+    read = (
+        Submission.objects.filter(user=user, kind=Submission.KIND_FILE, validating_at__gte=now - SCORING_WORK_WINDOW,
+                                  coverage__has_key="rows")
+        .exclude(Q(state=Submission.FAILED) & Q(fault=Submission.FAULT_SYSTEM))
+        .order_by("validating_at")
+        .values_list("validating_at", "coverage")
+    )
+    return [(when, int(coverage["rows"])) for when, coverage in read]
+
+
+def scoring_work_refusal(user, rows: int = 0) -> str | None:  # type: ignore[no-untyped-def]
+    """Why ``user`` may not have a file of ``rows`` prediction rows scored now (``None``: they may).
+
+    With ``rows`` 0 (an upload not read yet) only a window already at the limit refuses.
+    The message names the limit and when enough of the window frees up.
+    """
+    limit = settings.QVAL_SCORING_WORK_PER_HOUR
+    counted = scoring_work(user)
+    used = sum(n for _, n in counted)
+    if used < limit and used + rows <= limit:
+        return None
+    left, frees = used, None
+    for when, n in counted:  # the oldest files leave the window first
+        left -= n
+        frees = when + SCORING_WORK_WINDOW
+        if left < limit and left + rows <= limit:
+            break
+    asking = f" and this file has {rows:,}" if rows else ""
+    when = (f"; enough of it frees up at {frees:%Y-%m-%d %H:%M:%S} UTC" if frees and left + rows <= limit
+            else "; this file alone is over the limit")
+    return (f"scoring work limit reached: your files read in the last hour have {used:,} prediction rows "
+            f"(ids x samples){asking}; the limit is {limit:,} rows per account per hour "
+            f"(QVAL_SCORING_WORK_PER_HOUR){when}")
+
+
 def has_verified_email(user) -> bool:  # type: ignore[no-untyped-def]
     """Whether ``user`` confirmed an email address (django-allauth), as hidden splits require."""
     return EmailAddress.objects.filter(user=user, verified=True).exists()
@@ -218,6 +266,8 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     with transaction.atomic():
         lock_account(user)
         dataset = check_request(user, req)
+        if (refusal := scoring_work_refusal(user)) is not None:
+            raise SubmissionRejected("file", refusal, status=429)
         if (upload.size or 0) <= limit:
             check_storage(user, upload.size or 0)
         sub = _received_submission(user, req, dataset, upload)
@@ -277,11 +327,17 @@ def validate_submission(pk: int) -> str:
         "missing_examples": list(coverage.missing_examples),
         "rows": preds.num_rows,
     }
-    sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
-    sub.transition(Submission.QUEUED, save=False)
     from workers import jobs  # the worker modules import this one
 
-    jobs.dispatch(sub)
+    with transaction.atomic():  # the work is counted and the file queued under the account's lock
+        lock_account(sub.user)
+        if (refusal := scoring_work_refusal(sub.user, preds.num_rows)) is not None:
+            sub.problems = [{"code": "work_limit", "message": refusal, "rows": []}]
+            sub.transition(Submission.FAILED, error=refusal, fault=Submission.FAULT_USER)  # its rows were read: they count
+            return sub.state
+        sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
+        sub.transition(Submission.QUEUED, save=False)
+        jobs.dispatch(sub)
     return sub.state
 
 

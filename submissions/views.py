@@ -63,7 +63,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
         for r in data["results"]
         if "values" in r["details"].get("samples", {})  # per-sample values exist on public splits only
     ]
-    others = comparison.candidates(sub) if sub.state == Submission.FINISHED else Submission.objects.none()
+    others = comparison.candidates(sub, request.user) if sub.state == Submission.FINISHED else Submission.objects.none()
     context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others,
                "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
                "hidden": sub.split not in PUBLIC_SPLITS}  # its rows were disclosed (workers.tasks.store_results)
@@ -73,32 +73,36 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     """A vs B: paired bootstrap of two finished submissions (``?a=<id>&b=<id>``).
 
-    Public, like the leaderboard the finished submissions are on.  Without parameters the
-    page only shows its form; otherwise it shows the comparison or why there is none (and,
-    when A is valid, the submissions it can be compared with).
+    Public rows (published, baselines) for anyone, and a signed-in user's own submissions
+    (:func:`submissions.comparison.resolve_pair`).  Without parameters the page only shows
+    its form; otherwise it shows the comparison or why there is none (and, when A is valid,
+    the submissions it can be compared with).
     """
     context: dict[str, object] = {"a": request.GET.get("a", ""), "b": request.GET.get("b", "")}
     sub_a: Submission | None = None
+    status = 200
     if "a" in request.GET or "b" in request.GET:
         allowed, wait = throttling.allow(request, "compare")
         if not allowed:
             return _too_many(request, wait)
         try:
             sub_a, sub_b = comparison.resolve_pair(request.GET, request.user)
+            context["result"] = comparison.comparison_for(sub_a, sub_b, throttling.client_address(request))
         except comparison.ComparisonError as exc:
             sub_a = exc.a
             context["errors"] = exc.errors
-        else:
-            context["result"] = comparison.compare(sub_a, sub_b)
+            status = exc.status
+        except comparison.ComparisonBusy as exc:
+            return _too_many(request, exc.retry_after, exc.message)
     if sub_a is not None:
-        context.update(sub_a=sub_a, others=comparison.candidates(sub_a))
-    return render(request, "submissions/compare.html", context, status=400 if "errors" in context else 200)
+        context.update(sub_a=sub_a, others=comparison.candidates(sub_a, request.user))
+    return render(request, "submissions/compare.html", context, status=status)
 
 
-def _too_many(request: HttpRequest, wait: float | None) -> HttpResponse:
-    """429 with how long to wait."""
-    after = f"; try again in {wait:.0f} s" if wait else ""
-    response = HttpResponse(f"too many requests{after}", status=429, content_type="text/plain; charset=utf-8")
+def _too_many(request: HttpRequest, wait: float | None, why: str = "too many requests") -> HttpResponse:
+    """429 with why and how long to wait."""
+    after = f"; try again in {wait:.0f} s" if wait and "try again" not in why else ""
+    response = HttpResponse(f"{why}{after}", status=429, content_type="text/plain; charset=utf-8")
     if wait:
         response["Retry-After"] = str(int(wait) + 1)
     return response

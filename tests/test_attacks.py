@@ -193,6 +193,7 @@ class TestCompareChannel:
         fa = upload(api, csv_bytes(ids, sa), split="dev", method_name="file-a")["id"]
         fb = upload(api, csv_bytes(ids, sb), split="dev", method_name="file-b")["id"]
         finish(fa), finish(fb)
+        client.force_login(user)  # their owner
         boxed = client.get("/api/v1/compare/", {"a": a.pk, "b": b.pk})
         assert boxed.status_code == 200, boxed.content
         files = client.get("/api/v1/compare/", {"a": fa, "b": fb}).json()
@@ -205,10 +206,11 @@ class TestCompareChannel:
         a = _container_submission(user, loaded, "dev", ids, labels)
         b = _container_submission(user, loaded, "dev", ids, labels[::-1])
         Submission.objects.filter(pk=b.pk).update(predictions="")
+        client.force_login(user)
         resp = client.get("/api/v1/compare/", {"a": a.pk, "b": b.pk})
         assert resp.status_code == 400 and "kept a container's predictions" in json.dumps(resp.json())
 
-    def test_on_test_partial_files_cannot_be_compared_and_numbers_are_rounded(self, client, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+    def test_on_test_partial_files_cannot_be_compared_and_numbers_are_rounded(self, client, api, user, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         settings.QVAL_BOOTSTRAP_RESAMPLES = 50
         ids, labels = actor_points(frozenlake, "test")
         rng = np.random.default_rng(3)
@@ -218,6 +220,7 @@ class TestCompareChannel:
         partial = upload(api, csv_bytes(ids[:60], labels[:60]), method_name="subset")["id"]
         for pk in (*full, partial):
             finish(pk)
+        client.force_login(user)  # their owner
         refused = client.get("/api/v1/compare/", {"a": partial, "b": full[0]})
         assert refused.status_code == 400 and "only submissions that score every point" in json.dumps(refused.json())
         ok = client.get("/api/v1/compare/", {"a": full[0], "b": full[1]}).json()
@@ -1467,3 +1470,177 @@ class TestRankingDecodeAndCounts:
         assert (complete.value, complete.num_points, complete.details) == (0.512, 4, {"num_states": 4})
         assert rows["complete", "sign_agreement"].value is None
         assert rows["public", "ranking_spearman"].details == old and rows["public", "sign_agreement"].value == 0.9
+
+
+def _baseline_row(staff, dataset, split: str, ids: list[str], scores: np.ndarray, name: str) -> Submission:  # type: ignore[no-untyped-def]
+    """A finished baseline run of the platform (a public row) scored on ``scores``, its
+    predictions kept as a gpu worker keeps them."""
+    from leaderboard.loading import truth_for
+
+    sub = Submission.objects.create(user=staff, source=Submission.SOURCE_BASELINE, kind=Submission.KIND_BASELINE,
+                                    dataset=dataset, split=split, target="q", method_name=name, filename="")
+    for state in (Submission.VALIDATING, Submission.QUEUED, Submission.SCORING):
+        sub.transition(state)
+    lines = "".join(json.dumps({"id": i, "score": float(s)}) + "\n" for i, s in zip(ids, scores)).encode()
+    rows = score(truth_for(dataset, split, "q"), np.array(ids, dtype=object), np.asarray(scores, dtype=float),
+                 bootstrap_resamples=50)
+    stored = default_storage.save(f"predictions/{sub.pk}-predictions.jsonl", ContentFile(lines))
+    assert store_results(sub.pk, rows, predictions=stored) == Submission.FINISHED
+    return sub
+
+
+def samples_csv(ids: list[str], labels: np.ndarray, samples: int, seed: int) -> bytes:
+    """A predictions file with ``samples`` sampled scores per id (``len(ids) * samples`` rows)."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"id": np.repeat(ids, samples), "sample": np.tile(np.arange(samples), len(ids)),
+                          "score": np.repeat(labels, samples) + rng.normal(0, 0.5, len(ids) * samples)})
+    return frame.to_csv(index=False).encode()
+
+
+@pytest.mark.django_db
+class TestCompareChannelAndWork:
+    """Compare as a free channel on anyone's test submissions, compare's cost, and scoring work
+    per account (issue 20, item 5 and item 9's third point): a user's submissions are compared
+    by their owner only, a comparison not cached is computed once at a time per client address
+    and per pair (429 otherwise), and an account's files are bounded by prediction rows read
+    per hour (``QVAL_SCORING_WORK_PER_HOUR``), not only by requests."""
+
+    def test_anonymous_compare_of_private_rows_is_refused(self, client, api, user, staff, django_user_model,  # type: ignore[no-untyped-def]
+                                                          loaded, frozenlake, settings) -> None:
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 50
+        ids, labels = actor_points(frozenlake, "test")
+        rng = np.random.default_rng(20)
+        full = [upload(api, csv_bytes(ids, labels + rng.normal(0, s, len(ids))), method_name=f"m{s}")["id"]
+                for s in (0.3, 0.6)]
+        dev_ids, dev_labels = actor_points(frozenlake, "dev")
+        dev = [upload(api, csv_bytes(dev_ids, dev_labels + rng.normal(0, s, len(dev_ids))), split="dev",
+                      method_name=f"d{s}")["id"] for s in (0.3, 0.6)]
+        for pk in (*full, *dev):
+            finish(pk)
+        # The attack of the probe: 16 numbers per pair of anyone's full-coverage test submissions.
+        for url in ("/api/v1/compare/", "/compare/"):
+            for pair in (full, dev):
+                resp = client.get(url, {"a": pair[0], "b": pair[1]})
+                assert resp.status_code == 403, (url, resp.status_code)
+                text = resp.content.decode()
+                assert "sign in as its owner" in text and "rho_a" not in text and 'id="comparison"' not in text
+        # Another account is refused too, and is offered none of them to compare with.
+        mallory = django_user_model.objects.create_user(username="mallory", email="m@example.org", password="x" * 12)
+        client.force_login(mallory)
+        refused = client.get("/api/v1/compare/", {"a": full[0], "b": full[1]})
+        assert refused.status_code == 403 and "only its owner can compare it" in json.dumps(refused.json())
+        # Public rows (the platform's baselines) stay comparable by anyone; the owner compares their own.
+        base = [_baseline_row(staff, loaded, "dev", dev_ids, dev_labels + rng.normal(0, s, len(dev_ids)), f"b{s}")
+                for s in (0.4, 0.8)]
+        client.logout()
+        public = client.get("/api/v1/compare/", {"a": base[0].pk, "b": base[1].pk})
+        assert public.status_code == 200 and len(public.json()["metrics"]) == 4
+        assert f'value="{dev[0]}"' not in client.get("/compare/", {"a": base[0].pk}).content.decode()
+        client.force_login(user)
+        assert client.get("/api/v1/compare/", {"a": full[0], "b": full[1]}).status_code == 200
+        assert client.get("/api/v1/compare/", {"a": dev[0], "b": base[0].pk}).status_code == 200
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_compares_keep_healthz_fast(self, live_server, staff, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        import time
+        import urllib.error
+        import urllib.request
+
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 5000  # each comparison costs seconds of CPU on the old code
+        ids, labels = actor_points(frozenlake, "dev")
+        rng = np.random.default_rng(21)
+        rows = [_baseline_row(staff, loaded, "dev", ids, labels + rng.normal(0, 0.2 * (k + 1), len(ids)), f"b{k}").pk
+                for k in range(5)]
+        pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:]][:8]
+
+        def get(path: str) -> int:
+            try:
+                with urllib.request.urlopen(live_server.url + path, timeout=120) as resp:
+                    return resp.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        barrier, codes = threading.Barrier(len(pairs) + 1), []
+
+        def compare(a: int, b: int) -> None:
+            barrier.wait()
+            try:
+                codes.append(get(f"/api/v1/compare/?a={a}&b={b}"))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=compare, args=pair) for pair in pairs]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        latencies = []
+        while any(t.is_alive() for t in threads) or len(latencies) < 10:
+            start = time.perf_counter()
+            assert get("/healthz") == 200
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.02)
+        for t in threads:
+            t.join(120)
+        assert sorted(set(codes)) == [200, 429] and codes.count(200) <= 2, codes
+        # The 90th percentile, not the maximum: on a shared two-core test machine the scheduler
+        # alone stalls a request now and then (the old code: median 0.17 s, 90th percentile 0.4 s).
+        p50, p90 = np.quantile(latencies, [0.5, 0.9])
+        assert p90 < 0.1 and p50 < 0.05, f"/healthz took {p50:.3f} s (median), {p90:.3f} s (90%) during the compares"
+
+    def test_a_burst_of_heavy_sample_uploads_is_refused_past_the_work_bound(self, api, loaded, frozenlake,  # type: ignore[no-untyped-def]
+                                                                             settings) -> None:
+        from workers.tasks import validate_upload
+
+        ids, labels = actor_points(frozenlake, "dev")
+        samples = 40
+        rows = len(ids) * samples
+        settings.QVAL_SCORING_WORK_PER_HOUR = int(2.5 * rows)
+
+        def post(seed: int) -> tuple[int, dict]:  # type: ignore[type-arg]
+            data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": "sampler",
+                    "file": SimpleUploadedFile("p.csv", samples_csv(ids, labels, samples, seed))}
+            resp = api.post("/api/v1/submissions/", data, format="multipart")
+            if resp.status_code == 201:
+                validate_upload(resp.json()["id"])
+            return resp.status_code, resp.json()
+
+        burst = [post(seed) for seed in range(5)]
+        assert [code for code, _ in burst] == [201, 201, 201, 429, 429]
+        states = [Submission.objects.get(pk=body["id"]) for _, body in burst[:3]]
+        assert [s.state for s in states] == [Submission.QUEUED, Submission.QUEUED, Submission.FAILED]
+        assert states[2].fault == Submission.FAULT_USER and "scoring work limit reached" in states[2].error
+        refusal = burst[3][1]["errors"]["file"][0]
+        assert f"{3 * rows:,} prediction rows" in refusal and f"the limit is {int(2.5 * rows):,} rows" in refusal
+        assert "QVAL_SCORING_WORK_PER_HOUR" in refusal and "frees up at" in refusal and "UTC" in refusal
+        # A failure caused by the platform gives its work back.
+        states[0].transition(Submission.FAILED, error="internal error", fault=Submission.FAULT_SYSTEM)
+        assert post(9)[0] == 201
+
+    def test_a_comparison_is_computed_once_and_served_to_everyone_from_the_cache(self, client, staff, loaded,  # type: ignore[no-untyped-def]
+                                                                                 frozenlake, settings) -> None:
+        from django.core.cache import cache
+
+        from submissions import comparison
+
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 50
+        ids, labels = actor_points(frozenlake, "dev")
+        rng = np.random.default_rng(22)
+        a, b, c = (_baseline_row(staff, loaded, "dev", ids, labels + rng.normal(0, s, len(ids)), f"b{s}")
+                   for s in (0.3, 0.6, 0.9))
+        fresh = Submission.objects.select_related("dataset").in_bulk([a.pk, b.pk])  # as stored when finished
+        computing = f"{comparison._cache_key(fresh[a.pk], fresh[b.pk])}:computing"
+        assert cache.add(computing, 1)  # another process is computing this pair
+        busy = client.get("/api/v1/compare/", {"a": a.pk, "b": b.pk})
+        assert busy.status_code == 429 and "being computed" in busy.json()["detail"] and busy["Retry-After"]
+        cache.delete(computing)
+        first = client.get("/api/v1/compare/", {"a": a.pk, "b": b.pk}, REMOTE_ADDR="10.0.0.1")
+        assert first.status_code == 200
+        # Served from the cache to another address: the predictions are no longer read.
+        default_storage.delete(fresh[a.pk].predictions.name)
+        again = client.get("/api/v1/compare/", {"a": a.pk, "b": b.pk}, REMOTE_ADDR="10.0.0.2")
+        assert again.status_code == 200 and again.json() == first.json()
+        # The whole site computes at most QVAL_COMPARE_CONCURRENCY pairs at once.
+        settings.QVAL_COMPARE_CONCURRENCY = 1
+        assert cache.add("qval:compare:computing", 1)
+        full = client.get("/api/v1/compare/", {"a": b.pk, "b": c.pk}, REMOTE_ADDR="10.0.0.3")
+        assert full.status_code == 429 and "as many comparisons as it may at once" in full.json()["detail"]

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from qval import compare
+from qval import compare, metrics
 from qval.compare import (
     CriticalDifference,
     Distribution,
@@ -139,6 +139,51 @@ def test_each_resample_is_scipy_on_the_same_indices_for_both(metric: str) -> Non
     below = sum(d <= 0 for d in expected)
     above = sum(d >= 0 for d in expected)
     assert result.p_value == pytest.approx(min(1.0, 2 * min(1 + below, 1 + above) / (total + 1)))
+
+
+def _kendall_case(case: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    n = 300 if case != "long tie run" else 400
+    x = rng.normal(size=n)
+    if case == "continuous":
+        return x, x + rng.normal(size=n)
+    if case == "heavy ties":
+        return np.round(x * 2), np.round(x + rng.normal(size=n))
+    if case == "binary scores":
+        return np.round(x, 1), (x + rng.normal(size=n) > 0).astype(float)
+    if case == "nearly constant":  # some resamples draw one value only: tau undefined there
+        return x, np.where(np.arange(n) < 3, 1.0, 0.0)
+    # One tied value held by more points than a block (longer than sqrt(n)), both sides.
+    x[:150] = 0.25
+    y = x + rng.normal(size=n)
+    y[100:220] = -1.0
+    return x, y
+
+
+@pytest.mark.parametrize("seed, case", list(enumerate(["continuous", "heavy ties", "binary scores", "nearly constant",
+                                                        "long tie run"])))
+def test_vectorised_kendall_is_scipy_on_each_resample(seed: int, case: str) -> None:
+    rng = np.random.default_rng(seed)
+    x, y = _kendall_case(case, rng)
+    idx = rng.integers(0, x.size, size=(200, x.size))
+    tau = metrics._KendallResampler(x, y)
+    got = tau(metrics._resample_counts(idx, x.size, tau.dtype))
+    expected = np.array([stats.kendalltau(x[i], y[i]).statistic for i in idx])
+    assert np.array_equal(np.isnan(got), np.isnan(expected))
+    if case == "nearly constant":
+        assert np.isnan(expected).any()
+    np.testing.assert_allclose(got[~np.isnan(got)], expected[~np.isnan(expected)], rtol=0, atol=1e-12)
+
+
+def test_kendall_beyond_the_vectorised_size_gives_the_same_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, a, b = _data(8, 500, ties=True)
+    vectorised = paired_bootstrap(x, a, b, metric="kendall_tau", resamples=120, seed=3)
+    single = metrics.bootstrap_point_ci(x, a, "kendall_tau", resamples=120, seed=3)
+    monkeypatch.setattr(metrics, "KENDALL_VECTOR_MAX_POINTS", 10)  # one scipy call per resample
+    looped = paired_bootstrap(x, a, b, metric="kendall_tau", resamples=120, seed=3)
+    assert (looped.low, looped.high, looped.p_value) == pytest.approx(
+        (vectorised.low, vectorised.high, vectorised.p_value), abs=1e-12)
+    again = metrics.bootstrap_point_ci(x, a, "kendall_tau", resamples=120, seed=3)
+    assert (again.low, again.high) == pytest.approx((single.low, single.high), abs=1e-12)
 
 
 def test_too_few_common_points_is_insufficient() -> None:

@@ -174,7 +174,7 @@ def test_import_is_idempotent_and_keeps_provenance(client) -> None:  # type: ign
 
 
 @pytest.mark.django_db
-def test_rescored_rows_are_compared_on_their_published_predictions(client, settings, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+def test_rescored_rows_are_compared_on_their_published_predictions(client, settings, api, user, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
     """Two re-scored rows of one environment and target are compared as two of ours are: on
     the full points each metric's A and B are the stored values and A − B their difference;
     reported and ranking-only rows, and rows of ours, are refused saying why; the
@@ -231,6 +231,7 @@ def test_rescored_rows_are_compared_on_their_published_predictions(client, setti
     ids, labels = actor_points(frozenlake, "test")
     ours = upload(api, csv_bytes(ids, labels))["id"]
     finish(ours)
+    client.force_login(user)  # a user's own row is compared by its owner only
     for other, says in ((reported, "reported by the authors: only its numbers are published"),
                         (ranking_only, "per-state ranking correlations only"),
                         (Submission.objects.get(pk=ours), "differ in dataset (qval-v1.0-alfworld@1.0 vs")):

@@ -54,12 +54,14 @@ def page_text(resp) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def pair(api, loaded, frozenlake):  # type: ignore[no-untyped-def]
-    """Two dev submissions: A scores every point (rows shuffled), B leaves 12 out and one NaN.
+def pair(api, client, user, loaded, frozenlake):  # type: ignore[no-untyped-def]
+    """Two dev submissions: A scores every point (rows shuffled), B leaves 12 out and one NaN;
+    ``client`` is signed in as their owner (only the owner may compare a user's submissions).
 
     Returns their ids and, for the points both score, the labels and both scores in dataset
     order (computed here from the dataset, not by the site).
     """
+    client.force_login(user)
     ids, labels = actor_points(frozenlake, "dev")
     rng = np.random.default_rng(11)
     a_scores = labels + rng.normal(0, 0.3, len(ids))
@@ -160,16 +162,17 @@ def test_compare_errors_are_specific(client, api, user, loaded, frozenlake) -> N
         assert any(message in m for m in resp.json()["errors"][field]), (params, resp.json())
         page = client.get("/compare/", params)
         assert page.status_code == 400 and message in page_text(page), params
-    # Whose submission it is decides whether its state is named.
+    # Another caller learns nothing about a user's submission, not even its state: it is refused.
     client.logout()
-    anonymous = client.get("/api/v1/compare/", {"a": queued, "b": dev}).json()["errors"]["a"][0]
-    assert f"submission {queued} is not finished;" in anonymous and "queued" not in anonymous
+    anonymous = client.get("/api/v1/compare/", {"a": queued, "b": dev})
+    assert anonymous.status_code == 403
+    assert "sign in as its owner" in anonymous.json()["errors"]["a"][0] and "queued" not in anonymous.content.decode()
     # Both parameters wrong: both reported.
     assert set(api.get("/api/v1/compare/", {"a": "x"}).json()["errors"]) == {"a", "b"}
     assert api.get("/api/v1/compare/", {"a": dev, "b": dev2}).status_code == 200
 
 
-def test_test_split_comparisons_never_reveal_test_labels(client, api, loaded, frozenlake) -> None:
+def test_test_split_comparisons_never_reveal_test_labels(client, api, user, loaded, frozenlake) -> None:
     test_only = {
         frozenlake.q_labels[c.id] for s in frozenlake.states if s.split == "test" for c in s.candidates
     } | {frozenlake.v_labels[s.id] for s in frozenlake.states if s.split == "test"}
@@ -182,6 +185,7 @@ def test_test_split_comparisons_never_reveal_test_labels(client, api, loaded, fr
     c = submit(api, ids, labels + rng.normal(0, 0.5, len(ids)), split="test", method_name="noisier", backbone="b1")
     b = submit(api, ids, labels + rng.normal(0, 0.2, len(ids)), split="test", method_name="noisy", backbone="b1")
     a = submit(api, ids, labels, split="test", method_name="oracle", backbone="b1")
+    client.force_login(user)  # their owner: the only one who may compare them
     bodies = []
     for url, params in [("/api/v1/compare/", {"a": a, "b": b}), ("/compare/", {"a": a, "b": b}),
                         ("/compare/", {"a": c, "b": a}), ("/compare/", {"a": a}),
@@ -421,13 +425,22 @@ def test_submission_page_shows_each_sample(client, user, api, loaded, frozenlake
 # -- in a real browser ----------------------------------------------------------------------
 
 
+@pytest.fixture
+def session_cookie(client, user) -> str:  # type: ignore[no-untyped-def]
+    """A signed-in session of ``user`` (set up before Playwright's event loop starts)."""
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, page) -> None:  # type: ignore[no-untyped-def]
+def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, session_cookie, page) -> None:  # type: ignore[no-untyped-def]
     # ``page`` comes last: Playwright's event loop must start after the database fixtures ran.
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     base = live_server.url
+    # The board's rows are the user's own: only they may compare them.
+    page.context.add_cookies([{"name": "sessionid", "value": session_cookie, "url": base}])
     page.goto(base + "/leaderboard/critical-difference/?split=dev")
     page.wait_for_selector("#cd-diagram .main-svg")
     assert page.locator("#cd-diagram .shapelayer path").count() > 2 * len(NOISE)  # elbows, cliques, CD bar
