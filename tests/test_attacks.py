@@ -1116,7 +1116,7 @@ class TestNamesAndInjection:
     job result endpoint and the JSON Lines line limit hold; an open-book dataset ranks no uploaded file."""
 
     @pytest.mark.parametrize("name", ["a/b", EVIL_NAME, "..", "50% \"quoted\" 'é' ü/", "x" * 100])
-    def test_any_method_name_is_safe_on_every_page(self, client, api, loaded, frozenlake, name: str) -> None:  # type: ignore[no-untyped-def]
+    def test_any_method_name_is_safe_on_every_page(self, client, user, api, loaded, frozenlake, name: str) -> None:  # type: ignore[no-untyped-def]
         from html import escape
         from urllib.parse import urlencode
 
@@ -1128,6 +1128,7 @@ class TestNamesAndInjection:
         finish(mine["id"])
         other = upload(api, csv_bytes(ids, labels), split="dev", method_name="plain")
         finish(other["id"])
+        client.force_login(user)  # their owner: the only one who may compare them
         method_url = reverse("method", args=[name])
         shown = escape(name)  # as a template writes it
         lists = [f"/leaderboard/?{q}" for q in ("", "sort=date", "sort=-date", "sort=method", "sort=-method",
