@@ -13,7 +13,9 @@ minibatches drawn by a generator seeded with ``seed``, and returns a
   (:func:`iql_q_target`); the target Q network is a copy of Q refreshed every
   ``target_every`` steps (100, as Best-of-Q's appendix).
 * :func:`train_qlass`: MSE of a QNet on the :func:`~qval.learned.experience.max_backup`
-  targets of exploration trees (γ = 0.9).
+  targets of exploration trees (γ = 0.9), grown from the train states and from the first state
+  of every train task (:func:`start_states`; AMC's continuations and Best-of-Q's branches start
+  there too).
 * :func:`train_amc_value`: MSE of a value head on Monte-Carlo returns of sampled
   continuations: for each train state ``(s, no action) → mean return from s`` and for each
   candidate ``(s, a) → mean return after forcing a``; with ``every_step`` (the default, AMC's
@@ -37,7 +39,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from qval import build
+from qval import build, schema
 from qval.envs.base import Environment
 from qval.learned import defaults, experience
 from qval.learned.data import Inputs
@@ -178,7 +180,8 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     transitions = experience.trajectory_transitions(env, spec, indices, _report(progress, "experience"))
     num_trajectory_steps = len(transitions)
     if p["branches"]:
-        transitions += experience.branch_transitions(env, train_states, _report(progress, "experience"),
+        starts = start_states(env, sorted({s.task for s in train_states}), seed, "best-of-q")
+        transitions += experience.branch_transitions(env, train_states + starts, _report(progress, "experience"),
                                                      epsilon=float(p["epsilon"]), rng=random.Random(f"{seed}/branches"))
     if not transitions:
         raise ValueError(f"{inputs.manifest.key}: the train split has no trajectories to learn from")
@@ -327,11 +330,32 @@ def fit_lora_value(rows: Sequence[Row], backbone: str | Path, params: dict[str, 
     return config, head, encoder, curve
 
 
-def _roots(inputs: Inputs, limit: int | None, seed: int, what: str) -> list:
+def _roots(inputs: Inputs, env: Environment, limit: int | None, seed: int, what: str) -> list[schema.State]:
+    """The train states (``limit`` of them drawn with the seed), then the first state of every train task
+    (:func:`start_states`)."""
     states = inputs.states_in("train")
     if limit is not None and limit < len(states):
         states = sorted(random.Random(f"{seed}/{what}").sample(states, limit), key=lambda s: s.id)
-    return states
+    return states + start_states(env, sorted({s.task for s in inputs.states_in("train")}), seed, what)
+
+
+def start_states(env: Environment, tasks: Sequence[str], seed: int, what: str) -> list[schema.State]:
+    """The first state of each task, offering the candidates the environment samples there.
+
+    A dataset never holds an episode's first turn, but a Best-of-N picker scores it first: trained only
+    on dataset states, a model meets it unseen and answers with its action prior (the same move in every
+    state).  The papers' training data starts at the task's beginning too."""
+    out = []
+    for task in tasks:
+        env.reset(task)
+        rng = random.Random(f"{seed}/{what}/start/{task}")
+        actions = env.sample_candidates(env.reference_action(), rng)
+        sid = f"start-{task}"
+        cands = tuple(schema.Candidate(id=f"{sid}-a{i}", state_id=sid, index=i, action=a, next_state="",
+                                       is_actor=a == env.reference_action()) for i, a in enumerate(actions))
+        out.append(schema.State(id=sid, split="train", trajectory=-1, step=0, task=task,
+                                observation=env.observation(), history=(), candidates=cands))
+    return out
 
 
 def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
@@ -339,7 +363,7 @@ def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: 
     """QLASS: exploration trees from the train states, max backup, QNet regression."""
     p = _params(defaults.QLASS, params)
     started = time.monotonic()
-    roots = _roots(inputs, p["max_roots"], seed, "qlass")
+    roots = _roots(inputs, env, p["max_roots"], seed, "qlass")
     rows: list[tuple[str, str, str | None, float]] = []
     nodes = 0
     for i, state in enumerate(roots):
@@ -362,7 +386,7 @@ def train_amc_value(inputs: Inputs, env: Environment, feats: FeatureCache, *, se
     """Agentic Monte Carlo's value model on Monte-Carlo returns of sampled continuations."""
     p = _params(defaults.AMC_VALUE, params)
     started = time.monotonic()
-    states = _roots(inputs, p["max_states"], seed, "amc")
+    states = _roots(inputs, env, p["max_states"], seed, "amc")
     rows: list[tuple[str, str, str | None, float]] = []
     for i, state in enumerate(states):
         rng = random.Random(f"{seed}/amc/{state.id}")
