@@ -29,7 +29,8 @@ class TrainForm(forms.Form):
     dataset = forms.ChoiceField(help_text="Datasets hosted here with a loaded train split.")
     seed = forms.IntegerField(initial=0)
     featuriser = forms.CharField(initial="hashed", max_length=300, required=False, help_text=(
-        "hashed, hashed:DIM, http://HOST:PORT#MODEL (an /v1/embeddings server) or local:PATH (a transformers "
+        "hashed, hashed:DIM, crossed, crossed:DIM (state × action n-grams), tabular (exact one-hot grid states: "
+        "FrozenLake), http://HOST:PORT#MODEL (an /v1/embeddings server) or local:PATH (a transformers "
         "checkpoint on the gpu worker; amc-value's lora fine-tunes it)"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -84,7 +84,7 @@ PARAM_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
 }
 """Allowed values of the float hyperparameters; integer ones (an integer default) must be at least 1."""
 
-FEATURISER = re.compile(r"hashed(:[1-9][0-9]*)?|https?://[^#\s]+#\S+|local:\S.*")
+FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|https?://[^#\s]+#\S+|local:\S.*")
 """The featuriser specs :func:`qval.learned.features.featuriser_from_spec` accepts."""
 
 SEED_LIMIT = 2**31
@@ -117,7 +117,8 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
                params: dict[str, Any] | None = None) -> TrainingRun:
     """A queued run; bad arguments are an :class:`InvalidRun` naming the field and what was expected.
 
-    ``featuriser``: ``hashed``, ``hashed:DIM``, ``http://HOST:PORT#MODEL`` or ``local:PATH`` (a transformers
+    ``featuriser``: ``hashed``, ``hashed:DIM``, ``crossed``, ``crossed:DIM``, ``tabular``, ``tabular:MAPS``,
+    ``http://HOST:PORT#MODEL`` or ``local:PATH`` (a transformers
     checkpoint folder on the gpu worker); ``amc-value`` with ``params.lora`` needs ``local:PATH``.
     """
     if method not in lm.METHODS:
@@ -133,7 +134,8 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
         raise InvalidRun("params", f"unknown parameters {sorted(unknown)} for {method}; it takes {sorted(defaults)}")
     checked = {name: check_param(name, value, defaults[name]) for name, value in (params or {}).items()}
     if not FEATURISER.fullmatch(featuriser):
-        raise InvalidRun("featuriser", f"expected hashed, hashed:DIM, http://HOST:PORT#MODEL or local:PATH, "
+        raise InvalidRun("featuriser", f"expected hashed, hashed:DIM, crossed, crossed:DIM, tabular, tabular:MAPS, "
+                                       f"http://HOST:PORT#MODEL or local:PATH, "
                                        f"got {featuriser!r}")
     if checked.get("lora") and not featuriser.startswith("local:"):
         raise InvalidRun("featuriser", f"LoRA fine-tunes a local backbone: expected local:PATH (a transformers "

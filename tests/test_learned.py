@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -132,6 +132,252 @@ def test_hashed_features_are_deterministic_normalised_and_cached(tmp_path: Path)
     assert again.encoded == 0
 
 
+# -- a toy MDP with a known Q*: each method's targets recover what its paper says they estimate -----
+@dataclass(frozen=True)
+class ToySnapshot(Snapshot):
+    """A toy MDP state: its node (a direct restore, so that a stochastic step is not re-drawn by replay)."""
+
+    node: int
+
+
+class ToyMDP(Environment):
+    """A layered MDP: ``layers`` layers of ``width`` nodes after a start node 0, three actions per node, seeded
+    rewards in [0, 1); an action from layer ``l`` leads to a node of layer ``l + 1`` (deterministic: one fixed
+    node; stochastic: one of two, with probabilities ``p`` and ``1 - p``); the last layer's actions end the
+    episode.  The node's layer is its time step, so the observation ``node i`` is Markov."""
+
+    name, reference_policy = "toy-mdp", "action a0"
+    ACTIONS = ("a0", "a1", "a2")
+
+    def __init__(self, *, stochastic: bool, layers: int = 4, width: int = 3, seed: int = 0) -> None:
+        super().__init__(horizon=layers + 1)
+        rng = random.Random(seed)
+        self.stochastic, self.layers = stochastic, layers
+        self.nodes = 1 + layers * width
+        self.layer = [0] + [1 + (n - 1) // width for n in range(1, self.nodes)]
+        self.reward = [[round(rng.random(), 3) for _ in self.ACTIONS] for _ in range(self.nodes)]
+        self.succ: list[list[list[tuple[int, float]]]] = []
+        for node in range(self.nodes):
+            nxt = [n for n in range(self.nodes) if self.layer[n] == self.layer[node] + 1]
+            outs = []
+            for _ in self.ACTIONS:
+                if not nxt:
+                    outs.append([])
+                elif stochastic:
+                    a, b = rng.sample(nxt, 2)
+                    p = round(rng.uniform(0.2, 0.8), 2)
+                    outs.append([(a, p), (b, 1 - p)])
+                else:
+                    outs.append([(rng.choice(nxt), 1.0)])
+            self.succ.append(outs)
+        self.draws = random.Random(seed + 1)
+        self.node = 0
+
+    tasks = property(lambda self: ("toy",))
+
+    def config(self):  # type: ignore[no-untyped-def]
+        return {"stochastic": self.stochastic}
+
+    def _reset(self, task: str) -> None:
+        self.node = 0
+
+    def _step(self, action: str) -> tuple[float, bool]:
+        a = self.ACTIONS.index(action)
+        reward, outs = self.reward[self.node][a], self.succ[self.node][a]
+        if not outs:
+            return reward, True
+        u, acc = self.draws.random(), 0.0
+        for nxt, p in outs:
+            acc += p
+            if u < acc:
+                break
+        self.node = nxt
+        return reward, False
+
+    def observation(self) -> str:
+        return f"node {self.node}"
+
+    def candidates(self) -> list[str]:
+        return list(self.ACTIONS)
+
+    def reference_action(self) -> str:
+        return "a0"
+
+    def snapshot(self) -> ToySnapshot:
+        return ToySnapshot(task="toy", history=self.history, node=self.node)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        if not isinstance(snapshot, ToySnapshot):
+            super().restore(snapshot)
+            return
+        self.reset("toy")
+        self._history, self.node = list(snapshot.history), snapshot.node
+
+    def at(self, node: int) -> ToySnapshot:
+        """A snapshot of ``node`` (its history: a0 moves of the node's length, only the step count matters)."""
+        return ToySnapshot(task="toy", history=("a0",) * self.layer[node], node=node)
+
+    def value_iteration(self, discount: float, policy: Callable[[np.ndarray], np.ndarray] | None = None,
+                        sweeps: int = 50) -> np.ndarray:
+        """``Q[node, action]`` by repeated Bellman backups: of the max (Q*), or of ``policy(Q) -> V`` (Q^π)."""
+        q = np.zeros((self.nodes, len(self.ACTIONS)))
+        for _ in range(sweeps):
+            v = q.max(axis=1) if policy is None else policy(q)
+            q = np.array([[self.reward[n][a] + discount * sum(p * v[m] for m, p in self.succ[n][a])
+                           for a in range(len(self.ACTIONS))] for n in range(self.nodes)])
+        return q
+
+
+def q_table(env: ToyMDP, rows: list[tuple[str, str, float]]) -> dict[tuple[int, int], float]:
+    """``(state text, action, value)`` rows as ``(node, action index) → value`` (one value per pair)."""
+    out: dict[tuple[int, int], float] = {}
+    for obs, action, value in rows:
+        key = (int(obs.split()[1]), env.ACTIONS.index(action))
+        assert out.get(key, value) == pytest.approx(value, abs=1e-9)
+        out[key] = value
+    return out
+
+
+def test_a_qlass_tree_backs_up_q_star_of_a_deterministic_mdp() -> None:
+    """QLASS's target is r + γ·max over the child's tried actions: with every action tried at every level it is Q*."""
+    env = ToyMDP(stochastic=False)
+    q_star = env.value_iteration(0.9)
+    tree = experience.grow_tree(env, env.at(0), width=3, depth=env.layers + 1, epsilon=0.0, rng=random.Random(0))
+    table = q_table(env, [(s, a, q) for _, s, a, q in experience.max_backup(tree, 0.9)])
+    reachable = {0} | {m for n in range(env.nodes) for outs in env.succ[n] for m, _ in outs}
+    assert {n for n, _ in table} == reachable
+    for (n, a), q in table.items():
+        assert q == pytest.approx(q_star[n, a], abs=1e-6)
+    # a tree of depth 1 continues with the actor below its first level: Q of "a then the policy", not Q*
+    shallow = experience.grow_tree(env, env.at(0), width=3, depth=1, epsilon=0.0, rng=random.Random(0))
+    q_pi = env.value_iteration(0.9, policy=lambda q: q[:, 0])
+    root = {a: q for _, s, a, q in experience.max_backup(shallow, 0.9) if s == "node 0"}
+    assert len(root) == 3
+    for a, q in root.items():
+        i = env.ACTIONS.index(a)
+        assert q == pytest.approx(q_pi[0, i], abs=1e-6)
+    assert not np.allclose(q_pi[0], q_star[0])  # the toy separates the two
+
+
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_amc_monte_carlo_targets_are_q_of_the_actor(stochastic: bool) -> None:
+    """AMC regresses on returns of continuations by the actor (its prior): the target is Q^π of that policy —
+    exact in a deterministic MDP with ε = 0, within the Monte-Carlo error in a stochastic one."""
+    env = ToyMDP(stochastic=stochastic)
+    q_pi = env.value_iteration(0.95, policy=lambda q: q[:, 0])  # the actor: always a0
+    samples = 1 if not stochastic else 3000
+    rng = random.Random(0)
+    for node in (0, 1, 5, env.nodes - 1):
+        for a, action in enumerate(env.ACTIONS):
+            got = experience.mc_value(env, env.at(node), action, samples=samples, epsilon=0.0, discount=0.95, rng=rng)
+            tolerance = 1e-6 if not stochastic else 4 * 1.5 / np.sqrt(samples)  # returns span less than 1.5
+            assert got == pytest.approx(q_pi[node, a], abs=tolerance), (node, action)
+        state_value = experience.mc_value(env, env.at(node), None, samples=samples, epsilon=0.0, discount=0.95, rng=rng)
+        assert state_value == pytest.approx(q_pi[node, 0], abs=1e-6 if not stochastic else 4 * 1.5 / np.sqrt(samples))
+
+
+def tabular_iql(transitions: list[experience.Transition], tau: float, discount: float, sweeps: int = 8
+                ) -> dict[tuple[str, str], float]:
+    """IQL with a table for Q and V: V(s) minimises Best-of-Q's expectile loss (:func:`expectile_loss`) of
+    ``Q(s, a) − V(s)`` over the data's (s, a); Q(s, a) minimises the squared error to :func:`iql_q_target` over
+    the data's transitions from (s, a) (their mean).  Bisection on the loss's gradient (autograd), float64;
+    ``sweeps`` must exceed the MDP's depth (the toy's values settle one layer per sweep)."""
+    by_pair: dict[tuple[str, str], list[experience.Transition]] = {}
+    for t in transitions:
+        by_pair.setdefault((t.state, t.action), []).append(t)
+    actions_of: dict[str, list[str]] = {}
+    for t in transitions:
+        actions_of.setdefault(t.state, []).append(t.action)  # as often as the data holds them
+    q = {pair: 0.0 for pair in by_pair}
+    v: dict[str, float] = {}
+
+    def gradient(values: torch.Tensor, guess: float) -> float:
+        x = torch.tensor(guess, dtype=torch.float64, requires_grad=True)
+        expectile_loss(values - x, tau).backward()
+        assert x.grad is not None
+        return float(x.grad)
+
+    for _ in range(sweeps):
+        for state, acts in actions_of.items():
+            values = torch.tensor([q[(state, a)] for a in acts], dtype=torch.float64)
+            lo, hi = float(values.min()) - 1, float(values.max()) + 1
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if gradient(values, mid) < 0 else (lo, mid)
+            v[state] = (lo + hi) / 2
+        for pair, ts in by_pair.items():
+            targets = iql_q_target(torch.tensor([t.reward for t in ts], dtype=torch.float64),
+                                   torch.tensor([float(t.done) for t in ts], dtype=torch.float64),
+                                   torch.tensor([v.get(t.next_state, 0.0) for t in ts], dtype=torch.float64), discount)
+            q[pair] = float(targets.mean())
+    return q
+
+
+def toy_states(env: ToyMDP) -> list[schema.State]:
+    """Every node as a dataset state offering all three actions (what Best-of-Q's branch transitions step from)."""
+    out = []
+    for node in range(env.nodes):
+        sid = f"n{node}"
+        snap = env.at(node)
+        cands = tuple(schema.Candidate(id=f"{sid}-a{i}", state_id=sid, index=i, action=a, next_state="", is_actor=i == 0)
+                      for i, a in enumerate(env.ACTIONS))
+        out.append(schema.State(id=sid, split="train", trajectory=0, step=snap.step, task="toy",
+                                observation=f"node {node}", history=snap.history, candidates=cands))
+    return out
+
+
+def test_best_of_q_iql_targets_recover_q_star_and_the_behaviour_q() -> None:
+    """Best-of-Q's IQL on the one-step branches of every state: its fixed point tends to Q* as the expectile τ → 1
+    (V becomes the max over the data's actions) and is Q of the data's action distribution (uniform) at τ = 0.5."""
+    env = ToyMDP(stochastic=False)
+    # the branch transitions replay each node's history: the toy's a0 histories reach other nodes, so step directly
+    transitions = []
+    for node in range(env.nodes):
+        for action in env.ACTIONS:
+            env.restore(env.at(node))
+            result = env.step(action)
+            transitions.append(experience.Transition("toy", f"node {node}", action, result.reward, result.observation,
+                                                     result.done))
+    q_star = env.value_iteration(0.99)
+    q_uniform = env.value_iteration(0.99, policy=lambda q: q.mean(axis=1))
+    for tau, expected in ((1 - 1e-9, q_star), (0.5, q_uniform)):
+        table = q_table(env, [(s, a, q) for (s, a), q in tabular_iql(transitions, tau, 0.99).items()])
+        assert len(table) == env.nodes * 3
+        for (n, a), q in table.items():
+            assert q == pytest.approx(expected[n, a], abs=1e-6), (tau, n, a)
+    # τ = 0.7 (the default) lies in between: above the uniform policy's Q, below Q*
+    mid = q_table(env, [(s, a, q) for (s, a), q in tabular_iql(transitions, 0.7, 0.99).items()])
+    assert all(q_uniform[n, a] - 1e-9 <= q <= q_star[n, a] + 1e-9 for (n, a), q in mid.items())
+
+
+def test_best_of_q_iql_targets_on_a_stochastic_mdp_recover_q_star_of_the_data() -> None:
+    """In a stochastic MDP the TD targets average the sampled next states: IQL (τ → 1) recovers Q* of the MDP whose
+    transition probabilities are the data's frequencies, and approaches the true Q* as the samples grow."""
+    env = ToyMDP(stochastic=True)
+    transitions = []
+    for node in range(env.nodes):
+        for action in env.ACTIONS:
+            for _ in range(200):
+                env.restore(env.at(node))
+                result = env.step(action)
+                transitions.append(experience.Transition("toy", f"node {node}", action, result.reward,
+                                                         result.observation, result.done))
+    counts: dict[tuple[int, int], dict[int, int]] = {}
+    for t in transitions:
+        key = (int(t.state.split()[1]), env.ACTIONS.index(t.action))
+        nxt = -1 if t.done else int(t.next_state.split()[1])
+        counts.setdefault(key, {}).setdefault(nxt, 0)
+        counts[key][nxt] += 1
+    empirical = ToyMDP(stochastic=True)
+    empirical.succ = [[[(m, c / sum(counts[(n, a)].values())) for m, c in sorted(counts[(n, a)].items()) if m >= 0]
+                       for a in range(3)] for n in range(env.nodes)]
+    q_data = empirical.value_iteration(0.99)
+    table = q_table(env, [(s, a, q) for (s, a), q in tabular_iql(transitions, 1 - 1e-9, 0.99).items()])
+    for (n, a), q in table.items():
+        assert q == pytest.approx(q_data[n, a], abs=1e-6)
+    assert np.abs(q_data - env.value_iteration(0.99)).max() < 0.1  # 200 samples per pair: near the true Q*
+
+
 # -- training on FrozenLake ----------------------------------------------------------------
 def small_frozenlake() -> tuple[FrozenLake, build.DatasetSpec]:
     env, spec = build.BUILDERS["frozenlake"]()
@@ -240,6 +486,93 @@ def test_trained_models_are_reproducible_stored_and_q_aligned(fl_dir: Path, tmp_
         methods.train("qlass", fl_dir, tmp_path / "m", featuriser=f, params={"gamma": 1}, env=env, spec=spec)
     with pytest.raises(KeyError, match="unknown learned method"):
         methods.train("q-star", fl_dir, tmp_path / "m", featuriser=f, env=env, spec=spec)
+
+
+# -- the representation check: exact tabular features on FrozenLake ---------------------------------
+def shared_map_lake() -> tuple[FrozenLake, build.DatasetSpec]:
+    """Four FrozenLake maps whose trajectories go to train, dev and test within each map (tabular features
+    know only the maps they were trained on), text only."""
+    _, spec = build.BUILDERS["frozenlake"]()
+    env = FrozenLake(map_seeds=tuple(range(42, 46)), size=8, horizon=30)
+    return env, replace(spec, version="tabular-check", num_trajectories=40, modalities=("text",), end_images=False,
+                        secret_test=False, split_by="trajectory", split_cycle=("train", "dev", "train", "test", "train"))
+
+
+@pytest.fixture(scope="module")
+def shared_lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env, spec = shared_map_lake()
+    folder = tmp_path_factory.mktemp("fl-shared")
+    build.build_dataset(env, spec).write(folder)
+    return folder
+
+
+TABULAR = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20},
+           "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
+           "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 1000}}
+"""The labeller's policy (ε = 0) and discount (0.95), so that each method's own target (Q* for QLASS's full-width
+tree and IQL's high expectile, Q of the reference policy for AMC) is what the labels hold."""
+
+
+def test_tabular_grid_features_are_exact_one_hots() -> None:
+    from qval.envs.frozenlake import ACTIONS
+    from qval.learned.features import TabularGrid, featuriser_from_spec
+
+    tab = featuriser_from_spec("tabular")
+    assert isinstance(tab, TabularGrid) and tab.dim == 16 * 64 and tab.pair_dim == 16 * 64 * 4
+    env, _ = shared_map_lake()
+    states = []
+    for task in env.tasks:
+        env.reset(task)
+        states.append(env.observation())
+        env.step(env.reference_action())
+        states.append(env.observation())
+    assert len({tab.map_bucket(s) for s in states}) == 4  # the check's four maps do not share a bucket
+    vectors = tab.encode(states + list(ACTIONS))
+    assert (vectors.sum(axis=1) == 1).all() and len({int(v.argmax()) for v in vectors[:8]}) == 8
+    pairs = tab.encode_pairs([s for s in states for _ in ACTIONS], [a for _ in states for a in ACTIONS])
+    assert (pairs.sum(axis=1) == 1).all() and len({int(v.argmax()) for v in pairs}) == len(states) * 4
+    with pytest.raises(ValueError, match="not one of the grid's actions"):
+        tab.encode_pairs(states[:1], ["jump"])
+    with pytest.raises(ValueError, match="whole number"):
+        featuriser_from_spec("tabular:many")
+
+
+def test_crossed_ngrams_give_each_action_its_own_view_of_the_state() -> None:
+    from qval.learned.features import CrossedNgrams, HashedNgrams
+
+    crossed, plain = CrossedNgrams(512), HashedNgrams(512)
+    env, _ = shared_map_lake()
+    env.reset(env.tasks[0])
+    here = env.observation()
+    env.step("move right")
+    there = env.observation()
+    assert np.array_equal(crossed.encode([here]), plain.encode([here]))  # single texts: the hashed n-grams
+    pairs = crossed.encode_pairs([here, here, there], ["move left", "move right", "move left"])
+    assert np.linalg.norm(pairs, axis=1) == pytest.approx([1.0, 1.0, 1.0])
+    assert not np.allclose(pairs[0], pairs[1]) and not np.allclose(pairs[0], pairs[2])
+    assert np.array_equal(pairs, crossed.encode_pairs([here, here, there], ["move left", "move right", "move left"]))
+    with pytest.raises(ValueError, match="no pair features"):
+        plain.encode_pairs([here], ["move left"])
+
+
+@pytest.mark.parametrize("method", ["qlass", "amc-value"])
+def test_with_exact_tabular_features_each_method_ranks_the_test_candidates(method: str, shared_lake_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    """Trained on the train split only, with one weight per (map, cell, action): test ρ ≥ 0.95 and within-state
+    ρ ≥ 0.9.  Below that, the method's algorithm or targets would be wrong, not its features."""
+    from qval.learned.features import featuriser_from_spec
+    from qval.metrics import ranking_spearman
+
+    env, spec = shared_map_lake()
+    tab = featuriser_from_spec("tabular")
+    _, model = methods.train(method, shared_lake_dir, tmp_path, featuriser=tab, seed=0, params=TABULAR[method],
+                             env=env, spec=spec)
+    ds = schema.Dataset.read(shared_lake_dir)
+    q = methods.score_split(model, read_inputs(shared_lake_dir), "test", "q", FeatureCache(tab, None, ds.manifest.fingerprint))
+    rho = spearmanr([q[i] for i in q], [ds.q_labels[i] for i in q])[0]
+    within = ranking_spearman([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
+                               for s in ds.states_in("test")]).mean
+    assert rho >= 0.95 and within is not None and within >= 0.9, (method, rho, within)
 
 
 def test_a_tampered_stored_model_is_refused(fl_dir: Path, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ experience gathered in the dataset's own environment from **train** tasks only:
 
 * ``best-of-q`` (:func:`qval.learned.trainers.train_best_of_q`): Implicit Q-Learning on the
   transitions ``(s, a, r, s')`` of the train split's trajectories (re-collected with the
-  dataset's seeded actor) and of the candidate branches of its sampled states; expectile
+  dataset's seeded actor) and of every candidate of its sampled states continued by the
+  ε-greedy actor to the end; expectile
   ``tau`` (0.7), Q and V networks that project state, action and task embeddings separately
   into a shared space and then run an MLP, a slow target Q network.
 * ``qlass`` (:func:`qval.learned.trainers.train_qlass`): a QNet regressed on Q-values of
@@ -13,7 +14,8 @@ experience gathered in the dataset's own environment from **train** tasks only:
   candidate sampler, backed up with ``Q = r + γ·max over children`` (γ = 0.9).
 * ``amc-value`` (:func:`qval.learned.trainers.train_amc_value`): the Agentic Monte Carlo
   value model, a value head regressed on the mean discounted return of sampled
-  continuations (the ε-noisy actor) after each train state and each of its candidates; with
+  continuations (the ε-noisy actor) after each train state and each of its candidates, and on
+  the return-to-go of every later step of those continuations; with
   ``lora`` and a local checkpoint (featuriser ``local:PATH``) LoRA adapters of the backbone are
   fine-tuned jointly with the head (:mod:`qval.learned.lora`).
 
@@ -21,7 +23,7 @@ Nothing here reads a label file: the dataset's inputs come from :func:`qval.lear
 (``states.jsonl`` and ``candidates.jsonl``); rewards come from the environment.
 
 Modules: :mod:`~qval.learned.data` (label-free inputs), :mod:`~qval.learned.features`
-(hashed n-grams, an ``/v1/embeddings`` endpoint, the per-fingerprint cache),
+(hashed n-grams, crossed state × action n-grams, exact tabular grid features, an ``/v1/embeddings`` endpoint, the per-fingerprint cache),
 :mod:`~qval.learned.experience` (trajectories, trees, Monte-Carlo returns),
 :mod:`~qval.learned.nets`, :mod:`~qval.learned.lora` and :mod:`~qval.learned.trainers` (torch), :mod:`~qval.learned.store`
 (content-hashed weights, scoring) and :mod:`~qval.learned.methods` (train + score entry points

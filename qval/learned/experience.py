@@ -6,13 +6,16 @@ environment, never from labels.
 
 * :func:`trajectory_transitions`: the train trajectories re-collected with the dataset's seeded
   actor (:func:`qval.build.collect`, deterministic) and replayed for their rewards.
-* :func:`branch_transitions`: one step of every candidate the train states offer (restore,
-  force the candidate), so the offline data also holds actions the actor did not take.
+* :func:`branch_transitions`: every candidate the train states offer (restore, force the
+  candidate), continued by the ε-greedy actor to the end of the episode, so the offline data
+  also holds actions the actor did not take *and* what follows them (Best-of-Q's ε-greedy
+  exploration data; a next state with no transitions of its own would leave its V untrained).
 * :func:`grow_tree` / :func:`max_backup`: QLASS exploration trees (width ``W`` at the first
   ``D`` levels via the environment's candidate sampler, then the actor continues to the end)
   and their Q-values ``Q(n) = r + γ·max over n's children`` (``r`` at a leaf).
-* :func:`mc_value`: the mean discounted return of ``K`` continuations sampled with the actor
-  (Agentic Monte Carlo's value targets).
+* :func:`mc_value` / :func:`mc_returns`: the mean discounted return of ``K`` continuations
+  sampled with the actor (Agentic Monte Carlo's value targets), and the return-to-go of every
+  step of those continuations (AMC's Eq. 7 takes every step of a sampled trajectory as a point).
 """
 
 from __future__ import annotations
@@ -89,16 +92,24 @@ def trajectory_transitions(env: Environment, spec: build.DatasetSpec, indices: I
     return out
 
 
-def branch_transitions(env: Environment, states: Sequence[schema.State],
-                       progress: Progress | None = None) -> list[Transition]:
-    """One step of every candidate of ``states`` from the restored state."""
+def branch_transitions(env: Environment, states: Sequence[schema.State], progress: Progress | None = None, *,
+                       epsilon: float | None = None, rng: random.Random | None = None) -> list[Transition]:
+    """Every candidate of ``states`` from the restored state: one step, or (``epsilon`` given) the step and then
+    the actor with ``epsilon`` noise (draws from ``rng``) until the episode is done."""
+    if epsilon is not None and rng is None:
+        raise ValueError("continued branches need an rng for the actor's draws")
     out: list[Transition] = []
     for i, state in enumerate(states):
         for cand in state.candidates:
             env.restore(snapshot_of(state))
-            result = env.step(cand.action)
-            out.append(Transition(state.task, state.observation, cand.action, result.reward, result.observation,
-                                  result.done))
+            observation, action = state.observation, cand.action
+            while True:
+                result = env.step(action)
+                out.append(Transition(state.task, observation, action, result.reward, result.observation, result.done))
+                if result.done or epsilon is None:
+                    break
+                assert rng is not None
+                observation, action = result.observation, env.actor_action(rng, epsilon)
         if progress:
             progress(i + 1, len(states), "branches")
     return out
@@ -167,18 +178,29 @@ def max_backup(root: TreeNode, discount: float) -> list[tuple[str, str, str, flo
     return out
 
 
+def mc_returns(env: Environment, snapshot: Snapshot, first_action: str | None, *, samples: int, epsilon: float,
+               discount: float, rng: random.Random) -> list[list[tuple[str, str, float]]]:
+    """``samples`` continuations by the actor from ``snapshot`` (``first_action`` forced first): each a list of
+    ``(observation, action, discounted return from that step on)``, the first item the snapshot's own."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    out = []
+    for _ in range(samples):
+        env.restore(snapshot)
+        steps: list[tuple[str, str, float]] = []
+        action = first_action
+        while not env.done:
+            observation = env.observation()
+            action = action if action is not None else env.actor_action(rng, epsilon)
+            steps.append((observation, action, env.step(action).reward))
+            action = None
+        rewards = [r for _, _, r in steps]
+        out.append([(obs, act, discounted_return(rewards[k:], discount)) for k, (obs, act, _) in enumerate(steps)])
+    return out
+
+
 def mc_value(env: Environment, snapshot: Snapshot, first_action: str | None, *, samples: int, epsilon: float,
              discount: float, rng: random.Random) -> float:
     """Mean discounted return of ``samples`` continuations by the actor from ``snapshot`` (``first_action`` forced first)."""
-    if samples < 1:
-        raise ValueError(f"samples must be at least 1, got {samples}")
-    total = 0.0
-    for _ in range(samples):
-        env.restore(snapshot)
-        rewards = []
-        if first_action is not None:
-            rewards.append(env.step(first_action).reward)
-        while not env.done:
-            rewards.append(env.step(env.actor_action(rng, epsilon)).reward)
-        total += discounted_return(rewards, discount)
-    return total / samples
+    runs = mc_returns(env, snapshot, first_action, samples=samples, epsilon=epsilon, discount=discount, rng=rng)
+    return sum(run[0][2] if run else 0.0 for run in runs) / samples

@@ -40,8 +40,8 @@ METHODS: dict[str, dict[str, Any]] = {
         "defaults": defaults.BEST_OF_Q,
         "main": ("steps", "batch_size", "lr", "discount", "tau"),
         "description": "Best-of-Q: IQL (expectile τ=0.7) Q and V networks on frozen features of state, action and "
-                       "task; transitions of the train split's trajectories and candidate branches, rewards from "
-                       "the environment.",
+                       "task; transitions of the train split's trajectories and of every train candidate continued "
+                       "by the ε-greedy actor, rewards from the environment.",
     },
     "qlass": {
         "defaults": defaults.QLASS,
@@ -54,7 +54,8 @@ METHODS: dict[str, dict[str, Any]] = {
         "main": ("steps", "batch_size", "lr", "discount", "samples", "epsilon", "lora", "lora_rank", "lora_alpha",
                  "lora_lr"),
         "description": "Agentic Monte Carlo: a value head regressed on Monte-Carlo returns of continuations sampled "
-                       "with the ε-noisy actor from each train state and each of its candidates; with lora and a "
+                       "with the ε-noisy actor from each train state and each of its candidates, and on the "
+                       "return-to-go of every later step of them; with lora and a "
                        "local backbone (featuriser local:PATH), LoRA adapters (r=8, α=16) of the backbone's attention "
                        "and MLP projections are fine-tuned jointly with the head, base weights frozen.",
     },

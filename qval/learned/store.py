@@ -73,7 +73,10 @@ class TrainedModel:
         if any(p.action is None for p in points):
             raise ValueError("Q scoring needs an action in every point")
         action = encode([p.action or "" for p in points])
-        return [torch.from_numpy(state), torch.from_numpy(action), torch.from_numpy(task)]
+        fields = [torch.from_numpy(state), torch.from_numpy(action), torch.from_numpy(task)]
+        if len(self.nets["q"].projections) == 4:  # a featuriser with pair features (crossed, tabular)
+            fields.append(torch.from_numpy(feats.encode_pairs([p.state for p in points], [p.action or "" for p in points])))
+        return fields
 
     def _through_encoder(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts`` from the fine-tuned backbone (each distinct text encoded once)."""
@@ -110,7 +113,8 @@ class TrainedModel:
             s, t = self._encode(feats, points, False)
             net = self.nets["q"]
             net.eval()
-            return net(s, torch.zeros(len(points), net.projections[1].in_features), t).double().numpy()
+            none = [torch.zeros(len(points), proj.in_features) for proj in net.projections[3:]]  # no pair either
+            return net(s, torch.zeros(len(points), net.projections[1].in_features), t, *none).double().numpy()
         flat = [Point(p.task, p.state, a) for p, acts in zip(points, candidates) for a in acts]
         if any(not acts for acts in candidates):
             raise ValueError("every state needs at least one candidate action for V = max Q")

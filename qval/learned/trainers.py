@@ -6,15 +6,21 @@ fits its networks with Adam (cosine learning-rate decay, gradient-norm clipping 
 minibatches drawn by a generator seeded with ``seed``, and returns a
 :class:`~qval.learned.store.TrainedModel` with its loss curves.
 
-* :func:`train_best_of_q`: IQL.  ``L_V = mean(L2^τ(Q_target(s,a) − V(s)))`` with the expectile
+* :func:`train_best_of_q`: IQL on the re-collected train trajectories and on every train
+  candidate continued by the ε-greedy actor to the episode's end (so that each next state has
+  transitions of its own: a V never trained on a state makes its Q targets noise).  ``L_V = mean(L2^τ(Q_target(s,a) − V(s)))`` with the expectile
   loss :func:`expectile_loss`, ``L_Q = mean((r + γ(1 − done)·V(s') − Q(s,a))²)``
   (:func:`iql_q_target`); the target Q network is a copy of Q refreshed every
   ``target_every`` steps (100, as Best-of-Q's appendix).
 * :func:`train_qlass`: MSE of a QNet on the :func:`~qval.learned.experience.max_backup`
-  targets of exploration trees (γ = 0.9).
+  targets of exploration trees (γ = 0.9), grown from the train states and from the first state
+  of every train task (:func:`start_states`; AMC's continuations and Best-of-Q's branches start
+  there too).
 * :func:`train_amc_value`: MSE of a value head on Monte-Carlo returns of sampled
   continuations: for each train state ``(s, no action) → mean return from s`` and for each
-  candidate ``(s, a) → mean return after forcing a``.  With ``lora`` and a local backbone
+  candidate ``(s, a) → mean return after forcing a``; with ``every_step`` (the default, AMC's
+  Eq. 7) also every later step ``s_k`` of those continuations, ``(s_k, a_k)`` and ``(s_k, no
+  action)`` → its return-to-go, so that the states a candidate leads to are learned too.  With ``lora`` and a local backbone
   (featuriser ``local:PATH``) the features are not frozen: :func:`fit_lora_value` trains LoRA
   adapters of the backbone jointly with the head, as the paper (§4.1, Table 7: AdamW, cosine
   schedule after a 10 % warm-up, gradient norm clipped at 1, rank 8, alpha 16).
@@ -33,7 +39,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from qval import build
+from qval import build, schema
 from qval.envs.base import Environment
 from qval.learned import defaults, experience
 from qval.learned.data import Inputs
@@ -81,6 +87,21 @@ class _Texts:
 
     def rows(self, texts: Sequence[str]) -> torch.Tensor:
         return torch.tensor([self.index[t] for t in texts], dtype=torch.long)
+
+
+def _pair_matrix(feats: FeatureCache, states: Sequence[str], actions: Sequence[str | None]) -> torch.Tensor | None:
+    """Pair features of each ``(states[i], actions[i])`` row (zeros where the action is None), or None when the
+    featuriser has none.  Each distinct pair is encoded once."""
+    if not feats.pair_dim:
+        return None
+    pairs = list(dict.fromkeys((s, a) for s, a in zip(states, actions) if a is not None))
+    matrix = torch.from_numpy(feats.encode_pairs([s for s, _ in pairs], [a for _, a in pairs]))
+    at = {pair: i for i, pair in enumerate(pairs)}
+    out = torch.zeros(len(states), feats.pair_dim)
+    rows = [i for i, a in enumerate(actions) if a is not None]
+    if rows:
+        out[rows] = matrix[[at[(states[i], actions[i])] for i in rows]]
+    return out
 
 
 def _params(defaults: dict[str, Any], given: dict[str, Any] | None) -> dict[str, Any]:
@@ -159,7 +180,9 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     transitions = experience.trajectory_transitions(env, spec, indices, _report(progress, "experience"))
     num_trajectory_steps = len(transitions)
     if p["branches"]:
-        transitions += experience.branch_transitions(env, train_states, _report(progress, "experience"))
+        starts = start_states(env, sorted({s.task for s in train_states}), seed, "best-of-q")
+        transitions += experience.branch_transitions(env, train_states + starts, _report(progress, "experience"),
+                                                     epsilon=float(p["epsilon"]), rng=random.Random(f"{seed}/branches"))
     if not transitions:
         raise ValueError(f"{inputs.manifest.key}: the train split has no trajectories to learn from")
     states = _Texts.encode(feats, [t.state for t in transitions] + [t.next_state for t in transitions])
@@ -170,9 +193,11 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     reward = torch.tensor([t.reward for t in transitions], dtype=torch.float32)
     done = torch.tensor([float(t.done) for t in transitions], dtype=torch.float32)
 
+    pair = _pair_matrix(feats, [t.state for t in transitions], [t.action for t in transitions])
     gen = _seed(seed)
     dim_s, dim_a, dim_t = states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]
-    config = {"q": _net_config([dim_s, dim_a, dim_t], p), "v": _net_config([dim_s, dim_t], p)}
+    q_fields = [dim_s, dim_a, dim_t] + ([pair.shape[1]] if pair is not None else [])
+    config = {"q": _net_config(q_fields, p), "v": _net_config([dim_s, dim_t], p)}
     q_net, v_net = FieldNet(**config["q"]), FieldNet(**config["v"])
     q_target = copy.deepcopy(q_net).eval()
     q_opt, q_sched = _optimiser(q_net, p)
@@ -185,12 +210,13 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
         batch = torch.randint(n, (min(p["batch_size"], n),), generator=gen)
         s, s2 = states.matrix[s_idx[batch]], states.matrix[s2_idx[batch]]
         a, t = actions.matrix[a_idx[batch]], tasks.matrix[t_idx[batch]]
+        q_in = (s, a, t) if pair is None else (s, a, t, pair[batch])
         with torch.no_grad():
-            target_q = q_target(s, a, t)
+            target_q = q_target(*q_in)
             next_v = v_net(s2, t)
         v_loss = expectile_loss(target_q - v_net(s, t), p["tau"])
         _step(v_loss, v_net, v_opt, v_sched)
-        q_loss = (q_net(s, a, t) - iql_q_target(reward[batch], done[batch], next_v, p["discount"])).pow(2).mean()
+        q_loss = (q_net(*q_in) - iql_q_target(reward[batch], done[batch], next_v, p["discount"])).pow(2).mean()
         _step(q_loss, q_net, q_opt, q_sched)
         if (step + 1) % int(p["target_every"]) == 0:
             q_target.load_state_dict(q_net.state_dict())
@@ -201,7 +227,8 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     data = {"splits": ["train"], "labels_read": False, "train_states": len(train_states),
             "trajectories": len(indices), "trajectory_transitions": num_trajectory_steps,
             "branch_transitions": len(transitions) - num_trajectory_steps,
-            "rewards": "environment rewards of re-collected train trajectories and one-step candidate branches"}
+            "rewards": "environment rewards of re-collected train trajectories and of every train candidate "
+                       "continued by the ε-greedy actor"}
     return _model("best-of-q", inputs, feats, seed, p, config, {"q": q_net, "v": v_net}, data, losses, started)
 
 
@@ -218,8 +245,10 @@ def _fit(name: str, rows: list[tuple[str, str, str | None, float]], inputs: Inpu
     s_idx, t_idx = states.rows([r[1] for r in rows]), tasks.rows([r[0] for r in rows])
     a_idx = torch.tensor([actions.index[r[2]] if r[2] is not None else len(actions.index) for r in rows])
     target = torch.tensor([r[3] for r in rows], dtype=torch.float32)
+    pair = _pair_matrix(feats, [r[1] for r in rows], [r[2] for r in rows])
     gen = _seed(seed)
-    config = _net_config([states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]], p)
+    config = _net_config([states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]]
+                         + ([pair.shape[1]] if pair is not None else []), p)
     net = FieldNet(**config)
     opt, sched = _optimiser(net, p)
     curve: list[float] = []
@@ -227,7 +256,8 @@ def _fit(name: str, rows: list[tuple[str, str, str | None, float]], inputs: Inpu
     for step in range(steps):
         net.train()
         batch = torch.randint(n, (min(p["batch_size"], n),), generator=gen)
-        pred = net(states.matrix[s_idx[batch]], action_matrix[a_idx[batch]], tasks.matrix[t_idx[batch]])
+        fields = [states.matrix[s_idx[batch]], action_matrix[a_idx[batch]], tasks.matrix[t_idx[batch]]]
+        pred = net(*fields, *([pair[batch]] if pair is not None else []))
         loss = (pred - target[batch]).pow(2).mean()
         _step(loss, net, opt, sched)
         curve.append(loss.item())
@@ -300,11 +330,32 @@ def fit_lora_value(rows: Sequence[Row], backbone: str | Path, params: dict[str, 
     return config, head, encoder, curve
 
 
-def _roots(inputs: Inputs, limit: int | None, seed: int, what: str) -> list:
+def _roots(inputs: Inputs, env: Environment, limit: int | None, seed: int, what: str) -> list[schema.State]:
+    """The train states (``limit`` of them drawn with the seed), then the first state of every train task
+    (:func:`start_states`)."""
     states = inputs.states_in("train")
     if limit is not None and limit < len(states):
         states = sorted(random.Random(f"{seed}/{what}").sample(states, limit), key=lambda s: s.id)
-    return states
+    return states + start_states(env, sorted({s.task for s in inputs.states_in("train")}), seed, what)
+
+
+def start_states(env: Environment, tasks: Sequence[str], seed: int, what: str) -> list[schema.State]:
+    """The first state of each task, offering the candidates the environment samples there.
+
+    A dataset never holds an episode's first turn, but a Best-of-N picker scores it first: trained only
+    on dataset states, a model meets it unseen and answers with its action prior (the same move in every
+    state).  The papers' training data starts at the task's beginning too."""
+    out = []
+    for task in tasks:
+        env.reset(task)
+        rng = random.Random(f"{seed}/{what}/start/{task}")
+        actions = env.sample_candidates(env.reference_action(), rng)
+        sid = f"start-{task}"
+        cands = tuple(schema.Candidate(id=f"{sid}-a{i}", state_id=sid, index=i, action=a, next_state="",
+                                       is_actor=a == env.reference_action()) for i, a in enumerate(actions))
+        out.append(schema.State(id=sid, split="train", trajectory=-1, step=0, task=task,
+                                observation=env.observation(), history=(), candidates=cands))
+    return out
 
 
 def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
@@ -312,7 +363,7 @@ def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: 
     """QLASS: exploration trees from the train states, max backup, QNet regression."""
     p = _params(defaults.QLASS, params)
     started = time.monotonic()
-    roots = _roots(inputs, p["max_roots"], seed, "qlass")
+    roots = _roots(inputs, env, p["max_roots"], seed, "qlass")
     rows: list[tuple[str, str, str | None, float]] = []
     nodes = 0
     for i, state in enumerate(roots):
@@ -335,20 +386,24 @@ def train_amc_value(inputs: Inputs, env: Environment, feats: FeatureCache, *, se
     """Agentic Monte Carlo's value model on Monte-Carlo returns of sampled continuations."""
     p = _params(defaults.AMC_VALUE, params)
     started = time.monotonic()
-    states = _roots(inputs, p["max_states"], seed, "amc")
+    states = _roots(inputs, env, p["max_states"], seed, "amc")
     rows: list[tuple[str, str, str | None, float]] = []
     for i, state in enumerate(states):
         rng = random.Random(f"{seed}/amc/{state.id}")
         snap = experience.snapshot_of(state)
         kwargs = dict(samples=int(p["samples"]), epsilon=float(p["epsilon"]), discount=float(p["discount"]), rng=rng)
-        rows.append((state.task, state.observation, None, experience.mc_value(env, snap, None, **kwargs)))
-        for cand in state.candidates:
-            rows.append((state.task, state.observation, cand.action, experience.mc_value(env, snap, cand.action, **kwargs)))
+        for action in [None] + [c.action for c in state.candidates]:
+            runs = experience.mc_returns(env, snap, action, **kwargs)
+            rows.append((state.task, state.observation, action, sum(r[0][2] if r else 0.0 for r in runs) / len(runs)))
+            if p["every_step"]:  # the later steps of each continuation: the actor's action and the state itself
+                rows += [(state.task, obs, act, ret) for run in runs for obs, act, ret in run[1:]]
+                rows += [(state.task, obs, None, ret) for run in runs for obs, _, ret in run[1:]]
         if progress:
             progress(i + 1, len(states), "experience")
     data = {"splits": ["train"], "labels_read": False, "states": len(states), "targets": len(rows),
             "rollouts": len(rows) * int(p["samples"]),
-            "targets_from": "mean discounted environment return of continuations sampled with the ε-noisy actor"}
+            "targets_from": "mean discounted environment return of continuations sampled with the ε-noisy actor"
+                            + (", and the return-to-go of every later step of them" if p["every_step"] else "")}
     if not p["lora"]:
         config, net, curve = _fit("value", rows, inputs, feats, p, seed, progress)
         data["fine_tuned"] = f"the value head only, on frozen {feats.featuriser.name} features"

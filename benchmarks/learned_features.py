@@ -1,0 +1,141 @@
+"""Benchmark: which features let the learned methods rank a state's candidates, and does it pay off in Best-of-N?
+
+For each FrozenLake dataset below, each featuriser and each learned method, the script trains on the
+train split only (:func:`qval.learned.methods.train`), scores the test split and plays seeded
+Best-of-N episodes (:mod:`qval.best_of_n`, N = 2 and 4) on the test split's tasks with the model as
+picker, against the ``base`` picker (the actor's own choice) on the same episodes.  It prints one
+line per (dataset, featuriser, method): test ρ (global Spearman of target q), within-state ρ
+(:func:`qval.metrics.ranking_spearman`), and per N the success rate and the paired gain over base
+with 95% bootstrap CIs; ``--json`` also writes them to a file.
+
+Datasets (text only, public test splits, built in memory):
+
+* ``shared``: four maps (seeds 42–45), trajectories split train/dev/test *within* each map, so the
+  test states' maps were seen in training: the setting where exact ``tabular`` features apply.
+* ``unseen``: ``frozenlake-8x8@1.1``'s 20 maps split *by map* (test maps never seen in training),
+  as the hosted dataset: features must generalise across maps (``tabular`` is not run there).
+
+Training settings: ``--settings labeller`` (default) sets each method's policy to the labeller's
+(ε = 0) and its discount to the dataset's (0.95), as the tabular check in ``tests/test_learned.py``,
+so that a method's own target is the labels' Q and the features are the only variable;
+``--settings defaults`` uses the methods' defaults (:mod:`qval.learned.defaults`).
+
+Usage::
+
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --json var/learned-features.json
+    python benchmarks/learned_features.py --datasets shared --features tabular --methods qlass --episodes 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import numpy as np
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from qval import best_of_n as bon  # noqa: E402
+from qval import build, schema  # noqa: E402
+from qval.envs.frozenlake import FrozenLake  # noqa: E402
+from qval.learned import methods  # noqa: E402
+from qval.learned.data import read_inputs  # noqa: E402
+from qval.learned.features import FeatureCache, featuriser_from_spec  # noqa: E402
+from qval.metrics import ranking_spearman  # noqa: E402
+
+LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20},
+            "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
+            "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 500}}
+"""The labeller's policy and discount (``--settings labeller``), the tabular check's settings."""
+
+
+def dataset(name: str) -> tuple[FrozenLake, build.DatasetSpec]:
+    """The environment and text-only spec of ``shared`` or ``unseen`` (module docstring)."""
+    env, spec = build.frozenlake_8x8_v1_1()
+    spec = replace(spec, modalities=("text",), end_images=False, secret_test=False)
+    if name == "shared":
+        env = FrozenLake(map_seeds=tuple(range(42, 46)), size=8, horizon=30)
+        return env, replace(spec, version="shared-maps", num_trajectories=40, split_by="trajectory")
+    if name == "unseen":
+        assert isinstance(env, FrozenLake)
+        return env, replace(spec, version="unseen-maps")
+    raise SystemExit(f"unknown dataset {name!r}; expected shared or unseen")
+
+
+def measure(name: str, folder: Path, feature: str, method: str, settings: str, ns: list[int], episodes: int,
+            base: dict[int, list[bon.Episode]], models: Path) -> dict[str, Any]:
+    """Train, score and play one (dataset, featuriser, method); ``base``: the base picker's episodes per N."""
+    env, spec = dataset(name)
+    featuriser = featuriser_from_spec(feature)
+    started = time.monotonic()
+    params = LABELLER[method] if settings == "labeller" else None
+    _, model = methods.train(method, folder, models, featuriser=featuriser, seed=0, params=params, env=env, spec=spec)
+    trained = time.monotonic() - started
+    ds = schema.Dataset.read(folder)
+    feats = FeatureCache(featuriser, None, ds.manifest.fingerprint)
+    q = methods.score_split(model, read_inputs(folder), "test", "q", feats)
+    within = ranking_spearman([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
+                               for s in ds.states_in("test")]).mean
+    out: dict[str, Any] = {"dataset": name, "features": feature, "method": method, "settings": settings,
+                           "test_rho": float(spearmanr([q[i] for i in q], [ds.q_labels[i] for i in q])[0]),
+                           "within_rho": within, "train_seconds": round(trained, 1)}
+    picker = bon.score_picker(lambda states: methods.score_states(model, states, "q", feats))
+    for n in ns:
+        setting = bon.setting_for("frozenlake", env, spec, n=n, seed=0, num_episodes=episodes)
+        played = bon.run_episodes(env, setting, picker)
+        success, gain = bon.summarise(played).success, bon.gain(played, base[n])
+        out[f"n{n}"] = {"success": [success.value, success.low, success.high], "gain": [gain.value, gain.low, gain.high]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default="shared,unseen")
+    parser.add_argument("--features", default="hashed,crossed,tabular")
+    parser.add_argument("--methods", default=",".join(methods.METHODS))
+    parser.add_argument("--settings", choices=("labeller", "defaults"), default="labeller")
+    parser.add_argument("--n", default="2,4")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    args = parser.parse_args(argv)
+    ns = [int(n) for n in args.n.split(",")]
+    results = []
+    with TemporaryDirectory() as tmp:
+        for name in args.datasets.split(","):
+            env, spec = dataset(name)
+            folder = Path(tmp) / name
+            build.build_dataset(env, spec).write(folder)
+            base = {}
+            for n in ns:
+                setting = bon.setting_for("frozenlake", env, spec, n=n, seed=0, num_episodes=args.episodes)
+                base[n] = bon.run_episodes(env, setting, bon.BUILTIN_PICKERS["base"])
+                s = bon.summarise(base[n]).success
+                print(f"{name} base N={n}: success {s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", flush=True)
+            for feature in args.features.split(","):
+                if feature.startswith("tabular") and name != "shared":
+                    continue  # one-hot maps say nothing about a map never trained on
+                for method in args.methods.split(","):
+                    row = measure(name, folder, feature, method, args.settings, ns, args.episodes, base,
+                                  Path(tmp) / "models")
+                    results.append(row)
+                    cells = "  ".join(f"N={n} {row[f'n{n}']['success'][0]:.2f} gain {row[f'n{n}']['gain'][0]:+.2f} "
+                                      f"[{row[f'n{n}']['gain'][1]:+.2f}, {row[f'n{n}']['gain'][2]:+.2f}]" for n in ns)
+                    print(f"{name:<7} {feature:<8} {method:<10} rho {row['test_rho']:.3f} within "
+                          f"{row['within_rho']:.3f}  {cells}  ({row['train_seconds']:.0f} s)", flush=True)
+                    if args.json:
+                        args.json.parent.mkdir(parents=True, exist_ok=True)
+                        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
