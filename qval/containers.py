@@ -7,9 +7,10 @@ A method container is a ``docker save``/``podman save`` archive (tar or tar.gz).
    claims are removed, and it is loaded into a store of its own, so it can neither retag nor
    replace any other image; the image is referred to by its ID and never pulled.  With podman that
    store is loaded **once per image ID** (:class:`ImageCache`): a read-only store holding only
-   that image, shared by every job of the archive and its reruns as an additional image store of
-   the job's own empty store (``--root``/``--runroot`` under the job's directory), so a rerun
-   skips the load (the archive's SHA-256 names its image ID);
+   that image, shared by every job of an archive of the same content and its reruns as an
+   additional image store of the job's own empty store (``--root``/``--runroot`` under the job's
+   directory), so a rerun skips the load (the archive's SHA-256 names its image ID).  The image
+   ID is computed from the archive's content, never read from its file names;
 2. **writes** ``/input`` (:func:`write_input`): ``points.jsonl`` (one line per candidate for target
    ``q``, per state for target ``v``), ``context.json`` and ``images/`` -- inputs only, labels are
    never written anywhere the container can see;
@@ -25,8 +26,9 @@ A method container is a ``docker save``/``podman save`` archive (tar or tar.gz).
 5. **scores** ``/output/predictions.jsonl`` (:func:`evaluate`) with the validation and scoring
    code of uploaded files (:mod:`qval.predictions`, :mod:`qval.scoring`).
 
-Containers, per-job stores and mounts are removed when a :class:`Job` closes; :func:`sweep`
-removes what a killed worker left behind (call it at worker start).  The engine is podman
+Containers, per-job stores and mounts are removed when a :class:`Job` closes (mounts before
+the directory, retried: :func:`_remove_tree`; what is left is logged); :func:`sweep` removes
+what a killed worker or a failed clean-up left behind (call it at worker start).  The engine is podman
 (default) or docker (``QVAL_CONTAINER_ENGINE``); podman runs with the project's engine
 configuration ``containers/containers.conf`` (runtime runc, nofile/nproc ulimits) through
 ``CONTAINERS_CONF``.  The runner needs root (rootful podman, tmpfs mounts for ``/output``).
@@ -47,7 +49,9 @@ import fcntl
 import gzip
 import hashlib
 import json
+import logging
 import os
+import posixpath
 import re
 import signal
 import shutil
@@ -65,6 +69,8 @@ from qval import predictions as qpred
 from qval import safejson, schema
 from qval.backbone import SOCKET_IN_CONTAINER, is_socket
 from qval.scoring import MetricRow, Truth, score
+
+log = logging.getLogger(__name__)
 
 LABEL = "org.qval.job"
 """Label on every container the runner starts (value: the job id); :func:`sweep` finds them by it."""
@@ -88,6 +94,8 @@ DEFAULT_CONF = Path(__file__).resolve().parents[1] / "containers" / "containers.
 DEFAULT_WORK_ROOT = Path("/var/tmp/qval-jobs")
 
 _MAX_MANIFEST_BYTES = 1024 * 1024
+_MAX_CONFIG_BYTES = 4 * 1024 * 1024  # an image configuration (its history included) is a few KiB
+_MAX_KEPT_BYTES = 4 * _MAX_CONFIG_BYTES  # what sanitize_archive keeps in all of members that may be one
 _CONFIG_NAME = re.compile(r"(?:blobs/sha256/)?([0-9a-f]{64})(?:\.json)?")
 _POLL_S = 0.2
 _KILL_GRACE_S = 30.0
@@ -328,8 +336,13 @@ def sanitize_archive(src: Path, dest: Path, *, max_archive_bytes: int = MAX_ARCH
     stream over ``max_image_bytes``, anything that is not a tar, a tar without a docker-archive
     ``manifest.json`` (an OCI archive included), more than one image, unsafe or repeated member
     names, device files, and a manifest naming files the tar lacks.  ``RepoTags`` in the manifest
-    and the legacy ``repositories`` file are dropped, so loading the copy tags nothing.  Returns
-    the image ID (the hex SHA-256 of the image configuration).
+    and the legacy ``repositories`` file are dropped, so loading the copy tags nothing.
+
+    The image ID is computed here, never taken from the archive's file names: the SHA-256 of the
+    image configuration's bytes, which must be the name the manifest gives it, and every layer's
+    SHA-256 must be the ``rootfs.diff_ids`` entry that configuration names for it (layers are
+    uncompressed tars, as ``docker save`` and ``podman save`` write them; :func:`_verify_digests`).
+    One ID is thus one content, layers included.  Returns that image ID (hex).
     """
     size = src.stat().st_size
     if size > max_archive_bytes:
@@ -347,6 +360,10 @@ def sanitize_archive(src: Path, dest: Path, *, max_archive_bytes: int = MAX_ARCH
                 "`docker save IMAGE -o method.tar` or `podman save IMAGE -o method.tar`"
             ) from exc
         seen: set[str] = set()
+        links: dict[str, str] = {}  # a member that is a link: the member it names
+        digests: dict[str, str] = {}  # a regular member: the hex SHA-256 of its bytes
+        config: dict[str, bytes] = {}  # the members that may be the image configuration
+        kept = 0
         manifest: Any = None
         try:
             with tin, tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tout:
@@ -367,8 +384,25 @@ def sanitize_archive(src: Path, dest: Path, *, max_archive_bytes: int = MAX_ARCH
                         member.size = len(data)
                         tout.addfile(member, _BytesReader(data))
                     elif member.isfile():
-                        tout.addfile(member, tin.extractfile(member))
+                        hashed = _Digest(tin.extractfile(member))  # type: ignore[arg-type]
+                        # The configuration's bytes are kept to read its layer digests: those of a
+                        # member that may be it (a small JSON object named like one; once the
+                        # manifest is read, the one it names), within _MAX_KEPT_BYTES in all.
+                        wanted = manifest[0]["Config"] == name if manifest else bool(_CONFIG_NAME.fullmatch(name))
+                        if wanted and member.size <= _MAX_CONFIG_BYTES:
+                            data = hashed.read()
+                            if data[:1] == b"{" and kept + len(data) <= _MAX_KEPT_BYTES:
+                                config[name] = data
+                                kept += len(data)
+                            tout.addfile(member, _BytesReader(data))
+                        else:
+                            tout.addfile(member, hashed)
+                        digests[name] = hashed.hexdigest()
                     else:
+                        if member.issym() or member.islnk():
+                            target = member.linkname if member.islnk() else str(
+                                PurePosixPath(name).parent / member.linkname)
+                            links[name] = posixpath.normpath(target)
                         tout.addfile(member)
         except tarfile.TarError as exc:
             raise ArchiveRejected(f"the tar archive is damaged: {exc}") from exc
@@ -381,7 +415,67 @@ def sanitize_archive(src: Path, dest: Path, *, max_archive_bytes: int = MAX_ARCH
     missing = [n for n in [entry["Config"], *entry["Layers"]] if n not in seen]
     if missing:
         raise ArchiveRejected(f"manifest.json names files the archive lacks: {', '.join(missing[:3])}")
-    return _CONFIG_NAME.fullmatch(entry["Config"]).group(1)  # type: ignore[union-attr]
+    return _verify_digests(entry, config, digests, links)
+
+
+def _verify_digests(entry: dict[str, Any], config: dict[str, bytes], digests: dict[str, str],
+                    links: dict[str, str]) -> str:
+    """The image ID of a docker-archive's manifest ``entry``, computed from content: the SHA-256
+    of its configuration, checked against the name the manifest gives it, and every layer's
+    digest checked against the configuration's ``rootfs.diff_ids``.
+
+    ``config``: the bytes of the members that may be the configuration; ``digests``: every
+    regular member's SHA-256; ``links``: link members and what they name.
+    Raises :class:`ArchiveRejected` on any mismatch.
+    """
+
+    def resolve(name: str) -> str:
+        for _ in range(8):  # docker's `<id>/layer.tar` links to `<diff id>.tar`; no chains beyond
+            if name not in links:
+                return name
+            name = links[name]
+        raise ArchiveRejected(f"the archive's link {name!r} does not end at a file")
+
+    name = resolve(entry["Config"])
+    claimed = _CONFIG_NAME.fullmatch(entry["Config"]).group(1)  # type: ignore[union-attr]
+    image_id = digests.get(name)
+    if image_id != claimed:
+        found = f"its SHA-256 is {image_id[:12]}" if image_id else "it is not a file"
+        raise ArchiveRejected(f"the image configuration is named {claimed[:12]} but {found}: "
+                              "the archive is not what `docker save` or `podman save` wrote")
+    if name not in config:
+        raise ArchiveRejected(f"the image configuration is not a JSON object of at most {_MAX_CONFIG_BYTES // 1024**2} MiB")
+    try:
+        diff_ids = safejson.load_json(config[name])["rootfs"]["diff_ids"]
+    except (safejson.JSONError, TypeError, KeyError):
+        raise ArchiveRejected("the image configuration has no rootfs.diff_ids (the digests of its layers)") from None
+    if not isinstance(diff_ids, list) or len(diff_ids) != len(entry["Layers"]):
+        raise ArchiveRejected(f"manifest.json lists {len(entry['Layers'])} layers; the image configuration "
+                              f"names {len(diff_ids) if isinstance(diff_ids, list) else 'no list of'} layer digests")
+    for i, (layer, expected) in enumerate(zip(entry["Layers"], diff_ids)):
+        member = resolve(layer)
+        if member not in digests:
+            raise ArchiveRejected(f"layer {layer!r} is not a file of the archive")
+        if expected != f"sha256:{digests[member]}":
+            raise ArchiveRejected(f"layer {i + 1} ({layer!r}) has SHA-256 {digests[member][:12]}, not the digest "
+                                  f"{str(expected).removeprefix('sha256:')[:12]} the image configuration names")
+    return image_id
+
+
+class _Digest:
+    """A binary reader that computes the SHA-256 of what is read through it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw, self._hash = raw, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._hash.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        """The hex SHA-256 of the bytes read so far."""
+        return self._hash.hexdigest()
 
 
 class _BytesReader:
@@ -439,8 +533,11 @@ class ImageCache:
 
     A job mounts the store as an *additional image store* of its own empty store: the image is
     found by ID only, the job cannot write to the shared store, and nothing another archive
-    claims (tags included) can reach it.  Podman's image ID is the SHA-256 of the image
-    configuration, which names every layer's digest, so one ID is one content.
+    claims (tags included) can reach it.  The ID is the one :func:`sanitize_archive` computes
+    from the archive's bytes (the SHA-256 of the image configuration, whose layer digests it
+    checks too), never a name the archive gives, and podman's load must produce it: one ID is
+    one content, so a store is shared only by archives holding the very same image, whoever
+    uploaded them.  A load leaves nothing mounted, a failed one nothing at all.
     """
 
     def __init__(self, engine: Engine, root: Path) -> None:
@@ -508,32 +605,50 @@ class ImageCache:
         return fd
 
     def _load(self, image_id: str, tar: Path, run_root: Path) -> None:
-        """Load a sanitised archive into the image's store (replacing a half-loaded one) and check its ID."""
+        """Load a sanitised archive into the image's store (replacing a half-loaded one) and check its ID.
+
+        The load leaves nothing mounted (podman mounts the store's ``overlay`` folder on itself);
+        a failed one leaves no store either.  Raises :class:`ArchiveRejected` when podman cannot
+        load it, :class:`ContainerError` when a half-loaded store cannot be removed (logged).
+        """
         folder = self.root / image_id
-        shutil.rmtree(folder, ignore_errors=True)
+        self._discard(folder)
         store = folder / "store"
         store.mkdir(parents=True)
         podman = ["podman", "--root", str(store), "--runroot", str(run_root)]
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
-        loaded = subprocess.run([*podman, "load", "-q", "-i", str(tar)], capture_output=True, text=True, env=env,
-                                stdin=subprocess.DEVNULL, timeout=1800, check=False)
-        found = subprocess.run([*podman, "image", "inspect", "--format", "{{.Id}}", image_id], capture_output=True,
-                               text=True, env=env, stdin=subprocess.DEVNULL, timeout=300, check=False)
+        try:
+            loaded = subprocess.run([*podman, "load", "-q", "-i", str(tar)], capture_output=True, text=True, env=env,
+                                    stdin=subprocess.DEVNULL, timeout=1800, check=False)
+            found = subprocess.run([*podman, "image", "inspect", "--format", "{{.Id}}", image_id], capture_output=True,
+                                   text=True, env=env, stdin=subprocess.DEVNULL, timeout=300, check=False)
+        finally:
+            for point in _mounts_under(folder):
+                _umount(point)
         if loaded.returncode != 0 or found.stdout.strip().removeprefix("sha256:") != image_id:
-            shutil.rmtree(folder, ignore_errors=True)
+            self._discard(folder)
             why = loaded.stderr.strip()[-2000:] if loaded.returncode != 0 else f"it did not produce image {image_id[:12]}"
             raise ArchiveRejected(f"podman could not load the image: {why}")
 
+    @staticmethod
+    def _discard(folder: Path) -> None:
+        """Remove an image's folder with its mounts (:func:`_remove_tree`; its lock held exclusively)."""
+        left = _remove_tree(folder)
+        if left:
+            raise ContainerError(f"the image store {folder} cannot be removed: {', '.join(left[:3])}")
+
     def prune(self) -> list[str]:
-        """Remove the stores not used for ``engine.image_cache_days`` and half-loaded ones that no
-        job holds; return their image IDs."""
+        """Remove the stores not used for ``engine.image_cache_days`` and half-loaded ones, and
+        unmount whatever is mounted in the others, of images no job holds; return the image IDs
+        of the stores removed (what cannot be removed is logged and tried again next time)."""
         if not self.root.is_dir():
             return []
         cutoff = time.time() - self.engine.image_cache_days * 86400
         removed = []
         for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and p.name != "archives"):
             ready = folder / "ready"
-            if ready.exists() and ready.stat().st_mtime >= cutoff:
+            fresh = ready.exists() and ready.stat().st_mtime >= cutoff
+            if fresh and not _mounts_under(folder):
                 continue
             fd = os.open(self.root / f"{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
@@ -542,8 +657,12 @@ class ImageCache:
                 os.close(fd)
                 continue  # a job uses it or loads it right now
             try:
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder.name)
+                if fresh:  # a store is used read-only: nothing in it needs a mount once no job holds it
+                    for point in _mounts_under(folder):
+                        log.warning("image cache: unmounting %s, left by an earlier load or job", point)
+                        _umount(point)
+                elif not _remove_tree(folder):
+                    removed.append(folder.name)
             finally:
                 os.close(fd)
         if removed and (self.root / "archives").is_dir():
@@ -854,7 +973,8 @@ def evaluate(result: RunResult, truth: Truth, *, bootstrap_resamples: int = 1000
 
 # -- clean-up --------------------------------------------------------------------------
 def _mounts_under(directory: Path) -> list[Path]:
-    """Mount points at or below ``directory``, deepest first."""
+    """Mount points at or below ``directory``, deepest first; a point with mounts stacked on it
+    is listed once per mount (each ``umount`` removes the top one)."""
     prefix = str(directory.resolve())
     found = []
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
@@ -862,7 +982,7 @@ def _mounts_under(directory: Path) -> list[Path]:
             point = line.split()[4].encode().decode("unicode_escape")  # \040 for spaces
             if point == prefix or point.startswith(prefix + "/"):
                 found.append(Path(point))
-    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
 def _umount(point: Path) -> None:
@@ -871,7 +991,8 @@ def _umount(point: Path) -> None:
 
 
 def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True) -> list[str]:
-    """Remove a job's containers, mounts and directory; return the names of the containers removed.
+    """Remove a job's containers, mounts and directory (:func:`_remove_tree`); return the names of
+    the containers removed.
 
     ``containers``: whether a container of the job may be left in its store (``False``: its runs
     removed theirs, and the engine is not asked)."""
@@ -881,19 +1002,45 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
         for name in listed.stdout.split():
             _remove_container(engine, name, store=directory)
             removed.append(name)
-    for point in _mounts_under(directory):
-        _umount(point)
-    # The engine's processes still working in the folder -- a container's conmon (its working
-    # directory is the job's: it drops files there as it exits), the `podman run` of a worker that
-    # died -- would write into it while it is removed: they are stopped first.
-    _stop_processes_in(directory)
-    deadline = time.monotonic() + 15
-    while True:
-        shutil.rmtree(directory, ignore_errors=True)
-        if not directory.exists() or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    _remove_tree(directory)
     return removed
+
+
+_REMOVE_ATTEMPTS = 10
+"""How many times :func:`_remove_tree` tries (pausing 0.05 s, doubling up to 4 s: about 20 s in all)."""
+
+
+def _remove_tree(directory: Path, attempts: int = _REMOVE_ATTEMPTS) -> list[str]:
+    """Remove ``directory``, its mounts and the engine processes working in it; return what is left
+    (empty once it is gone), which is also logged.
+
+    An attempt first stops every process working in the folder (:func:`_stop_processes_in`),
+    then unmounts every mount under it, deepest first, then removes the tree.  A podman process
+    mounts its store's ``overlay`` folder on itself as it starts, and one can start after a
+    container was removed -- the exit command conmon runs when a container stops, which a
+    loaded machine may start late -- so the attempts go on, with a growing pause, until the
+    folder is gone *and* no process works in it, at most ``attempts`` times.  What is still
+    there then is logged and left to :func:`sweep`.
+    """
+    pause = 0.05
+    for _ in range(attempts):
+        stopped = _stop_processes_in(directory)
+        if not stopped and not os.path.lexists(directory):
+            return []
+        for point in _mounts_under(directory):
+            _umount(point)
+        shutil.rmtree(directory, ignore_errors=True)
+        if os.path.lexists(directory):
+            time.sleep(pause)
+            pause = min(2 * pause, 4.0)
+    if not os.path.lexists(directory) and not _stop_processes_in(directory):
+        return []
+    left = [f"mount {point}" for point in _mounts_under(directory)]
+    if os.path.lexists(directory):
+        left += [str(path) for path in sorted(directory.rglob("*"), key=lambda p: len(p.parts))[:20]] or [str(directory)]
+    log.warning("%s is still there after %d attempts to remove it (qval.containers.sweep removes it later): %s",
+                directory, attempts, left)
+    return left
 
 
 def _remove_container(engine: Engine, name: str, store: Path | None = None) -> None:
@@ -919,9 +1066,9 @@ def _kill_and_wait(pids: list[int], timeout_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> None:
+def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> int:
     """SIGKILL every process (but this one) whose command line names ``directory`` or whose working
-    directory is in it, and wait until they are gone."""
+    directory is in it, and wait until they are gone; return how many there were."""
     folder = str(directory)
     needle = folder.encode()
     pids = []
@@ -930,12 +1077,13 @@ def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> None:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
-            cwd = os.readlink(entry / "cwd")
+            cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
         except OSError:
             continue
         if needle in cmdline or cwd == folder or cwd.startswith(folder + "/"):
             pids.append(int(entry.name))
     _kill_and_wait(pids, timeout_s)
+    return len(pids)
 
 
 def _running(pid: int) -> bool:
@@ -950,9 +1098,10 @@ def _running(pid: int) -> bool:
 def sweep(engine: Engine) -> list[str]:
     """Remove every container, job directory and mount a runner left behind; return what was removed.
 
-    Call it when a worker starts, before it runs any job: it empties ``engine.work_root``,
-    removes every container labelled :data:`LABEL` in the engine's shared store, and prunes the
-    image cache (:meth:`ImageCache.prune`; reported as ``image <id>``).
+    Call it when a worker starts, before it runs any job: it empties ``engine.work_root``
+    (mounts first, :func:`_remove_tree`), removes every container labelled :data:`LABEL` in the
+    engine's shared store, and prunes the image cache -- stale and half-loaded stores, and mounts
+    left in the others (:meth:`ImageCache.prune`; reported as ``image <id>``).
     """
     removed: list[str] = []
     listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
@@ -962,7 +1111,8 @@ def sweep(engine: Engine) -> list[str]:
     if engine.work_root.is_dir():
         for directory in sorted(engine.work_root.iterdir()):
             removed += _remove_job_dir(engine, directory)
-            removed.append(str(directory))
+            if not os.path.lexists(directory):  # else logged by _remove_tree
+                removed.append(str(directory))
     if engine.kind == "podman":
         removed += [f"image {image_id}" for image_id in engine.images.prune()]
     return removed

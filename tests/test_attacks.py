@@ -15,6 +15,8 @@ import os
 import stat
 import subprocess
 import sys
+import tarfile
+import tempfile
 import textwrap
 import threading
 import uuid
@@ -43,6 +45,7 @@ from qval.scoring import (DISCLOSED_DETAILS, DISCLOSED_DIGITS, Truth, disclose, 
                           truth_from_dataset)
 from submissions import services
 from submissions.models import Submission
+from tests.test_containers import image_archive
 from tests.test_site import KEY, actor_points, csv_bytes, finish, upload
 from workers.tasks import store_results
 
@@ -1645,3 +1648,108 @@ class TestCompareChannelAndWork:
         assert cache.add("qval:compare:computing", 1)
         full = client.get("/api/v1/compare/", {"a": b.pk, "b": c.pk}, REMOTE_ADDR="10.0.0.3")
         assert full.status_code == 429 and "as many comparisons as it may at once" in full.json()["detail"]
+
+
+@pytest.fixture(scope="module")
+def victim_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:  # type: ignore[no-untyped-def]
+    """Another account's method container, saved as the archive it uploaded, and the secret it prints."""
+    context = tmp_path_factory.mktemp("victim-method")
+    secret = uuid.uuid4().hex
+    (context / "method.py").write_text(f"print('the victim method, secret {secret}')\n")
+    (context / "Containerfile").write_text(f'FROM {base_image}\nCOPY method.py /method.py\nCMD ["python3", "/method.py"]\n')
+    tag = f"localhost/qval-test-victim:{uuid.uuid4().hex[:8]}"
+    built = engine.call("build", "-q", "-t", tag, str(context))
+    assert built.returncode == 0, built.stderr
+    saved = engine.call("save", "-o", str(context / "victim.tar"), tag)
+    engine.call("rmi", tag)
+    assert saved.returncode == 0, saved.stderr
+    return context / "victim.tar", secret
+
+
+def _small_layer(content: bytes) -> bytes:
+    """An uncompressed layer tar holding one file."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("hello")
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    return out.getvalue()
+
+
+class TestSpoofedImageId:
+    """Issue 20, item 6: the image cache took the *name* of the archive's configuration file as the
+    image ID.  A 20 KB archive naming another account's image ID ran that account's cached image
+    under the attacker's account; and a failed load left podman's mount of the store behind, after
+    which every load of that ID -- the genuine archive's included -- failed as the platform's fault.
+    The ID is now the configuration's SHA-256 with every layer's digest checked
+    (:func:`qval.containers.sanitize_archive`), and a failed load leaves nothing behind.
+    """
+
+    @pytest.mark.container
+    def test_a_spoofed_image_id_never_runs_another_accounts_image(self, engine, victim_tar, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tar, secret = victim_tar
+        limits = qc.Limits(timeout_s=60, memory_mb=256)
+        with qc.Job(engine) as job:  # the victim's run: its image is in the cache from now on
+            victim_id = job.load(tar)
+            assert secret in job.run(victim_id, limits).stdout
+        with tarfile.open(tar) as src:
+            victim_config = src.extractfile(f"{victim_id}.json").read()  # type: ignore[union-attr]
+        count = len(json.loads(victim_config)["rootfs"]["diff_ids"])
+        layers = [_small_layer(f"attacker {i}".encode()) for i in range(count)]  # as many as the victim's
+        spoofs = {
+            "an archive naming the victim's image ID": image_archive(tmp_path / "named.tar", layers[:1],
+                                                                     config_id=victim_id),
+            "the victim's configuration over other layers": image_archive(tmp_path / "layers.tar", layers,
+                                                                          config=victim_config),
+        }
+        assert (tmp_path / "named.tar").stat().st_size <= 20 * 1024
+        for what, archive in spoofs.items():
+            with qc.Job(engine) as job:
+                try:
+                    image_id = job.load(archive)
+                except qc.ArchiveRejected as exc:
+                    assert "SHA-256" in str(exc), (what, exc)
+                    continue
+                result = job.run(image_id, limits)
+            assert secret not in result.stdout, f"{what} ran the victim's image ({image_id[:12]})"
+        assert list(engine.work_root.iterdir()) == []
+
+    @pytest.mark.container
+    def test_a_failed_load_leaves_no_mount_and_the_genuine_archive_still_runs(self, engine, victim_tar,
+                                                                              tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tar, secret = victim_tar
+        victim_id = qc.sanitize_archive(tar, Path(os.devnull))
+        # An image cache of its own, so the victim's image is not in it yet (the path stays short).
+        cache = Path(tempfile.mkdtemp(prefix="qvt-cache-", dir="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"))
+        own = qc.Engine(work_root=engine.work_root, image_cache=cache)
+        first = image_archive(tmp_path / "first.tar", [_small_layer(b"x")], config=b"not json", config_id=victim_id)
+        broken = image_archive(tmp_path / "broken.tar", [b"this layer is not a tar archive\n" * 64])  # digests right
+        try:
+            for archive in (first, broken, broken):  # the attacker's first; a broken one, twice
+                with qc.Job(own) as job, pytest.raises(qc.ArchiveRejected):
+                    job.load(archive)
+                assert qc._mounts_under(cache) == []
+                assert sorted(p.name for p in cache.iterdir() if p.is_dir()) in ([], ["archives"])
+            with qc.Job(own) as job:  # then the victim uploads the genuine archive
+                image_id = job.load(tar)
+                result = job.run(image_id, qc.Limits(timeout_s=60, memory_mb=256))
+            assert image_id == victim_id and secret in result.stdout
+            assert qc._mounts_under(cache) == []
+        finally:
+            qc._remove_tree(cache)
+
+    @pytest.mark.django_db
+    def test_a_spoofed_upload_fails_as_the_users_fault_before_it_runs(self, api, loaded, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        from workers.tasks import inspect_container_upload
+
+        spoof = image_archive(tmp_path / "spoof.tar", [_small_layer(b"x")], config_id="c" * 64)
+        data = {"kind": "container", "dataset": "frozenlake-8x8", "split": "dev", "target": "q",
+                "method_name": "spoof", "backbone": "none",
+                "file": SimpleUploadedFile("spoof.tar", spoof.read_bytes())}
+        resp = api.post("/api/v1/submissions/", data, format="multipart")
+        assert resp.status_code == 201, resp.content
+        sub_id = resp.json()["submissions"][0]["id"]
+        assert inspect_container_upload([sub_id]) == [Submission.FAILED]  # never queued for a run
+        sub = Submission.objects.get(pk=sub_id)
+        assert sub.fault == Submission.FAULT_USER and sub.image_id == ""
+        assert sub.error.startswith("invalid container archive: the image configuration is named cccccccccccc but")

@@ -8,9 +8,12 @@ or mount of the runner may be left.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -265,6 +268,25 @@ def _tar(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def image_archive(path: Path, layers: list[bytes], *, config: bytes | None = None, config_id: str | None = None) -> Path:
+    """A docker-archive laid out as ``podman save`` writes one: each layer an uncompressed tar named
+    by its SHA-256, the image configuration (naming those digests) named by its own, a manifest.
+
+    ``config``: other bytes for the configuration; ``config_id``: another name for it (a spoof)."""
+    digests = [_sha256(layer) for layer in layers]
+    if config is None:
+        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/true"]},
+                             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in digests]}}).encode()
+    config_id = config_id or _sha256(config)
+    manifest = [{"Config": f"{config_id}.json", "RepoTags": None, "Layers": [f"{d}.tar" for d in digests]}]
+    members = {f"{d}.tar": layer for d, layer in zip(digests, layers)}
+    return _tar(path, {**members, f"{config_id}.json": config, "manifest.json": json.dumps(manifest).encode()})
+
+
 def test_archives_that_are_not_one_image_are_refused(tmp_path: Path) -> None:
     config = "a" * 64 + ".json"
     manifest = [{"Config": config, "RepoTags": ["x:1"], "Layers": ["l/layer.tar"]}]
@@ -283,11 +305,22 @@ def test_archives_that_are_not_one_image_are_refused(tmp_path: Path) -> None:
             qc.sanitize_archive(path, tmp_path / "out.tar")
 
     layer = _tar(tmp_path / "layer.tar", {"f": b"y"}).read_bytes()
-    good = _tar(tmp_path / "good.tar", {"manifest.json": json.dumps(manifest).encode(), config: b"{}",
-                                        "l/layer.tar": layer, "repositories": b'{"x": {"1": "b"}}'})
-    assert qc.sanitize_archive(good, tmp_path / "out.tar") == "a" * 64
+    genuine = json.dumps({"rootfs": {"type": "layers", "diff_ids": [f"sha256:{_sha256(layer)}"]}}).encode()
+    config = f"{_sha256(genuine)}.json"
+    manifest = [{"Config": config, "RepoTags": ["x:1"], "Layers": ["l/layer.tar"]}]
+    good = tmp_path / "good.tar"
+    with tarfile.open(good, "w") as tar:  # docker's layout: l/layer.tar a link to the layer named by its digest
+        for name, data in {"manifest.json": json.dumps(manifest).encode(), config: genuine,
+                           f"{_sha256(layer)}.tar": layer, "repositories": b'{"x": {"1": "b"}}'}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("l/layer.tar")
+        link.type, link.linkname = tarfile.SYMTYPE, f"../{_sha256(layer)}.tar"
+        tar.addfile(link)
+    assert qc.sanitize_archive(good, tmp_path / "out.tar") == _sha256(genuine)
     with tarfile.open(tmp_path / "out.tar") as out:
-        assert sorted(out.getnames()) == sorted([config, "l/layer.tar", "manifest.json"])
+        assert sorted(out.getnames()) == sorted([config, "l/layer.tar", f"{_sha256(layer)}.tar", "manifest.json"])
         assert json.load(out.extractfile("manifest.json"))[0]["RepoTags"] is None
     with pytest.raises(qc.ArchiveRejected, match="the archive is 0 MiB; the limit is 0 MiB"):
         qc.sanitize_archive(good, tmp_path / "out.tar", max_archive_bytes=1000)
@@ -301,6 +334,52 @@ def test_archives_that_are_not_one_image_are_refused(tmp_path: Path) -> None:
     assert bomb.stat().st_size < 1 << 20
     with pytest.raises(qc.ArchiveRejected, match="uncompressed archive is larger than the limit of 16 MiB"):
         qc.sanitize_archive(bomb, tmp_path / "out.tar", max_image_bytes=16 << 20)
+
+
+def test_the_image_id_is_computed_from_the_archives_content(tmp_path: Path) -> None:
+    """The ID is the configuration's SHA-256, and the configuration's layer digests must be the
+    layers' (issue 20, item 6): no file name the archive gives is believed."""
+    layer = _tar(tmp_path / "layer.tar", {"f": b"y"}).read_bytes()
+    other = _tar(tmp_path / "other.tar", {"f": b"z"}).read_bytes()
+    honest = image_archive(tmp_path / "honest.tar", [layer])
+    with tarfile.open(honest) as tar:
+        config = next(tar.extractfile(m).read() for m in tar if m.name.endswith(".json") and m.name != "manifest.json")
+    image_id = qc.sanitize_archive(honest, Path(os.devnull))
+    assert image_id == _sha256(config)
+    victim = "b" * 64
+    cases = {
+        f"the image configuration is named {victim[:12]} but its SHA-256 is {image_id[:12]}":
+            image_archive(tmp_path / "named.tar", [layer], config_id=victim),
+        f"layer 1 ('{_sha256(other)}.tar') has SHA-256 {_sha256(other)[:12]}, not the digest {_sha256(layer)[:12]}":
+            image_archive(tmp_path / "swapped.tar", [other], config=config),
+        "the image configuration is not a JSON object":
+            image_archive(tmp_path / "text.tar", [layer], config=b"not json"),
+        "the image configuration has no rootfs.diff_ids":
+            image_archive(tmp_path / "bare.tar", [layer], config=b'{"os": "linux"}'),
+        "manifest.json lists 2 layers; the image configuration names 1 layer digests":
+            image_archive(tmp_path / "more.tar", [layer, other], config=config),
+    }
+    for message, path in cases.items():
+        with pytest.raises(qc.ArchiveRejected, match=re.escape(message)):
+            qc.sanitize_archive(path, Path(os.devnull))
+
+
+def test_what_cannot_be_removed_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A job directory the clean-up cannot remove is not left silently (issue 26): the attempts
+    end, and what is left is logged and returned (the next sweep tries again)."""
+    job_dir = tmp_path / "jobs" / "qv000000000000"
+    job_dir.mkdir(parents=True)
+    stuck = job_dir / "stuck"
+    stuck.write_text("x")
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i (an immutable file) needs root and a filesystem that has the attribute")
+    try:
+        with caplog.at_level(logging.WARNING, logger="qval.containers"):
+            assert qc._remove_tree(job_dir, attempts=2) == [str(stuck)]
+        assert f"{job_dir} is still there after 2 attempts" in caplog.text and str(stuck) in caplog.text
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
+    assert qc._remove_tree(job_dir) == [] and not job_dir.exists()
 
 
 def test_the_sandbox_command_line(tmp_path: Path) -> None:
@@ -405,6 +484,39 @@ def test_writing_1_gb_to_output_is_stopped(engine, probe_tar, frozenlake, nothin
     assert result.error == "output too large: /output reached its 16 MiB limit"
     assert result.wall_s < 15  # stopped by the runner, not by its 60 s sleep or the timeout
     assert free_before - shutil.disk_usage(engine.work_root).free < 256 << 20
+
+
+def _mounts_at(point: Path) -> int:
+    """How many mounts are stacked on ``point`` (from the kernel's own table)."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        return sum(line.split()[4] == str(point) for line in fh)
+
+
+def test_mounts_left_in_a_stopped_job_are_all_removed(engine, probe_tar, frozenlake, nothing_left) -> None:
+    """Issue 26: after an output-size kill, job directories were left behind under load.
+
+    Each podman process on a job's store mounts the store's ``overlay`` folder on itself as it
+    starts (unless it is mounted already) and unmounts it as it ends -- but not when it exits on
+    an error.  An output-size kill starts several at once: the runner's ``rm -f``, ``run --rm``
+    ending, and the exit command conmon runs when the container stops, which a loaded machine
+    starts late; two can stack their mounts, and one that fails (its container is gone) leaves
+    its mount.  The runner unmounted once, then retried only the removal, for 15 s, and gave up
+    silently.  Here the two mounts are made for real after the kill: closing must remove both.
+    """
+    with qc.Job(engine) as job:
+        image_id = job.load(probe_tar)
+        qc.write_input(frozenlake, "dev", "q", job.input_dir)
+        (job.input_dir / "probe").write_text("flood")
+        result = job.run(image_id, qc.Limits(timeout_s=60, output_mb=16))
+        overlay = job.dir / "store" / "overlay"
+        assert overlay.is_dir()
+        for _ in range(2):
+            subprocess.run(["mount", "--bind", str(overlay), str(overlay)], check=True)
+        assert _mounts_at(overlay) == 2
+        started = time.monotonic()
+    assert time.monotonic() - started < 10
+    assert result.error == "output too large: /output reached its 16 MiB limit"
+    # nothing_left: no job directory, no mount, no container
 
 
 def test_failures_a_submitter_can_act_on(engine, probe_tar, frozenlake, nothing_left) -> None:
