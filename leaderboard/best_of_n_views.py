@@ -51,19 +51,24 @@ def alignment(request: HttpRequest) -> HttpResponse:
 
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """A run: progress while it plays, its summary and gain over the base policy, every episode."""
+    """A run: progress while it plays, its summary and gain over the base policy; for staff the reason of a
+    failure and every episode (the tasks are secret, :mod:`qval.best_of_n`: others see aggregates only)."""
     run = get_object_or_404(BestOfNRun, pk=pk)
+    staff = request.user.is_staff
     if request.GET.get("format") == "json":
         return JsonResponse({"id": run.pk, "status": run.status, "done": run.done, "total": run.num_episodes,
-                             "summary": run.summary, "error": run.error})
+                             "summary": run.summary, **({"error": run.error} if staff else {})})
     gain = best_of_n.gain_over_base(run) if run.picker != "base" else None
+    episodes = run.episodes.only("index", "task", "success", "discounted_return").order_by("index") if staff else None
     return render(request, "leaderboard/best_of_n_run.html", {
-        "run": run, "gain": gain, "base": best_of_n.baseline_run(run),
-        "episodes": run.episodes.only("index", "task", "success", "discounted_return").order_by("index")})
+        "run": run, "gain": gain, "base": best_of_n.baseline_run(run), "episodes": episodes})
 
 
 def episode_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:
-    """One episode: every step's candidates, their scores and the action chosen."""
+    """One episode: every step's observation, candidates, their scores and the action chosen.  Staff only: the
+    episode's task is secret, and the oracle's scores are its reference Q-values."""
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Best-of-N episodes are played on secret tasks: only staff see them")
     run = get_object_or_404(BestOfNRun, pk=pk)
     stored = run.episodes.filter(index=index).first()
     if stored is None:

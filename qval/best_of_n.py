@@ -1,7 +1,14 @@
 """The Best-of-N track: does a method's Q-alignment pay off when its scores choose the actions?
 
-For the test tasks of a dataset's environment (:func:`environment`, :func:`test_tasks`) a fixed set
-of seeded episodes is played (:func:`run_episodes`).  In every state of an episode:
+On tasks of its own (:func:`environment`, :func:`episode_tasks`) a fixed set of seeded episodes is
+played (:func:`run_episodes`).  The track never plays the dataset's scored tasks: its tasks sit at
+the test split's positions (so they are the same kind of task, e.g. the same MiniWoB pages) but are
+instances drawn from the maintainer's secret under a key of their own
+(``HMAC(secret, "<slug>@<version>/best-of-n/<task>/<draw>")``, :mod:`qval.hidden`), and a draw whose
+instance (:meth:`~qval.envs.base.Environment.instance`: the FrozenLake map, the ALFWorld scene and
+task, the MiniWoB goal) is that of any task of the dataset, any split, is drawn again.  Every
+observation shows its instance, so no episode state is a state of the dataset: a Best-of-N record
+says nothing about a hidden label.  In every state of an episode:
 
 1. the dataset's collecting actor (:meth:`~qval.envs.base.Environment.actor_action`, the
    reference policy with the dataset's ε noise) proposes its action, and the environment's
@@ -44,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from qval import build, labelling, schema
+from qval import build, hidden, labelling, schema
 from qval.envs.base import Environment, Snapshot
 
 DATASET_SLUGS: dict[str, str] = {"frozenlake": "frozenlake-8x8", "alfworld": "alfworld-pick-place", "miniwob": "miniwob"}
@@ -56,6 +63,8 @@ REFERENCE = "reference"
 """The baseline in which the reference policy acts (no candidates, no picker)."""
 BASELINES: tuple[str, ...] = ("base", "random", REFERENCE, "oracle")
 """What every method's Best-of-N result is shown against."""
+MAX_DRAWS = 100
+"""Draws of one Best-of-N task before :func:`environment` gives up (a draw showing a dataset instance is redrawn)."""
 
 
 class BestOfNError(ValueError):
@@ -147,7 +156,7 @@ class Setting:
         if self.num_episodes < 1:
             raise BestOfNError(f"num_episodes must be positive, got {self.num_episodes}")
         if not self.tasks:
-            raise BestOfNError(f"{self.environment}: no test tasks to play")
+            raise BestOfNError(f"{self.environment}: no Best-of-N tasks to play")
         if self.stepping not in STEPPINGS:
             raise BestOfNError(f"stepping must be one of {', '.join(STEPPINGS)}, got {self.stepping!r}")
 
@@ -158,28 +167,44 @@ class Setting:
 
 # -- environments ------------------------------------------------------------------------
 def environment(name: str, secret: str | None) -> tuple[Environment, build.DatasetSpec]:
-    """The environment and spec of dataset ``name`` (:data:`ENVIRONMENTS`), its secret test tasks drawn
-    from ``secret`` (the maintainer's test-split secret, needed when the test split is secret)."""
+    """The environment and spec of dataset ``name`` (:data:`ENVIRONMENTS`) with its Best-of-N tasks drawn from
+    ``secret`` (the maintainer's test-split secret; module docstring): at each test position, the first draw
+    whose instance is none of the dataset's tasks' (train, dev and the secret test split)."""
     if name not in ENVIRONMENTS:
         raise BestOfNError(f"unknown environment {name!r}; expected one of {', '.join(ENVIRONMENTS)}")
     env, spec = build.BUILDERS[name]()
-    if spec.secret_test and not secret:
-        raise BestOfNError(f"{spec.slug}@{spec.version}: its test tasks come from the test-split secret, which is not set")
+    if not spec.secret_test:
+        raise BestOfNError(f"{spec.slug}@{spec.version}: its test split is public, so Best-of-N has no secret tasks")
+    if not secret:
+        raise BestOfNError(f"{spec.slug}@{spec.version}: Best-of-N tasks come from the test-split secret, which is not set")
     build.hide_test_tasks(env, spec, secret)
+    dataset = {_instance(env, task) for task in env.tasks}
+    key = f"{spec.slug}@{spec.version}"
+    for task in episode_tasks(env):  # the test positions, now drawn again under Best-of-N's own key
+        for draw in range(MAX_DRAWS):
+            env.hide_tasks({task: hidden.derive_seed(secret, key, "best-of-n", task, draw)})
+            if _instance(env, task) not in dataset:
+                break
+        else:
+            raise BestOfNError(f"{key}: {MAX_DRAWS} draws of Best-of-N task {task} all showed a dataset instance")
     return env, spec
 
 
-def test_tasks(env: Environment, spec: build.DatasetSpec) -> tuple[str, ...]:
-    """The tasks of ``spec``'s test split (tasks of its test trajectories), in the environment's order."""
-    in_test = {env.tasks[i % len(env.tasks)] for i in range(spec.num_trajectories)
-               if build.split_of_trajectory(env, i, spec) == "test"}
-    return tuple(t for t in env.tasks if t in in_test)
+def _instance(env: Environment, task: str) -> str:
+    """The instance task ``task`` plays (:meth:`~qval.envs.base.Environment.instance`)."""
+    env.reset(task)
+    return env.instance()
+
+
+def episode_tasks(env: Environment) -> tuple[str, ...]:
+    """The tasks Best-of-N plays in ``env`` (from :func:`environment`): the secret-drawn ones, in the environment's order."""
+    return tuple(t for t in env.tasks if t in env.hidden)
 
 
 def setting_for(name: str, env: Environment, spec: build.DatasetSpec, *, n: int, seed: int, num_episodes: int,
                 stepping: str = "restore") -> Setting:
-    """The :class:`Setting` of ``env`` (from :func:`environment`): its test tasks, actor ε and discount."""
-    return Setting(environment=name, tasks=test_tasks(env, spec), epsilon=spec.epsilon, discount=spec.discount, n=n,
+    """The :class:`Setting` of ``env`` (from :func:`environment`): its Best-of-N tasks, actor ε and discount."""
+    return Setting(environment=name, tasks=episode_tasks(env), epsilon=spec.epsilon, discount=spec.discount, n=n,
                    seed=seed, num_episodes=num_episodes, stepping=stepping)
 
 

@@ -444,6 +444,10 @@ class ALFWorld(Environment):
     def candidates(self) -> list[str]:
         return list(self._state["admissible_commands"])
 
+    def instance(self) -> str:
+        """The episode's introduction (the receptacles of the scene and the task), which starts every observation."""
+        return self._intro
+
     def reference_action(self) -> str:
         """The handcoded expert's next command."""
         return str(self._state["extra.expert_plan"][0])

@@ -140,6 +140,13 @@ class Environment(ABC):
         the seeds.  Default: the adapter cannot hide tasks."""
         raise NotImplementedError(f"{self.name} cannot draw hidden tasks from a secret")
 
+    def instance(self) -> str:
+        """What every (non-terminal) observation of the current episode shows of its task's instance, such
+        that two episodes whose instances differ share no observation (FrozenLake: the map; ALFWorld: the
+        scene and task; MiniWoB: the goal).  Best-of-N redraws a task of its own until its instance is none
+        of the dataset's (:func:`qval.best_of_n.environment`).  Default: the adapter cannot say."""
+        raise NotImplementedError(f"{self.name} cannot name the instance its observations show")
+
     @abstractmethod
     def reference_action(self) -> str:
         """The reference policy's action in the current state."""

@@ -209,6 +209,11 @@ class FrozenLake(Environment):
     def candidates(self) -> list[str]:
         return list(ACTIONS)
 
+    def instance(self) -> str:
+        """The map: every observation shows it, the agent's ``@`` aside, which stands on ``S`` (always cell 0) or
+        on an ``F`` until the episode ends, so two maps never give the same non-terminal observation."""
+        return "\n".join(self.maps[self.task])
+
     def observation_image(self) -> Image.Image:
         """The current state drawn as a 512×512 RGB image (:func:`render_map`)."""
         return render_map(self.maps[self.task], self._position)

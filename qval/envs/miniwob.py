@@ -412,6 +412,10 @@ class MiniWoB(Environment):
         )
         return f"Goal: {self.goal}\n\n{tree}"
 
+    def instance(self) -> str:
+        """The goal, the first line of every observation."""
+        return self.goal
+
     def candidates(self) -> list[str]:
         if self._candidates is None:
             self._candidates = self._enumerate_candidates()
