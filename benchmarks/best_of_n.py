@@ -1,7 +1,7 @@
 """Benchmark: Best-of-N episodes per second with restore-based stepping against replay, in one run.
 
 For FrozenLake and ALFWorld the script plays the same seeded Best-of-N episodes
-(:mod:`qval.best_of_n`, test tasks drawn from ``--secret``) twice per picker:
+(:mod:`qval.best_of_n`, its own tasks drawn from ``--secret``) twice per picker:
 
 * ``replay``: every return to a state resets the task and replays its history (plain
   snapshots; ALFWorld with ``restore_mode="replay"``) -- the baseline;
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frozenlake-episodes", type=int, default=40)
     parser.add_argument("--alfworld-episodes", type=int, default=4)
     parser.add_argument("--n", type=int, default=4)
-    parser.add_argument("--secret", default="best-of-n-benchmark", help="test-split secret the test tasks come from")
+    parser.add_argument("--secret", default="best-of-n-benchmark", help="test-split secret the Best-of-N tasks come from")
     args = parser.parse_args(argv)
     print(f"{'env':<11} {'picker':<7} {'mode':<8} {'episodes':>8} {'steps':>6} {'seconds':>9} {'ep/s':>8} "
           f"{'steps/s':>8} {'vs replay':>9}", flush=True)

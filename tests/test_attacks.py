@@ -1753,3 +1753,60 @@ class TestSpoofedImageId:
         sub = Submission.objects.get(pk=sub_id)
         assert sub.fault == Submission.FAULT_USER and sub.image_id == ""
         assert sub.error.startswith("invalid container archive: the image configuration is named cccccccccccc but")
+
+
+def _scraped_texts(resp) -> list[str]:  # type: ignore[no-untyped-def]
+    """What a scraper reads in a response: the unescaped HTML, or every string of a JSON body."""
+    import html
+
+    if resp["Content-Type"].startswith("application/json"):
+        found: list[str] = []
+        stack = [resp.json()]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend([*item.keys(), *item.values()])
+            elif isinstance(item, list):
+                stack.extend(item)
+            elif item is not None:
+                found.append(str(item))
+        return found
+    return [html.unescape(resp.content.decode())]
+
+
+@pytest.mark.django_db
+class TestBestOfNScrape:
+    """Best-of-N episode records: an oracle run's episode pages showed, to anyone, every step's observation and
+    each candidate's reference Q-value, on the hidden test tasks. Now the track plays secret tasks of its own
+    (never an instance of the dataset) and shows others aggregates only; a scrape of every public Best-of-N page
+    and API answer, anonymous and signed in, finds no test state."""
+
+    def test_public_pages_show_no_test_state(self, user, frozenlake: schema.Dataset) -> None:  # type: ignore[no-untyped-def]
+        from django.test import Client
+
+        from tests.test_best_of_n_site import play
+
+        episodes = 8
+        runs = [play("frozenlake", picker, n=4, episodes=episodes) for picker in ("base", "oracle")]
+        test = [s for s in frozenlake.states if s.split == "test"]
+        assert len(test) > 50
+        needles = ({s.observation for s in test} | {s.id for s in test}
+                   | {c.id for s in test for c in s.candidates} | {c.next_state for s in test for c in s.candidates})
+        schema_paths = json.loads(Client().get("/api/v1/schema/", HTTP_ACCEPT="application/json").content)["paths"]
+        api_urls = [p for p in schema_paths if "best" in p.lower()]  # none today: the scrape covers any added later
+        urls = ["/best-of-n/", "/best-of-n/?format=json", "/best-of-n/?metric=ranking_spearman",
+                "/best-of-n/?metric=ranking_spearman&format=json", *api_urls]
+        for run in runs:
+            urls += [f"/best-of-n/runs/{run.pk}/", f"/best-of-n/runs/{run.pk}/?format=json"]
+            urls += [f"/best-of-n/runs/{run.pk}/episodes/{i}/" for i in range(episodes)]
+        signed_in = Client()
+        signed_in.force_login(user)
+        for who, scraper in (("anonymous", Client()), ("user", signed_in)):
+            for url in urls:
+                resp = scraper.get(url)
+                if resp.status_code == 200:
+                    for text in _scraped_texts(resp):
+                        leaked = [n for n in needles if n in text]
+                        assert not leaked, f"{who} read {len(leaked)} test states/candidates at {url}"
+                # the episode records are staff-only; every other page answers (so it was read)
+                assert resp.status_code == (403 if "/episodes/" in url else 200), (who, url, resp.status_code)

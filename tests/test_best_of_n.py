@@ -1,5 +1,6 @@
 """The Best-of-N track (qval.best_of_n): oracle and random picks against their baselines, determinism
-under seed, resuming, hand-checked statistics, and a registered method picking through its ``run``."""
+under seed, resuming, hand-checked statistics, a registered method picking through its ``run``, and
+tasks of its own that never show a state of the dataset (FrozenLake, ALFWorld, MiniWoB)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qval import best_of_n as bon
-from qval import schema
+from qval import build, schema
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +143,81 @@ def test_a_recorded_episode_replays(frozen) -> None:  # type: ignore[no-untyped-
         tampered = bon.Episode.from_json({**episode.to_json(), "steps": episode.to_json()["steps"][:-1]})
         with pytest.raises(bon.BestOfNError, match="the episode goes on"):
             bon.replay_episode(env, setting, tampered)
+
+
+def played(env, spec, name: str, episodes: int, pickers: tuple[str, ...]) -> list[bon.Episode]:  # type: ignore[no-untyped-def]
+    """Episodes of ``pickers`` (N = 3) on Best-of-N's tasks."""
+    setting = bon.setting_for(name, env, spec, n=3, seed=0, num_episodes=episodes)
+    return [e for picker in pickers for e in bon.run_episodes(env, setting, bon.BUILTIN_PICKERS[picker])]
+
+
+def scored_environment(name: str, secret: str):  # type: ignore[no-untyped-def]
+    """The environment the dataset is built from: its test tasks drawn from ``secret``."""
+    env, spec = build.BUILDERS[name]()
+    build.hide_test_tasks(env, spec, secret)
+    return env, spec
+
+
+def test_frozenlake_episodes_show_no_state_of_the_dataset(frozen, frozenlake: schema.Dataset,  # type: ignore[no-untyped-def]
+                                                         test_split_secret: str) -> None:
+    """Best-of-N's maps are none of the dataset's 20 (the 4 secret test maps included), and no observation of
+    an episode is a state or a candidate's next state of any split of the built dataset."""
+    env, spec = frozen
+    scored, _ = scored_environment("frozenlake", test_split_secret)
+    mine = {env.maps[t] for t in bon.episode_tasks(env)}
+    assert len(mine) == 4 and not mine & set(scored.maps.values())
+    assert {s.split for s in frozenlake.states} == {"train", "dev", "test"}
+    dataset = {s.observation for s in frozenlake.states} | {c.next_state for s in frozenlake.states
+                                                            for c in s.candidates}
+    shown = {step.observation for e in played(env, spec, "frozenlake", 8, ("oracle", "random")) for step in e.steps}
+    assert len(shown) > 20 and not shown & dataset
+    # the draw is the secret's: the same secret the same maps, another secret others
+    again, _ = bon.environment("frozenlake", test_split_secret)
+    other, _ = bon.environment("frozenlake", test_split_secret + "-other")
+    assert [again.maps[t] for t in bon.episode_tasks(again)] == [env.maps[t] for t in bon.episode_tasks(env)]
+    assert not {other.maps[t] for t in bon.episode_tasks(other)} & mine
+
+
+def collected_observations(env, spec, secret: str) -> set[str]:  # type: ignore[no-untyped-def]
+    """Every observation of every trajectory the dataset collects (its states are some of them), all splits."""
+    return {turn.observation for i in range(spec.num_trajectories)
+            for turn in build.collect(env, i, spec, secret).turns}
+
+
+@pytest.mark.slow
+def test_alfworld_episodes_show_no_state_of_the_dataset(test_split_secret: str) -> None:
+    """Best-of-N's ALFWorld scenes are none of the dataset's 30 and no observation of an episode (the base policy: the
+    dataset's own actor) is one the dataset's trajectories show."""
+    env, spec = bon.environment("alfworld", test_split_secret)
+    scored, _ = scored_environment("alfworld", test_split_secret)
+    tasks = bon.episode_tasks(env)
+    assert len(tasks) == 10
+    assert not {(env.scenes[t].floorplan, env.scenes[t].seed) for t in tasks} & {
+        (s.floorplan, s.seed) for s in scored.scenes.values()}
+    shown = {step.observation for e in played(env, spec, "alfworld", 10, ("base",)) for step in e.steps}
+    assert shown and not shown & collected_observations(scored, spec, test_split_secret)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_miniwob_episodes_show_no_state_of_the_dataset(test_split_secret: str) -> None:
+    """Best-of-N's MiniWoB instances show no goal of the dataset's (enter-text-2 has only 100 goals: redrawn
+    until none is a dataset goal), and no episode observation is one of the dataset's."""
+    env, spec = bon.environment("miniwob", test_split_secret)
+    try:
+        tasks = bon.episode_tasks(env)
+        shown = {step.observation for e in played(env, spec, "miniwob", len(tasks), ("base",)) for step in e.steps}
+    finally:
+        env.close()
+    scored, _ = scored_environment("miniwob", test_split_secret)
+    try:
+        dataset = collected_observations(scored, spec, test_split_secret)  # every task acts at least once
+    finally:
+        scored.close()
+
+    def goals(observations: set[str]) -> set[str]:
+        return {o.partition("\n\n")[0] for o in observations}  # "Goal: ...", the first line of each
+
+    assert len(tasks) == 32 and len(goals(shown)) > 16 and len(goals(dataset)) > 48
+    assert not goals(shown) & goals(dataset)
+    assert not shown & dataset

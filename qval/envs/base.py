@@ -135,7 +135,8 @@ class Environment(ABC):
         """Play each task named in ``seeds`` as the instance drawn from its seed instead (secret test
         splits, :mod:`qval.hidden`); ``None``: the task is hidden but not playable (a build without
         the secret).  A hidden task keeps its position in :attr:`tasks` but may get a new id (an id
-        must not reveal the instance); :attr:`hidden` then holds the ids.  :meth:`config` must
+        must not reveal the instance); :attr:`hidden` then holds the ids, and hiding one of them again
+        plays a new draw under the same id (Best-of-N's redraws).  :meth:`config` must
         describe those tasks as hidden, never their seeds or content, identically with or without
         the seeds.  Default: the adapter cannot hide tasks."""
         raise NotImplementedError(f"{self.name} cannot draw hidden tasks from a secret")
