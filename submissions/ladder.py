@@ -16,7 +16,7 @@ runs in the transaction that finishes the submission, under the account's row lo
 (:func:`submissions.services.lock_account`), so two submissions of one account finishing at
 once are compared one after the other: they cannot both climb on the same best.
 
-Baseline runs (the platform's), imported rows, public splits, uploaded files on an open-book
+Baseline runs and training runs' published scores (the platform's), imported rows, public splits, uploaded files on an open-book
 dataset (ranked nowhere) and submissions finished before the Ladder are on no ladder.
 """
 
@@ -49,14 +49,15 @@ def on_ladder(sub: Submission) -> bool:
     """Whether ``sub`` is on a ladder: a user's submission to a hidden split that the board may rank
     (an uploaded file on an open-book dataset is ranked nowhere: :meth:`Submission.rankable`)."""
     return (sub.source == Submission.SOURCE_USER and sub.user_id is not None and sub.split not in PUBLIC_SPLITS
-            and sub.ranked())
+            and sub.ranked() and not sub.training_runs.exists())
 
 
 def scope(sub: Submission) -> QuerySet[Submission]:
     """The submissions sharing ``sub``'s ladder: its account's rankable ones, on its dataset version,
     split and target."""
     return Submission.objects.filter(Submission.rankable(), user_id=sub.user_id, source=Submission.SOURCE_USER,
-                                     dataset_id=sub.dataset_id, split=sub.split, target=sub.target)
+                                     dataset_id=sub.dataset_id, split=sub.split,
+                                     target=sub.target).exclude(training_runs__isnull=False)
 
 
 def current_best(sub: Submission) -> Submission | None:
