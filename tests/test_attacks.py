@@ -932,15 +932,21 @@ def deep_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) 
             open("/output/metadata.json", "w").write('{{"m": ' + deep + '}}')
         """
     )
+    return saved_method_image(engine, base_image, context, method, "deep")
+
+
+def saved_method_image(engine, base_image: str, context: Path, method: str, name: str) -> Path:  # type: ignore[no-untyped-def]
+    """``method`` (Python source) built on the base image in ``context`` and saved as ``<name>.tar``
+    there, the archive a submitter uploads; the image itself is removed from the engine."""
     (context / "method.py").write_text(method)
     (context / "Containerfile").write_text(f'FROM {base_image}\nCOPY method.py /method.py\nCMD ["python3", "/method.py"]\n')
-    tag = f"localhost/qval-test-deep:{uuid.uuid4().hex[:8]}"
+    tag = f"localhost/qval-test-{name}:{uuid.uuid4().hex[:8]}"
     built = engine.call("build", "-q", "-t", tag, str(context))
     assert built.returncode == 0, built.stderr
-    saved = engine.call("save", "-o", str(context / "deep.tar"), tag)
+    saved = engine.call("save", "-o", str(context / f"{name}.tar"), tag)
     engine.call("rmi", tag)
     assert saved.returncode == 0, saved.stderr
-    return context / "deep.tar"
+    return context / f"{name}.tar"
 
 
 def sign_up(client, username: str, email: str, **extra: str):  # type: ignore[no-untyped-def]
@@ -1655,15 +1661,8 @@ def victim_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory
     """Another account's method container, saved as the archive it uploaded, and the secret it prints."""
     context = tmp_path_factory.mktemp("victim-method")
     secret = uuid.uuid4().hex
-    (context / "method.py").write_text(f"print('the victim method, secret {secret}')\n")
-    (context / "Containerfile").write_text(f'FROM {base_image}\nCOPY method.py /method.py\nCMD ["python3", "/method.py"]\n')
-    tag = f"localhost/qval-test-victim:{uuid.uuid4().hex[:8]}"
-    built = engine.call("build", "-q", "-t", tag, str(context))
-    assert built.returncode == 0, built.stderr
-    saved = engine.call("save", "-o", str(context / "victim.tar"), tag)
-    engine.call("rmi", tag)
-    assert saved.returncode == 0, saved.stderr
-    return context / "victim.tar", secret
+    return saved_method_image(engine, base_image, context, f"print('the victim method, secret {secret}')\n",
+                              "victim"), secret
 
 
 def _small_layer(content: bytes) -> bytes:
