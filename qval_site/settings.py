@@ -342,13 +342,15 @@ QVAL_DOWNLOAD_CACHE = QVAL_DATA_DIR / "cache" / "downloads"
 # The cache: rate-limit counters (throttles, sign-ups) and computed comparisons. Redis by default,
 # one cache shared by every web process, so that a limit is one limit and not one per process;
 # ``QVAL_CACHE_URL=locmem://`` keeps it in each process's memory (the embedded SQLite fallback of
-# scripts/up.sh, where there is no Redis).
+# scripts/up.sh, where there is no Redis). While Redis does not answer, each process counts in its own
+# memory (qval_site/cache.py) rather than failing the request.
 QVAL_CACHE_URL = os.environ.get("QVAL_CACHE_URL") or "redis://127.0.0.1:6379/1"
 CACHES = {
     "default": (
         {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "qval"}
         if QVAL_CACHE_URL.startswith("locmem:")
-        else {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": QVAL_CACHE_URL}
+        else {"BACKEND": "qval_site.cache.FallbackRedisCache", "LOCATION": QVAL_CACHE_URL,
+              "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2}}
     )
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 FAST = {"QVAL_HEARTBEAT_S": "1", "QVAL_HEARTBEAT_STALE_S": "6", "QVAL_REAP_EVERY_S": "2", "QVAL_RESEND_AFTER_S": "2",
         "QVAL_BOOTSTRAP_RESAMPLES": "200", "QVAL_SCORING_S": "600"}
-SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "40000"}  # several seconds of scoring, to be killed in
+SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "400000"}  # many seconds of scoring (vectorised bootstraps), to be killed in
 
 
 def dataset_dir(frozenlake: schema.Dataset, data_dir: Path) -> Path:
@@ -68,7 +68,7 @@ def test_scoring_worker_killed_mid_scoring_is_requeued_and_finished(stack, token
     stack.start_worker("scoring-slow", "scoring", concurrency=2, env=SLOW_SCORING)
     pk = stack.upload(token, predictions(frozenlake, 1)).json()["id"]
     stack.wait_state(token, pk, "scoring", timeout=120)
-    time.sleep(0.5)
+    time.sleep(0.2)
     stack.kill("scoring-slow")  # kill -9 of the worker and its child, mid-scoring
     stack.start_worker("scoring", "scoring", concurrency=2)
     data = stack.wait_final(token, pk)
