@@ -61,6 +61,8 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .base import Environment
 
+log = logging.getLogger(__name__)
+
 TASK_NAMES: tuple[str, ...] = (
     "enter-text",
     "enter-text-2",
@@ -86,6 +88,10 @@ FILL_ROLES = frozenset({"textbox", "spinbutton", "searchbox", "Date"})
 
 ACTION_TIMEOUT_MS = 2000
 """Playwright's default timeout for actions and waits (MiniWoB's own is 5000 ms)."""
+
+RESET_TRIES = 3
+"""Tries of one reset whose page load times out (a loaded machine); a reset opens a fresh context, so a retry
+plays the same instance."""
 
 CARET_HIDING_SCRIPT = """(() => { try { const sheet = new CSSStyleSheet();
   sheet.replaceSync('* { caret-color: transparent !important; }');
@@ -398,7 +404,14 @@ class MiniWoB(Environment):
         # One BrowserEnv for every task: its reset closes the previous page, and a single live
         # page matters (BrowserGym measures visibility with rendering that other pages disturb).
         self._browser_env.task_entrypoint = self._classes[name]
-        obs, _ = self._browser_env.reset(seed=seed)
+        for attempt in range(1, RESET_TRIES + 1):
+            try:
+                obs, _ = self._browser_env.reset(seed=seed)
+                break
+            except playwright.sync_api.TimeoutError:
+                if attempt == RESET_TRIES:
+                    raise
+                log.warning("%s: the page of seed %s did not load in %d ms; reset again", task, seed, ACTION_TIMEOUT_MS)
         self._set_obs(obs)
 
     def _step(self, action: str) -> tuple[float, bool]:
