@@ -1,5 +1,5 @@
 # Quick start: `make up` then open http://127.0.0.1:8000 ; `make test` runs every test.
-.PHONY: up down test test-fast install base-image images
+.PHONY: up down test test-fast lint install base-image images
 
 up:
 	scripts/up.sh
@@ -14,6 +14,10 @@ install:
 test: install
 	@scripts/ensure-services.sh
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+# The linter's rules (pyproject.toml [tool.ruff]); .ci/run runs it before the tests.
+lint: install
+	.venv/bin/ruff check .
 
 # Skip the slow tests locally.
 test-fast: install

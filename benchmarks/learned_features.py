@@ -37,7 +37,6 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-import numpy as np
 from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parent.parent

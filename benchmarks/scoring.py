@@ -32,9 +32,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             truth, index_time = load_truth(ids, labels)
             keep = ~np.isnan(preds)
             x, y = np.ascontiguousarray(labels[keep]), np.ascontiguousarray(preds[keep])
-            baseline = best_of(args.repeat, lambda: bare_scipy(x, y))
-            boot = best_of(1, lambda: bootstrap_all(x, y))
+            baseline = best_of(args.repeat, functools.partial(bare_scipy, x, y))
+            boot = best_of(1, functools.partial(bootstrap_all, x, y))
             for i, fmt in enumerate(formats):
                 stages: dict[str, float] = {}
                 best, best_stages = float("inf"), {}

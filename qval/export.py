@@ -308,8 +308,8 @@ def dataset_card(ds: schema.Dataset, public_splits: Iterable[str] = schema.PUBLI
         f"* Modalities: {', '.join(m.modalities)}.",
         "* Build timings (s): " + (", ".join(f"{k} {v}" for k, v in timings.items()) or "not recorded") + ".",
         f"* Fingerprint (SHA-256 of the settings, inputs, labels and images): `{m.fingerprint or ds.compute_fingerprint()}`",
-        *([f"* Split fingerprints (`Dataset.split_fingerprint`; train and dev: SHA-256 anyone can check; test: "
-           f"HMAC keyed by the maintainer's secret, from which the test split is drawn): "
+        *(["* Split fingerprints (`Dataset.split_fingerprint`; train and dev: SHA-256 anyone can check; test: "
+           "HMAC keyed by the maintainer's secret, from which the test split is drawn): "
            + ", ".join(f"{k} `{v}`" for k, v in sorted(m.split_fingerprints.items()))] if m.split_fingerprints else []),
         f"* Schema version {m.schema_version}.",
         "",

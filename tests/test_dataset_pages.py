@@ -204,11 +204,11 @@ def test_qval_download_images_card_and_whole_dataset(transactional_db, live_serv
     monkeypatch.setenv("QVAL_CONFIG", str(tmp_path / "none.json"))
     db_ds, ds = pictures
     monkeypatch.chdir(tmp_path)
-    for fmt, expected in [("images", f"pictures-0.1-test-images.zip"), ("card", "pictures-0.1-README.md"),
+    for fmt, expected in [("images", "pictures-0.1-test-images.zip"), ("card", "pictures-0.1-README.md"),
                           ("zip", "pictures-0.1.zip"), ("csv", "pictures-0.1-test.csv")]:
         code = cli.main(["--server", live_server.url, "download", db_ds.key, "--split", "test", "--format", fmt])
         out = capsys.readouterr().out
         assert code == 0 and f"wrote {expected}" in out, out
     assert _zip_names((tmp_path / "pictures-0.1-test-images.zip").read_bytes()) == ds.image_names("test")
     assert (tmp_path / "pictures-0.1-README.md").read_text(encoding="utf-8").startswith("---\n")
-    assert f"pictures-0.1/README.md" in _zip_names((tmp_path / "pictures-0.1.zip").read_bytes())
+    assert "pictures-0.1/README.md" in _zip_names((tmp_path / "pictures-0.1.zip").read_bytes())

@@ -60,7 +60,6 @@ def page():  # type: ignore[no-untyped-def]
 
 def _expected(name: str, source: str) -> tuple[int, int]:
     """(traces, points) a figure should draw for ``source`` on the test split, from the database."""
-    from qval import families
     from submissions.models import Result
 
     base = Result.objects.filter(submission__state="finished", submission__split="test", value__isnull=False)

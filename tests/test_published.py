@@ -359,7 +359,7 @@ def test_the_results_version_follows_every_write_to_the_board(client) -> None:  
     assert bumped()
     Result.objects.create(submission=running, metric="spearman", value=0.123456)
     assert bumped()
-    assert "0.123" in client.get(f"/leaderboard/?q=gvl&sort=spearman").content.decode()
+    assert "0.123" in client.get("/leaderboard/?q=gvl&sort=spearman").content.decode()
     Result.objects.filter(submission=running).update(value=-0.987654)
     assert bumped()
     assert "-0.988" in client.get("/leaderboard/?q=gvl&sort=spearman").content.decode()

@@ -119,7 +119,7 @@ def _checked(spec: EncoderSpec, source: str) -> EncoderSpec:
     if spec.kind == "open_clip":
         config = _open_clip_config(spec.arch)
         if config.get("text_cfg", {}).get("hf_tokenizer_name") and spec.tokenizer is None:
-            hint = f"set {source}_TOKENIZER" if spec.name else f"use a named encoder with QVAL_ENCODER_<NAME>_TOKENIZER"
+            hint = f"set {source}_TOKENIZER" if spec.name else "use a named encoder with QVAL_ENCODER_<NAME>_TOKENIZER"
             raise EncoderError(f"encoder {spec.arch}: its text tower needs a Hugging Face tokenizer folder; {hint}")
     for what, path in (("checkpoint", spec.checkpoint), ("tokenizer", spec.tokenizer)):
         if path is not None and not path.exists():
