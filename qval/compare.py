@@ -109,7 +109,7 @@ def paired_bootstrap(
 ) -> PairedComparison:
     """Paired bootstrap of ``metric(labels, A) - metric(labels, B)``: :func:`paired_bootstraps`
     of one metric."""
-    return paired_bootstraps(labels, scores_a, scores_b, metrics_=(metric,), resamples=resamples, seed=seed,
+    return paired_bootstraps(labels, scores_a, scores_b, metric_names=(metric,), resamples=resamples, seed=seed,
                              level=level, min_points=min_points, rules=rules)[metric]
 
 
@@ -118,14 +118,14 @@ def paired_bootstraps(
     scores_a: ArrayLike,
     scores_b: ArrayLike,
     *,
-    metrics_: Sequence[str] = metrics.POINT_METRICS,
+    metric_names: Sequence[str] = metrics.POINT_METRICS,
     resamples: int = 2000,
     seed: int = 0,
     level: float = 0.95,
     min_points: int = MIN_USABLE_POINTS,
     rules: str = metrics.QVAL_RULES,
 ) -> dict[str, PairedComparison]:
-    """Paired bootstrap of ``metric(labels, A) - metric(labels, B)`` for each of ``metrics_``
+    """Paired bootstrap of ``metric(labels, A) - metric(labels, B)`` for each of ``metric_names``
     (point metrics of :mod:`qval.metric_registry`), keyed by metric in the order given.
 
     Points where the label, A or B is NaN are dropped first.  Each resample draws point indices
@@ -143,7 +143,7 @@ def paired_bootstraps(
     keeps infinite scores as :func:`qval.metrics.correlate` does, ours refuse them.
     """
     metrics.check_rules(rules)
-    specs = {name: metrics.point_metric(name) for name in metrics_}
+    specs = {name: metrics.point_metric(name) for name in metric_names}
     metrics.check_min_points(min_points)
     metrics.check_bootstrap(resamples, level)
     x, a, b, dropped = _common_points(labels, scores_a, scores_b, rules)
