@@ -558,10 +558,16 @@ class Resamples:
             self._shared[key] = make()
         return self._shared[key]  # type: ignore[return-value]
 
-    def counts(self) -> FloatArray:
-        """How often each point is drawn in each resample: an ``(n, rows)`` float64 array (point
-        major, so gathering points copies contiguous rows; each column sums to ``n``)."""
-        return self.point_counts(np.float64)[: self.n]
+    @property
+    def dtype(self) -> type:
+        """The float type of :meth:`counts`: float32 while every count, rank and cumulative count is
+        an exact float32 (below 2**22 points), else float64."""
+        return np.float32 if self.n < 1 << 22 else np.float64
+
+    def counts(self) -> NDArray[np.floating]:
+        """How often each point is drawn in each resample: an ``(n, rows)`` array of :attr:`dtype`
+        (point major, so gathering points copies contiguous rows; each column sums to ``n``)."""
+        return self.point_counts(self.dtype)[: self.n]
 
     def point_counts(self, dtype: type = np.float64) -> NDArray[np.floating]:
         """How often each point is drawn, ``(n + 1, rows)`` in ``dtype``, whose last row is zero
@@ -613,20 +619,21 @@ def bootstrap_subsample(n: int, seed: int) -> Subsample | None:
     return Subsample(points, math.sqrt(BOOTSTRAP_SUBSAMPLE_POINTS / n))
 
 
-def _centred_ranks(values: FloatArray) -> Callable[[Resamples], FloatArray]:
+def _centred_ranks(values: FloatArray) -> Callable[[Resamples], NDArray[np.floating]]:
     """Per resample, the average rank (ties averaged, as :func:`scipy.stats.rankdata`) of each
     point among the drawn values, minus the mean rank ``(n + 1) / 2``: ``(n, rows)``.
 
     Counting how often each distinct value is drawn gives every rank without sorting a resample:
     a value's average rank is the number of drawn values below it plus (its count + 1) / 2.
-    Every rank is a multiple of 1/2, so the sums of products below are exact in float64."""
+    Every rank is a multiple of 1/2 (exact in :attr:`Resamples.dtype`), so the count-weighted sums
+    of products are exact in float64."""
     dense = stats.rankdata(values, method="dense").astype(np.intp) - 1
     order = np.argsort(dense, kind="stable")
     runs = _runs(dense[order])
     tied = runs.size < values.size
     position = dense if tied else np.argsort(order)  # where each point's rank is in ``average``
 
-    def ranks(draws: Resamples) -> FloatArray:
+    def ranks(draws: Resamples) -> NDArray[np.floating]:
         group = np.take(draws.counts(), order, axis=0)
         if tied:
             group = np.add.reduceat(group, runs, axis=0)
@@ -640,12 +647,16 @@ def _centred_ranks(values: FloatArray) -> Callable[[Resamples], FloatArray]:
     return ranks
 
 
-def _weighted_correlation(counts: FloatArray, a: FloatArray, b: FloatArray) -> FloatArray:
+def _weighted_correlation(
+    counts: NDArray[np.floating], a: NDArray[np.floating], b: NDArray[np.floating]
+) -> FloatArray:
     """Per column of ``counts`` (how often each point is drawn), the Pearson correlation of the
     drawn ``a`` and ``b``, each already centred on its drawn mean (NaN where a side is exactly 0)."""
-    ca = counts * a
+    def weighted(u: NDArray[np.floating], v: NDArray[np.floating]) -> FloatArray:
+        return np.einsum("ir,ir,ir->r", counts, u, v, dtype=np.float64)
+
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.einsum("ir,ir->r", ca, b) / np.sqrt(np.einsum("ir,ir->r", ca, a) * np.einsum("ir,ir->r", counts * b, b))
+        r = weighted(a, b) / np.sqrt(weighted(a, a) * weighted(b, b))
     return np.clip(r, -1.0, 1.0)
 
 
@@ -663,6 +674,11 @@ def spearman_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], Fl
     return statistic
 
 
+def _counts64(draws: Resamples) -> FloatArray:
+    """:meth:`Resamples.counts` in float64 (for the matrix products of real values), once per chunk."""
+    return draws.shared("counts64", lambda: draws.counts().astype(np.float64))
+
+
 def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
     """Pearson r of each resample (NaN on a constant side), from the count-weighted sums of the
     values centred on the whole sample's means, products and squares (one matrix product)."""
@@ -672,7 +688,7 @@ def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], Flo
     tol_x, tol_y = 1e-9 * float(np.max(xc * xc, initial=0.0)), 1e-9 * float(np.max(yc * yc, initial=0.0))
 
     def statistic(draws: Resamples) -> FloatArray:
-        sx, sy, sxx, syy, sxy = columns.T @ draws.counts() / draws.n
+        sx, sy, sxx, syy, sxy = columns.T @ _counts64(draws) / draws.n
         vx, vy = sxx - sx * sx, syy - sy * sy
         with np.errstate(invalid="ignore", divide="ignore"):
             r = (sxy - sx * sy) / np.sqrt(np.maximum(vx, 0.0) * np.maximum(vy, 0.0))
@@ -689,7 +705,7 @@ def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], Flo
 def sign_agreement_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
     """Sign agreement of each resample: the count-weighted mean of the per-point agreement."""
     agree = (np.sign(x) == np.sign(y)).astype(np.float64)
-    return lambda draws: agree @ draws.counts() / draws.n
+    return lambda draws: agree @ _counts64(draws) / draws.n
 
 
 def kendall_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
@@ -721,16 +737,16 @@ def _blocks(dense: NDArray[np.intp], order: NDArray[np.intp], size: int) -> tupl
     never split a run of tied values: the block of each point, and how many blocks."""
     starts = _runs(dense[order])
     sizes = np.diff(np.append(starts, order.size))
+    before = np.concatenate(([0], np.cumsum(sizes)))  # points before each run
     ids = np.empty(starts.size, dtype=np.intp)
-    block = fill = 0
-    for group, count in enumerate(sizes.tolist()):
-        if fill and fill + count > size:
-            block, fill = block + 1, 0
-        ids[group] = block
-        fill += count
+    block = first = 0
+    while first < starts.size:  # a block takes the next runs while they fit, and at least one
+        stop = max(first + 1, int(np.searchsorted(before, before[first] + size, side="right")) - 1)
+        ids[first:stop] = block
+        block, first = block + 1, stop
     out = np.empty(order.size, dtype=np.intp)
     out[order] = np.repeat(ids, sizes)
-    return out, block + 1
+    return out, block
 
 
 class KendallResampler:
@@ -810,10 +826,12 @@ class KendallResampler:
         """Tau-b of each resample (a column of ``counts``, from :meth:`Resamples.point_counts` with :attr:`dtype`)."""
         rows = counts.shape[1]
         grid = np.asarray(self.cell_sums @ counts).reshape(self.kx, self.ky, rows)
+        # A pair of cells (p', q'), (p, q) with p' < p and q' > q is discordant: summed over q' as
+        # (points of earlier x blocks in y block q') x (points of x block p in earlier y blocks than q').
         before = np.cumsum(grid, axis=0) - grid  # earlier x blocks
-        above = np.cumsum(before[:, ::-1], axis=1)[:, ::-1] - before  # ... and later y blocks
+        left = np.cumsum(grid, axis=1) - grid  # earlier y blocks
         discordant = (
-            np.einsum("pqr,pqr->r", grid, above, dtype=np.float64)
+            np.einsum("pqr,pqr->r", before, left, dtype=np.float64)
             + self._quadratic(counts, self.x_slots, self.x_pairs)
             + self._quadratic(counts, self.y_slots, self.y_pairs)
         )
