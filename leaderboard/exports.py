@@ -10,7 +10,7 @@ import shutil
 import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
-from qval import schema
+from qval import metric_registry, schema
 from qval.schema import PUBLIC_SPLITS
 
 from . import evaluations
@@ -240,8 +240,31 @@ def split_images_zip(dataset: Dataset, split: str) -> Path | None:
 
 
 @dataclass(frozen=True)
+class BoardCell:
+    """One metric column of a board row: the registry entry, the value, and the p-value and 95%
+    interval where the column shows them (:attr:`qval.metric_registry.MetricSpec.board_p`,
+    :attr:`~qval.metric_registry.MetricSpec.board_ci`)."""
+
+    spec: metric_registry.MetricSpec
+    value: float | None
+    p_value: float | None = None
+    ci: tuple[float, float] | None = None
+
+    @property
+    def text(self) -> str:
+        """The value with the metric's precision, ``None`` as ``—``."""
+        return self.spec.format(self.value)
+
+
+@dataclass(frozen=True)
 class BoardRow:
-    """One leaderboard line: a finished submission with its headline metrics and its source badge."""
+    """One leaderboard line: a finished submission with its source badge and the value of every
+    board metric of :mod:`qval.metric_registry` (``scores``, by name).
+
+    Each board metric ``m`` also reads as attributes, the fields of the API and the exports
+    (:meth:`metric_fields`): ``row.m`` its value, ``row.m_p`` its p-value and ``row.m_ci`` its 95%
+    interval where the board shows them, ``row.m_std`` the std over states of a ranking metric.
+    """
 
     submission_id: int
     method: str
@@ -252,43 +275,76 @@ class BoardRow:
     target: str
     modality: str
     backbone: str
-    spearman: float | None
-    spearman_p: float | None
-    kendall_tau: float | None
-    ranking_spearman: float | None
     num_points: int
     submitted_by: str
     date: Any
     source: str = "user"
     rules: str = "qval"
-    spearman_ci: tuple[float, float] | None = None
-    ranking_spearman_std: float | None = None
+    scores: Mapping[str, evaluations.Score] = field(default_factory=dict)
+
+    def cells(self) -> list[BoardCell]:
+        """The board metric columns, in registry order."""
+        out = []
+        for spec in metric_registry.METRICS:
+            if not spec.board:
+                continue
+            score = self.scores.get(spec.name)
+            ci = (score.ci_low, score.ci_high) if score and score.ci_low is not None and score.ci_high is not None else None
+            out.append(BoardCell(spec, score.value if score else None,
+                                 score.p_value if score and spec.board_p else None, ci if spec.board_ci else None))
+        return out
+
+    def metric_fields(self) -> dict[str, Any]:
+        """Every board metric's fields by name (see the class doc), in registry order."""
+        fields: dict[str, Any] = {}
+        for cell in self.cells():
+            name = cell.spec.name
+            fields[name] = cell.value
+            if cell.spec.board_p:
+                fields[f"{name}_p"] = cell.p_value
+            if cell.spec.board_ci:
+                fields[f"{name}_ci"] = cell.ci
+            if cell.spec.kind == "ranking":
+                score = self.scores.get(name)
+                fields[f"{name}_std"] = score.std if score else None
+        return fields
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "scores":  # not set yet (unpickling, copying): no metric lookup
+            raise AttributeError(name)
+        fields = self.metric_fields()
+        if name not in fields:
+            raise AttributeError(f"{type(self).__name__!r} has no attribute or board metric field {name!r}")
+        return fields[name]
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-friendly form for the API."""
-        d = dict(vars(self))
+        """JSON-friendly form for the API: the row's fields and every board metric's."""
+        d = {k: v for k, v in vars(self).items() if k != "scores"}
         d["date"] = self.date.isoformat() if self.date else None
-        d["spearman_ci"] = list(self.spearman_ci) if self.spearman_ci else None
+        for key, value in self.metric_fields().items():
+            d[key] = list(value) if isinstance(value, tuple) else value
         return d
 
 
-SORT_KEYS = {"spearman", "kendall_tau", "ranking_spearman", "num_points", "date", "method", "family"}
+ROW_SORT_KEYS = frozenset({"num_points", "date", "method", "family"})
+"""What a board sorts by besides its metric columns (:func:`sort_keys`)."""
 FILTER_KEYS = evaluations.FILTER_KEYS
 
 
+def sort_keys() -> frozenset[str]:
+    """What a board sorts by: :data:`ROW_SORT_KEYS` and every board metric of the registry."""
+    return ROW_SORT_KEYS | frozenset(metric_registry.BOARD)
+
+
 def board_row(e: evaluations.Evaluation) -> BoardRow:
-    """The leaderboard line of one evaluation."""
-    rho = e.scores.get("spearman")
-    ranking = e.scores.get("ranking_spearman")
+    """The leaderboard line of one evaluation: its board metrics' scores, and the points of the
+    first of them it has (the global metrics' points, else the states of the ranking one)."""
+    scores = {name: e.scores[name] for name in metric_registry.BOARD if name in e.scores}
     return BoardRow(
         submission_id=e.submission_id, method=e.method, family=e.family_name, environment=e.environment,
         dataset=e.dataset, split=e.split, target=e.target, modality=e.modality, backbone=e.backbone,
-        spearman=rho.value if rho else None, spearman_p=rho.p_value if rho else None,
-        kendall_tau=e.value("kendall_tau"), ranking_spearman=ranking.value if ranking else None,
-        num_points=rho.num_points if rho else (ranking.num_points if ranking else 0),
-        submitted_by=e.submitted_by, date=e.date, source=e.source, rules=e.rules,
-        spearman_ci=(rho.ci_low, rho.ci_high) if rho and rho.ci_low is not None and rho.ci_high is not None else None,
-        ranking_spearman_std=ranking.std if ranking else None,
+        num_points=next((score.num_points for score in scores.values()), 0),
+        submitted_by=e.submitted_by, date=e.date, source=e.source, rules=e.rules, scores=scores,
     )
 
 
@@ -310,7 +366,7 @@ def _sorted_rows(selected: list[evaluations.Evaluation], sort: str, search: str)
                                                for v in (e.method, e.backbone, e.dataset, e.submitted_by, e.environment))]
     rows = [board_row(e) for e in selected]
     key = sort.lstrip("-")
-    if key not in SORT_KEYS:
+    if key not in sort_keys():
         key, sort = "spearman", "-spearman"
     descending = sort.startswith("-")
     present = [r for r in rows if getattr(r, key) is not None]
@@ -319,11 +375,23 @@ def _sorted_rows(selected: list[evaluations.Evaluation], sort: str, search: str)
     return present + missing
 
 
-BOARD_COLUMNS = [
-    "submission_id", "method", "family", "environment", "dataset", "split", "target", "modality", "backbone",
-    "spearman", "spearman_p", "spearman_ci_low", "spearman_ci_high", "kendall_tau", "ranking_spearman",
-    "ranking_spearman_std", "num_points", "source", "rules", "submitted_by", "date",
-]
+ROW_COLUMNS = ("submission_id", "method", "family", "environment", "dataset", "split", "target", "modality", "backbone")
+"""The export's columns before the metrics; after them come :data:`TAIL_COLUMNS`."""
+TAIL_COLUMNS = ("num_points", "source", "rules", "submitted_by", "date")
+
+
+def board_columns() -> list[str]:
+    """The CSV export's header: :data:`ROW_COLUMNS`, each board metric's fields from the registry
+    (its value, ``_p``, ``_ci_low``/``_ci_high``, ``_std`` where :meth:`BoardRow.metric_fields` has
+    them), then :data:`TAIL_COLUMNS`."""
+    metrics: list[str] = []
+    for spec in metric_registry.METRICS:
+        if spec.board:
+            metrics.append(spec.name)
+            metrics += [f"{spec.name}_p"] if spec.board_p else []
+            metrics += [f"{spec.name}_ci_low", f"{spec.name}_ci_high"] if spec.board_ci else []
+            metrics += [f"{spec.name}_std"] if spec.kind == "ranking" else []
+    return [*ROW_COLUMNS, *metrics, *TAIL_COLUMNS]
 
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -353,15 +421,17 @@ def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def board_export(rows: list[BoardRow], fmt: str) -> HttpResponse:
-    """A download of leaderboard rows: ``csv`` (:data:`BOARD_COLUMNS`) or ``json`` (``{"rows": [...]}``)."""
+    """A download of leaderboard rows: ``csv`` (:func:`board_columns`) or ``json`` (``{"rows": [...]}``)."""
     if fmt == "json":
         response = JsonResponse({"rows": [r.as_dict() for r in rows]}, json_dumps_params={"ensure_ascii": False})
     else:
         lines = []
         for r in rows:
             d = r.as_dict()
-            d["spearman_ci_low"], d["spearman_ci_high"] = d.pop("spearman_ci") or [None, None]
+            for cell in r.cells():
+                if cell.spec.board_ci:
+                    d[f"{cell.spec.name}_ci_low"], d[f"{cell.spec.name}_ci_high"] = cell.ci or (None, None)
             lines.append(d)
-        response = HttpResponse(csv_text(BOARD_COLUMNS, lines), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(csv_text(board_columns(), lines), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
     return response

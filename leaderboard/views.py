@@ -47,7 +47,7 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
         request,
         "leaderboard/scoring.html",
         {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
-         "ladder_resamples": ladder.RESAMPLES},
+         "ladder_resamples": ladder.RESAMPLES, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS},
     )
 
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from qval import build, hidden, labelling, schema
+from qval import build, hidden, labelling, metrics, schema
 from qval.envs.base import Environment, Snapshot
 
 DATASET_SLUGS: dict[str, str] = {"frozenlake": "frozenlake-8x8", "alfworld": "alfworld-pick-place", "miniwob": "miniwob"}
@@ -418,9 +418,7 @@ class Summary:
 
 def _bootstrap(values: np.ndarray, seed: int, resamples: int) -> Interval:
     """Mean of ``values`` and the 2.5/97.5 percentiles of its resampled means."""
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(resamples, len(values)))
-    means = values[idx].mean(axis=1)
+    means = metrics.bootstrap(lambda draws: values[draws.idx].mean(axis=1), len(values), resamples, seed)
     return Interval(float(values.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
 
 
@@ -456,13 +454,8 @@ def rank_correlation(x: Sequence[float], y: Sequence[float], *, seed: int = 0, r
     if len(xs) < 3:
         return None
     rho = float(spearmanr(xs, ys).statistic)
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(resamples):
-        idx = rng.integers(0, len(xs), size=len(xs))
-        if np.ptp(xs[idx]) == 0 or np.ptp(ys[idx]) == 0:
-            continue
-        values.append(float(spearmanr(xs[idx], ys[idx]).statistic))
-    if not values:
+    resampled = metrics.bootstrap(metrics.spearman_resampler(xs, ys), len(xs), resamples, seed)
+    values = resampled[~np.isnan(resampled)]
+    if not values.size:
         return Interval(rho, math.nan, math.nan)
     return Interval(rho, float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5)))

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from qval import metrics
+from qval import metric_registry, metrics
 from qval.metrics import MIN_USABLE_POINTS
 
 FloatArray = NDArray[np.float64]
@@ -74,9 +74,9 @@ def _common_points(
     labels: ArrayLike, scores_a: ArrayLike, scores_b: ArrayLike, rules: str
 ) -> tuple[FloatArray, FloatArray, FloatArray, int]:
     """Labels, A and B at the points where none of the three is NaN, and how many were dropped."""
-    x = metrics._finite_or_nan(labels, "labels", rules)
-    a = metrics._finite_or_nan(scores_a, "scores_a", rules)
-    b = metrics._finite_or_nan(scores_b, "scores_b", rules)
+    x = metrics.finite_or_nan(labels, "labels", rules)
+    a = metrics.finite_or_nan(scores_a, "scores_a", rules)
+    b = metrics.finite_or_nan(scores_b, "scores_b", rules)
     if not x.shape == a.shape == b.shape:
         raise ValueError(f"labels, scores_a and scores_b differ in length: {x.size}, {a.size}, {b.size}")
     keep = ~(np.isnan(x) | np.isnan(a) | np.isnan(b))
@@ -107,94 +107,110 @@ def paired_bootstrap(
     min_points: int = MIN_USABLE_POINTS,
     rules: str = metrics.QVAL_RULES,
 ) -> PairedComparison:
-    """Paired bootstrap of ``metric(labels, A) - metric(labels, B)``.
+    """Paired bootstrap of ``metric(labels, A) - metric(labels, B)``: :func:`paired_bootstraps`
+    of one metric."""
+    return paired_bootstraps(labels, scores_a, scores_b, metric_names=(metric,), resamples=resamples, seed=seed,
+                             level=level, min_points=min_points, rules=rules)[metric]
 
-    ``metric`` is one of :data:`qval.metrics.POINT_METRICS`.  Points where the label, A or
-    B is NaN are dropped first.  Each resample draws point indices with replacement and
-    evaluates both methods on the *same* indices, so the difference keeps the pairing (the
-    two methods' errors on the same points are correlated).  Resamples on which either
-    metric is undefined (a constant side) are left out.  Every metric is vectorised over
-    resamples (Kendall's tau-b exactly as :func:`scipy.stats.kendalltau` on each resample,
-    up to :data:`qval.metrics.KENDALL_VECTOR_MAX_POINTS` points), with work capped as in
-    :func:`qval.metrics.bootstrap_point_ci`.  The same inputs and ``seed`` always give the
-    same result, and swapping A and B negates the difference and the interval.  ``rules``
+
+def paired_bootstraps(
+    labels: ArrayLike,
+    scores_a: ArrayLike,
+    scores_b: ArrayLike,
+    *,
+    metric_names: Sequence[str] = metrics.POINT_METRICS,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    min_points: int = MIN_USABLE_POINTS,
+    rules: str = metrics.QVAL_RULES,
+) -> dict[str, PairedComparison]:
+    """Paired bootstrap of ``metric(labels, A) - metric(labels, B)`` for each of ``metric_names``
+    (point metrics of :mod:`qval.metric_registry`), keyed by metric in the order given.
+
+    Points where the label, A or B is NaN are dropped first.  Each resample draws point indices
+    with replacement and evaluates both methods on the *same* indices, so the difference keeps
+    the pairing (the two methods' errors on the same points are correlated).  Every metric reads
+    the same resamples (one :func:`qval.metrics.bootstrap` pass per distinct work cap), each with
+    its registered resampler, so what they share (how often each point is drawn, the labels'
+    ranks) is computed once.  Resamples on which either metric is undefined (a constant side)
+    are left out.  Work is capped as in :func:`qval.metrics.bootstrap_point_ci`, and above
+    :data:`qval.metrics.BOOTSTRAP_SUBSAMPLE_POINTS` common points a seeded subsample is
+    resampled and its spread rescaled (:func:`qval.metrics.bootstrap_subsample`).  The same
+    inputs and ``seed`` always give the same result, a metric the same whichever others are
+    asked with it, and swapping A and B negates the difference and the interval.  ``rules``
     (:data:`qval.metrics.RULES`) are those both submissions were scored under: ``qval-v1.0``
     keeps infinite scores as :func:`qval.metrics.correlate` does, ours refuse them.
     """
     metrics.check_rules(rules)
-    metrics._check_metric(metric)
-    metrics._check_min_points(min_points)
-    metrics._check_bootstrap(resamples, level)
+    specs = {name: metrics.point_metric(name) for name in metric_names}
+    metrics.check_min_points(min_points)
+    metrics.check_bootstrap(resamples, level)
     x, a, b, dropped = _common_points(labels, scores_a, scores_b, rules)
     n = int(x.size)
 
     def result(
+        metric: str,
         rho_a: float | None = None,
         rho_b: float | None = None,
-        low: float | None = None,
-        high: float | None = None,
-        p_value: float | None = None,
+        differences: FloatArray | None = None,
         drawn: int = 0,
-        undefined: int = 0,
-        std_error: float | None = None,
     ) -> PairedComparison:
         difference = None if rho_a is None or rho_b is None else rho_a - rho_b
+        low = high = p_value = std_error = None
+        undefined = 0
+        if differences is not None:
+            defined = differences[~np.isnan(differences)]
+            undefined = drawn - int(defined.size)
+            if defined.size:
+                tail = (1.0 - level) / 2.0
+                low, high = (float(v) for v in np.quantile(defined, [tail, 1.0 - tail]))
+                p_value = _bootstrap_p_value(defined)
+                std_error = float(defined.std(ddof=1)) if defined.size > 1 else None
         return PairedComparison(
             metric, rho_a, rho_b, difference, low, high, p_value, level, n, dropped, drawn, undefined, seed,
             insufficient=n < min_points, std_error=std_error,
         )
 
     if n < min_points:
-        return result()
-    rho_a = metrics.correlate(x, a, metric, min_points=min_points, rules=rules).value
-    rho_b = metrics.correlate(x, b, metric, min_points=min_points, rules=rules).value
-    if rho_a is None or rho_b is None:
-        return result(rho_a, rho_b)
+        return {name: result(name) for name in specs}
+    estimates = {name: (metrics.correlate(x, a, name, min_points=min_points, rules=rules).value,
+                        metrics.correlate(x, b, name, min_points=min_points, rules=rules).value) for name in specs}
+    out = {name: result(name, *estimates[name]) for name in specs}
+    sub = metrics.bootstrap_subsample(n, seed)
+    points = (x, a, b) if sub is None else (x[sub.points], a[sub.points], b[sub.points])
+    m = int(points[0].size)
+    todo = [name for name in specs if None not in estimates[name] and specs[name].resampler is not None]
+    by_total: dict[int, list[str]] = {}
+    for name in todo:
+        by_total.setdefault(metrics.capped_resamples(resamples, m, specs[name].bootstrap_max_work), []).append(name)
+    for total, names in by_total.items():
+        differences = _paired_differences(points, [specs[name] for name in names], total, seed)
+        for name, d in zip(names, differences):
+            if sub is not None:  # deviations from the subsample's own difference, rescaled to n points
+                centre_a, centre_b = (metrics.correlate(points[0], s, name, min_points=min_points, rules=rules).value
+                                      for s in points[1:])
+                if centre_a is None or centre_b is None:
+                    continue
+                rho_a, rho_b = estimates[name]
+                d = (rho_a - rho_b) + sub.scale * (d - (centre_a - centre_b))  # type: ignore[operator]
+            out[name] = result(name, *estimates[name], differences=d, drawn=total)
+    return out
 
-    max_work = metrics.KENDALL_BOOTSTRAP_MAX_WORK if metric == "kendall_tau" else metrics.BOOTSTRAP_MAX_WORK
-    total = metrics._capped(resamples, n, max_work)
-    differences = _paired_differences(x, a, b, metric, total, seed)
-    defined = differences[~np.isnan(differences)]
-    undefined = total - int(defined.size)
-    if not defined.size:
-        return result(rho_a, rho_b, drawn=total, undefined=undefined)
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(defined, [tail, 1.0 - tail])
-    std_error = float(defined.std(ddof=1)) if defined.size > 1 else None
-    return result(rho_a, rho_b, float(low), float(high), _bootstrap_p_value(defined), total, undefined, std_error)
 
+def _paired_differences(
+    points: tuple[FloatArray, FloatArray, FloatArray], specs: Sequence[metric_registry.MetricSpec], total: int,
+    seed: int,
+) -> list[FloatArray]:
+    """``metric(x, a) - metric(x, b)`` of each metric of ``specs`` on the same ``total`` seeded
+    resamples (NaN where undefined), ``points = (x, a, b)``."""
+    x, a, b = points
+    pairs = [(spec.resample(x, a), spec.resample(x, b)) for spec in specs]
 
-def _paired_differences(x: FloatArray, a: FloatArray, b: FloatArray, metric: str, total: int, seed: int) -> FloatArray:
-    """``metric(x, a) - metric(x, b)`` on ``total`` seeded resamples (NaN where undefined)."""
-    n = int(x.size)
-    if metric == "spearman":
-        # The labels' ranks are shared by both methods: rank them once per resample.
-        dense = [stats.rankdata(v, method="dense").astype(np.intp) - 1 for v in (x, a, b)]
-        groups = [int(d.max()) + 1 for d in dense]
+    def statistic(draws: metrics.Resamples) -> FloatArray:
+        return np.stack([stat_a(draws) - stat_b(draws) for stat_a, stat_b in pairs], axis=1)
 
-        def statistic(idx: NDArray[np.intp]) -> FloatArray:
-            rx, ra, rb = (metrics._resample_ranks(d, g, idx).reshape(idx.shape) for d, g in zip(dense, groups))
-            return metrics._row_pearson(rx, ra) - metrics._row_pearson(rx, rb)
-
-    elif metric == "kendall_tau" and n <= metrics.KENDALL_VECTOR_MAX_POINTS:
-        # Both taus read the same resampled counts: draw them once per resample.
-        tau_a, tau_b = metrics._KendallResampler(x, a), metrics._KendallResampler(x, b)
-
-        def statistic(idx: NDArray[np.intp]) -> FloatArray:
-            counts = metrics._resample_counts(idx, n, tau_a.dtype)
-            return tau_a(counts) - tau_b(counts)
-
-    else:
-        stat_a = metrics._resample_statistic(x, a, metric)
-        stat_b = metrics._resample_statistic(x, b, metric)
-
-        def statistic(idx: NDArray[np.intp]) -> FloatArray:
-            return stat_a(idx) - stat_b(idx)
-
-    rng = np.random.default_rng(seed)
-    chunk = max(1, metrics.BOOTSTRAP_CHUNK_ELEMENTS // n)
-    parts = [statistic(rng.integers(0, n, size=(min(chunk, total - start), n))) for start in range(0, total, chunk)]
-    return np.concatenate(parts)
+    return list(metrics.bootstrap(statistic, int(x.size), total, seed).reshape(total, len(specs)).T)
 
 
 # -- Friedman test and Nemenyi critical difference --------------------------------------

@@ -36,10 +36,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special, stats
+from scipy import sparse, special, stats
 
 from qval import metric_registry
 
@@ -47,33 +48,27 @@ MIN_USABLE_POINTS: int = 50
 """Fewest pairs a pointwise correlation is reported on (the reference's
 ``min_usable_correlation_points``)."""
 
-POINT_METRICS: tuple[str, ...] = metric_registry.POINT
-"""Every pointwise metric, in the order they are reported (from :mod:`qval.metric_registry`)."""
-
-_CORRELATION_METRICS: frozenset[str] = frozenset({"spearman", "kendall_tau", "pearson"})
-"""Metrics that are undefined (``None``) when either side is constant."""
+POINT_METRICS: Sequence[str] = metric_registry.POINT
+"""Every pointwise metric, in the order they are reported (read from :mod:`qval.metric_registry`
+each time, so a registered metric is among them)."""
 
 BOOTSTRAP_CHUNK_ELEMENTS: int = 1 << 21
 """Resampled pairs held in memory at once by the vectorised bootstrap (per array)."""
 
-BOOTSTRAP_MAX_WORK: int = 100_000_000
-"""Cap on resamples x pairs for the vectorised bootstrap metrics (pearson, spearman,
-sign_agreement); beyond it fewer resamples are drawn, but never fewer than
-:data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES`."""
+BOOTSTRAP_SUBSAMPLE_POINTS: int = 20_000
+"""Largest sample a point bootstrap resamples whole; a larger one is bootstrapped on a seeded
+random subsample of this many points, its spread rescaled (:func:`bootstrap_subsample`)."""
 
-KENDALL_BOOTSTRAP_MAX_WORK: int = 10_000_000
-"""The same cap for ``kendall_tau`` (vectorised up to :data:`KENDALL_VECTOR_MAX_POINTS`
-points, one resample at a time beyond)."""
-
-KENDALL_VECTOR_MAX_POINTS: int = 20_000
-"""Largest sample whose bootstrap Kendall tau is computed by :class:`_KendallResampler`
+KENDALL_VECTOR_MAX_POINTS: int = BOOTSTRAP_SUBSAMPLE_POINTS
+"""Largest sample whose bootstrap Kendall tau is computed by :class:`KendallResampler`
 (vectorised over resamples; its block matrices grow as ``n ** 1.5``, 23 MB at the limit); larger samples
-call :func:`scipy.stats.kendalltau` once per resample."""
+(only when the subsample is made larger) call :func:`scipy.stats.kendalltau` once per resample."""
 
 BOOTSTRAP_MIN_CAPPED_RESAMPLES: int = 100
 """Resamples drawn at least when a work cap applies (unless fewer were requested)."""
 
 FloatArray = NDArray[np.float64]
+T = TypeVar("T")
 
 QVAL_RULES, REFERENCE_RULES, RULES = metric_registry.QVAL_RULES, metric_registry.REFERENCE_RULES, metric_registry.RULES
 
@@ -121,7 +116,7 @@ class Correlation:
         return significance_marks(self.p_value)
 
 
-def _finite_or_nan(values: ArrayLike, name: str, rules: str = QVAL_RULES) -> FloatArray:
+def finite_or_nan(values: ArrayLike, name: str, rules: str = QVAL_RULES) -> FloatArray:
     """``values`` as a 1-D float64 array; ``ValueError`` if it is not 1-D or, under our
     rules, holds ±inf."""
     array = np.asarray(values, dtype=np.float64)
@@ -135,8 +130,8 @@ def _finite_or_nan(values: ArrayLike, name: str, rules: str = QVAL_RULES) -> Flo
 def _paired(labels: ArrayLike, scores: ArrayLike, rules: str = QVAL_RULES) -> tuple[FloatArray, FloatArray, int]:
     """Labels and scores with every pair holding a NaN removed, and how many were removed."""
     check_rules(rules)
-    x = _finite_or_nan(labels, "labels", rules)
-    y = _finite_or_nan(scores, "scores", rules)
+    x = finite_or_nan(labels, "labels", rules)
+    y = finite_or_nan(scores, "scores", rules)
     if x.shape != y.shape:
         raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
     keep = ~(np.isnan(x) | np.isnan(y))
@@ -157,32 +152,52 @@ def _optional(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _check_metric(metric: str) -> None:
+def point_metric(metric: str) -> metric_registry.MetricSpec:
+    """The registry entry of the point metric ``metric``; ``ValueError`` naming the point metrics."""
     if metric not in POINT_METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(POINT_METRICS)}")
+    return metric_registry.get(metric)
 
 
-def _check_min_points(min_points: int) -> None:
+def check_min_points(min_points: int) -> None:
+    """``ValueError`` unless ``min_points`` is at least 2."""
     if min_points < 2:
         raise ValueError(f"min_points must be at least 2, got {min_points}")
 
 
-def _statistic(x: FloatArray, y: FloatArray, metric: str) -> tuple[float | None, float | None]:
-    """(value, p-value) of ``metric`` on NaN-free pairs (at least two of them)."""
-    if metric == "sign_agreement":
-        agree = int(np.count_nonzero(np.sign(x) == np.sign(y)))
-        return agree / x.size, float(stats.binomtest(agree, x.size, 0.5).pvalue)
-    if _is_constant(x) or _is_constant(y):
+def _statistic(x: FloatArray, y: FloatArray, spec: metric_registry.MetricSpec) -> tuple[float | None, float | None]:
+    """(value, p-value) of the point metric ``spec`` on NaN-free pairs (at least two of them):
+    its registered function, or ``(None, None)`` when it is undefined on a constant side."""
+    if spec.constant_undefined and (_is_constant(x) or _is_constant(y)):
         return None, None
-    if metric == "spearman":
-        return _spearman(x, y)
-    if metric == "kendall_tau":
-        result = stats.kendalltau(x, y)
-    else:
-        with np.errstate(invalid="ignore"):  # an infinite value (reference rules): undefined, no warning
-            result = stats.pearsonr(x, y)
-    value = _optional(result.statistic)
-    return value, (None if value is None else _optional(result.pvalue))
+    value, p_value = spec.compute(x, y)
+    return (None if value is None else float(value)), (None if p_value is None else float(p_value))
+
+
+def _scipy_result(value: float, p_value: float) -> tuple[float | None, float | None]:
+    """A scipy (statistic, p-value) with NaN as ``None`` (no p-value without a value)."""
+    value_ = _optional(value)
+    return value_, (None if value_ is None else _optional(p_value))
+
+
+def sign_agreement(x: FloatArray, y: FloatArray) -> tuple[float, float]:
+    """Fraction of pairs with ``sign(x) == sign(y)`` and the two-sided binomial p-value against 0.5."""
+    agree = int(np.count_nonzero(np.sign(x) == np.sign(y)))
+    return agree / x.size, float(stats.binomtest(agree, x.size, 0.5).pvalue)
+
+
+def kendall_tau(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]:
+    """:func:`scipy.stats.kendalltau` (tau-b) and its two-sided p-value."""
+    result = stats.kendalltau(x, y)
+    return _scipy_result(result.statistic, result.pvalue)
+
+
+def pearson(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]:
+    """:func:`scipy.stats.pearsonr` and its two-sided p-value (an infinite value, kept under the
+    reference rules, makes it undefined without a warning)."""
+    with np.errstate(invalid="ignore"):
+        result = stats.pearsonr(x, y)
+    return _scipy_result(result.statistic, result.pvalue)
 
 
 def _average_ranks(values: FloatArray) -> FloatArray:
@@ -199,7 +214,7 @@ def _average_ranks(values: FloatArray) -> FloatArray:
     return ranks
 
 
-def _spearman(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]:
+def spearman(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]:
     """``scipy.stats.spearmanr(x, y)`` (non-constant, NaN-free inputs), without its overhead.
 
     The Pearson correlation of the average ranks, and scipy's two-sided p-value from
@@ -222,7 +237,7 @@ def _spearman(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]
 def _correlation(x: FloatArray, y: FloatArray, metric: str, num_dropped: int, min_points: int) -> Correlation:
     if x.size < min_points:
         return Correlation(metric, None, None, int(x.size), num_dropped, insufficient=True)
-    value, p_value = _statistic(x, y, metric)
+    value, p_value = _statistic(x, y, metric_registry.get(metric))
     return Correlation(metric, value, p_value, int(x.size), num_dropped, insufficient=False)
 
 
@@ -234,8 +249,8 @@ def correlate(
 
     Pairs with a NaN on either side are dropped first.  ``min_points`` must be at least 2.
     """
-    _check_metric(metric)
-    _check_min_points(min_points)
+    point_metric(metric)
+    check_min_points(min_points)
     x, y, dropped = _paired(labels, scores, rules)
     return _correlation(x, y, metric, dropped, min_points)
 
@@ -255,8 +270,8 @@ def point_metrics(
     take about half a second.
     """
     for metric in metrics:
-        _check_metric(metric)
-    _check_min_points(min_points)
+        point_metric(metric)
+    check_min_points(min_points)
     x, y, dropped = _paired(labels, scores, rules)
     return {metric: _correlation(x, y, metric, dropped, min_points) for metric in metrics}
 
@@ -294,7 +309,7 @@ def state_ranking_spearman(labels: ArrayLike, scores: ArrayLike, rules: str = QV
     Under the reference rules a state with any NaN score is skipped (``None``) and one
     where every candidate got the same score is NaN.
     """
-    if rules == REFERENCE_RULES and np.isnan(_finite_or_nan(scores, "scores", rules)).any():
+    if rules == REFERENCE_RULES and np.isnan(finite_or_nan(scores, "scores", rules)).any():
         return None
     x, y, _ = _paired(labels, scores, rules)
     if x.size < 2 or _is_constant(x):
@@ -434,8 +449,8 @@ def selection_metrics(groups: Iterable[tuple[ArrayLike, ArrayLike]], rules: str 
     pair_credit = 0.0
     num_pairs = 0
     for labels, scores in groups:
-        x = _finite_or_nan(labels, "labels", rules)
-        y = _finite_or_nan(scores, "scores", rules)
+        x = finite_or_nan(labels, "labels", rules)
+        y = finite_or_nan(scores, "scores", rules)
         if x.shape != y.shape:
             raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
         labelled = ~np.isnan(x)
@@ -465,6 +480,21 @@ def selection_metrics(groups: Iterable[tuple[ArrayLike, ArrayLike]], rules: str 
     )
 
 
+def top1_accuracy(selection: Selection) -> tuple[float | None, int]:
+    """The selection row ``top1_accuracy``: its value and the states it is over."""
+    return selection.top1_accuracy, selection.num_states
+
+
+def regret_at_1(selection: Selection) -> tuple[float | None, int]:
+    """The selection row ``regret_at_1``: its value and the states it is over."""
+    return selection.regret_at_1, selection.num_states
+
+
+def pairwise_accuracy(selection: Selection) -> tuple[float | None, int]:
+    """The selection row ``pairwise_accuracy``: its value and the candidate pairs it is over."""
+    return selection.pairwise_accuracy, selection.num_pairs
+
+
 # -- bootstrap confidence intervals -----------------------------------------------------
 
 
@@ -474,16 +504,20 @@ class Interval:
 
     ``low``/``high`` are ``None`` when the statistic cannot be bootstrapped (too few values,
     undefined on the full sample, or undefined on every resample).  ``resamples`` is the
-    number of resamples drawn, which a work cap may make smaller than requested.
+    number of resamples drawn, which a work cap may make smaller than requested;
+    ``subsample``: the points resampled when the sample was larger than
+    :data:`BOOTSTRAP_SUBSAMPLE_POINTS` (:func:`bootstrap_subsample`), else ``None``.
     """
 
     low: float | None
     high: float | None
     level: float
     resamples: int
+    subsample: int | None = None
 
 
-def _check_bootstrap(resamples: int, level: float) -> None:
+def check_bootstrap(resamples: int, level: float) -> None:
+    """``ValueError`` unless ``resamples`` is at least 1 and ``level`` lies in (0, 1)."""
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, got {resamples}")
     if not 0.0 < level < 1.0:
@@ -500,45 +534,197 @@ def _percentile_interval(statistics: FloatArray, level: float, resamples: int) -
     return Interval(float(low), float(high), level, resamples)
 
 
-def _capped(resamples: int, n: int, max_work: int) -> int:
-    """Resamples to draw for ``n`` values under a resamples x values budget of ``max_work``."""
+def capped_resamples(resamples: int, n: int, max_work: int) -> int:
+    """Resamples to draw for ``n`` values under a resamples x values budget of ``max_work``
+    (never fewer than :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES`, unless fewer were asked)."""
     return min(resamples, max(BOOTSTRAP_MIN_CAPPED_RESAMPLES, max_work // max(n, 1)))
 
 
-def _row_pearson(a: FloatArray, b: FloatArray) -> FloatArray:
-    """Pearson correlation of each row of ``a`` with the same row of ``b`` (NaN if constant)."""
-    constant = (a.min(axis=1) == a.max(axis=1)) | (b.min(axis=1) == b.max(axis=1))
-    a = a - a.mean(axis=1, keepdims=True)
-    b = b - b.mean(axis=1, keepdims=True)
+class Resamples:
+    """One chunk of bootstrap resamples of ``n`` points: ``idx[r]`` are the points resample ``r``
+    draws.  What several statistics read is derived once per chunk and shared: how often each
+    point is drawn (:meth:`counts`, :meth:`point_counts`) and anything a statistic keeps with
+    :meth:`shared` (the labels' resampled ranks, which both methods of a comparison use)."""
+
+    def __init__(self, idx: NDArray[np.intp], n: int) -> None:
+        self.idx = idx
+        self.n = n
+        self.rows = int(idx.shape[0])
+        self._shared: dict[object, object] = {}
+
+    def shared(self, key: object, make: Callable[[], T]) -> T:
+        """``make()``, computed once per chunk for ``key``."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> type:
+        """The float type of :meth:`counts`: float32 while every count, rank and cumulative count is
+        an exact float32 (below 2**22 points), else float64."""
+        return np.float32 if self.n < 1 << 22 else np.float64
+
+    def counts(self) -> NDArray[np.floating]:
+        """How often each point is drawn in each resample: an ``(n, rows)`` array of :attr:`dtype`
+        (point major, so gathering points copies contiguous rows; each column sums to ``n``)."""
+        return self.point_counts(self.dtype)[: self.n]
+
+    def point_counts(self, dtype: type = np.float64) -> NDArray[np.floating]:
+        """How often each point is drawn, ``(n + 1, rows)`` in ``dtype``, whose last row is zero
+        (the padding slot of :class:`KendallResampler`)."""
+        def drawn() -> NDArray[np.intp]:
+            flat = (self.idx + (np.arange(self.rows) * self.n)[:, None]).ravel()  # one resample at a time
+            return np.bincount(flat, minlength=self.rows * self.n).reshape(self.rows, self.n)
+
+        def make() -> NDArray[np.floating]:
+            out = np.zeros((self.n + 1, self.rows), dtype=dtype)
+            out[: self.n] = self.shared("drawn", drawn).T
+            return out
+        return self.shared(("point_counts", dtype), make)
+
+
+def bootstrap(statistic: Callable[[Resamples], FloatArray], n: int, resamples: int, seed: int) -> FloatArray:
+    """The one bootstrap loop: ``statistic`` of ``resamples`` seeded resamples of ``n`` points
+    (each draws ``n`` indices with replacement), in chunks of at most
+    :data:`BOOTSTRAP_CHUNK_ELEMENTS` drawn indices.  The same ``seed`` draws the same resamples."""
+    rng = np.random.default_rng(seed)
+    chunk = max(1, BOOTSTRAP_CHUNK_ELEMENTS // max(n, 1))
+    parts = [statistic(Resamples(rng.integers(0, n, size=(min(chunk, resamples - start), n)), n))
+             for start in range(0, resamples, chunk)]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+@dataclass(frozen=True)
+class Subsample:
+    """The points a large sample's bootstrap resamples (:func:`bootstrap_subsample`): ``points``
+    (sorted indices) and ``scale = sqrt(m / n)``, by which a deviation of the subsample's
+    resampled statistic from its own value is shrunk to the full sample's spread."""
+
+    points: NDArray[np.intp]
+    scale: float
+
+
+def bootstrap_subsample(n: int, seed: int) -> Subsample | None:
+    """``None`` for at most :data:`BOOTSTRAP_SUBSAMPLE_POINTS` points (they are resampled whole);
+    else a seeded random subsample of that many points, without replacement.
+
+    A statistic with ``sqrt(n)`` asymptotics (every correlation here) varies on ``m`` points
+    ``sqrt(n / m)`` times as much as on ``n``: the interval is the full-sample estimate plus the
+    subsample's bootstrap deviations (resample minus subsample estimate) times ``sqrt(m / n)``
+    (subsampling, Politis & Romano 1994), at the cost of the ``m``-point bootstrap.
+    """
+    if n <= BOOTSTRAP_SUBSAMPLE_POINTS:
+        return None
+    points = np.sort(np.random.default_rng([seed, n]).choice(n, BOOTSTRAP_SUBSAMPLE_POINTS, replace=False))
+    return Subsample(points, math.sqrt(BOOTSTRAP_SUBSAMPLE_POINTS / n))
+
+
+def _centred_ranks(values: FloatArray) -> Callable[[Resamples], NDArray[np.floating]]:
+    """Per resample, the average rank (ties averaged, as :func:`scipy.stats.rankdata`) of each
+    point among the drawn values, minus the mean rank ``(n + 1) / 2``: ``(n, rows)``.
+
+    Counting how often each distinct value is drawn gives every rank without sorting a resample:
+    a value's average rank is the number of drawn values below it plus (its count + 1) / 2.
+    Every rank is a multiple of 1/2 (exact in :attr:`Resamples.dtype`), so the count-weighted sums
+    of products are exact in float64."""
+    dense = stats.rankdata(values, method="dense").astype(np.intp) - 1
+    order = np.argsort(dense, kind="stable")
+    runs = _runs(dense[order])
+    tied = runs.size < values.size
+    position = dense if tied else np.argsort(order)  # where each point's rank is in ``average``
+
+    def ranks(draws: Resamples) -> NDArray[np.floating]:
+        group = np.take(draws.counts(), order, axis=0)
+        if tied:
+            group = np.add.reduceat(group, runs, axis=0)
+        average = np.cumsum(group, axis=0)
+        group -= 1.0
+        group *= 0.5
+        group += (draws.n + 1) / 2.0
+        average -= group
+        return np.take(average, position, axis=0)
+
+    return ranks
+
+
+def _weighted_correlation(
+    counts: NDArray[np.floating], a: NDArray[np.floating], b: NDArray[np.floating]
+) -> FloatArray:
+    """Per column of ``counts`` (how often each point is drawn), the Pearson correlation of the
+    drawn ``a`` and ``b``, each already centred on its drawn mean (NaN where a side is exactly 0)."""
+    def weighted(u: NDArray[np.floating], v: NDArray[np.floating]) -> FloatArray:
+        return np.einsum("ir,ir,ir->r", counts, u, v, dtype=np.float64)
+
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.einsum("ij,ij->i", a, b) / np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
-    r[constant] = np.nan
+        r = weighted(a, b) / np.sqrt(weighted(a, a) * weighted(b, b))
     return np.clip(r, -1.0, 1.0)
 
 
-def _resample_ranks(dense: NDArray[np.intp], num_groups: int, idx: NDArray[np.intp]) -> FloatArray:
-    """Average ranks (1-based, ties averaged) of the values drawn in each row of ``idx``.
+def spearman_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
+    """Spearman rho of each resample, as :func:`scipy.stats.spearmanr` on the drawn pairs (NaN on a
+    constant side): the correlation of the resampled average ranks weighted by how often each point
+    is drawn.  The ranks of ``x`` are shared by every statistic on the same ``x`` array and chunk."""
+    rank_x, rank_y = _centred_ranks(x), _centred_ranks(y)
 
-    ``dense[i]`` is the dense rank (0-based) of value ``i`` among ``num_groups`` distinct
-    values.  Counting how often each distinct value was drawn gives every rank without
-    sorting a resample: a value's average rank is the number of drawn values below it plus
-    (its count + 1) / 2.
-    """
-    rows, n = idx.shape
-    drawn = dense[idx] + (np.arange(rows) * num_groups)[:, None]
-    counts = np.bincount(drawn.ravel(), minlength=rows * num_groups).astype(np.float64)
-    counts = counts.reshape(rows, num_groups)
-    average = np.cumsum(counts, axis=1) - (counts - 1.0) / 2.0
-    return average.ravel()[drawn]
+    def statistic(draws: Resamples) -> FloatArray:
+        rx = draws.shared(("ranks", id(x)), lambda: (x, rank_x(draws)))[1]
+        ry = rank_y(draws)
+        return _weighted_correlation(draws.counts(), rx, ry)  # a constant side: exactly 0 / 0
+
+    return statistic
 
 
-def _resample_counts(idx: NDArray[np.intp], n: int, dtype: type = np.float64) -> NDArray[np.floating]:
-    """How often each of ``n`` points is drawn in each row of ``idx``: an ``(n + 1, rows)``
-    array whose last row is zero (the padding slot of :class:`_KendallResampler`)."""
-    rows = idx.shape[0]
-    counts = np.zeros((n + 1, rows), dtype=dtype)
-    counts[:n] = np.bincount((idx * rows + np.arange(rows)[:, None]).ravel(), minlength=n * rows).reshape(n, rows)
-    return counts
+def _counts64(draws: Resamples) -> FloatArray:
+    """:meth:`Resamples.counts` in float64 (for the matrix products of real values), once per chunk."""
+    return draws.shared("counts64", lambda: draws.counts().astype(np.float64))
+
+
+def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
+    """Pearson r of each resample (NaN on a constant side), from the count-weighted sums of the
+    values centred on the whole sample's means, products and squares (one matrix product)."""
+    xc, yc = x - x.mean(), y - y.mean()
+    columns = np.column_stack([xc, yc, xc * xc, yc * yc, xc * yc])
+    # A constant resample's variance is zero up to rounding of the largest square: look closer below this.
+    tol_x, tol_y = 1e-9 * float(np.max(xc * xc, initial=0.0)), 1e-9 * float(np.max(yc * yc, initial=0.0))
+
+    def statistic(draws: Resamples) -> FloatArray:
+        sx, sy, sxx, syy, sxy = columns.T @ _counts64(draws) / draws.n
+        vx, vy = sxx - sx * sx, syy - sy * sy
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = (sxy - sx * sy) / np.sqrt(np.maximum(vx, 0.0) * np.maximum(vy, 0.0))
+        suspect = np.flatnonzero((vx <= tol_x) | (vy <= tol_y))
+        if suspect.size:
+            drawn = draws.idx[suspect]
+            constant = (np.ptp(x[drawn], axis=1) == 0) | (np.ptp(y[drawn], axis=1) == 0)
+            r[suspect[constant]] = np.nan
+        return np.clip(r, -1.0, 1.0)
+
+    return statistic
+
+
+def sign_agreement_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
+    """Sign agreement of each resample: the count-weighted mean of the per-point agreement."""
+    agree = (np.sign(x) == np.sign(y)).astype(np.float64)
+    return lambda draws: agree @ _counts64(draws) / draws.n
+
+
+def kendall_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
+    """Kendall tau-b of each resample, as :func:`scipy.stats.kendalltau` on the drawn pairs (NaN on
+    a constant side): :class:`KendallResampler` up to :data:`KENDALL_VECTOR_MAX_POINTS` points,
+    one scipy call per resample beyond."""
+    if x.size <= KENDALL_VECTOR_MAX_POINTS:
+        tau = KendallResampler(x, y)
+        return lambda draws: tau(draws.point_counts(tau.dtype))
+
+    def statistic(draws: Resamples) -> FloatArray:
+        out = np.full(draws.rows, np.nan)
+        for row, draw in enumerate(draws.idx):
+            xs, ys = x[draw], y[draw]
+            if not (_is_constant(xs) or _is_constant(ys)):
+                out[row] = stats.kendalltau(xs, ys).statistic
+        return out
+
+    return statistic
 
 
 def _runs(ordered: NDArray[np.intp]) -> NDArray[np.intp]:
@@ -551,23 +737,23 @@ def _blocks(dense: NDArray[np.intp], order: NDArray[np.intp], size: int) -> tupl
     never split a run of tied values: the block of each point, and how many blocks."""
     starts = _runs(dense[order])
     sizes = np.diff(np.append(starts, order.size))
+    before = np.concatenate(([0], np.cumsum(sizes)))  # points before each run
     ids = np.empty(starts.size, dtype=np.intp)
-    block = fill = 0
-    for group, count in enumerate(sizes.tolist()):
-        if fill and fill + count > size:
-            block, fill = block + 1, 0
-        ids[group] = block
-        fill += count
+    block = first = 0
+    while first < starts.size:  # a block takes the next runs while they fit, and at least one
+        stop = max(first + 1, int(np.searchsorted(before, before[first] + size, side="right")) - 1)
+        ids[first:stop] = block
+        block, first = block + 1, stop
     out = np.empty(order.size, dtype=np.intp)
     out[order] = np.repeat(ids, sizes)
-    return out, block + 1
+    return out, block
 
 
-class _KendallResampler:
+class KendallResampler:
     """Kendall's tau-b of ``(x, y)`` on many bootstrap resamples at once, equal to
     :func:`scipy.stats.kendalltau` on each resample (NaN where a side is constant).
 
-    A resample is given by how often it draws each point (:func:`_resample_counts`), so a
+    A resample is given by how often it draws each point (:meth:`Resamples.point_counts`), so a
     pair of points ``(i, j)`` counts ``c_i * c_j`` times.  The discordant pairs are split
     three ways: points in different blocks of ``x`` *and* of ``y`` (blocks of about
     ``2 sqrt(n)`` points along each sorted side, never splitting ties) are discordant as
@@ -593,11 +779,11 @@ class _KendallResampler:
         by, self.ky = _blocks(yd, self.by_y, size)
         self.x_slots, self.x_pairs = self._within(self.by_x, bx, self.kx, xd, yd, None)
         self.y_slots, self.y_pairs = self._within(self.by_y, by, self.ky, xd, yd, bx)
-        cell = bx * self.ky + by
-        self.by_cell = np.argsort(cell, kind="stable")
-        self.cell_runs = _runs(cell[self.by_cell])
-        self.cells = cell[self.by_cell][self.cell_runs]
+        cell = bx * self.ky + by  # each point's cell of the block grid: one sparse sum per resample
+        self.cell_sums = sparse.csr_matrix((np.ones(n, dtype=self.dtype), (cell, np.arange(n))),
+                                           shape=(self.kx * self.ky, n + 1))
         self.total = n * (n - 1) // 2
+        self.no_ties = self.x_runs.size == self.y_runs.size == n  # then every tie is a point drawn twice
 
     def _within(
         self, order: NDArray[np.intp], block: NDArray[np.intp], blocks: int, xd: NDArray[np.intp],
@@ -637,56 +823,29 @@ class _KendallResampler:
         return (totals * (totals - 1.0)).sum(axis=0) / 2.0
 
     def __call__(self, counts: NDArray[np.floating]) -> FloatArray:
-        """Tau-b of each resample (a column of ``counts``, from :func:`_resample_counts` with :attr:`dtype`)."""
+        """Tau-b of each resample (a column of ``counts``, from :meth:`Resamples.point_counts` with :attr:`dtype`)."""
         rows = counts.shape[1]
-        grid = np.zeros((self.kx * self.ky, rows), dtype=self.dtype)
-        grid[self.cells] = np.add.reduceat(counts[self.by_cell], self.cell_runs, axis=0)
-        grid = grid.reshape(self.kx, self.ky, rows)
+        grid = np.asarray(self.cell_sums @ counts).reshape(self.kx, self.ky, rows)
+        # A pair of cells (p', q'), (p, q) with p' < p and q' > q is discordant: summed over q' as
+        # (points of earlier x blocks in y block q') x (points of x block p in earlier y blocks than q').
         before = np.cumsum(grid, axis=0) - grid  # earlier x blocks
-        above = np.cumsum(before[:, ::-1], axis=1)[:, ::-1] - before  # ... and later y blocks
+        left = np.cumsum(grid, axis=1) - grid  # earlier y blocks
         discordant = (
-            np.einsum("pqr,pqr->r", grid, above, dtype=np.float64)
+            np.einsum("pqr,pqr->r", before, left, dtype=np.float64)
             + self._quadratic(counts, self.x_slots, self.x_pairs)
             + self._quadratic(counts, self.y_slots, self.y_pairs)
         )
-        by_x = counts[self.by_x]
-        x_ties, joint_ties = self._tied(by_x, self.x_runs), self._tied(by_x, self.joint_runs)
-        y_ties = self._tied(counts[self.by_y], self.y_runs)
+        if self.no_ties:  # the same sum in any order: the pairs of a point drawn more than once
+            x_ties = y_ties = joint_ties = self._tied(counts[: self.n], self.x_runs)
+        else:
+            by_x = counts[self.by_x]
+            x_ties, joint_ties = self._tied(by_x, self.x_runs), self._tied(by_x, self.joint_runs)
+            y_ties = self._tied(counts[self.by_y], self.y_runs)
         total = self.total
         with np.errstate(invalid="ignore", divide="ignore"):
             tau = (total - x_ties - y_ties + joint_ties - 2.0 * discordant) / np.sqrt(total - x_ties) / np.sqrt(total - y_ties)
         tau[(x_ties == total) | (y_ties == total)] = np.nan
         return np.clip(tau, -1.0, 1.0)
-
-
-def _resample_statistic(x: FloatArray, y: FloatArray, metric: str) -> Callable[[NDArray[np.intp]], FloatArray]:
-    """A function giving ``metric`` on each resample ``(x[idx[r]], y[idx[r]])`` of an index
-    matrix ``idx``, NaN where it is undefined (a constant side)."""
-    if metric == "sign_agreement":
-        agree = (np.sign(x) == np.sign(y)).astype(np.float64)
-        return lambda idx: agree[idx].mean(axis=1)
-    if metric == "pearson":
-        return lambda idx: _row_pearson(x[idx], y[idx])
-    if metric == "spearman":
-        x_dense = stats.rankdata(x, method="dense").astype(np.intp) - 1
-        y_dense = stats.rankdata(y, method="dense").astype(np.intp) - 1
-        x_groups, y_groups = int(x_dense.max()) + 1, int(y_dense.max()) + 1
-        return lambda idx: _row_pearson(
-            _resample_ranks(x_dense, x_groups, idx), _resample_ranks(y_dense, y_groups, idx)
-        )
-    if x.size <= KENDALL_VECTOR_MAX_POINTS:
-        tau = _KendallResampler(x, y)
-        return lambda idx: tau(_resample_counts(idx, x.size, tau.dtype))
-
-    def kendall(idx: NDArray[np.intp]) -> FloatArray:
-        out = np.full(idx.shape[0], np.nan)
-        for row, draw in enumerate(idx):
-            xs, ys = x[draw], y[draw]
-            if not (_is_constant(xs) or _is_constant(ys)):
-                out[row] = stats.kendalltau(xs, ys).statistic
-        return out
-
-    return kendall
 
 
 def bootstrap_point_ci(
@@ -701,29 +860,34 @@ def bootstrap_point_ci(
 ) -> Interval:
     """Seeded percentile-bootstrap interval of a pointwise metric, resampling pairs.
 
-    NaN pairs are dropped first; each resample draws that many pairs with replacement.
-    Resamples on which the metric is undefined (a constant side) are left out of the
-    percentiles.  Every metric is vectorised over resamples (Kendall's tau up to
-    :data:`KENDALL_VECTOR_MAX_POINTS` points, one resample at a time beyond).  Work is capped at
-    :data:`BOOTSTRAP_MAX_WORK` (:data:`KENDALL_BOOTSTRAP_MAX_WORK` for Kendall) resampled
-    pairs, never going below :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES` resamples.  The same
-    inputs and ``seed`` always give the same interval.
+    NaN pairs are dropped first; each resample draws that many pairs with replacement and the
+    metric's registered resampler (:mod:`qval.metric_registry`) evaluates it on every resample
+    at once.  Resamples on which the metric is undefined (a constant side) are left out of the
+    percentiles.  Work is capped at the metric's ``bootstrap_max_work`` resampled pairs, never
+    going below :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES` resamples.  Above
+    :data:`BOOTSTRAP_SUBSAMPLE_POINTS` pairs a seeded subsample is resampled and its spread
+    rescaled (:func:`bootstrap_subsample`).  The same inputs and ``seed`` always give the same
+    interval; a metric without a bootstrap gives ``None`` bounds.
     """
-    _check_metric(metric)
-    _check_bootstrap(resamples, level)
+    spec = point_metric(metric)
+    check_bootstrap(resamples, level)
     x, y, _ = _paired(labels, scores, rules)
     n = int(x.size)
-    if n < 2 or (metric in _CORRELATION_METRICS and (_is_constant(x) or _is_constant(y))):
+    if spec.resampler is None or n < 2 or (spec.constant_undefined and (_is_constant(x) or _is_constant(y))):
         return Interval(None, None, level, 0)
-    max_work = KENDALL_BOOTSTRAP_MAX_WORK if metric == "kendall_tau" else BOOTSTRAP_MAX_WORK
-    total = _capped(resamples, n, max_work)
-    statistic = _resample_statistic(x, y, metric)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, BOOTSTRAP_CHUNK_ELEMENTS // n)
-    parts = [
-        statistic(rng.integers(0, n, size=(min(chunk, total - start), n))) for start in range(0, total, chunk)
-    ]
-    return _percentile_interval(np.concatenate(parts), level, total)
+    sub = bootstrap_subsample(n, seed)
+    if sub is None:
+        total = capped_resamples(resamples, n, spec.bootstrap_max_work)
+        return _percentile_interval(bootstrap(spec.resample(x, y), n, total, seed), level, total)
+    xs, ys = x[sub.points], y[sub.points]
+    m = int(xs.size)
+    centre, estimate = _statistic(xs, ys, spec)[0], _statistic(x, y, spec)[0]
+    total = capped_resamples(resamples, m, spec.bootstrap_max_work)
+    if centre is None or estimate is None:
+        return Interval(None, None, level, total, m)
+    deviations = bootstrap(spec.resample(xs, ys), m, total, seed) - centre
+    ci = _percentile_interval(estimate + sub.scale * deviations, level, total)
+    return Interval(ci.low, ci.high, level, total, m)
 
 
 def bootstrap_ranking_ci(
@@ -738,16 +902,10 @@ def bootstrap_ranking_ci(
     Skipped states (``None`` or NaN) are left out first; fewer than two valid states give
     ``None`` bounds.
     """
-    _check_bootstrap(resamples, level)
+    check_bootstrap(resamples, level)
     valid = _valid(per_state)
     n = int(valid.size)
     if n < 2:
         return Interval(None, None, level, 0)
-    total = _capped(resamples, n, BOOTSTRAP_MAX_WORK)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, BOOTSTRAP_CHUNK_ELEMENTS // n)
-    means = [
-        valid[rng.integers(0, n, size=(min(chunk, total - start), n))].mean(axis=1)
-        for start in range(0, total, chunk)
-    ]
-    return _percentile_interval(np.concatenate(means), level, total)
+    total = capped_resamples(resamples, n, metric_registry.DEFAULT_BOOTSTRAP_MAX_WORK)
+    return _percentile_interval(bootstrap(lambda draws: valid[draws.idx].mean(axis=1), n, total, seed), level, total)

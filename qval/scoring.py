@@ -156,7 +156,7 @@ def _point_rows(
     rows: list[MetricRow] = []
     for name, corr in metrics.point_metrics(labels, used_scores, rules=rules).items():
         details: dict[str, Any] = {"significance": corr.significance()}
-        if corr.value is not None and bootstrap_resamples:
+        if corr.value is not None and bootstrap_resamples and metric_registry.get(name).resampler is not None:
             ci = metrics.bootstrap_point_ci(
                 labels, used_scores, name, resamples=bootstrap_resamples, seed=seed, rules=rules
             )
@@ -396,43 +396,27 @@ def _ranking_rows(
             groups.append((np.asarray(group_labels, dtype=np.float64), group_scores))
     coverage = float(provided.sum()) / provided.size  # candidates scored / candidates of the split
     dropped = int((provided & np.isnan(flat_scores)).sum())
-    summary = metrics.ranking_spearman(groups, rules)
-    details: dict[str, Any] = {
-        "std": summary.std,
-        "num_valid": summary.num_valid,
-        "num_skipped": summary.num_skipped,
-        "num_states": scored_states,
-    }
-    if summary.mean is not None and bootstrap_resamples:
-        ci = metrics.bootstrap_ranking_ci(summary.per_state, resamples=bootstrap_resamples, seed=seed)
-        details["ci95"] = [ci.low, ci.high]
-    rows = [
-        MetricRow(
-            metric="ranking_spearman",
-            value=summary.mean,
-            p_value=None,
-            num_points=summary.num_valid,
-            num_dropped=dropped,
-            coverage=coverage,
-            insufficient=summary.mean is None,
-            details=details,
-        )
-    ]
+    rows = []
+    for name in metric_registry.RANKING:
+        spec = metric_registry.get(name)
+        summary: metrics.RankingSummary = spec.compute(groups, rules)
+        details: dict[str, Any] = {
+            "std": summary.std,
+            "num_valid": summary.num_valid,
+            "num_skipped": summary.num_skipped,
+            "num_states": scored_states,
+        }
+        if summary.mean is not None and bootstrap_resamples and spec.resampler is not None:
+            ci = spec.resample(summary.per_state, resamples=bootstrap_resamples, seed=seed)
+            details["ci95"] = [ci.low, ci.high]
+        rows.append(MetricRow(metric=name, value=summary.mean, p_value=None, num_points=summary.num_valid,
+                              num_dropped=dropped, coverage=coverage, insufficient=summary.mean is None,
+                              details=details))
     selection = metrics.selection_metrics(groups, rules)
     for name in metric_registry.SELECTION:
-        value = getattr(selection, name)
-        rows.append(
-            MetricRow(
-                metric=name,
-                value=value,
-                p_value=None,
-                num_points=selection.num_pairs if name == "pairwise_accuracy" else selection.num_states,
-                num_dropped=dropped,
-                coverage=coverage,
-                insufficient=value is None,
-                details={"num_states": scored_states},
-            )
-        )
+        value, num_points = metric_registry.get(name).compute(selection)
+        rows.append(MetricRow(metric=name, value=value, p_value=None, num_points=num_points, num_dropped=dropped,
+                              coverage=coverage, insufficient=value is None, details={"num_states": scored_states}))
     return rows
 
 

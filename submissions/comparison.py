@@ -43,7 +43,7 @@ from django.db.models import Q, QuerySet
 
 from leaderboard.loading import truth_for
 from qval import predictions as qpred
-from qval.compare import paired_bootstrap
+from qval.compare import paired_bootstraps
 from qval.metrics import POINT_METRICS, REFERENCE_RULES
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
@@ -55,7 +55,7 @@ SEED = 0
 """Seed of every A vs B bootstrap, so the same pair always gets the same interval."""
 LEVEL = 0.95
 METRICS = POINT_METRICS
-"""The metrics compared: every pointwise metric :func:`qval.compare.paired_bootstrap` supports."""
+"""The metrics compared: every pointwise metric of the registry (:func:`qval.compare.paired_bootstraps`)."""
 
 
 COMPUTE_LOCK_S = 300.0
@@ -295,13 +295,10 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
     value = disclose_value if hidden else (lambda x: x)
     p_value = disclose_p_value if hidden else (lambda x: x)
     rows = []
-    for metric in METRICS:
-        if hidden and metric in WITHHELD_ON_HIDDEN:
-            continue  # a count of label signs: never disclosed on a hidden split
-        pc = paired_bootstrap(
-            truth.point_labels, scores_a, scores_b, metric=metric, resamples=resamples, seed=SEED, level=LEVEL,
-            rules=a.rules,
-        )
+    compared = [m for m in METRICS if not (hidden and m in WITHHELD_ON_HIDDEN)]  # sign agreement: never on hidden
+    results = paired_bootstraps(truth.point_labels, scores_a, scores_b, metric_names=compared, resamples=resamples,
+                                seed=SEED, level=LEVEL, rules=a.rules)
+    for metric, pc in results.items():
         rows.append(
             {
                 "metric": metric,

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from qval import compare, metrics
+from qval import compare, metric_registry, metrics
 from qval.compare import (
     CriticalDifference,
     Distribution,
@@ -128,7 +128,7 @@ def test_reproducible_under_a_seed(metric: str) -> None:
 def test_each_resample_is_scipy_on_the_same_indices_for_both(metric: str) -> None:
     x, a, b = _data(6, 80, ties=True)
     total = 30
-    got = compare._paired_differences(x, a, b, metric, total, seed=4)
+    got = compare._paired_differences((x, a, b), [metric_registry.get(metric)], total, seed=4)[0]
     idx = np.random.default_rng(4).integers(0, x.size, size=(total, x.size))  # one chunk
     fn = SCIPY[metric]
     expected = [float(fn(x[i], a[i]).statistic) - float(fn(x[i], b[i]).statistic) for i in idx]
@@ -165,8 +165,8 @@ def test_vectorised_kendall_is_scipy_on_each_resample(seed: int, case: str) -> N
     rng = np.random.default_rng(seed)
     x, y = _kendall_case(case, rng)
     idx = rng.integers(0, x.size, size=(200, x.size))
-    tau = metrics._KendallResampler(x, y)
-    got = tau(metrics._resample_counts(idx, x.size, tau.dtype))
+    tau = metrics.KendallResampler(x, y)
+    got = tau(metrics.Resamples(idx, x.size).point_counts(tau.dtype))
     expected = np.array([stats.kendalltau(x[i], y[i]).statistic for i in idx])
     assert np.array_equal(np.isnan(got), np.isnan(expected))
     if case == "nearly constant":

@@ -4,6 +4,7 @@ hand-cleaned data, and hand-worked examples."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from qval import metrics
+from qval import metric_registry, metrics
 from qval.metrics import (
     MIN_USABLE_POINTS,
     POINT_METRICS,
@@ -371,7 +372,7 @@ def test_resample_statistics_match_scipy_on_each_resample(
     y = np.array([b for _, b in pairs])
     idx = np.random.default_rng(seed).integers(0, x.size, size=(6, x.size))
     idx[0] = 0  # a resample of one repeated pair: undefined except for sign agreement
-    got = metrics._resample_statistic(x, y, metric)(idx)
+    got = metric_registry.get(metric).resample(x, y)(metrics.Resamples(idx, x.size))
     for row, draw in enumerate(idx):
         value, _ = _expected(list(x[draw]), list(y[draw]), metric)
         if value is None:
@@ -419,16 +420,22 @@ def test_bootstrap_point_ci_undefined_cases() -> None:
         bootstrap_point_ci(labels, labels, "pearson", resamples=0)
 
 
-def test_bootstrap_work_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics, "KENDALL_BOOTSTRAP_MAX_WORK", 150 * 600)
+def test_bootstrap_work_is_capped() -> None:
+    """The cap is the registry entry's: a copy of Kendall's entry with a smaller one, registered."""
     labels = np.arange(600.0)
     scores = labels + np.random.default_rng(0).normal(scale=100.0, size=600)
-    assert bootstrap_point_ci(labels, scores, "kendall_tau", resamples=1000).resamples == 150
-    assert bootstrap_point_ci(labels, scores, "kendall_tau", resamples=120).resamples == 120
-    monkeypatch.setattr(metrics, "KENDALL_BOOTSTRAP_MAX_WORK", 10)
-    assert bootstrap_point_ci(labels, scores, "kendall_tau", resamples=1000).resamples == (
-        metrics.BOOTSTRAP_MIN_CAPPED_RESAMPLES
-    )
+    kendall = metric_registry.get("kendall_tau")
+    for name, cap in (("kendall_capped", 150 * 600), ("kendall_tiny_cap", 10)):
+        metric_registry.register(dataclasses.replace(kendall, name=name, bootstrap_max_work=cap))
+    try:
+        assert bootstrap_point_ci(labels, scores, "kendall_capped", resamples=1000).resamples == 150
+        assert bootstrap_point_ci(labels, scores, "kendall_capped", resamples=120).resamples == 120
+        assert bootstrap_point_ci(labels, scores, "kendall_tiny_cap", resamples=1000).resamples == (
+            metrics.BOOTSTRAP_MIN_CAPPED_RESAMPLES
+        )
+    finally:
+        metric_registry.unregister("kendall_capped")
+        metric_registry.unregister("kendall_tiny_cap")
 
 
 def test_bootstrap_ranking_ci() -> None:

@@ -6,9 +6,16 @@ from typing import Any
 
 from django import template
 
+from qval import metric_registry
 from qval.metrics import significance_marks
 
 register = template.Library()
+
+
+@register.simple_tag
+def board_metrics() -> list[metric_registry.MetricSpec]:
+    """The registry's board metrics, in order: the leaderboard tables' metric columns."""
+    return [spec for spec in metric_registry.METRICS if spec.board]
 
 
 @register.filter
