@@ -26,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import aggregates, figures
+from leaderboard import aggregates, evaluations, figures
 from leaderboard.exports import DATASET_FORMATS, FILTER_KEYS, SPLIT_FORMATS, leaderboard_rows
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
 from leaderboard.views import download_response
@@ -269,14 +269,9 @@ class LeaderboardAggregate(APIView):
             selection = aggregates.read_selection(request.query_params)
         except aggregates.InvalidSelection as exc:
             return _selection_error(exc)
-        entries = aggregates.best_rows(selection)
-        return Response(
-            {
-                **vars(selection),
-                "methods": [m.as_dict() for m in aggregates.method_means(entries)],
-                "families": [f.as_dict() for f in aggregates.family_distributions(entries)],
-            }
-        )
+        body = evaluations.derived(("api-aggregate", selection),
+                                   lambda _: {**vars(selection), **aggregates.summary(selection).as_dict()})
+        return Response(body)
 
 
 class LeaderboardCriticalDifference(APIView):
@@ -292,8 +287,9 @@ class LeaderboardCriticalDifference(APIView):
             selection = aggregates.read_selection(request.query_params)
         except aggregates.InvalidSelection as exc:
             return _selection_error(exc)
-        table = aggregates.critical_difference(aggregates.best_rows(selection))
-        return Response({**vars(selection), **table.as_dict()})
+        body = evaluations.derived(("api-critical-difference", selection),
+                                   lambda _: {**vars(selection), **aggregates.critical_difference_of(selection).as_dict()})
+        return Response(body)
 
 
 class Compare(APIView):
