@@ -65,7 +65,8 @@ def board(request: HttpRequest) -> HttpResponse:
     rows = leaderboard_rows(filters, sort, search)
     fmt = request.GET.get("format")
     if fmt in BOARD_EXPORT_FORMATS:
-        return exports.board_export(rows, fmt)
+        view = None if search else (version, tuple(sorted(filters.items())), exports.canonical_sort(sort))
+        return exports.board_export(rows, fmt, view)
     paginator = Paginator(rows, BOARD_PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
     options = {

@@ -344,12 +344,13 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
         for j, backbone in enumerate(("b1", "b2")):
             _finished(user, dataset, method, backbone, 0.1 * i + 0.01 * j)
     urls = {"aggregate": "/leaderboard/aggregate/", "cd": "/leaderboard/critical-difference/",
-            "api-aggregate": "/api/v1/leaderboard/aggregate/", "api-cd": "/api/v1/leaderboard/critical-difference/"}
+            "api-aggregate": "/api/v1/leaderboard/aggregate/", "api-cd": "/api/v1/leaderboard/critical-difference/",
+            "export": "/leaderboard/?split=dev&format=csv"}  # the board's download, kept in the shared cache too
 
     def get() -> dict[str, str]:
         out = {}
         for name, url in urls.items():
-            resp = client.get(url, {"split": "dev"})
+            resp = client.get(url if "?" in url else f"{url}?split=dev")
             assert resp.status_code == 200, (url, resp.content[:300])
             out[name] = page_text(resp)
         return out
@@ -370,6 +371,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
         _finished(user, dataset, "m-new", backbone, 0.9)
     second = get()
     assert 'data-method="m-new"' in second["aggregate"] and 'data-method="m-new"' in second["cd"]
+    assert second["export"].count(",m-new,") == 2 and "m-new" not in first["export"]
     api_aggregate = client.get(urls["api-aggregate"], {"split": "dev"}).json()
     assert {m["method"] for m in api_aggregate["methods"]} == {"m-a", "m-b", "m-c", "m-new"}
     api_cd = client.get(urls["api-cd"], {"split": "dev"}).json()
@@ -379,6 +381,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     Result.objects.filter(submission__method_name="m-new", metric="spearman").update(value=-0.4321)
     third = get()
     assert "-0.4321" in third["cd"] and "0.9000" not in third["cd"].split('id="matrix"')[1]
+    assert third["export"].count(",-0.4321,") == 2 and ",0.9," not in third["export"]
     means = {m["method"]: m for m in client.get(urls["api-aggregate"], {"split": "dev"}).json()["methods"]}
     assert means["m-new"]["mean"] == pytest.approx(-0.4321)
     assert evaluations.version() != version
