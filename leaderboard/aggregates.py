@@ -5,6 +5,10 @@ aggregate starts from the same rows: the leaderboard's finished submissions
 (:func:`leaderboard.exports.leaderboard_rows`) reduced by :func:`best_rows` to the best one
 per method, dataset, backbone, split and target, so a method that submitted many times
 counts once per evaluation.  The statistics are :mod:`qval.compare`'s.
+
+What the pages and the API show of one :class:`Selection` (:func:`summary`, :func:`critical_difference_of`)
+is kept per results version (:func:`leaderboard.evaluations.derived`), as the board is: computed once per
+process after a result changes, then read from memory.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 
 from qval import compare, metric_registry
 
+from . import evaluations
 from .exports import BoardRow, leaderboard_rows
 
 METRICS = {name: metric_registry.get(name).label for name in metric_registry.COMPARABLE}
@@ -202,6 +207,29 @@ def family_distributions(entries: list[Entry]) -> list[FamilyDistribution]:
     ]
 
 
+@dataclass(frozen=True)
+class Summary:
+    """The aggregates of one selection: :func:`method_means` and :func:`family_distributions` of its
+    :func:`best_rows`."""
+
+    means: tuple[MethodMean, ...]
+    families: tuple[FamilyDistribution, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for the API (without the selection)."""
+        return {"methods": [m.as_dict() for m in self.means], "families": [f.as_dict() for f in self.families]}
+
+
+def summary(selection: Selection) -> Summary:
+    """The :class:`Summary` of ``selection``, kept until the results version changes: treat it as read-only."""
+
+    def make(_: object) -> Summary:
+        entries = best_rows(selection)
+        return Summary(tuple(method_means(entries)), tuple(family_distributions(entries)))
+
+    return evaluations.derived(("aggregate", selection), make)
+
+
 # -- critical difference ---------------------------------------------------------------
 
 
@@ -292,3 +320,9 @@ def critical_difference(entries: list[Entry], alpha: float = ALPHA) -> CriticalD
         return CriticalDifferenceTable(names, methods, frozen, None, reason)
     values = np.array([[np.nan if v is None else v for v in r] for r in matrix], dtype=np.float64)
     return CriticalDifferenceTable(names, methods, frozen, compare.friedman_nemenyi(values, methods, alpha=alpha), None)
+
+
+def critical_difference_of(selection: Selection) -> CriticalDifferenceTable:
+    """:func:`critical_difference` of ``selection``'s :func:`best_rows`, kept until the results version
+    changes."""
+    return evaluations.derived(("critical-difference", selection), lambda _: critical_difference(best_rows(selection)))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
 import shutil
 import uuid
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from django.conf import settings
-from django.http import HttpResponse, JsonResponse
+from django.core.cache import cache
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpResponse
 
 from qval import metric_registry, schema
 from qval.schema import PUBLIC_SPLITS
@@ -359,15 +362,23 @@ def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: s
     return evaluations.derived(key, lambda rows: _sorted_rows(evaluations.select(filters, rows), sort, search))
 
 
+def canonical_sort(sort: str) -> str:
+    """``sort`` as the board applies it: a key of :func:`sort_keys`, after one ``-`` when descending; any
+    other value is the default, ``-spearman``."""
+    key = sort.lstrip("-")
+    if key not in sort_keys():
+        return "-spearman"
+    return f"-{key}" if sort.startswith("-") else key
+
+
 def _sorted_rows(selected: list[evaluations.Evaluation], sort: str, search: str) -> list[BoardRow]:
     if search:
         needle = search.casefold()
         selected = [e for e in selected if any(needle in str(v).casefold()
                                                for v in (e.method, e.backbone, e.dataset, e.submitted_by, e.environment))]
     rows = [board_row(e) for e in selected]
+    sort = canonical_sort(sort)
     key = sort.lstrip("-")
-    if key not in sort_keys():
-        key, sort = "spearman", "-spearman"
     descending = sort.startswith("-")
     present = [r for r in rows if getattr(r, key) is not None]
     missing = [r for r in rows if getattr(r, key) is None]
@@ -420,18 +431,38 @@ def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return out.getvalue()
 
 
-def board_export(rows: list[BoardRow], fmt: str) -> HttpResponse:
-    """A download of leaderboard rows: ``csv`` (:func:`board_columns`) or ``json`` (``{"rows": [...]}``)."""
-    if fmt == "json":
-        response = JsonResponse({"rows": [r.as_dict() for r in rows]}, json_dumps_params={"ensure_ascii": False})
-    else:
-        lines = []
-        for r in rows:
-            d = r.as_dict()
-            for cell in r.cells():
-                if cell.spec.board_ci:
-                    d[f"{cell.spec.name}_ci_low"], d[f"{cell.spec.name}_ci_high"] = cell.ci or (None, None)
-            lines.append(d)
-        response = HttpResponse(csv_text(board_columns(), lines), content_type="text/csv; charset=utf-8")
+BOARD_EXPORT_CACHE_S = 600
+"""Seconds an export's body stays in the shared cache (it is keyed by the results version, so never stale)."""
+
+
+def board_export(rows: list[BoardRow], fmt: str, view: Hashable | None) -> HttpResponse:
+    """A download of leaderboard rows: ``csv`` (:func:`board_columns`) or ``json`` (``{"rows": [...]}``).
+
+    ``view`` names what ``rows`` are: the results version read before them, the filters and the
+    :func:`canonical_sort` that chose them.  The body is kept under it in the shared cache (Django's, every
+    web process's); ``None`` keeps nothing (a searched board: any text is a search, so its exports are
+    not kept)."""
+    key = None if view is None else "board-export:" + hashlib.sha256(repr((view, fmt)).encode()).hexdigest()
+    body = None if key is None else cache.get(key)
+    if body is None:
+        body = _export_body(rows, fmt)
+        if key is not None:
+            cache.set(key, body, BOARD_EXPORT_CACHE_S)
+    content_type = "application/json" if fmt == "json" else "text/csv; charset=utf-8"
+    response = HttpResponse(body, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
     return response
+
+
+def _export_body(rows: list[BoardRow], fmt: str) -> bytes:
+    if fmt == "json":
+        data = {"rows": [r.as_dict() for r in rows]}
+        return json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
+    lines = []
+    for r in rows:
+        d = r.as_dict()
+        for cell in r.cells():
+            if cell.spec.board_ci:
+                d[f"{cell.spec.name}_ci_low"], d[f"{cell.spec.name}_ci_high"] = cell.ci or (None, None)
+        lines.append(d)
+    return csv_text(board_columns(), lines).encode()

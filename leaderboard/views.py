@@ -65,7 +65,8 @@ def board(request: HttpRequest) -> HttpResponse:
     rows = leaderboard_rows(filters, sort, search)
     fmt = request.GET.get("format")
     if fmt in BOARD_EXPORT_FORMATS:
-        return exports.board_export(rows, fmt)
+        view = None if search else (version, tuple(sorted(filters.items())), exports.canonical_sort(sort))
+        return exports.board_export(rows, fmt, view)
     paginator = Paginator(rows, BOARD_PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
     options = {
@@ -103,30 +104,45 @@ def _selection_context(request: HttpRequest) -> tuple[aggregates.Selection | Non
 
 def aggregate(request: HttpRequest) -> HttpResponse:
     """Per method and environment the mean over backbones with a 95% CI; per family the
-    distribution over evaluations (``?split=&target=&metric=``)."""
+    distribution over evaluations (``?split=&target=&metric=``), kept per results version."""
     selection, context = _selection_context(request)
     if selection is None:
         return render(request, "leaderboard/aggregate.html", context, status=400)
-    entries = aggregates.best_rows(selection)
-    families = aggregates.family_distributions(entries)
+    version = evaluations.version()  # before the values: a cached fragment is never older than its key
+    summary = aggregates.summary(selection)
     context.update(
-        means=aggregates.method_means(entries),
-        families=families,
-        family_plot=charts.family_plot(families, selection.metric_label) if families else "",
+        results_version=version,
+        means=summary.means,
+        families=summary.families,
+        family_plot=evaluations.derived(("family-plot", selection), lambda _: _family_plot(selection)),
     )
     return render(request, "leaderboard/aggregate.html", context)
 
 
+def _family_plot(selection: aggregates.Selection) -> str:
+    """The family box plot of ``selection`` (read afresh: a plot kept for a version is of that version's values)."""
+    families = aggregates.summary(selection).families
+    return charts.family_plot(list(families), selection.metric_label) if families else ""
+
+
+def _diagram(selection: aggregates.Selection) -> str:
+    """The critical-difference diagram of ``selection`` (read afresh, as :func:`_family_plot`)."""
+    result = aggregates.critical_difference_of(selection).result
+    return charts.critical_difference_diagram(result) if result else ""
+
+
 def critical_difference(request: HttpRequest) -> HttpResponse:
     """Friedman test, average ranks and the Nemenyi critical-difference diagram of the
-    methods over the evaluations (``?split=&target=&metric=``)."""
+    methods over the evaluations (``?split=&target=&metric=``), kept per results version."""
     selection, context = _selection_context(request)
     if selection is None:
         return render(request, "leaderboard/critical_difference.html", context, status=400)
-    table = aggregates.critical_difference(aggregates.best_rows(selection))
+    version = evaluations.version()  # before the values: a cached fragment is never older than its key
+    table = aggregates.critical_difference_of(selection)
     context.update(
+        results_version=version,
         table=table,
-        diagram=charts.critical_difference_diagram(table.result) if table.result else "",
+        diagram=evaluations.derived(("critical-difference-diagram", selection), lambda _: _diagram(selection)),
     )
     return render(request, "leaderboard/critical_difference.html", context)
 

@@ -15,6 +15,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -22,11 +25,12 @@ from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leaderboard import aggregates, figures
+from leaderboard import aggregates, evaluations, figures
 from leaderboard.exports import DATASET_FORMATS, FILTER_KEYS, SPLIT_FORMATS, leaderboard_rows
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
 from leaderboard.views import download_response
@@ -252,6 +256,15 @@ _SELECTION_PARAMETERS = [
 ]
 
 
+def _per_version(request: Request, key: tuple[object, ...], make: Callable[[], dict[str, Any]]) -> HttpResponse:
+    """The answer ``make()`` (built from values kept per results version), itself kept until the version
+    changes: as JSON its bytes, rendered once; the browsable API (a browser) renders it each time."""
+    if not isinstance(request.accepted_renderer, JSONRenderer):
+        return Response(make())
+    body = evaluations.derived(key, lambda _: JSONRenderer().render(make()))
+    return HttpResponse(body, content_type="application/json")
+
+
 def _selection_error(exc: aggregates.InvalidSelection) -> Response:
     return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
 
@@ -269,14 +282,8 @@ class LeaderboardAggregate(APIView):
             selection = aggregates.read_selection(request.query_params)
         except aggregates.InvalidSelection as exc:
             return _selection_error(exc)
-        entries = aggregates.best_rows(selection)
-        return Response(
-            {
-                **vars(selection),
-                "methods": [m.as_dict() for m in aggregates.method_means(entries)],
-                "families": [f.as_dict() for f in aggregates.family_distributions(entries)],
-            }
-        )
+        return _per_version(request, ("api-aggregate", selection),
+                            lambda: {**vars(selection), **aggregates.summary(selection).as_dict()})
 
 
 class LeaderboardCriticalDifference(APIView):
@@ -292,8 +299,8 @@ class LeaderboardCriticalDifference(APIView):
             selection = aggregates.read_selection(request.query_params)
         except aggregates.InvalidSelection as exc:
             return _selection_error(exc)
-        table = aggregates.critical_difference(aggregates.best_rows(selection))
-        return Response({**vars(selection), **table.as_dict()})
+        return _per_version(request, ("api-critical-difference", selection),
+                            lambda: {**vars(selection), **aggregates.critical_difference_of(selection).as_dict()})
 
 
 class Compare(APIView):

@@ -299,7 +299,9 @@ def test_figures_draw_what_the_database_holds(client) -> None:  # type: ignore[n
 PAGES = ["/", "/leaderboard/", "/leaderboard/?source=reported&q=gvl&page=2", "/api/v1/leaderboard/?source=rescored",
          "/figures/per-family/", "/figures/per-environment/", "/figures/text-vs-image/", "/figures/q-vs-v/",
          "/figures/heatmap/?by=backbone", "/methods/gvl/", "/environments/frozenlake/", "/api/v1/figures/heatmap/",
-         "/figures/per-family/?format=plotly", "/methods/gvl/?figure=q-vs-v&format=plotly"]
+         "/figures/per-family/?format=plotly", "/methods/gvl/?figure=q-vs-v&format=plotly", "/leaderboard/aggregate/",
+         "/leaderboard/critical-difference/?metric=kendall_tau", "/api/v1/leaderboard/aggregate/?target=v",
+         "/api/v1/leaderboard/critical-difference/"]
 
 
 @pytest.mark.django_db

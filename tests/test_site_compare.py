@@ -313,6 +313,80 @@ def test_aggregate_selection_errors(client, api) -> None:
             assert resp.status_code == 400 and message in page_text(resp), (url, params)
 
 
+def _finished(user, dataset, method: str, backbone: str, value: float) -> Submission:  # type: ignore[no-untyped-def]
+    """A finished dev/Q submission with Spearman ``value`` (written as the scoring task writes its rows)."""
+    from django.utils import timezone
+
+    from leaderboard.models import Backbone
+    from submissions.models import Result
+
+    m, _ = Method.objects.get_or_create(name=method)
+    b, _ = Backbone.objects.get_or_create(name=backbone)
+    sub = Submission.objects.create(user=user, dataset=dataset, split="dev", target="q", method=m, method_name=method,
+                                    backbone=b, backbone_name=backbone, filename="x.csv", state=Submission.FINISHED,
+                                    finished_at=timezone.now())
+    Result.objects.create(submission=sub, metric="spearman", value=value, num_points=50)
+    return sub
+
+
+def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type: ignore[no-untyped-def]
+    """The aggregate and critical-difference pages and APIs are computed once per results version (the
+    page fragment in the shared cache, the values in the process's memo) and show a new or changed result
+    at once."""
+    from django.core.cache.utils import make_template_fragment_key
+
+    from leaderboard import aggregates, evaluations
+    from leaderboard.importing import published_dataset
+    from submissions.models import Result
+
+    dataset = published_dataset("FrozenLake")
+    for i, method in enumerate(("m-a", "m-b", "m-c")):
+        for j, backbone in enumerate(("b1", "b2")):
+            _finished(user, dataset, method, backbone, 0.1 * i + 0.01 * j)
+    urls = {"aggregate": "/leaderboard/aggregate/", "cd": "/leaderboard/critical-difference/",
+            "api-aggregate": "/api/v1/leaderboard/aggregate/", "api-cd": "/api/v1/leaderboard/critical-difference/",
+            "export": "/leaderboard/?split=dev&format=csv"}  # the board's download, kept in the shared cache too
+
+    def get() -> dict[str, str]:
+        out = {}
+        for name, url in urls.items():
+            resp = client.get(url if "?" in url else f"{url}?split=dev")
+            assert resp.status_code == 200, (url, resp.content[:300])
+            out[name] = page_text(resp)
+        return out
+
+    first = get()
+    selection = aggregates.Selection(split="dev")
+    kept = aggregates.summary(selection), aggregates.critical_difference_of(selection)
+    version = evaluations.version()
+    for fragment in ("aggregate", "critical-difference"):
+        assert cache.get(make_template_fragment_key(fragment, [version, "dev", "q", "spearman"])) is not None
+    assert get() == first  # served from the memo ...
+    assert (aggregates.summary(selection), aggregates.critical_difference_of(selection)) == kept
+    assert aggregates.summary(selection) is kept[0]  # ... not recomputed
+    assert 'data-method="m-new"' not in first["aggregate"] + first["cd"]
+
+    # A new method's results: on every page and API at once.
+    for backbone in ("b1", "b2"):
+        _finished(user, dataset, "m-new", backbone, 0.9)
+    second = get()
+    assert 'data-method="m-new"' in second["aggregate"] and 'data-method="m-new"' in second["cd"]
+    assert second["export"].count(",m-new,") == 2 and "m-new" not in first["export"]
+    api_aggregate = client.get(urls["api-aggregate"], {"split": "dev"}).json()
+    assert {m["method"] for m in api_aggregate["methods"]} == {"m-a", "m-b", "m-c", "m-new"}
+    api_cd = client.get(urls["api-cd"], {"split": "dev"}).json()
+    assert api_cd["critical_difference"]["ranking"][0]["method"] == "m-new"
+
+    # A changed result: its new value replaces the old one.
+    Result.objects.filter(submission__method_name="m-new", metric="spearman").update(value=-0.4321)
+    third = get()
+    assert "-0.4321" in third["cd"] and "0.9000" not in third["cd"].split('id="matrix"')[1]
+    assert third["export"].count(",-0.4321,") == 2 and ",0.9," not in third["export"]
+    means = {m["method"]: m for m in client.get(urls["api-aggregate"], {"split": "dev"}).json()["methods"]}
+    assert means["m-new"]["mean"] == pytest.approx(-0.4321)
+    assert evaluations.version() != version
+
+
 def test_pages_render_and_link_to_each_other(client, user, api, board) -> None:
     page = client.get("/leaderboard/aggregate/", {"split": "dev"})
     text = page_text(page)
