@@ -21,8 +21,6 @@ def alignment(request: HttpRequest) -> HttpResponse:
         return HttpResponseForbidden("only staff can play a Best-of-N run")
     form = PlayForm(request.POST or None) if request.user.is_staff else None
     if form is not None and request.method == "POST" and form.is_valid():
-        from workers.best_of_n import enqueue
-
         d = form.cleaned_data
         try:
             run = best_of_n.create_run(d["environment"], d["picker"], n=d["n"], num_episodes=d["episodes"],
@@ -30,7 +28,7 @@ def alignment(request: HttpRequest) -> HttpResponse:
         except best_of_n.InvalidRun as exc:
             form.add_error(exc.field, exc.message)
         else:
-            enqueue(run)
+            best_of_n.enqueue(run)
             return redirect("best-of-n-run", pk=run.pk)
     metric = request.GET.get("metric", "spearman")
     if metric not in best_of_n.ALIGNMENT_METRICS:

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
@@ -90,6 +91,9 @@ FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|https?://[^#\s
 SEED_LIMIT = 2**31
 """Seeds are from 0 to ``SEED_LIMIT - 1``."""
 
+TRAIN_TASK = "learning.tasks.train_learned"
+"""The Celery task that runs a training run (queue ``gpu``), sent by name: its module imports this one."""
+
 
 def check_param(name: str, value: Any, default: Any) -> Any:
     """``value`` of hyperparameter ``name`` (of the type of its ``default``), or :class:`InvalidRun`."""
@@ -147,9 +151,7 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
 def enqueue(run: TrainingRun) -> TrainingRun:
     """Send the run to the ``gpu`` queue once the transaction commits (:func:`workers.heartbeat.send`:
     a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
-    from .tasks import train_learned
-
-    heartbeat.send(run, train_learned)
+    heartbeat.send(run, current_app.signature(TRAIN_TASK))
     return run
 
 
@@ -216,9 +218,8 @@ def reap_stale(now: datetime | None = None) -> list[int]:
 def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
     """Send again the queued runs whose message never reached the broker, and fail those queued for over
     ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
-    from .tasks import train_learned
-
-    return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED), train_learned, now)
+    return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED),
+                                 current_app.signature(TRAIN_TASK), now)
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:

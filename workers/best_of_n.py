@@ -1,4 +1,5 @@
-"""Best-of-N runs on the Celery queue ``gpu`` (:mod:`leaderboard.best_of_n` does the work).
+"""Best-of-N runs on the Celery queue ``gpu`` (:mod:`leaderboard.best_of_n` does the work and sends
+``play_best_of_n`` by name: this module imports that one, never the other way).
 
 * ``play_best_of_n`` claims a queued run and plays its missing episodes, each stored as it
   finishes; the run ends ``finished`` with its summary or ``failed`` with the reason.
@@ -9,7 +10,7 @@
 * When a worker consuming ``gpu`` starts, the runs it was playing when it died (same worker
   name) are queued again and resume at their first missing episode.
 
-Queue a run with :func:`enqueue` (``manage.py best_of_n ENV PICKER --queue``).
+Queue a run with :func:`leaderboard.best_of_n.enqueue` (``manage.py best_of_n ENV PICKER --queue``).
 """
 
 from __future__ import annotations
@@ -26,13 +27,6 @@ from leaderboard.models import BestOfNRun
 from workers import heartbeat
 
 log = logging.getLogger(__name__)
-
-
-def enqueue(run: BestOfNRun) -> BestOfNRun:
-    """Send a queued run to the ``gpu`` queue once the transaction that created it commits
-    (:func:`workers.heartbeat.send`: a message that cannot reach the broker is sent again by the reaper)."""
-    heartbeat.send(run, play_best_of_n)
-    return run
 
 
 @shared_task(bind=True, name="workers.best_of_n.play_best_of_n", acks_late=True)
