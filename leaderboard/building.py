@@ -1,7 +1,8 @@
 """Running a dataset builder for the site: write the dataset under ``QVAL_DATASETS_DIR`` and load it.
 
 Shared by ``manage.py build_dataset`` (inline) and the ``datasets`` queue's task
-(:func:`workers.builds.build_dataset`); both record the run in a :class:`DatasetBuild`.
+(:func:`workers.builds.build_dataset`, which :func:`enqueue` sends by name: its module imports this one);
+both record the run in a :class:`DatasetBuild`.
 
 * The build writes into a staging folder ``QVAL_DATASETS_DIR/.build-<name>`` and keeps its
   checkpoint in ``QVAL_DATASETS_DIR/.work/<name>`` (:func:`work_dir`), so an interrupted build
@@ -23,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -33,6 +35,9 @@ from .loading import DatasetConflict, load_dataset
 from .models import Dataset, DatasetBuild
 
 Progress = Callable[[int, int, str], None]
+
+BUILD_TASK = "workers.builds.build_dataset"
+"""The Celery task that runs a queued build (queue ``datasets``)."""
 
 
 def datasets_dir() -> Path:
@@ -173,6 +178,13 @@ class Recorder:
         DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(
             stage=stage[:50], done=max(done, 0), total=max(total, 0), updated_at=timezone.now()
         )
+
+
+def enqueue(name: str) -> DatasetBuild:
+    """Record a queued build of ``name`` and send it to :data:`BUILD_TASK` once committed."""
+    b = DatasetBuild.objects.create(name=name)
+    transaction.on_commit(lambda: current_app.signature(BUILD_TASK).delay(b.pk))
+    return b
 
 
 def start(build_id: int, worker: str) -> DatasetBuild | None:
