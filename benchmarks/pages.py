@@ -61,7 +61,7 @@ def fill(rows: int) -> int:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from leaderboard.importing import import_results, published_dataset
+    from submissions.importing import import_results, published_dataset
     from leaderboard.models import Backbone, Method
     from qval import families
     from submissions.models import Result, Submission
