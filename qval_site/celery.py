@@ -11,7 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qval_site.settings")
 TASK_MODULES = (
     "workers.tasks",
     "workers.builds",  # dataset builds (queue datasets)
-    "workers.best_of_n",  # Best-of-N runs (queue gpu)
+    "best_of_n.tasks",  # Best-of-N runs (queue gpu)
     "learning.tasks",  # training runs of the Learned family (queue gpu)
 )
 """Every module that defines tasks: a worker imports them as it starts. A service sends a task of its own

@@ -156,6 +156,7 @@ INSTALLED_APPS = [
     "workers",
     "qval_site",  # manage.py wait_ready
     "learning",
+    "best_of_n",  # the Best-of-N track (its models are still declared in leaderboard)
 ]
 
 MIDDLEWARE = [

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leaderboard import best_of_n
+from best_of_n import services as best_of_n
 from qval import best_of_n as bon
 
 

@@ -2,7 +2,7 @@
 
 Services: :func:`create_run` records a queued :class:`BestOfNRun` (or refuses it with an
 :class:`InvalidRun` naming the bad argument); :func:`enqueue` sends it to the ``gpu`` queue, to the
-task :data:`PLAY_TASK` by name (its module, :mod:`workers.best_of_n`, imports this one);
+task :data:`PLAY_TASK` by name (its module, :mod:`best_of_n.tasks`, imports this one);
 :func:`start` claims it for a worker; :func:`play`
 plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat
 (:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with its worker
@@ -28,6 +28,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from leaderboard.building import dataset_dir
+from leaderboard.evaluations import evaluations
+from leaderboard.models import BestOfNEpisode, BestOfNRun, Dataset
 from learning import selectors as learning_selectors
 from learning.models import TrainingRun
 from qval import best_of_n as bon
@@ -35,10 +38,6 @@ from qval import families, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
 from workers import heartbeat
-
-from .building import dataset_dir
-from .evaluations import evaluations
-from .models import BestOfNEpisode, BestOfNRun, Dataset
 
 DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
 ALIGNMENT_METRICS = ("spearman", "ranking_spearman")

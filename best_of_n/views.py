@@ -8,9 +8,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from qval import best_of_n as bon
 from qval import metric_registry
 
-from . import best_of_n, charts
+from leaderboard.models import BestOfNRun
+
+from . import charts
+from . import services as best_of_n
 from .forms import PlayForm
-from .models import BestOfNRun
 
 
 def alignment(request: HttpRequest) -> HttpResponse:
