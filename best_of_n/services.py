@@ -28,7 +28,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from leaderboard.building import dataset_dir
 from leaderboard.evaluations import evaluations
 from leaderboard.models import BestOfNEpisode, BestOfNRun, Dataset
 from learning import selectors as learning_selectors
@@ -169,7 +168,7 @@ def _picker(run: BestOfNRun) -> bon.Picker | None:
     loaded = Dataset.objects.filter(slug=run.dataset_slug).order_by("-created_at").first()
     if loaded is None:
         raise bon.BestOfNError(f"method {run.picker} needs the dataset {run.dataset_slug} loaded (its method context)")
-    folder = dataset_dir(loaded.slug, loaded.version)
+    folder = loaded.folder
     cache = Path(settings.QVAL_DATA_DIR) / "cache" / "best-of-n" / str(run.pk)
     return bon.method_picker(run.picker, schema.Dataset.read(folder), run.backbone, seed=run.seed, cache_dir=cache,
                              dataset_dir=folder)

@@ -32,7 +32,7 @@ from django.utils import timezone
 from qval import build, schema
 
 from .loading import DatasetConflict, load_dataset
-from .models import Dataset, DatasetBuild
+from .models import Dataset, DatasetBuild, dataset_folder
 
 Progress = Callable[[int, int, str], None]
 
@@ -47,11 +47,6 @@ def datasets_dir() -> Path:
 def work_dir(name: str) -> Path:
     """The checkpoint folder of builder ``name`` (stable across reruns, so a rerun resumes)."""
     return datasets_dir() / ".work" / name
-
-
-def dataset_dir(slug: str, version: str) -> Path:
-    """Where a loaded dataset's files (and ``images/``) live."""
-    return datasets_dir() / f"{slug}-{version}"
 
 
 @dataclass
@@ -110,7 +105,7 @@ def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path) ->
 
 
 def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True) -> Built:
-    """Build dataset ``name``, write it to ``out`` (default :func:`dataset_dir`), optionally load it."""
+    """Build dataset ``name``, write it to ``out`` (default :func:`leaderboard.models.dataset_folder`), optionally load it."""
     if name not in build.BUILDERS:
         raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
     report: Progress = progress or (lambda done, total, stage: None)
@@ -129,7 +124,7 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
             f"{m.key} already exists with fingerprint {existing.fingerprint[:12]}…, "
             f"the new build has {fingerprint[:12]}…; a changed build needs a new version"
         )
-    target = Path(out or dataset_dir(m.slug, m.version))
+    target = Path(out or dataset_folder(m.slug, m.version))
     if target.resolve() != staging.resolve():
         same = False
         if (target / "manifest.json").exists():

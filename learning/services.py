@@ -59,11 +59,6 @@ def feature_cache_dir() -> Path:
     return Path(settings.QVAL_DATA_DIR) / "cache" / "features"
 
 
-def dataset_dir(dataset: Dataset) -> Path:
-    """The loaded dataset's files."""
-    return Path(settings.QVAL_DATASETS_DIR) / f"{dataset.slug}-{dataset.version}"
-
-
 class InvalidRun(ValueError):
     """A run refused before it is created: ``field`` (``method``, ``dataset``, ``seed``, ``params`` or
     ``params.NAME`` for one hyperparameter) and ``message``, what was expected."""
@@ -192,7 +187,7 @@ def run_training(run_id: int, worker: str) -> TrainingRun:
     try:
         with heartbeat.beating(running, run_id):
             featuriser = featuriser_from_spec(run.featuriser)
-            folder, model = lm.train(run.method, dataset_dir(run.dataset), models_root(), featuriser=featuriser,
+            folder, model = lm.train(run.method, run.dataset.folder, models_root(), featuriser=featuriser,
                                      cache_dir=feature_cache_dir(), seed=run.seed, params=run.params,
                                      progress=Recorder(run.pk))
             run.refresh_from_db()
@@ -229,7 +224,7 @@ def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[
     user = get_user_model().objects.get_or_create(username=PLATFORM_USER)[0]
     Method.objects.update_or_create(name=run.method, defaults={
         "family": "learned", "description": lm.METHODS[run.method]["description"]})
-    inputs = read_inputs(dataset_dir(run.dataset))
+    inputs = read_inputs(run.dataset.folder)
     subs = []
     for split in PUBLISHED_SPLITS:
         for target in ("q", "v"):
