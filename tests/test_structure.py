@@ -302,3 +302,4 @@ def test_the_graph_finds_circles(tmp_path: Path) -> None:
     assert arrows["b.w"] == {"a.sub.z"} and "os" in graph.external["a.sub.z"]
     assert strongly_connected(arrows) == [["a.sub.z", "a.x", "a.y"]]
     assert shortest_cycle(arrows, ["a.sub.z", "a.x", "a.y"]) == ["a.sub.z", "a.x", "a.y", "a.sub.z"]
+
