@@ -6,7 +6,7 @@ from allauth.account.adapter import DefaultAccountAdapter
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from qval_site.clients import client_address
+from .clients import client_address
 
 
 class AccountAdapter(DefaultAccountAdapter):

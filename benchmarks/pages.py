@@ -96,7 +96,7 @@ def fill(rows: int) -> tuple[int, dict[str, str]]:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from leaderboard.importing import import_results, published_dataset
+    from submissions.importing import import_results, published_dataset
     from leaderboard.models import Backbone, Method
     from qval import families
     from submissions.models import Result, Submission

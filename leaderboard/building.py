@@ -1,7 +1,8 @@
 """Running a dataset builder for the site: write the dataset under ``QVAL_DATASETS_DIR`` and load it.
 
 Shared by ``manage.py build_dataset`` (inline) and the ``datasets`` queue's task
-(:func:`workers.builds.build_dataset`); both record the run in a :class:`DatasetBuild`.
+(:func:`workers.builds.build_dataset`, which :func:`enqueue` sends by name: its module imports this one);
+both record the run in a :class:`DatasetBuild`.
 
 * The build writes into a staging folder ``QVAL_DATASETS_DIR/.build-<name>`` and keeps its
   checkpoint in ``QVAL_DATASETS_DIR/.work/<name>`` (:func:`work_dir`), so an interrupted build
@@ -23,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -30,9 +32,12 @@ from django.utils import timezone
 from qval import build, schema
 
 from .loading import DatasetConflict, load_dataset
-from .models import Dataset, DatasetBuild
+from .models import Dataset, DatasetBuild, dataset_folder
 
 Progress = Callable[[int, int, str], None]
+
+BUILD_TASK = "workers.builds.build_dataset"
+"""The Celery task that runs a queued build (queue ``datasets``)."""
 
 
 def datasets_dir() -> Path:
@@ -42,11 +47,6 @@ def datasets_dir() -> Path:
 def work_dir(name: str) -> Path:
     """The checkpoint folder of builder ``name`` (stable across reruns, so a rerun resumes)."""
     return datasets_dir() / ".work" / name
-
-
-def dataset_dir(slug: str, version: str) -> Path:
-    """Where a loaded dataset's files (and ``images/``) live."""
-    return datasets_dir() / f"{slug}-{version}"
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path) ->
 
 
 def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True) -> Built:
-    """Build dataset ``name``, write it to ``out`` (default :func:`dataset_dir`), optionally load it."""
+    """Build dataset ``name``, write it to ``out`` (default :func:`leaderboard.models.dataset_folder`), optionally load it."""
     if name not in build.BUILDERS:
         raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
     report: Progress = progress or (lambda done, total, stage: None)
@@ -124,7 +124,7 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
             f"{m.key} already exists with fingerprint {existing.fingerprint[:12]}…, "
             f"the new build has {fingerprint[:12]}…; a changed build needs a new version"
         )
-    target = Path(out or dataset_dir(m.slug, m.version))
+    target = Path(out or dataset_folder(m.slug, m.version))
     if target.resolve() != staging.resolve():
         same = False
         if (target / "manifest.json").exists():
@@ -173,6 +173,13 @@ class Recorder:
         DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(
             stage=stage[:50], done=max(done, 0), total=max(total, 0), updated_at=timezone.now()
         )
+
+
+def enqueue(name: str) -> DatasetBuild:
+    """Record a queued build of ``name`` and send it to :data:`BUILD_TASK` once committed."""
+    b = DatasetBuild.objects.create(name=name)
+    transaction.on_commit(lambda: current_app.signature(BUILD_TASK).delay(b.pk))
+    return b
 
 
 def start(build_id: int, worker: str) -> DatasetBuild | None:

@@ -16,7 +16,6 @@ import plotly.graph_objects as go
 from qval.compare import CriticalDifference
 
 from .aggregates import FamilyDistribution
-from .best_of_n import Alignment
 
 _CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -29,7 +28,8 @@ def plain(text: str) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _html(fig: go.Figure, div_id: str) -> str:
+def fragment(fig: go.Figure, div_id: str) -> str:
+    """``fig`` as an HTML fragment with the id ``div_id`` (plotly.js not included)."""
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
 
 
@@ -57,7 +57,7 @@ def family_plot(families: list[FamilyDistribution], metric_label: str) -> str:
         margin={"l": 60, "r": 20, "t": 20, "b": 40},
         template="plotly_white",
     )
-    return _html(fig, "family-plot")
+    return fragment(fig, "family-plot")
 
 
 def critical_difference_diagram(cd: CriticalDifference) -> str:
@@ -105,7 +105,7 @@ def critical_difference_diagram(cd: CriticalDifference) -> str:
                "showgrid": False, "zeroline": False},
         yaxis={"range": [lowest, 0.6], "visible": False},
     )
-    return _html(fig, "cd-diagram")
+    return fragment(fig, "cd-diagram")
 
 
 def label_histograms(values: dict[str, dict[str, list[float]]], bins: int = 30) -> dict[str, str]:
@@ -143,26 +143,5 @@ def label_histograms(values: dict[str, dict[str, list[float]]], bins: int = 30) 
             margin={"l": 60, "r": 20, "t": 20, "b": 40},
             template="plotly_white",
         )
-        out[target] = _html(fig, f"hist-{target}")
+        out[target] = fragment(fig, f"hist-{target}")
     return out
-
-
-def alignment_plot(alignment: Alignment, div_id: str, metric_label: str = "Spearman ρ (global)") -> str:
-    """Test-split ρ (x, the alignment's metric, named by ``metric_label``) against the Best-of-N success gain over the base policy (y, with its 95% CI):
-    one marker per picker, one trace per legend group (family, oracle, random)."""
-    groups: dict[str, list] = {}
-    for p in alignment.points:
-        groups.setdefault(p.group, []).append(p)
-    fig = go.Figure([
-        go.Scatter(
-            x=[p.rho for p in points], y=[p.gain.value for p in points], mode="markers+text", name=plain(group),
-            text=[plain(p.method) for p in points], textposition="top center", marker={"color": points[0].color, "size": 10},
-            error_y={"type": "data", "symmetric": False, "array": [p.gain.high - p.gain.value for p in points],
-                     "arrayminus": [p.gain.value - p.gain.low for p in points]},
-            customdata=[p.run_id for p in points],
-        )
-        for group, points in groups.items()
-    ])
-    fig.update_layout(xaxis_title=f"test-split {metric_label} (Q-alignment)", yaxis_title="success-rate gain over the base policy",
-                      height=420, margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
-    return _html(fig, div_id)

@@ -132,7 +132,7 @@ def split_index(dataset: Dataset, split: str, target: str) -> SplitIndex:
 def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
     """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only).
 
-    A dataset we do not host (a published one, :mod:`leaderboard.importing`) has its labels
+    A dataset we do not host (a published one, :mod:`submissions.importing`) has its labels
     in the project's data file instead (:func:`qval.published.truth`; its rows are all on one split).
     """
     if not dataset.hosted:

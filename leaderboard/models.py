@@ -8,6 +8,9 @@ its ``fingerprint`` is the content hash :meth:`qval.schema.Dataset.compute_finge
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -35,6 +38,12 @@ class Environment(models.Model):
         return self.name
 
 
+def dataset_folder(slug: str, version: str) -> Path:
+    """Where the files of dataset ``slug@version`` are (``images/`` among them): the one place that says so,
+    ``QVAL_DATASETS_DIR/<slug>-<version>``. A loaded dataset's is :attr:`Dataset.folder`."""
+    return Path(settings.QVAL_DATASETS_DIR) / f"{slug}-{version}"
+
+
 class Dataset(models.Model):
     """One immutable, versioned dataset such as ``frozenlake-8x8@1.0``."""
 
@@ -57,6 +66,11 @@ class Dataset(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+    @property
+    def folder(self) -> Path:
+        """Its files under ``QVAL_DATASETS_DIR`` (:func:`dataset_folder`)."""
+        return dataset_folder(self.slug, self.version)
 
     @property
     def key(self) -> str:

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
@@ -58,11 +59,6 @@ def feature_cache_dir() -> Path:
     return Path(settings.QVAL_DATA_DIR) / "cache" / "features"
 
 
-def dataset_dir(dataset: Dataset) -> Path:
-    """The loaded dataset's files."""
-    return Path(settings.QVAL_DATASETS_DIR) / f"{dataset.slug}-{dataset.version}"
-
-
 class InvalidRun(ValueError):
     """A run refused before it is created: ``field`` (``method``, ``dataset``, ``seed``, ``params`` or
     ``params.NAME`` for one hyperparameter) and ``message``, what was expected."""
@@ -89,6 +85,9 @@ FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|https?://[^#\s
 
 SEED_LIMIT = 2**31
 """Seeds are from 0 to ``SEED_LIMIT - 1``."""
+
+TRAIN_TASK = "learning.tasks.train_learned"
+"""The Celery task that runs a training run (queue ``gpu``), sent by name: its module imports this one."""
 
 
 def check_param(name: str, value: Any, default: Any) -> Any:
@@ -147,9 +146,7 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
 def enqueue(run: TrainingRun) -> TrainingRun:
     """Send the run to the ``gpu`` queue once the transaction commits (:func:`workers.heartbeat.send`:
     a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
-    from .tasks import train_learned
-
-    heartbeat.send(run, train_learned)
+    heartbeat.send(run, current_app.signature(TRAIN_TASK))
     return run
 
 
@@ -190,7 +187,7 @@ def run_training(run_id: int, worker: str) -> TrainingRun:
     try:
         with heartbeat.beating(running, run_id):
             featuriser = featuriser_from_spec(run.featuriser)
-            folder, model = lm.train(run.method, dataset_dir(run.dataset), models_root(), featuriser=featuriser,
+            folder, model = lm.train(run.method, run.dataset.folder, models_root(), featuriser=featuriser,
                                      cache_dir=feature_cache_dir(), seed=run.seed, params=run.params,
                                      progress=Recorder(run.pk))
             run.refresh_from_db()
@@ -216,9 +213,8 @@ def reap_stale(now: datetime | None = None) -> list[int]:
 def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
     """Send again the queued runs whose message never reached the broker, and fail those queued for over
     ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
-    from .tasks import train_learned
-
-    return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED), train_learned, now)
+    return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED),
+                                 current_app.signature(TRAIN_TASK), now)
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:
@@ -228,7 +224,7 @@ def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[
     user = get_user_model().objects.get_or_create(username=PLATFORM_USER)[0]
     Method.objects.update_or_create(name=run.method, defaults={
         "family": "learned", "description": lm.METHODS[run.method]["description"]})
-    inputs = read_inputs(dataset_dir(run.dataset))
+    inputs = read_inputs(run.dataset.folder)
     subs = []
     for split in PUBLISHED_SPLITS:
         for target in ("q", "v"):

@@ -57,8 +57,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
+
+from qval.vllm import ServeSpec, VLLMManager
 
 log = logging.getLogger(__name__)
 
@@ -358,18 +360,46 @@ def _prompt_entry(entry: dict[str, Any] | None) -> TokenLogprob:
     return TokenLogprob(info.get("decoded_token") or "", float(info["logprob"]), (), int(token_id))
 
 
-def backend_from_spec(name: str, spec: dict[str, Any]) -> Backend:
-    """A backend from a ``QVAL_BACKBONES`` entry.
+def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | None = None) -> Backend:
+    """A backend from a ``QVAL_BACKBONES`` entry: the one place that dispatches on its ``kind``.
 
-    ``{"kind": "transformers", "path": DIR}`` (optional ``device``) or
-    ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``.
+    ``{"kind": "transformers", "path": DIR}`` (optional ``device``),
+    ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``, or
+    ``{"kind": "vllm", "path": DIR, ...}`` (:meth:`qval.vllm.ServeSpec.from_setting`): the ``vllm serve``
+    process of the worker's manager ``vllm``, started (or restarted) now if it is not healthy, and
+    forwarded to as an upstream server.
     """
     kind = spec.get("kind")
     if kind == "transformers":
         return TransformersBackend(spec["path"], name=name, device=spec.get("device"))
     if kind == "upstream":
         return UpstreamBackend(spec["url"], spec["model"], name=name)
-    raise ValueError(f"backbone {name!r}: kind must be 'transformers' or 'upstream', got {kind!r}")
+    if kind == "vllm":
+        if vllm is None:
+            raise ValueError(f"backbone {name!r}: kind 'vllm' is served by a worker that manages vllm servers")
+        serve = ServeSpec.from_setting(name, spec)
+        server = vllm.ensure(serve)
+        return UpstreamBackend(f"http://{server.host}:{server.port}", serve.served_model_name, name=name)
+    raise ValueError(f"backbone {name!r}: kind must be 'transformers', 'upstream' or 'vllm', got {kind!r}")
+
+
+class Backends:
+    """The backends one worker process serves (a local gpu worker's, a remote worker's): each entry's backend
+    built once (a model is large) by :func:`backend_from_spec`, except a ``vllm`` one, asked of the manager
+    at every use so that a server that died is started again."""
+
+    def __init__(self, vllm: VLLMManager | None = None) -> None:
+        self.vllm = vllm
+        self._built: dict[tuple[str, str], Backend] = {}
+
+    def get(self, name: str, spec: Mapping[str, Any]) -> Backend:
+        """The backend of entry ``spec`` of ``QVAL_BACKBONES[name]``."""
+        if spec.get("kind") == "vllm":
+            return backend_from_spec(name, spec, self.vllm)
+        key = (name, json.dumps(spec, sort_keys=True, default=str))
+        if key not in self._built:
+            self._built[key] = backend_from_spec(name, spec)
+        return self._built[key]
 
 
 # -- the budget ------------------------------------------------------------------------

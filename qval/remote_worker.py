@@ -20,7 +20,10 @@ Settings (environment): ``QVAL_SITE_URL``, ``CELERY_BROKER_URL``, ``QVAL_WORKER_
 the host name), ``QVAL_WORKER_KEY`` (to register on the status page), ``QVAL_CONTAINER_ENGINE``,
 ``QVAL_CONTAINERS_CONF``, ``QVAL_CONTAINER_WORK_ROOT``, ``QVAL_BACKBONES``,
 ``QVAL_BACKBONE_TOKEN_BUDGET``, ``QVAL_HEARTBEAT_S`` (worker heartbeats, default 10),
-``QVAL_JOB_VISIBILITY_S`` (the broker redelivers an unacknowledged job after this, default 7200).
+``QVAL_JOB_VISIBILITY_S`` (the broker redelivers an unacknowledged job after this, default 7200), and for
+``kind: vllm`` backbones (a ``vllm serve`` process this worker starts and manages, as a local gpu worker
+does) ``QVAL_VLLM_EXECUTABLE`` (default ``vllm``), ``QVAL_VLLM_STARTUP_S`` (default 900) and
+``QVAL_DATA_DIR`` (the servers' logs go to its ``logs/``; default ``./var``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import socket
 import tarfile
 import threading
@@ -38,9 +42,11 @@ from typing import Any
 
 import requests
 from celery import Celery
-from celery.signals import celeryd_after_setup, worker_ready, worker_shutting_down
+from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_ready, worker_shutting_down
 
 from qval import containers as qc
+from qval.backbone import Backend, BackboneServer, Backends
+from qval.vllm import VLLMManager
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,9 @@ class Config:
     heartbeat_s: float = 10.0
     backbones: dict[str, dict[str, Any]] = field(default_factory=dict)
     token_budget: int = 2_000_000
+    vllm_command: tuple[str, ...] = ("vllm",)
+    vllm_startup_s: float = 900.0
+    data_dir: Path = Path("var")
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -68,7 +77,10 @@ class Config:
                    key=os.environ.get("QVAL_WORKER_KEY", ""),
                    heartbeat_s=float(os.environ.get("QVAL_HEARTBEAT_S", "10")),
                    backbones=json.loads(os.environ.get("QVAL_BACKBONES") or "{}"),
-                   token_budget=int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2000000")))
+                   token_budget=int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2000000")),
+                   vllm_command=tuple(shlex.split(os.environ.get("QVAL_VLLM_EXECUTABLE") or "vllm")),
+                   vllm_startup_s=float(os.environ.get("QVAL_VLLM_STARTUP_S", "900")),
+                   data_dir=Path(os.environ.get("QVAL_DATA_DIR") or "var"))
 
 
 class Refused(Exception):
@@ -180,8 +192,6 @@ def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config
         if backbone is None:
             result = job.run(image_id, limits)
         else:
-            from qval.backbone import BackboneServer
-
             budget = int(config.backbones[backbone].get("token_budget", config.token_budget))
             with BackboneServer(served_backend(config, backbone), budget, socket_path=job.backbone_socket) as server:
                 result = job.run(image_id, limits, backbone=backbone)
@@ -191,18 +201,19 @@ def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config
     return run, result.predictions
 
 
-_BACKENDS: dict[str, Any] = {}
+_BACKENDS: Backends | None = None
 
 
-def served_backend(config: Config, name: str) -> Any:
-    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process."""
-    from qval.backbone import backend_from_spec
-
+def served_backend(config: Config, name: str) -> Backend:
+    """The backend of ``QVAL_BACKBONES[name]`` (:class:`qval.backbone.Backends`: loaded once per worker
+    process; a ``kind: vllm`` entry is this worker's own ``vllm serve`` process, started on demand)."""
+    global _BACKENDS
     if name not in config.backbones:
         raise RuntimeError(f"backbone {name!r} is not in this worker's QVAL_BACKBONES")
-    if name not in _BACKENDS:
-        _BACKENDS[name] = backend_from_spec(name, config.backbones[name])
-    return _BACKENDS[name]
+    if _BACKENDS is None:
+        _BACKENDS = Backends(VLLMManager(config.vllm_command, log_dir=config.data_dir / "logs",
+                                         startup_timeout_s=config.vllm_startup_s))
+    return _BACKENDS.get(name, config.backbones[name])
 
 
 # -- the Celery application (no Django) ------------------------------------------------------
@@ -259,3 +270,10 @@ def _start_heartbeats(sender: Any, **kwargs: Any) -> None:
 @worker_shutting_down.connect
 def _stop_heartbeats(**kwargs: Any) -> None:
     _stop.set()
+
+
+@worker_process_shutdown.connect
+def _stop_vllm_servers(**kwargs: Any) -> None:
+    """Stop the ``vllm serve`` processes this worker process started."""
+    if _BACKENDS is not None and _BACKENDS.vllm is not None:
+        _BACKENDS.vllm.stop_all()

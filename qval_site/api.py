@@ -30,6 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import throttling
 from leaderboard import aggregates, evaluations, figures
 from leaderboard.exports import DATASET_FORMATS, FILTER_KEYS, SPLIT_FORMATS, leaderboard_rows
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
@@ -47,8 +48,6 @@ from submissions.services import (
     create_container_submissions,
     create_submission,
 )
-
-from . import throttling
 
 
 def _dataset(key: str) -> Dataset:

@@ -1,7 +1,7 @@
 """The shared cache, degraded rather than down: Redis while it answers, this process's memory while not.
 
 The default cache holds rate-limit counters, sign-up counters and computed comparisons
-(:mod:`qval_site.throttling`, :mod:`submissions.comparison`). When Redis does not answer, an
+(:mod:`accounts.throttling`, :mod:`submissions.comparison`). When Redis does not answer, an
 upload must still be stored (its check waits for the broker) and a page must still render, so
 every call falls back to a per-process :class:`~django.core.cache.backends.locmem.LocMemCache`:
 limits are then counted per process (still bounded, by the number of processes) until Redis is

@@ -8,13 +8,18 @@ from qval_site import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qval_site.settings")
 
-app = Celery("qval")
+TASK_MODULES = (
+    "workers.tasks",
+    "workers.builds",  # dataset builds (queue datasets)
+    "best_of_n.tasks",  # Best-of-N runs (queue gpu)
+    "learning.tasks",  # training runs of the Learned family (queue gpu)
+)
+"""Every module that defines tasks: a worker imports them as it starts. A service sends a task of its own
+app by name (``current_app.signature(NAME)``), so the task module may import the service."""
+
+app = Celery("qval", include=TASK_MODULES)
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers"])
-app.autodiscover_tasks(["workers"], related_name="builds")  # dataset builds (queue datasets)
-app.autodiscover_tasks(["workers"], related_name="best_of_n")  # Best-of-N runs (queue gpu)
 
 # Every log line of a submission task carries the submission id (qval_site/logs.py).
 task_prerun.connect(logs.bind_task, weak=False)
 task_postrun.connect(logs.unbind_task, weak=False)
-app.autodiscover_tasks(["learning"])  # training runs of the Learned family (queue gpu)

@@ -25,7 +25,7 @@ Variables:
 ``QVAL_SCORING_WORK_PER_HOUR`` prediction rows (ids x samples) of one account's files accepted for scoring
                             per hour (default 10000000).
 ``QVAL_THROTTLE_RATES``     JSON object overriding rates of the expensive endpoints, e.g.
-                            ``{"compare_anon": "10/min"}`` (qval_site/throttling.py).
+                            ``{"compare_anon": "10/min"}`` (accounts/throttling.py).
 ``QVAL_SIGNUP_RATE``        sign-ups per client address, allauth's syntax (default ``5/h/ip``).
 ``EMAIL_BACKEND``           default: the console (confirmation links are printed); SMTP settings as Django's.
 ``QVAL_RECEIVED_S``         a submission still ``received``/``validating`` after this long is failed (default 3600).
@@ -156,6 +156,7 @@ INSTALLED_APPS = [
     "workers",
     "qval_site",  # manage.py wait_ready
     "learning",
+    "best_of_n",  # the Best-of-N track (its models are still declared in leaderboard)
 ]
 
 MIDDLEWARE = [
@@ -212,7 +213,7 @@ LOGOUT_REDIRECT_URL = "home"
 # Accounts (django-allauth): sign-up asks for an email address and sends a confirmation link;
 # an account submits to a hidden (test) split only once an address of it is verified
 # (submissions.services.check_request). Sign-ups are rate-limited per client address
-# (qval_site.clients), and one mailbox holds one account (accounts.mailboxes).
+# (accounts.clients), and one mailbox holds one account (accounts.mailboxes).
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
@@ -227,7 +228,7 @@ ACCOUNT_SIGNUP_REDIRECT_URL = "upload"
 ACCOUNT_RATE_LIMITS = {"signup": os.environ.get("QVAL_SIGNUP_RATE", "5/h/ip")}
 ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
 ACCOUNT_FORMS = {"signup": "accounts.forms.SignupForm", "add_email": "accounts.forms.AddEmailForm"}
-# The reverse proxies whose X-Forwarded-For the client address is read from (qval_site/clients.py).
+# The reverse proxies whose X-Forwarded-For the client address is read from (accounts/clients.py).
 QVAL_TRUSTED_PROXIES = [p.strip() for p in os.environ.get("QVAL_TRUSTED_PROXIES", "").split(",") if p.strip()]
 for _proxy in QVAL_TRUSTED_PROXIES:
     try:
@@ -269,7 +270,7 @@ QVAL_COMPARE_CONCURRENCY = int(os.environ.get("QVAL_COMPARE_CONCURRENCY", "2"))
 # platform's fault, so it does not count towards the quota). Containers: QVAL_CONTAINER_*_S below.
 QVAL_RECEIVED_S = float(os.environ.get("QVAL_RECEIVED_S", "3600"))
 QVAL_SCORING_S = float(os.environ.get("QVAL_SCORING_S", "3600"))
-# Rates of the expensive endpoints (qval_site/throttling.py): "<scope>_anon" per client address,
+# Rates of the expensive endpoints (accounts/throttling.py): "<scope>_anon" per client address,
 # "<scope>_user" per account. A scope without a rate is not limited. "compare_compute": comparisons
 # not yet cached that one client address may have computed, signed in or not (one at a time).
 QVAL_THROTTLE_RATES = {
@@ -375,7 +376,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # Only views with a ``throttle_scope`` are limited, at QVAL_THROTTLE_RATES.
-    "DEFAULT_THROTTLE_CLASSES": ["qval_site.throttling.SiteThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.throttling.SiteThrottle"],
     # ``?format=`` selects a download's file format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
 }

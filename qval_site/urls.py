@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
-from leaderboard import best_of_n_views as bon_views
+from best_of_n import views as bon_views
 from leaderboard import views as lb
 from learning import views as lv
 from submissions import views as sv

@@ -41,13 +41,13 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
 from django.db.models import Q, QuerySet
 
+from accounts import throttling
 from leaderboard.loading import truth_for
 from qval import predictions as qpred
 from qval.compare import paired_bootstraps
 from qval.metrics import POINT_METRICS, REFERENCE_RULES
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
-from qval_site import throttling
 
 from .models import Submission
 

@@ -6,8 +6,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from accounts import throttling
 from qval.schema import PUBLIC_SPLITS
-from qval_site import throttling
 
 from . import comparison
 from .forms import UploadForm

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,43 @@ def test_upstream_backend_forwards_to_an_openai_server(backend: bb.TransformersB
             used = proxy.usage.total_tokens
             prompt = via_proxy["usage"]["prompt_tokens"]
             assert 60 <= used < 60 + prompt + 5  # may pass the budget by at most one prompt (documented)
+
+
+def test_every_kind_of_backbone_entry_is_dispatched_in_one_place(tmp_path: Path) -> None:
+    """backend_from_spec knows the three kinds; a vllm entry needs the worker's manager, an unknown kind is named."""
+    upstream = bb.backend_from_spec("up", {"kind": "upstream", "url": "http://127.0.0.1:9", "model": "m"})
+    assert isinstance(upstream, bb.UpstreamBackend) and upstream.model == "m"
+    with pytest.raises(ValueError, match="kind 'vllm' is served by a worker that manages vllm servers"):
+        bb.backend_from_spec("big", {"kind": "vllm", "path": str(tmp_path)})
+    with pytest.raises(ValueError, match="kind must be 'transformers', 'upstream' or 'vllm', got 'tgi'"):
+        bb.backend_from_spec("odd", {"kind": "tgi"})
+    backends = bb.Backends()
+    assert backends.get("up", {"kind": "upstream", "url": "http://127.0.0.1:9", "model": "m"}) is \
+        backends.get("up", {"kind": "upstream", "url": "http://127.0.0.1:9", "model": "m"})  # built once
+
+
+@pytest.mark.slow
+def test_a_remote_worker_serves_a_vllm_backbone_itself(tiny_model: Path, tmp_path: Path) -> None:
+    """The remote gpu worker dispatches backbone kinds as a local one does: a ``kind: vllm`` entry is its
+    own ``vllm serve`` process (here scripts/vllm-standin), started on first use and then reused."""
+    from qval import remote_worker as rw
+
+    standin = (sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "vllm-standin"))
+    config = rw.Config(site="http://127.0.0.1:9", name="remote-test", vllm_command=standin, vllm_startup_s=300,
+                       data_dir=tmp_path, backbones={"tiny": {"kind": "vllm", "path": str(tiny_model),
+                                                              "served_model_name": "tiny-served"}})
+    try:
+        backend = rw.served_backend(config, "tiny")
+        assert rw._BACKENDS is not None and rw._BACKENDS.vllm is not None
+        server = rw._BACKENDS.vllm.running()["tiny"]
+        assert (backend.host, backend.port, backend.model) == ("127.0.0.1", server.port, "tiny-served")
+        reply = backend.generate([{"role": "user", "content": "hi"}], None, bb.Sampling(max_tokens=2))
+        assert reply.completion_tokens >= 1
+        assert rw.served_backend(config, "tiny").port == server.port  # reused
+        assert server.log_path.parent == tmp_path / "logs"
+    finally:
+        rw._stop_vllm_servers()
+        rw._BACKENDS = None
 
 
 def test_upstream_down_is_a_clear_error(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from tests.conftest import broker_messages, clear_queue, wait_for, worker_proces
 
 
 def play(environment: str, picker: str, *, n: int = 3, episodes: int = 20, backbone: str = ""):  # type: ignore[no-untyped-def]
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
 
     run = best_of_n.create_run(environment, picker, n=n, num_episodes=episodes, backbone=backbone)
     started = best_of_n.start(run.pk, "inline@test")
@@ -29,7 +29,7 @@ def mean_success(run) -> float:  # type: ignore[no-untyped-def]
 
 @pytest.mark.django_db
 def test_runs_pages_and_alignment(client, staff) -> None:  # type: ignore[no-untyped-def]
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
 
     runs = {p: play("frozenlake", p) for p in ("base", "oracle", "random", "reference")}
     for picker, run in runs.items():
@@ -76,7 +76,7 @@ def within(a: dict[str, float], b: dict[str, float]) -> bool:
 
 @pytest.mark.django_db
 def test_bad_runs_are_refused() -> None:
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
 
     for args, field, message in [
         (("pong", "oracle"), "environment", "unknown environment 'pong'"),
@@ -155,9 +155,9 @@ def test_invalid_run_input_names_the_field(client, staff, django_capture_on_comm
 @pytest.mark.worker
 def test_a_killed_worker_resumes_its_run(transactional_db, data_dir: Path, test_split_secret: str) -> None:  # type: ignore[no-untyped-def]
     """SIGKILL the gpu worker mid-run; the restarted worker (same name) resumes at the next episode."""
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
     from leaderboard.models import BestOfNRun
-    from workers.best_of_n import play_best_of_n
+    from best_of_n.tasks import play_best_of_n
 
     name = f"test-gpu-{os.getpid()}@%h"
     log = data_dir / "best-of-n-worker.log"
@@ -312,7 +312,7 @@ def test_alignment_page_in_chromium(live_server, transactional_db, loaded, data_
 def test_a_text_method_is_a_point(loaded, tiny_model: Path, client) -> None:  # type: ignore[no-untyped-def]
     """A built-in text method on a tiny local model plays a run through the service (its picker runs the
     method's ``run``) and appears on the alignment page at its test-split ρ from the leaderboard."""
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
     from leaderboard.models import Method
 
     for picker in ("base", "random"):
@@ -346,13 +346,13 @@ def test_learned_pickers_are_points(client, staff, loaded, data_dir: Path, setti
     run published, with their gain over the base policy on the same episodes."""
     from django.core.management import call_command
 
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
     from leaderboard.models import BestOfNRun
     from learning import services
     from qval.learned import methods as lm
     from qval.learned.features import featuriser_from_spec
     from qval.learned.data import Point
-    from workers.best_of_n import play_best_of_n
+    from best_of_n.tasks import play_best_of_n
 
     settings.QVAL_DATA_DIR = data_dir
     n, episodes = 3, 12

@@ -37,7 +37,7 @@ FIGURE_SOURCES = [(name, source) for name in ("per-family", "per-environment", "
 def imported(transactional_db) -> dict[tuple[str, str], tuple[int, int]]:  # type: ignore[no-untyped-def]
     """Import the published results; the (traces, points) each figure should then draw, read
     from the database before the browser starts (its event loop forbids database calls)."""
-    from leaderboard.importing import import_results
+    from submissions.importing import import_results
 
     import_results(resamples=0)
     return {key: _expected(*key) for key in FIGURE_SOURCES}

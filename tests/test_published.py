@@ -126,7 +126,7 @@ def test_truth_of_what_is_not_published_is_refused() -> None:
 
 
 def _import() -> Any:
-    from leaderboard.importing import import_results
+    from submissions.importing import import_results
 
     return import_results(resamples=0)
 

@@ -144,7 +144,7 @@ def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # t
 
 def test_a_lost_best_of_n_run_is_requeued_once_then_resumes_and_fails_the_second_time(  # type: ignore[no-untyped-def]
         db, settings, django_capture_on_commit_callbacks) -> None:
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
     from leaderboard.models import BestOfNRun
 
     run = best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3)
@@ -278,12 +278,12 @@ def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_an
 
 def test_a_best_of_n_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_and_played(  # type: ignore[no-untyped-def]
         db, settings, broker_down, django_capture_on_commit_callbacks) -> None:
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
     from leaderboard.models import BestOfNRun
-    from workers.best_of_n import enqueue, play_best_of_n
+    from best_of_n.tasks import play_best_of_n
 
     with django_capture_on_commit_callbacks(execute=True):
-        run = enqueue(best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3))
+        run = best_of_n.enqueue(best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3))
     assert BestOfNRun.objects.get(pk=run.pk).sent_at is None
     broker_down.undo()
 
@@ -298,16 +298,15 @@ def test_a_best_of_n_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_a
 
 def test_a_run_not_started_within_the_queue_limit_fails_with_the_reason(  # type: ignore[no-untyped-def]
         loaded, settings, broker_down, django_capture_on_commit_callbacks) -> None:
-    from leaderboard import best_of_n
+    from best_of_n import services as best_of_n
     from learning import services
-    from workers.best_of_n import enqueue
 
     with django_capture_on_commit_callbacks(execute=True):
         unsent = services.enqueue(services.create_run("qlass", loaded))
     broker_down.undo()
     with django_capture_on_commit_callbacks(execute=True):
         sent = services.enqueue(services.create_run("qlass", loaded))
-        waiting = enqueue(best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3))
+        waiting = best_of_n.enqueue(best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3))
     assert sorted(take_messages("gpu")) == [("learning.tasks.train_learned", [sent.pk]),
                                             ("workers.best_of_n.play_best_of_n", [waiting.pk])]
 

@@ -11,7 +11,7 @@
 * When a worker consuming ``datasets`` starts, the builds it was running when it died are failed
   at once (``worker restarted``).
 
-Queue a build with :func:`enqueue` (``manage.py build_dataset NAME --queue``).
+Queue a build with :func:`leaderboard.building.enqueue` (``manage.py build_dataset NAME --queue``).
 """
 
 from __future__ import annotations
@@ -21,19 +21,11 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import celeryd_after_setup
-from django.db import transaction
 
 from leaderboard import building
 from leaderboard.models import DatasetBuild
 
 log = logging.getLogger(__name__)
-
-
-def enqueue(name: str) -> DatasetBuild:
-    """Record a queued build of ``name`` and send it to the ``datasets`` queue once committed."""
-    b = DatasetBuild.objects.create(name=name)
-    transaction.on_commit(lambda: build_dataset.delay(b.pk))
-    return b
 
 
 @shared_task(bind=True, name="workers.builds.build_dataset", acks_late=True)

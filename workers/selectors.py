@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from amqp.exceptions import ChannelError
+from celery import current_app
 from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
@@ -25,11 +26,9 @@ RECENT_FAILURES = 20
 
 def queue_depths() -> dict[str, int | None]:
     """Messages waiting in each Celery queue (``None`` when the broker does not answer)."""
-    from qval_site.celery import app
-
     depths: dict[str, int | None] = {}
     try:
-        with app.connection_for_read() as conn:
+        with current_app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
             channel = conn.default_channel
             for name in QUEUES:

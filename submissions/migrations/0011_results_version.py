@@ -68,7 +68,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("submissions", "0010_submission_sent_at"),
-        ("leaderboard", "0008_best_of_n_run_training_run"),
+        ("leaderboard", "0001_initial"),  # the trigger on leaderboard_method
     ]
 
     operations = [

@@ -77,8 +77,6 @@ class Command(BaseCommand):
             self._inline(name, opts["out"], bool(opts["no_load"]))  # type: ignore[arg-type]
 
     def _enqueue(self, name: str, if_missing: bool) -> None:
-        from workers.builds import enqueue
-
         active = building.active_build(name)
         if if_missing and building.is_loaded(name):
             self.stdout.write(f"{name}: already loaded, not queued")
@@ -86,7 +84,7 @@ class Command(BaseCommand):
         if active is not None:
             self.stdout.write(f"{name}: build #{active.pk} is already {active.status}, not queued")
             return
-        b = enqueue(name)
+        b = building.enqueue(name)
         self.stdout.write(f"{name}: queued build #{b.pk} on the datasets queue")
 
     def _inline(self, name: str, out: Path | None, no_load: bool) -> None:

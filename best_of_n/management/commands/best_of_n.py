@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leaderboard import best_of_n
+from best_of_n import services as best_of_n
 from qval import best_of_n as bon
 
 
@@ -34,9 +34,7 @@ class Command(BaseCommand):
         except best_of_n.InvalidRun as exc:
             raise CommandError(f"{exc.field}: {exc.message}") from exc
         if opts["queue"]:
-            from workers.best_of_n import enqueue
-
-            enqueue(run)
+            best_of_n.enqueue(run)
             self.stdout.write(f"queued best-of-n run #{run.pk}")
             return
         started = best_of_n.start(run.pk, f"inline@{socket.gethostname()}")

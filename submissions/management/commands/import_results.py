@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leaderboard.importing import import_results
+from submissions.importing import import_results
 from qval.published import PublishedDataError
 
 

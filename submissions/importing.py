@@ -14,19 +14,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import transaction
 from django.utils import timezone
 
+from leaderboard.models import Backbone, Dataset, Environment, Method
 from qval import families, metrics, published
 
-from .models import Backbone, Dataset, Environment, Method
-
-if TYPE_CHECKING:
-    from submissions.models import Submission
+from .models import Result, Submission
 
 DATASET_VERSION = "1.0"
 RESCORED_LAYOUT = 2
@@ -81,8 +79,6 @@ def _method(name: str) -> Method:
 def _upsert(key: str, *, dataset: Dataset, method: str, backbone: str, target: str, modality: str,
             source: str, rules: str, provenance: dict[str, Any], rows: list[dict[str, Any]]) -> Submission:
     """Create or update the imported submission ``key`` and its results; return it."""
-    from submissions.models import Result, Submission  # leaderboard must not import submissions at load time
-
     now = timezone.now()
     fields = {
         "dataset": dataset, "split": "test", "target": target, "modality": modality, "method_name": method,
@@ -116,8 +112,6 @@ def _store_predictions(sub: Submission, ev: published.RescoredEvaluation) -> Non
 
 def _unchanged(keys: list[str], digest: str) -> bool:
     """Whether every row of ``keys`` was already imported from data with this ``digest``."""
-    from submissions.models import Submission
-
     return Submission.objects.filter(import_key__in=keys, provenance__data_sha256=digest).count() == len(keys)
 
 

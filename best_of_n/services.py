@@ -1,7 +1,9 @@
 """The site's Best-of-N track: running :mod:`qval.best_of_n` as a job, and reading its results.
 
 Services: :func:`create_run` records a queued :class:`BestOfNRun` (or refuses it with an
-:class:`InvalidRun` naming the bad argument); :func:`start` claims it for a worker; :func:`play`
+:class:`InvalidRun` naming the bad argument); :func:`enqueue` sends it to the ``gpu`` queue, to the
+task :data:`PLAY_TASK` by name (its module, :mod:`best_of_n.tasks`, imports this one);
+:func:`start` claims it for a worker; :func:`play`
 plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat
 (:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with its worker
 resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped once and
@@ -21,10 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from leaderboard.evaluations import evaluations
+from leaderboard.models import BestOfNEpisode, BestOfNRun, Dataset
 from learning import selectors as learning_selectors
 from learning.models import TrainingRun
 from qval import best_of_n as bon
@@ -32,10 +37,6 @@ from qval import families, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
 from workers import heartbeat
-
-from .building import dataset_dir
-from .evaluations import evaluations
-from .models import BestOfNEpisode, BestOfNRun, Dataset
 
 DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
 ALIGNMENT_METRICS = ("spearman", "ranking_spearman")
@@ -59,6 +60,8 @@ MAX_N = 1000
 MAX_EPISODES = 100_000
 SEED_LIMIT = 2**31
 """Runs take ``2 <= n <= MAX_N``, ``1 <= num_episodes <= MAX_EPISODES`` and ``0 <= seed < SEED_LIMIT``."""
+PLAY_TASK = "workers.best_of_n.play_best_of_n"
+"""The Celery task that plays a run (queue ``gpu``), sent by name: its module imports this one."""
 
 
 class InvalidRun(bon.BestOfNError):
@@ -165,7 +168,7 @@ def _picker(run: BestOfNRun) -> bon.Picker | None:
     loaded = Dataset.objects.filter(slug=run.dataset_slug).order_by("-created_at").first()
     if loaded is None:
         raise bon.BestOfNError(f"method {run.picker} needs the dataset {run.dataset_slug} loaded (its method context)")
-    folder = dataset_dir(loaded.slug, loaded.version)
+    folder = loaded.folder
     cache = Path(settings.QVAL_DATA_DIR) / "cache" / "best-of-n" / str(run.pk)
     return bon.method_picker(run.picker, schema.Dataset.read(folder), run.backbone, seed=run.seed, cache_dir=cache,
                              dataset_dir=folder)
@@ -231,11 +234,16 @@ def fail(run_id: int, reason: str) -> None:
         status=BestOfNRun.FAILED, finished_at=timezone.now(), error=reason[:5000])
 
 
+def enqueue(run: BestOfNRun) -> BestOfNRun:
+    """Send a queued run to :data:`PLAY_TASK` once the transaction that created it commits
+    (:func:`workers.heartbeat.send`: a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
+    heartbeat.send(run, current_app.signature(PLAY_TASK))
+    return run
+
+
 def reap_stale(now: datetime | None = None) -> list[int]:
     """Requeue once (``attempt`` 2, resuming at its first missing episode), or fail, every running run
     whose heartbeat is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
-    from workers.best_of_n import enqueue  # the task module imports this one
-
     return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING),
                           lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
 
@@ -250,9 +258,8 @@ def requeue_worker_runs(worker: str) -> list[int]:
 def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
     """Send again the queued runs whose message never reached the broker, and fail those queued for over
     ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
-    from workers.best_of_n import play_best_of_n  # the task module imports this one
-
-    return heartbeat.reap_queued(BestOfNRun.objects.filter(status=BestOfNRun.QUEUED), play_best_of_n, now)
+    return heartbeat.reap_queued(BestOfNRun.objects.filter(status=BestOfNRun.QUEUED),
+                                 current_app.signature(PLAY_TASK), now)
 
 
 # -- selectors -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ rate is ``QVAL_THROTTLE_RATES["<scope>_anon"]`` per client address for anonymous
 computed afresh) is limited per client address, signed in or not: :func:`take` counts it
 at ``QVAL_THROTTLE_RATES[scope]`` and :func:`exclusive` bounds how many run at a time.
 Counts and markers live in the default cache (Redis, shared by every process); the client is
-counted by :func:`qval_site.clients.limit_key`.
+counted by :func:`accounts.clients.limit_key`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from rest_framework.throttling import SimpleRateThrottle
 
-from qval_site.clients import limit_key
+from accounts.clients import limit_key
 
 
 class SiteThrottle(SimpleRateThrottle):
@@ -48,7 +48,7 @@ class SiteThrottle(SimpleRateThrottle):
 
     def get_ident(self, request: Any) -> str:
         """The client address (IPv6: its /64), ``X-Forwarded-For`` read only behind ``QVAL_TRUSTED_PROXIES``
-        (:mod:`qval_site.clients`; DRF's own rule believes the header)."""
+        (:mod:`accounts.clients`; DRF's own rule believes the header)."""
         return limit_key(request)
 
     def get_cache_key(self, request: Any, view: Any) -> str:

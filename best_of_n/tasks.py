@@ -1,15 +1,17 @@
-"""Best-of-N runs on the Celery queue ``gpu`` (:mod:`leaderboard.best_of_n` does the work).
+"""Best-of-N runs on the Celery queue ``gpu`` (:mod:`best_of_n.services` does the work and sends
+``play_best_of_n`` by name: this module imports that one, never the other way). The tasks keep the names
+they had under ``workers.best_of_n``, so messages already queued still find them.
 
 * ``play_best_of_n`` claims a queued run and plays its missing episodes, each stored as it
   finishes; the run ends ``finished`` with its summary or ``failed`` with the reason.
 * ``reap_stale_best_of_n_runs`` (beat, every ``QVAL_REAP_EVERY_S``) requeues once, or fails, a
-  run whose heartbeat stopped (:func:`leaderboard.best_of_n.reap_stale`), and sends again a queued
+  run whose heartbeat stopped (:func:`best_of_n.services.reap_stale`), and sends again a queued
   run whose message never reached the broker, or fails it after ``QVAL_RUN_QUEUE_S``
-  (:func:`leaderboard.best_of_n.reap_unsent`).
+  (:func:`best_of_n.services.reap_unsent`).
 * When a worker consuming ``gpu`` starts, the runs it was playing when it died (same worker
   name) are queued again and resume at their first missing episode.
 
-Queue a run with :func:`enqueue` (``manage.py best_of_n ENV PICKER --queue``).
+Queue a run with :func:`best_of_n.services.enqueue` (``manage.py best_of_n ENV PICKER --queue``).
 """
 
 from __future__ import annotations
@@ -20,19 +22,13 @@ from typing import Any
 from celery import shared_task
 from celery.signals import celeryd_after_setup
 
-from leaderboard import best_of_n
 from leaderboard.building import reason_of
 from leaderboard.models import BestOfNRun
 from workers import heartbeat
 
+from . import services as best_of_n
+
 log = logging.getLogger(__name__)
-
-
-def enqueue(run: BestOfNRun) -> BestOfNRun:
-    """Send a queued run to the ``gpu`` queue once the transaction that created it commits
-    (:func:`workers.heartbeat.send`: a message that cannot reach the broker is sent again by the reaper)."""
-    heartbeat.send(run, play_best_of_n)
-    return run
 
 
 @shared_task(bind=True, name="workers.best_of_n.play_best_of_n", acks_late=True)
@@ -52,8 +48,8 @@ def play_best_of_n(self, run_id: int) -> str:  # type: ignore[no-untyped-def]
 
 @shared_task(name="workers.best_of_n.reap_stale_best_of_n_runs")
 def reap_stale_best_of_n_runs() -> list[int]:
-    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`leaderboard.best_of_n.reap_stale`);
-    send again, or fail, the queued runs whose message never left (:func:`leaderboard.best_of_n.reap_unsent`)."""
+    """Requeue once, or fail, the runs whose worker stopped sending heartbeats (:func:`best_of_n.services.reap_stale`);
+    send again, or fail, the queued runs whose message never left (:func:`best_of_n.services.reap_unsent`)."""
     reaped = best_of_n.reap_stale()
     if reaped:
         log.warning("%d best-of-n runs lost their worker (requeued once, then failed): %s", len(reaped), reaped)

@@ -6,16 +6,16 @@ from typing import Any
 
 from django import forms
 
+from leaderboard.models import BestOfNRun
 from learning import selectors as learning_selectors
 from qval import best_of_n as bon
 
-from . import best_of_n
-from .models import BestOfNRun
+from . import services as best_of_n
 
 
 class PlayForm(forms.Form):
     """Environment, picker, its backbone or training run, N, episodes and seed of a run (checked by
-    :func:`leaderboard.best_of_n.create_run`)."""
+    :func:`best_of_n.services.create_run`)."""
 
     environment = forms.ChoiceField(choices=[(e, e) for e in bon.ENVIRONMENTS])
     picker = forms.ChoiceField(help_text="oracle, random, base, reference or a registered method.")

@@ -8,9 +8,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from qval import best_of_n as bon
 from qval import metric_registry
 
-from . import best_of_n, charts
+from leaderboard.models import BestOfNRun
+
+from . import charts
+from . import services as best_of_n
 from .forms import PlayForm
-from .models import BestOfNRun
 
 
 def alignment(request: HttpRequest) -> HttpResponse:
@@ -21,8 +23,6 @@ def alignment(request: HttpRequest) -> HttpResponse:
         return HttpResponseForbidden("only staff can play a Best-of-N run")
     form = PlayForm(request.POST or None) if request.user.is_staff else None
     if form is not None and request.method == "POST" and form.is_valid():
-        from workers.best_of_n import enqueue
-
         d = form.cleaned_data
         try:
             run = best_of_n.create_run(d["environment"], d["picker"], n=d["n"], num_episodes=d["episodes"],
@@ -30,7 +30,7 @@ def alignment(request: HttpRequest) -> HttpResponse:
         except best_of_n.InvalidRun as exc:
             form.add_error(exc.field, exc.message)
         else:
-            enqueue(run)
+            best_of_n.enqueue(run)
             return redirect("best-of-n-run", pk=run.pk)
     metric = request.GET.get("metric", "spearman")
     if metric not in best_of_n.ALIGNMENT_METRICS:

@@ -1,0 +1,305 @@
+"""The project's structure, read from its source files with ``ast`` (nothing of the project is imported
+except the migration modules):
+
+- no circle between modules: every ``import`` counts, at module level, inside functions and under
+  ``if TYPE_CHECKING``, with relative imports resolved and ``from package import module`` counted as an
+  import of that module;
+- no cycle between apps (the top-level packages: ``qval``, ``qval_site``, ``leaderboard``, ...), and the
+  Django-free core ``qval`` imports neither Django nor any app;
+- no cycle between apps in the migration graph (each migration's ``dependencies``).
+
+A task sent by name (``current_app.send_task("workers.tasks.x", ...)``) is no import: that is how a
+service enqueues a task whose module imports the service.
+
+On failure the message lists each circle with the import lines that make it, which is what to change.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_PACKAGES = {"tests"}
+"""Top-level folders with an ``__init__.py`` that are not the project's code."""
+CORE = "qval"
+CORE_MUST_NOT_IMPORT = {"django", "rest_framework", "drf_spectacular", "allauth"}
+"""The web frameworks the Django-free core stays out of (besides the apps, which it never imports)."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one import is written."""
+
+    path: str
+    line: int
+    in_function: bool
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" + (" (in a function)" if self.in_function else "")
+
+
+def packages(root: Path = REPO) -> list[str]:
+    """The project's top-level packages: every folder of the repository with an ``__init__.py``."""
+    return sorted(p.parent.name for p in root.glob("*/__init__.py") if p.parent.name not in NOT_PACKAGES)
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Module name -> source file, for every ``.py`` file of the packages (a package is its ``__init__``)."""
+    found: dict[str, Path] = {}
+    for pkg in packages(root):
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The module an import of ``name`` runs: the longest leading part of it that is one of ours."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+class _Imports(ast.NodeVisitor):
+    """Every import of one file, with whether it is written inside a function."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+        self._depth = 0
+
+    def _function(self, node: ast.AST) -> None:
+        self._depth += 1
+        self.generic_visit(node)
+        self._depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.found.append((node, self._depth > 0))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.found.append((node, self._depth > 0))
+
+
+@dataclass
+class ImportGraph:
+    """Module -> imported module -> where; and each module's imports of modules not ours (top name)."""
+
+    edges: dict[str, dict[str, list[Site]]]
+    external: dict[str, dict[str, list[Site]]]
+
+
+@functools.lru_cache(maxsize=None)
+def import_graph(root: Path = REPO) -> ImportGraph:
+    """The import graph of the packages under ``root`` (the project's), read from their source once."""
+    files = module_files(root)
+    modules = set(files)
+    edges: dict[str, dict[str, list[Site]]] = {m: defaultdict(list) for m in files}
+    external: dict[str, dict[str, list[Site]]] = {m: defaultdict(list) for m in files}
+    for module, path in files.items():
+        is_package = path.name == "__init__.py"
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        visitor = _Imports()
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        for node, in_function in visitor.found:
+            site = Site(str(path.relative_to(root)), node.lineno, in_function)
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                if node.level:
+                    keep = len(package) - (node.level - 1)
+                    assert keep > 0, f"{site}: relative import above the top-level package"
+                    base = ".".join(package[:keep] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.append(sub if alias.name != "*" and sub in modules else base)
+            for target in targets:
+                ours = _resolve(target, modules)
+                sites = external[module][target.split(".")[0]] if ours is None else edges[module][ours]
+                if ours != module and site not in sites:
+                    sites.append(site)
+    return ImportGraph(edges, external)
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (each sorted), by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    nodes = sorted(set(graph) | {t for targets in graph.values() for t in targets})
+    for root in nodes:
+        if root in index:
+            continue
+        # Iterative depth-first search: (node, iterator over its successors).
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for nxt in successors:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def shortest_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One shortest cycle through the first node of a component, as a path that ends where it starts."""
+    members = set(component)
+    start = component[0]
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph.get(node, ())):
+                if nxt not in members:
+                    continue
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+                if nxt not in previous:
+                    previous[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def describe(
+    what: str, graph: dict[str, set[str]], components: list[list[str]], why: dict[tuple[str, str], list[str]]
+) -> str:
+    """A failure message: for each circle, its members, one cycle and the lines behind each of its arrows."""
+    lines = [f"{len(components)} {what} circle(s):"]
+    for component in components:
+        members = set(component)
+        lines.append(f"- {', '.join(component)}")
+        lines.append(f"  e.g. {' -> '.join(shortest_cycle(graph, component))}")
+        for source in component:
+            for target in sorted(graph[source] & members):
+                lines.append(f"    {source} -> {target}: {'; '.join(why[(source, target)])}")
+    return "\n".join(lines)
+
+
+def test_no_import_circle_between_modules() -> None:
+    graph = import_graph()
+    arrows = {m: set(targets) for m, targets in graph.edges.items()}
+    why = {(m, t): [str(s) for s in sites] for m, targets in graph.edges.items() for t, sites in targets.items()}
+    circles = strongly_connected(arrows)
+    assert not circles, describe("module", arrows, circles, why)
+
+
+def app_graph(graph: ImportGraph) -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """The imports between top-level packages, with the module imports behind each."""
+    arrows: dict[str, set[str]] = defaultdict(set)
+    why: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for module, targets in graph.edges.items():
+        for target, sites in targets.items():
+            source_app, target_app = module.split(".")[0], target.split(".")[0]
+            if source_app != target_app:
+                arrows[source_app].add(target_app)
+                why[(source_app, target_app)].append(f"{module} -> {target} ({sites[0]})")
+    return arrows, why
+
+
+def test_no_cycle_between_apps() -> None:
+    arrows, why = app_graph(import_graph())
+    circles = strongly_connected(arrows)
+    assert not circles, describe("app", arrows, circles, why)
+
+
+def test_core_imports_no_django_and_no_app() -> None:
+    graph = import_graph()
+    offending = [
+        f"{module} imports {target}: {', '.join(map(str, sites))}"
+        for module, targets in sorted(graph.edges.items())
+        if module.split(".")[0] == CORE
+        for target, sites in sorted(targets.items())
+        if target.split(".")[0] != CORE
+    ] + [
+        f"{module} imports {name}: {', '.join(map(str, sites))}"
+        for module, names in sorted(graph.external.items())
+        if module.split(".")[0] == CORE
+        for name, sites in sorted(names.items())
+        if name in CORE_MUST_NOT_IMPORT
+    ]
+    assert not offending, "qval/ must stay free of Django and of the apps:\n" + "\n".join(offending)
+
+
+def test_no_cycle_between_apps_in_migrations() -> None:
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    arrows: dict[str, set[str]] = defaultdict(set)
+    why: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for key, node in loader.graph.node_map.items():
+        for parent in node.parents:
+            if parent.key[0] != key[0]:
+                arrows[key[0]].add(parent.key[0])
+                why[(key[0], parent.key[0])].append(f"{'/'.join(key)} depends on {'/'.join(parent.key)}")
+    circles = strongly_connected(arrows)
+    assert not circles, describe("migration app", arrows, circles, why)
+
+
+def test_the_graph_finds_circles(tmp_path: Path) -> None:
+    """The reader itself: a function-level import, a relative import and ``from package import module``
+    each make an arrow, so a circle built of them is found."""
+    files = {
+        "a/__init__.py": "",
+        "a/x.py": "def f():\n    from . import y\n",
+        "a/y.py": "from a.sub import z\n",
+        "a/sub/__init__.py": "",
+        "a/sub/z.py": "from ..x import f\nimport os\n",
+        "b/__init__.py": "",
+        "b/w.py": "import a.sub.z\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path)
+    arrows = {m: set(t) for m, t in graph.edges.items()}
+    assert arrows["b.w"] == {"a.sub.z"} and "os" in graph.external["a.sub.z"]
+    assert strongly_connected(arrows) == [["a.sub.z", "a.x", "a.y"]]
+    assert shortest_cycle(arrows, ["a.sub.z", "a.x", "a.y"]) == ["a.sub.z", "a.x", "a.y", "a.sub.z"]
+
