@@ -53,8 +53,10 @@ STATE_LOCAL: tuple[str, ...] = ("ranking", "Δbelief", "sdpo", "sdpo-gt")
 ENVIRONMENT_ORDER: tuple[str, ...] = ("frozenlake", "alfworld", "openapps", "terminalbench")
 """The paper's environments from simpler closed-action to open-ended (Fig. 3); others follow alphabetically."""
 
-SOURCE_NAMES = {"reported": "reported by the authors", "rescored": "re-scored by us from the authors' predictions",
-                "baseline": "our baselines", "user": "users' submissions"}
+SOURCE_NAMES: dict[str, str] = {"reported": "reported by the authors",
+                                "rescored": "re-scored by us from the authors' predictions",
+                                "baseline": "our baselines", "user": "users' submissions"}
+"""How a page names the source it shows."""
 
 LOCAL_METRIC = "ranking_spearman"
 
@@ -109,11 +111,9 @@ def clipped_interval(values: Sequence[float], level: float = 0.95) -> tuple[floa
     return iv.mean, max(-1.0, iv.low), min(1.0, iv.high)
 
 
-def _family_of(method: str, rows: Sequence[Evaluation]) -> families.Family:
-    for e in rows:
-        if e.method == method:
-            return families.get(e.family)
-    return families.of_method(method)
+def _families(rows: Sequence[Evaluation]) -> dict[str, families.Family]:
+    """Each method's family, as its evaluations give it."""
+    return {e.method: families.get(e.family) for e in rows}
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -135,13 +135,14 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     sliced = [e for e in rows if in_slice(e, f)]
     values = per_backbone(sliced, f)
     info = {(e.method, e.environment_slug, e.target, e.backbone): e for e in sliced}
+    family = _families(sliced)
     global_metric = metric_of("", f)
     blocks = [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]
     shown: set[str] = set()
     for metric, xaxis, yaxis in blocks:
         methods = _method_order({k[0] for k in values if metric_of(k[0], f) == metric})
         for fam in families.ALL:
-            mine = [m for m in methods if _family_of(m, sliced).slug == fam.slug]
+            mine = [m for m in methods if family[m].slug == fam.slug]
             if not mine:
                 continue
             xs, ys, texts, means = [], [], [], []
@@ -185,10 +186,11 @@ def fig3(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     values = per_backbone(sliced, f)
     names = {e.environment_slug: e.environment for e in sliced}
     envs = sorted(names, key=_env_rank)
+    family = _families(sliced)
     global_metric = metric_of("", f)
     for metric, xaxis, yaxis in [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]:
         for m in _method_order({k[0] for k in values if metric_of(k[0], f) == metric}):
-            fam = _family_of(m, sliced)
+            fam = family[m]
             xs, ys, lows, highs, texts = [], [], [], [], []
             for env in envs:
                 per = [v for k, v in values.items() if k[0] == m and k[1] == env]
@@ -237,10 +239,11 @@ def fig4_left(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     chosen = [e for e in rows if e.target == target and (f.family or e.family in FIG4_LEFT_FAMILIES)]
     by_modality = {m: per_backbone([e for e in chosen if e.modality == m], f) for m in figures.MODALITIES}
     names = {e.environment_slug: e.environment for e in chosen}
+    family = _families(chosen)
     points: dict[str, list[tuple[tuple[str, str, str, str], float, float]]] = {}
     for key in sorted(by_modality["text"].keys() & by_modality["image"].keys()):
         text, image = by_modality["text"][key], by_modality["image"][key]
-        fam = _family_of(key[0], chosen)
+        fam = family[key[0]]
         points.setdefault(fam.slug, []).append((key, text, image))
         fig.rows.append({"method": key[0], "family": fam.name, "environment": names[key[1]], "backbone": key[3],
                          "target": target, "metric": metric_of(key[0], f), "text": text, "image": image})
@@ -279,6 +282,7 @@ def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure
     with_both = sorted({e.environment_slug for e in chosen if e.target == "q"}
                        & {e.environment_slug for e in chosen if e.target == "v"}, key=_env_rank)
     names = {e.environment_slug: e.environment for e in chosen}
+    family = _families(chosen)
     series: dict[str, list[dict[str, Any]]] = {"q": [], "v": []}
     for m in _method_order({k[0] for k in values}):
         summary = {}
@@ -292,7 +296,7 @@ def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure
                 summary[target] = (len(env_means), *_mean_se(env_means))
         if len(summary) < 2:
             continue
-        fam = _family_of(m, chosen)
+        fam = family[m]
         for target, (k, mean, se) in summary.items():
             row = {"method": m, "family": fam.name, "target": target, "environments": k, "mean": mean, "se": se}
             fig.rows.append(row)
@@ -328,12 +332,13 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     opus = {(r.method, r.backbone): getattr(r, metric) for r in table if not f.backbone or r.backbone == f.backbone}
     chosen = [e for e in rows if e.target == "q" and e.modality == "text" and e.method not in STATE_LOCAL]
     first = per_backbone(chosen, figures.Filters(**{**vars(f), "metric": metric}))
+    family = _families(chosen)
     points: dict[str, list[tuple[str, str, float, float]]] = {}
     for (method, _env, _target, backbone), x in sorted(first.items()):
         y = opus.get((method, backbone))
         if y is None:
             continue
-        fam = _family_of(method, chosen)
+        fam = family[method]
         points.setdefault(fam.slug, []).append((method, backbone, x, y))
         fig.rows.append({"method": method, "family": fam.name, "backbone": backbone, "metric": metric,
                          "first_labels": x, "opus_labels": y})

@@ -92,7 +92,8 @@ def test_each_paper_figure_reproduces_the_paper_by_default(client) -> None:  # t
     assert (local["ranking"], local["sdpo"]) == (_paper(0.437), _paper(-0.149))
     assert set(local) == {"ranking", "Δbelief", "sdpo", "sdpo-gt"} and not set(local) & set(means)
     assert "vlm-rm" in means  # embedding methods on their V slice, pre-trained on image: every family is drawn
-    direct16 = [y for t in fig["data"] if t["meta"]["kind"] == "points" for x, y in zip(t["x"], t["y"]) if x == "direct-16"]
+    direct16 = [y for t in fig["data"] if t["meta"]["kind"] == "points"
+                for x, y in zip(t["x"], t["y"]) if x == "direct-16"]
     assert len(direct16) == 24  # 4 environments × 6 backbones, text only: no image or V row pooled in
 
     page, fig = _get(client, "/figures/paper/fig3/")
