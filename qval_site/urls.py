@@ -6,6 +6,7 @@ from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
 from best_of_n import views as bon_views
+from leaderboard import paper_figures
 from leaderboard import views as lb
 from learning import views as lv
 from submissions import views as sv
@@ -25,6 +26,7 @@ urlpatterns = [
     path("leaderboard/", lb.board, name="leaderboard"),
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
+    path("figures/paper/<str:name>/", paper_figures.paper_figure, name="paper-figure"),
     path("figures/<str:name>/", lb.figure, name="figure"),
     path("methods/<name:name>/", lb.method_detail, name="method"),
     path("environments/<str:slug>/", lb.environment_detail, name="environment"),

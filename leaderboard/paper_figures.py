@@ -1,0 +1,467 @@
+"""The paper's Figures 2–5 as named default views (``/figures/paper/<name>/``).
+
+Each view opens on the slice the paper plots and says which it is; the filters change it.
+
+* **One source at a time.**  The default is the authors' reported numbers; a reader picks another
+  source (re-scored, our baselines, users' uploads) to see the same figure over those rows.  Rows of
+  two sources are never pooled.
+* **The paper's slice per family** (:data:`PAPER_SLICE`): target Q, text for the LLM methods, image
+  for the pre-trained ones, target V for the embedding methods (the only target the paper has for
+  them).  Choosing a target or a modality applies it to every family instead.
+* **The paper's metric per method**: the state-local ranking Spearman for the methods that output
+  only a permutation per state (:data:`STATE_LOCAL`), the global one (Spearman by default) for the
+  others; the two are drawn in separate blocks, never on one axis.
+* **One value per backbone**: where a source holds several evaluations of one method, environment
+  and backbone (e.g. several datasets of one environment), their mean is that backbone's value.
+* **Intervals of Fig. 3**: the 95% Student-t interval of the mean over backbones, clipped to
+  [−1, 1] (a correlation's mean cannot leave it; with 2–6 backbones the t interval often would).
+  No interval with a single backbone.
+* **Fig. 4 (right)**: per method and target, the mean over backbones in each environment, then the
+  mean over the environments where the slice has both Q and V rows, ± its standard error
+  (sample std of the environment means / √k), as the paper's caption says.
+* **Fig. 5**: TerminalBench, Q, text: each method × backbone under the first labelling backbone (the
+  selected source's rows; for the reported ones GPT-5.5) against Table 6 (Claude Opus 4.7,
+  :mod:`qval.relabelled`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from qval import compare, families, metric_registry, relabelled
+
+from . import aggregates, evaluations, figures, views
+from .charts import plain
+from .evaluations import Evaluation, best
+
+PAPER_SLICE: dict[str, tuple[str, str]] = {
+    "direct": ("q", "text"), "code": ("q", "text"), "self-distillation": ("q", "text"), "intrinsic": ("q", "text"),
+    "ranking": ("q", "text"), "pre-trained": ("q", "image"), "embedding": ("v", "image"),
+    "learned": ("q", "text"), "other": ("q", "text"),
+}
+"""The paper's (target, modality) per family (Fig. 2, 3 and 4 right)."""
+
+STATE_LOCAL: tuple[str, ...] = ("ranking", "Δbelief", "sdpo", "sdpo-gt")
+"""Methods that output only a permutation per state: the paper scores them by the state-local Spearman."""
+
+ENVIRONMENT_ORDER: tuple[str, ...] = ("frozenlake", "alfworld", "openapps", "terminalbench")
+"""The paper's environments from simpler closed-action to open-ended (Fig. 3); others follow alphabetically."""
+
+SOURCE_NAMES: dict[str, str] = {"reported": "reported by the authors",
+                                "rescored": "re-scored by us from the authors' predictions",
+                                "baseline": "our baselines", "user": "users' submissions"}
+"""How a page names the source it shows."""
+
+LOCAL_METRIC = "ranking_spearman"
+
+
+def metric_of(method: str, f: figures.Filters) -> str:
+    """The metric a method is plotted by: state-local for :data:`STATE_LOCAL`, else the chosen global one."""
+    if method in STATE_LOCAL:
+        return LOCAL_METRIC
+    return f.metric if f.metric != LOCAL_METRIC else "spearman"
+
+
+def in_slice(e: Evaluation, f: figures.Filters) -> bool:
+    """Whether ``e`` is in the figure's slice: the chosen target and modality, else its family's paper slice."""
+    target, modality = PAPER_SLICE.get(e.family, ("q", "text"))
+    return e.target == (f.target or target) and e.modality == (f.modality or modality)
+
+
+def _method_order(methods: set[str]) -> list[str]:
+    """Methods in the paper's order: by family, then as the family lists them, then by name."""
+    rank = {fam.slug: i for i, fam in enumerate(families.ALL)}
+
+    def key(m: str) -> tuple[int, int, str]:
+        fam = families.of_method(m)
+        return rank[fam.slug], fam.methods.index(m) if m in fam.methods else 99, m
+
+    return sorted(methods, key=key)
+
+
+def _env_rank(slug: str) -> tuple[int, str]:
+    return (ENVIRONMENT_ORDER.index(slug) if slug in ENVIRONMENT_ORDER else len(ENVIRONMENT_ORDER), slug)
+
+
+def per_backbone(rows: Sequence[Evaluation], f: figures.Filters) -> dict[tuple[str, str, str, str], float]:
+    """``(method, environment slug, target, backbone) -> value``: each evaluation's value by its method's
+    metric (:func:`metric_of`; the best submission per evaluation), averaged over evaluations of one backbone."""
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    for metric in {metric_of(e.method, f) for e in rows}:
+        for e in best([e for e in rows if metric_of(e.method, f) == metric], metric):
+            value = e.value(metric)
+            assert value is not None
+            values.setdefault((e.method, e.environment_slug, e.target, e.backbone), []).append(value)
+    return {key: sum(v) / len(v) for key, v in values.items()}
+
+
+def clipped_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """``(mean, low, high)``: the Student-t interval of the mean (:func:`qval.compare.mean_ci`) clipped to
+    [−1, 1]; no interval for one value."""
+    iv = compare.mean_ci(list(values), level)
+    assert iv.mean is not None
+    if iv.low is None or iv.high is None:
+        return iv.mean, None, None
+    return iv.mean, max(-1.0, iv.low), min(1.0, iv.high)
+
+
+def _families(rows: Sequence[Evaluation]) -> dict[str, families.Family]:
+    """Each method's family, as its evaluations give it."""
+    return {e.method: families.get(e.family) for e in rows}
+
+
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    layout = {"title": {"text": title}, "template": "plotly_white", "height": 520,
+              "margin": {"l": 60, "r": 20, "t": 60, "b": 130}, "hovermode": "closest"}
+    layout.update(extra)
+    return layout
+
+
+def _label(metric: str) -> str:
+    return metric_registry.get(metric).label
+
+
+def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
+    """Paper Fig. 2: every environment × backbone as a point, a bar at each method's mean; global
+    metric on the left, state-local on the right."""
+    fig = figures.Figure("fig2", "Figure 2: per family",
+                         ["method", "family", "environment", "backbone", "target", "modality", "metric", "value"])
+    sliced = [e for e in rows if in_slice(e, f)]
+    values = per_backbone(sliced, f)
+    info = {(e.method, e.environment_slug, e.target, e.backbone): e for e in sliced}
+    family = _families(sliced)
+    global_metric = metric_of("", f)
+    blocks = [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]
+    shown: set[str] = set()
+    for metric, xaxis, yaxis in blocks:
+        methods = _method_order({k[0] for k in values if metric_of(k[0], f) == metric})
+        for fam in families.ALL:
+            mine = [m for m in methods if family[m].slug == fam.slug]
+            if not mine:
+                continue
+            xs, ys, texts, means = [], [], [], []
+            for m in mine:
+                points = sorted((k, v) for k, v in values.items() if k[0] == m)
+                for key, v in points:
+                    e = info[key]
+                    xs.append(plain(m))
+                    ys.append(v)
+                    texts.append(f"{plain(m)} · {plain(e.environment)} · {plain(e.backbone or 'no backbone')}"
+                                 f"<br>{e.target.upper()} · {e.modality} · {_label(metric)} {v:.4f}")
+                    fig.rows.append({"method": m, "family": fam.name, "environment": e.environment,
+                                     "backbone": e.backbone, "target": e.target, "modality": e.modality,
+                                     "metric": metric, "value": v})
+                means.append(sum(v for _, v in points) / len(points))
+            common = {"xaxis": xaxis, "yaxis": yaxis, "legendgroup": fam.slug, "marker": {"color": fam.colour}}
+            fig.traces.append({"type": "bar", "x": [plain(m) for m in mine], "y": means, "name": f"{fam.name} mean",
+                               "opacity": 0.35, "showlegend": False, "meta": {"kind": "means", "metric": metric},
+                               "hovertemplate": "%{x}: mean %{y:.3f}<extra></extra>", **common})
+            fig.traces.append({"type": "scatter", "mode": "markers", "x": xs, "y": ys, "name": fam.name,
+                               "showlegend": fam.slug not in shown, "text": texts,
+                               "hovertemplate": "%{text}<extra></extra>",
+                               "meta": {"kind": "points", "metric": metric}, **common})
+            shown.add(fam.slug)
+    fig.layout = _layout(
+        "Figure 2: correlation by method (points: environment × backbone; bars: means)", barmode="overlay",
+        xaxis={"domain": [0, 0.72], "title": {"text": f"global: {_label(global_metric)}"}, "tickangle": -45},
+        xaxis2={"domain": [0.76, 1], "title": {"text": f"state-local: {_label(LOCAL_METRIC)}"}, "tickangle": -45},
+        yaxis={"range": [-1, 1], "title": {"text": _label(global_metric)}},
+        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label(LOCAL_METRIC)}},
+    )
+    return fig
+
+
+def fig3(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
+    """Paper Fig. 3: per method and environment (difficulty order) the mean over backbones with a
+    clipped 95% t interval; global block on top, state-local below."""
+    fig = figures.Figure("fig3", "Figure 3: per environment",
+                         ["method", "family", "environment", "metric", "backbones", "mean", "ci_low", "ci_high"])
+    sliced = [e for e in rows if in_slice(e, f)]
+    values = per_backbone(sliced, f)
+    names = {e.environment_slug: e.environment for e in sliced}
+    envs = sorted(names, key=_env_rank)
+    family = _families(sliced)
+    global_metric = metric_of("", f)
+    for metric, xaxis, yaxis in [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]:
+        for m in _method_order({k[0] for k in values if metric_of(k[0], f) == metric}):
+            fam = family[m]
+            xs, ys, lows, highs, texts = [], [], [], [], []
+            for env in envs:
+                per = [v for k, v in values.items() if k[0] == m and k[1] == env]
+                if not per:
+                    continue
+                mean, low, high = clipped_interval(per)
+                fig.rows.append({"method": m, "family": fam.name, "environment": names[env], "metric": metric,
+                                 "backbones": len(per), "mean": mean, "ci_low": low, "ci_high": high})
+                xs.append(plain(names[env]))
+                ys.append(mean)
+                lows.append(0.0 if low is None else mean - low)
+                highs.append(0.0 if high is None else high - mean)
+                texts.append(f"{plain(m)} in {plain(names[env])}: mean {mean:.3f} over {len(per)} backbone(s)"
+                             + (f"<br>95% CI [{low:.3f}, {high:.3f}]" if low is not None else ""))
+            fig.traces.append({"type": "bar", "x": xs, "y": ys, "name": plain(m), "xaxis": xaxis, "yaxis": yaxis,
+                               "marker": {"color": fam.colour, "line": {"color": "#333", "width": 0.5}},
+                               "legendgroup": fam.slug, "text": texts, "textposition": "none",
+                               "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points", "metric": metric},
+                               "error_y": {"type": "data", "symmetric": False, "array": highs, "arrayminus": lows}})
+    fig.layout = _layout(
+        "Figure 3: mean over backbones per environment (95% t interval, clipped to [−1, 1])", barmode="group",
+        height=760, grid={"rows": 2, "columns": 1, "pattern": "independent"},
+        xaxis={"categoryorder": "array", "categoryarray": [names[e] for e in envs], "anchor": "y"},
+        yaxis={"domain": [0.55, 1], "range": [-1, 1], "title": {"text": f"global: {_label(global_metric)}"}},
+        xaxis2={"categoryorder": "array", "categoryarray": [names[e] for e in envs], "anchor": "y2"},
+        yaxis2={"domain": [0, 0.42], "range": [-1, 1], "title": {"text": f"state-local: {_label(LOCAL_METRIC)}"}},
+    )
+    return fig
+
+
+def _diagonal() -> dict[str, Any]:
+    return {"type": "scatter", "mode": "lines", "x": [-1, 1], "y": [-1, 1], "name": "y = x",
+            "line": {"dash": "dot", "color": "#555"}, "hoverinfo": "skip", "meta": {"kind": "guide"}}
+
+
+FIG4_LEFT_FAMILIES = ("direct", "ranking")
+FIG4_RIGHT_FAMILIES = ("direct", "code", "pre-trained")
+
+
+def fig4_left(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
+    """Paper Fig. 4 (left): Direct and Ranking methods, each environment × backbone scored on both
+    modalities as a point (text on x, image on y), target Q unless another is chosen."""
+    fig = figures.Figure("fig4-left", "Figure 4 (left): text vs image",
+                         ["method", "family", "environment", "backbone", "target", "metric", "text", "image"])
+    target = f.target or "q"
+    chosen = [e for e in rows if e.target == target and (f.family or e.family in FIG4_LEFT_FAMILIES)]
+    by_modality = {m: per_backbone([e for e in chosen if e.modality == m], f) for m in figures.MODALITIES}
+    names = {e.environment_slug: e.environment for e in chosen}
+    family = _families(chosen)
+    points: dict[str, list[tuple[tuple[str, str, str, str], float, float]]] = {}
+    for key in sorted(by_modality["text"].keys() & by_modality["image"].keys()):
+        text, image = by_modality["text"][key], by_modality["image"][key]
+        fam = family[key[0]]
+        points.setdefault(fam.slug, []).append((key, text, image))
+        fig.rows.append({"method": key[0], "family": fam.name, "environment": names[key[1]], "backbone": key[3],
+                         "target": target, "metric": metric_of(key[0], f), "text": text, "image": image})
+    for fam in families.ALL:
+        mine = points.get(fam.slug)
+        if mine:
+            fig.traces.append({
+                "type": "scatter", "mode": "markers", "name": fam.name, "marker": {"color": fam.colour, "size": 9},
+                "x": [p[1] for p in mine], "y": [p[2] for p in mine],
+                "text": [f"{plain(k[0])} · {plain(names[k[1]])} · {plain(k[3] or 'no backbone')}" for k, _, _ in mine],
+                "hovertemplate": "%{text}<br>text %{x:.3f} · image %{y:.3f}<extra></extra>", "meta": {"kind": "points"},
+            })
+    fig.traces.append(_diagonal())
+    fig.layout = _layout("Figure 4 (left): text vs image (state-local Spearman for ranking)",
+                         xaxis={"title": {"text": "correlation, text"}, "range": [-1, 1]},
+                         yaxis={"title": {"text": "correlation, image"}, "range": [-1, 1], "scaleanchor": "x"})
+    return fig
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float | None]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
+    """Paper Fig. 4 (right): Direct, Code and Pre-trained methods under target Q (filled) and V (open):
+    the mean over the environments that have both targets of the per-environment means over backbones,
+    ± the standard error across those environment means."""
+    fig = figures.Figure("fig4-right", "Figure 4 (right): Q vs V",
+                         ["method", "family", "target", "environments", "mean", "se"])
+    chosen = [e for e in rows if (f.family or e.family in FIG4_RIGHT_FAMILIES)
+              and e.modality == (f.modality or PAPER_SLICE.get(e.family, ("q", "text"))[1])]
+    values = per_backbone(chosen, f)
+    with_both = sorted({e.environment_slug for e in chosen if e.target == "q"}
+                       & {e.environment_slug for e in chosen if e.target == "v"}, key=_env_rank)
+    names = {e.environment_slug: e.environment for e in chosen}
+    family = _families(chosen)
+    series: dict[str, list[dict[str, Any]]] = {"q": [], "v": []}
+    for m in _method_order({k[0] for k in values}):
+        summary = {}
+        for target in ("q", "v"):
+            env_means = []
+            for env in with_both:
+                per = [v for k, v in values.items() if k[0] == m and k[1] == env and k[2] == target]
+                if per:
+                    env_means.append(sum(per) / len(per))
+            if env_means:
+                summary[target] = (len(env_means), *_mean_se(env_means))
+        if len(summary) < 2:
+            continue
+        fam = family[m]
+        for target, (k, mean, se) in summary.items():
+            row = {"method": m, "family": fam.name, "target": target, "environments": k, "mean": mean, "se": se}
+            fig.rows.append(row)
+            series[target].append({**row, "colour": fam.colour})
+    for target, symbol in (("q", "circle"), ("v", "circle-open")):
+        pts = series[target]
+        fig.traces.append({
+            "type": "scatter", "mode": "markers", "name": f"target {target.upper()}",
+            "x": [plain(p["method"]) for p in pts], "y": [p["mean"] for p in pts],
+            "marker": {"color": [p["colour"] for p in pts], "symbol": symbol, "size": 11, "line": {"width": 2}},
+            "error_y": {"type": "data", "array": [p["se"] or 0.0 for p in pts]},
+            "text": [f"{plain(p['method'])} ({p['family']}): {target.upper()} over {p['environments']} environments"
+                     for p in pts],
+            "hovertemplate": "%{text}<br>mean %{y:.3f} ± %{error_y.array:.3f}<extra></extra>",
+            "meta": {"kind": "points", "target": target},
+        })
+    label = _label(metric_of("", f))
+    envs = ", ".join(names[e] for e in with_both) or "none"
+    fig.layout = _layout(f"Figure 4 (right): Q (filled) vs V (open), mean ± SE over {envs}",
+                         yaxis={"title": {"text": label}, "range": [-1, 1]}, xaxis={"tickangle": -45})
+    return fig
+
+
+def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
+    """Paper Fig. 5: TerminalBench Q text, each method × backbone under the first labelling backbone (x,
+    the selected source's rows) against Table 6's Claude Opus 4.7 labels (y)."""
+    fig = figures.Figure("fig5", "Figure 5: labelling backbones",
+                         ["method", "family", "backbone", "metric", "first_labels", "opus_labels"])
+    metric = metric_of("", f)
+    if metric not in ("spearman", "kendall_tau"):
+        metric = "spearman"
+    _, table = relabelled.table6()
+    opus = {(r.method, r.backbone): getattr(r, metric) for r in table if not f.backbone or r.backbone == f.backbone}
+    chosen = [e for e in rows if e.target == "q" and e.modality == "text" and e.method not in STATE_LOCAL]
+    first = per_backbone(chosen, figures.Filters(**{**vars(f), "metric": metric}))
+    family = _families(chosen)
+    points: dict[str, list[tuple[str, str, float, float]]] = {}
+    for (method, _env, _target, backbone), x in sorted(first.items()):
+        y = opus.get((method, backbone))
+        if y is None:
+            continue
+        fam = family[method]
+        points.setdefault(fam.slug, []).append((method, backbone, x, y))
+        fig.rows.append({"method": method, "family": fam.name, "backbone": backbone, "metric": metric,
+                         "first_labels": x, "opus_labels": y})
+    for fam in families.ALL:
+        mine = points.get(fam.slug)
+        if mine:
+            fig.traces.append({
+                "type": "scatter", "mode": "markers", "name": fam.name, "marker": {"color": fam.colour, "size": 9},
+                "x": [p[2] for p in mine], "y": [p[3] for p in mine],
+                "text": [f"{plain(p[0])} · {plain(p[1])}" for p in mine],
+                "hovertemplate": "%{text}<br>first %{x:.3f} · Opus 4.7 %{y:.3f}<extra></extra>",
+                "meta": {"kind": "points"},
+            })
+    fig.traces.append(_diagonal())
+    fig.layout = _layout("Figure 5: TerminalBench labels from two backbones",
+                         xaxis={"title": {"text": f"{_label(metric)}, first labels (GPT-5.5 for the reported rows)"},
+                                "range": [-1, 1]},
+                         yaxis={"title": {"text": f"{_label(metric)}, Claude Opus 4.7 labels (Table 6)"},
+                                "range": [-1, 1], "scaleanchor": "x"})
+    return fig
+
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """One paper figure's view: its URL name, title, builder, fixed filters and the filters it offers."""
+
+    name: str
+    title: str
+    builder: Callable[[Sequence[Evaluation], figures.Filters], figures.Figure]
+    fixed: Mapping[str, str]
+    offers: tuple[str, ...]
+    shows: str
+    """What the paper plots (the default view), in words."""
+
+
+PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
+    PaperFigure("fig2", "Figure 2: correlation by method and family", fig2, {},
+                ("environment", "backbone", "source", "target", "modality", "metric"),
+                "every environment × backbone of each method as a point, its mean as a bar; global Spearman "
+                "on the left, state-local Spearman for ranking, Δbelief, sdpo and sdpo-gt on the right"),
+    PaperFigure("fig3", "Figure 3: correlation by environment", fig3, {},
+                ("backbone", "source", "target", "modality", "metric"),
+                "per method and environment (FrozenLake → ALFWorld → OpenApps → TerminalBench) the mean over "
+                "backbones with its 95% Student-t interval clipped to [−1, 1]; global block on top, state-local below"),
+    PaperFigure("fig4-left", "Figure 4 (left): text vs image", fig4_left, {},
+                ("environment", "backbone", "source", "target", "family"),
+                "Direct and Ranking methods, target Q: each environment × backbone evaluated on both modalities, "
+                "text on x and image on y (state-local Spearman for ranking)"),
+    PaperFigure("fig4-right", "Figure 4 (right): Q vs V", fig4_right, {},
+                ("backbone", "source", "modality", "family", "metric"),
+                "Direct, Code and Pre-trained methods (text; image for pre-trained): per target the mean over "
+                "the environments with V labels of the means over backbones, ± 1 SE across those environments"),
+    PaperFigure("fig5", "Figure 5: TerminalBench labelled by two backbones", fig5, {"environment": "terminalbench"},
+                ("backbone", "source", "metric"),
+                "TerminalBench, target Q, text: each method × backbone under GPT-5.5 labels (x) and under Claude "
+                "Opus 4.7 labels (y, the paper's Table 6)"),
+)}
+"""The paper's figures by URL name."""
+
+DEFAULTS: dict[str, str] = {"source": "reported"}
+"""Filters a paper view starts from (besides :class:`leaderboard.figures.Filters`' own): the authors' rows."""
+
+
+def read(spec: PaperFigure, params: Mapping[str, str]) -> figures.Filters:
+    """The filters of a paper view: its defaults, then the query parameters it offers, then its fixed ones."""
+    chosen = {**DEFAULTS, **{k: v for k, v in params.items() if k in spec.offers and v}}
+    return figures.read_filters(chosen, **spec.fixed)
+
+
+def describe(spec: PaperFigure, f: figures.Filters) -> str:
+    """The slice a view shows, in words (the page says it above the figure)."""
+    parts = [f"source: {SOURCE_NAMES.get(f.source, f.source)}", f"split {f.split or 'any'}"]
+    if spec.name in ("fig2", "fig3"):
+        parts.append(f"target {f.target.upper()} for every family" if f.target
+                     else "target Q (V for the embedding methods, the only target the paper gives them)")
+        parts.append(f"{f.modality} for every family" if f.modality
+                     else "text for the LLM methods, image for the pre-trained and embedding methods")
+    elif spec.name == "fig4-left":
+        parts.append(f"target {(f.target or 'q').upper()}")
+        parts.append(f"family {families.get(f.family).name}" if f.family else "Direct and Ranking families")
+    elif spec.name == "fig4-right":
+        parts.append(f"{f.modality} for every family" if f.modality else "text; image for the pre-trained methods")
+        parts.append(f"family {families.get(f.family).name}" if f.family else "Direct, Code and Pre-trained families")
+    else:
+        parts.append("target Q, text")
+    parts.append(f"environment {f.environment}" if f.environment else "every environment")
+    parts.append(f"backbone {f.backbone}" if f.backbone else "every backbone")
+    if spec.name != "fig4-left":
+        parts.append(f"global metric {_label(metric_of('', f))}")
+    return "; ".join(parts)
+
+
+def build(spec: PaperFigure, f: figures.Filters) -> figures.Figure:
+    """The figure of ``spec`` over the evaluations ``f`` selects (target, modality and family are applied by
+    the builder, per family), kept per results version (:func:`leaderboard.evaluations.derived`)."""
+    selection = {k: v for k, v in f.evaluation_filters().items() if k not in ("target", "modality", "family")}
+    if f.family and spec.name in ("fig4-left", "fig4-right"):
+        selection["family"] = f.family
+    return evaluations.derived(("paper-figure", spec.name, f),
+                               lambda rows: spec.builder(evaluations.select(selection, rows), f))
+
+
+def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
+    """A paper figure's default view (:data:`PAPER_FIGURES`) with the filters it offers, its slice in words,
+    permalink and the data behind it (``?format=csv|json|plotly``)."""
+    spec = PAPER_FIGURES.get(name)
+    if spec is None:
+        raise Http404(f"no paper figure {name!r}")
+    options = {k: v for k, v in views._figure_options().items() if k in spec.offers}
+    if "metric" in options:
+        options["metric"] = [(m, label) for m, label in options["metric"] if m != LOCAL_METRIC]
+    context: dict[str, Any] = {"paper_figures": PAPER_FIGURES, "spec": spec, "name": name, "options": options,
+                               "values": {k: request.GET.get(k, "") for k in spec.offers}, "title": spec.title}
+    try:
+        f = read(spec, request.GET)
+    except aggregates.InvalidSelection as exc:
+        if request.GET.get("format") in views.FIGURE_FORMATS:
+            return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
+        context["error"] = exc.message
+        return render(request, "leaderboard/paper_figure.html", context, status=400)
+    fig = build(spec, f)
+    if request.GET.get("format") in views.FIGURE_FORMATS:
+        return views._figure_response(request, name, fig, f)
+    context.update(filters=f, values={k: getattr(f, k) for k in spec.offers}, fig=fig, slice=describe(spec, f))
+    return render(request, "leaderboard/paper_figure.html", context)
