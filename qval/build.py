@@ -375,6 +375,7 @@ def make_state(
         candidates=tuple(candidates),
         image=state_image,
         end_image=state_end,
+        task_type=env.task_type(trajectory.task),
     )
     return state, labels
 
@@ -747,6 +748,60 @@ def alfworld_text_v1_0() -> tuple[Environment, DatasetSpec]:
     return env, spec
 
 
+ALFWORLD_SCENES_PER_TYPE = 21
+"""``alfworld-all-types``: scenes of each task type (a multiple of 3: each split gets a third of each type)."""
+
+ALFWORLD_ALL_TYPES_SCENES: tuple[tuple[int, int, str], ...] = ()
+"""``alfworld-all-types``' scenes ``(floorplan, seed, task type)``: ``qval.envs.alfworld.choose_typed_scenes(21,
+seed=0, solved_within=30)`` (whose expert check plays every candidate scene, minutes), pinned."""
+
+
+def alfworld_all_types() -> tuple[Environment, DatasetSpec]:
+    """``alfworld-all-types@1.0``: ALFWorld's six task types (QVal's ``all-types``) on generated scenes,
+    the test split's scenes drawn from the maintainer's secret.
+
+    21 scenes per type × 2 trajectories × up to 3 states give up to 252 points per split (7 scenes of
+    each type per split), so the test split clears 200 points.
+    """
+    from qval.envs.alfworld import TASK_TYPES, ALFWorld  # TextWorld + fast-downward: imported when used
+
+    per_type = ALFWORLD_SCENES_PER_TYPE
+    env = ALFWorld(ALFWORLD_ALL_TYPES_SCENES, horizon=50)
+    spec = DatasetSpec(
+        slug="alfworld-all-types",
+        name="ALFWorld all task types (text)",
+        version="1.0",
+        description=(
+            "ALFWorld (text) games of its six task types (" + ", ".join(TASK_TYPES) + f"), {per_type} scenes of "
+            "each, generated from the FloorPlan layouts the alfworld 0.4.2 wheel ships (distinct floorplans within "
+            "a type; heat and cool in kitchens with a microwave or fridge, clean where there is a sink basin, look "
+            "in the light where a desk lamp stands), played in TextWorld's PDDL engine. "
+            f"{2 * per_type * len(TASK_TYPES)} trajectories (2 per scene) of at most 50 steps by ALFWorld's "
+            "handcoded expert with ε=0.2 random admissible commands; up to 3 states per trajectory (not the first "
+            "or last turn); candidates: the actor's command and 3 other admissible commands. Labels: restore the "
+            "state, force the candidate, follow the handcoded expert until the 50-step horizon (counted from the "
+            "episode start); reward 1 when the goal holds, γ=0.95. The expert is told of a put as 'put' (alfworld "
+            "0.4.2's expert tracks puts by that word while its commands say 'move'; without it no pick-two game is "
+            "ever finished). Observation: the scene description and task, the last command and its feedback, and "
+            "the admissible commands; every state names its task type. Train, dev and test hold disjoint scenes "
+            "(scene j goes to split j mod 3, listed in blocks of three of one type, so every split has a third of "
+            "each type); the test scenes (ids hidden-j, of the same types) and the test trajectories' random draws "
+            "come from the maintainer's secret, so the test split cannot be rebuilt from public information."
+        ),
+        modalities=("text",),
+        num_trajectories=2 * per_type * len(TASK_TYPES),
+        max_states_per_trajectory=3,
+        epsilon=0.2,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+        secret_test=True,
+    )
+    return env, spec
+
+
 MINIWOB_TASKS: tuple[str, ...] = (
     "login-user",
     "enter-password",
@@ -831,6 +886,7 @@ def miniwob_v1_1() -> tuple[Environment, DatasetSpec]:
 BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
     "frozenlake": frozenlake_8x8,
     "alfworld": alfworld_text,
+    "alfworld-all-types": alfworld_all_types,
     "miniwob": miniwob,
 }
 """Dataset name → a function returning its environment and spec."""
