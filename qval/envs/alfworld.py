@@ -14,9 +14,10 @@
 * **Typed scenes** (``alfworld-all-types``): ``generate_scene(floorplan, seed, task_type)`` for each of
   ALFWorld's six :data:`TASK_TYPES`, with ALFWorld's PDDL goals (``goal_library``): clean, heat and
   cool need a sink basin, microwave or fridge in the room and a target object ALFRED allows for it (and
-  a destination that is not that receptacle); the light task stands a toggleable desk lamp on a desk,
-  side table, dresser or shelf; pick two gets a second instance of the object somewhere else.  Each
-  receptacle has a location of its own and the agent never starts at one (see :func:`_own_locations`).
+  a destination that is not that receptacle); the light task stands a toggleable desk lamp on one of
+  :data:`LAMP_HOLDERS` (desk, side table, dresser, shelf, …); pick two gets a second instance of the
+  object elsewhere.  Each receptacle has a location of its own and the agent never starts at one
+  (see :func:`_own_locations`).
   Drawn from ``random.Random(f"alfworld-scene/{task_type}/{floorplan}/{seed}")``; task id
   ``"FloorPlan{floorplan}-s{seed}-{task_type}"``; :func:`choose_typed_scenes` picks them per type and
   can keep only scenes the expert solves within a number of steps.  The expert is
@@ -370,7 +371,8 @@ def generate_scene(floorplan: int, seed: int, task_type: str | None = None) -> S
         raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
     typed = task_type is not None
     kind = task_type or TASK_TYPE
-    rng = random.Random(f"alfworld-scene/{task_type}/{floorplan}/{seed}" if typed else f"alfworld-scene/{floorplan}/{seed}")
+    rng = random.Random(
+        f"alfworld-scene/{task_type}/{floorplan}/{seed}" if typed else f"alfworld-scene/{floorplan}/{seed}")
     room_classes = set(json.loads(objects_file.read_text()))
     # Despite its name, the "openable" file lists every receptacle instance with its interaction pose.
     posed = json.loads(receptacles_file.read_text())
