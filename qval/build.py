@@ -809,7 +809,7 @@ def alfworld_all_types() -> tuple[Environment, DatasetSpec]:
     from qval.envs.alfworld import TASK_TYPES, ALFWorld  # TextWorld + fast-downward: imported when used
 
     per_type = ALFWORLD_SCENES_PER_TYPE
-    env = ALFWorld(ALFWORLD_ALL_TYPES_SCENES, horizon=50)
+    env = ALFWorld(ALFWORLD_ALL_TYPES_SCENES, horizon=50, solved_within=30)
     spec = DatasetSpec(
         slug="alfworld-all-types",
         name="ALFWorld all task types (text)",
@@ -818,7 +818,8 @@ def alfworld_all_types() -> tuple[Environment, DatasetSpec]:
             "ALFWorld (text) games of its six task types (" + ", ".join(TASK_TYPES) + f"), {per_type} scenes of "
             "each, generated from the FloorPlan layouts the alfworld 0.4.2 wheel ships (distinct floorplans within "
             "a type; heat and cool in kitchens with a microwave or fridge, clean where there is a sink basin, look "
-            "in the light where a desk lamp stands), played in TextWorld's PDDL engine. "
+            "in the light where a desk lamp stands; only games ALFWorld's handcoded expert solves within 30 "
+            "steps: choose_typed_scenes(21, seed=0, solved_within=30)), played in TextWorld's PDDL engine. "
             f"{2 * per_type * len(TASK_TYPES)} trajectories (2 per scene) of at most 50 steps by ALFWorld's "
             "handcoded expert with ε=0.2 random admissible commands; up to 3 states per trajectory (not the first "
             "or last turn); candidates: the actor's command and 3 other admissible commands. Labels: restore the "
@@ -828,7 +829,8 @@ def alfworld_all_types() -> tuple[Environment, DatasetSpec]:
             "ever finished). Observation: the scene description and task, the last command and its feedback, and "
             "the admissible commands; every state names its task type. Train, dev and test hold disjoint scenes "
             "(scene j goes to split j mod 3, listed in blocks of three of one type, so every split has a third of "
-            "each type); the test scenes (ids hidden-j, of the same types) and the test trajectories' random draws "
+            "each type); the test scenes (ids hidden-j, of the same types, also "
+            "solved by the expert within 30 steps) and the test trajectories' random draws "
             "come from the maintainer's secret, so the test split cannot be rebuilt from public information."
         ),
         modalities=("text",),

@@ -16,6 +16,7 @@ from qval.envs.alfworld import (
     ALFWorld,
     choose_typed_scenes,
     draw_scene,
+    expert_steps,
     floorplans_for,
     generate_scene,
 )
@@ -141,6 +142,9 @@ def test_hidden_test_scenes_keep_their_positions_type(game_root: Path) -> None:
         seed = hidden_seeds.derive_seed("a secret", "x@0", "task", generate_scene(*original).task)
         assert scene == draw_scene(seed, original[2]) and scene.task_type == env.task_type(task) == original[2]
         assert scene.floorplan in floorplans_for(scene.task_type)
+    # The dataset's hidden scenes are drawn again until the expert solves them (as its public ones were chosen).
+    solved = draw_scene(7, "look_at_obj_in_light", solved_within=EXPERT_STEPS, game_root=game_root)
+    assert expert_steps((solved.floorplan, solved.seed, solved.task_type), EXPERT_STEPS, game_root) is not None
     listed = {e["task"]: e for e in env.config()["scenes"]}
     assert listed["hidden-5"] == {"task": "hidden-5", "hidden": True, "task_type": TASK_TYPES[5]}
 

@@ -251,17 +251,24 @@ def expert_steps(scene: tuple[int, int, str], horizon: int, game_root: Path | No
     return env.steps if reward > 0 else None
 
 
-def draw_scene(seed: int, task_type: str) -> Scene:
+def draw_scene(seed: int, task_type: str, solved_within: int | None = None, game_root: Path | None = None) -> Scene:
     """The ``task_type`` scene of a secret ``seed``: floorplan drawn by ``random.Random(seed)`` among
-    :func:`floorplans_for` the type, scene seed ``seed`` (then further draws while a scene cannot be made)."""
+    :func:`floorplans_for` the type, scene seed ``seed``; then further draws (floorplan and a 63-bit seed)
+    while a scene cannot be made or, with ``solved_within``, the expert does not solve it within that many
+    steps (:func:`expert_steps`)."""
     rng = random.Random(seed)
     floorplans = floorplans_for(task_type)
     scene_seed = seed
     for _ in range(100):
+        floorplan = rng.choice(floorplans)
         try:
-            return generate_scene(rng.choice(floorplans), scene_seed, task_type)
+            scene = generate_scene(floorplan, scene_seed, task_type)
         except ValueError:
-            scene_seed = rng.randrange(2**63)
+            scene = None
+        if scene is not None and (solved_within is None or expert_steps(
+                (floorplan, scene_seed, task_type), solved_within, game_root) is not None):
+            return scene
+        scene_seed = rng.randrange(2**63)
     raise ValueError(f"no {task_type} scene drawn from seed {seed}")
 
 
@@ -570,6 +577,7 @@ class ALFWorld(Environment):
         restore_mode: str = "direct",
         memoize_parsing: bool = True,
         game_root: Path | None = None,
+        solved_within: int | None = None,
     ) -> None:
         super().__init__(horizon)
         if restore_mode not in ("direct", "replay"):
@@ -577,6 +585,8 @@ class ALFWorld(Environment):
         if not scenes:
             raise ValueError("at least one scene is needed")
         self.restore_mode = restore_mode
+        self.solved_within = solved_within
+        """Hidden typed scenes are drawn again until the expert solves them within this many steps."""
         if memoize_parsing:
             set_parse_memoization(True)
         if len({len(scene) for scene in scenes}) != 1:
@@ -623,8 +633,9 @@ class ALFWorld(Environment):
                 if scene is not None and scene.toggle_target:
                     entry["toggle_target"] = scene.toggle_target
         hidden_rule = (
-            "task ids 'hidden-{position}': draw_scene(seed, task type of the position), seed derived from the "
-            "maintainer's secret: floorplan drawn by random.Random(seed) among those that fit the type"
+            f"task ids 'hidden-{{position}}': draw_scene(seed, task type of the position, solved_within="
+            f"{self.solved_within}), seed derived from the maintainer's secret: floorplan drawn by random.Random(seed) "
+            "among those that fit the type, drawn again while the expert does not solve the game within that many steps"
             if self.typed else
             "task ids 'hidden-{position}': generate_scene(floorplan, seed) with a seed derived "
             "from the maintainer's secret and the floorplan drawn by random.Random(seed)"
@@ -729,7 +740,8 @@ class ALFWorld(Environment):
             new = f"hidden-{j}"
             if self.typed:
                 self._task_types[new] = self._task_types.pop(task)
-                scenes[new] = None if seed is None else draw_scene(seed, self._task_types[new])
+                scenes[new] = None if seed is None else draw_scene(
+                    seed, self._task_types[new], self.solved_within, self._game_root)
             else:
                 scenes[new] = None if seed is None else generate_scene(
                     random.Random(seed).choice(available_floorplans()), seed)
