@@ -8,8 +8,6 @@ its ``fingerprint`` is the content hash :meth:`qval.schema.Dataset.compute_finge
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import models
 from django.utils import timezone
 
@@ -78,7 +76,7 @@ class Dataset(models.Model):
         newer = [d for d in Dataset.objects.filter(slug=self.slug).exclude(pk=self.pk) if d.secret_test]
         return max(newer, key=lambda d: d.created_at, default=None)
 
-    def task_type_counts(self) -> dict[str, Any]:
+    def task_type_counts(self) -> dict[str, object]:
         """States per task type and split, where the states carry a task type (ALFWorld's six types):
         ``{"splits": [split, …], "rows": [{"task_type": t, "counts": [n per split], "total": n}, …]}``,
         no rows when no state names a type."""
