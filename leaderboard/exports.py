@@ -47,6 +47,7 @@ DOWNLOAD_COLUMNS = [
     ("state_id", "State id: the `id` of a target-v prediction row."),
     ("split", "train, dev or test."),
     ("task", "Task / map / scene the trajectory solves; splits never share a task."),
+    ("task_type", "Kind of task where the environment has several (ALFWorld's task type), else empty."),
     ("trajectory", "Trajectory number."),
     ("step", "Turn of the trajectory the state was sampled at."),
     ("observation", "Text observation of the state."),
@@ -76,6 +77,7 @@ def split_frame(dataset: Dataset, split: str) -> pd.DataFrame:
             "state__external_id",
             "state__split",
             "state__task",
+            "state__task_type",
             "state__trajectory",
             "state__step",
             "state__observation",
@@ -94,6 +96,7 @@ def split_frame(dataset: Dataset, split: str) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(list(rows), columns=names)
     frame["history"] = frame["history"].map(json.dumps)
     frame["image"] = frame["image"].fillna("")
+    frame["task_type"] = frame["task_type"].fillna("")
     frame["next_image"] = frame["next_image"].fillna("")
     for column in ("end_image", "state_end_image"):  # goal images leave the platform on public splits only
         frame[column] = frame[column].fillna("") if schema.goal_images_public(split) else ""

@@ -82,6 +82,7 @@ def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
             history=list(s.history),
             image=s.image,
             end_image=s.end_image,
+            task_type=s.task_type,
         )
         for i, s in enumerate(ds.states)
     )
@@ -179,7 +180,7 @@ def inputs_for(dataset: Dataset, split: str, *, hidden_goal_images: bool = False
     states = [
         schema.State(id=s.external_id, split=s.split, trajectory=s.trajectory, step=s.step, task=s.task,
                      observation=s.observation, history=tuple(s.history), candidates=tuple(by_state[s.pk]),
-                     image=s.image, end_image=s.end_image if goal else None)
+                     image=s.image, end_image=s.end_image if goal else None, task_type=s.task_type)
         for s in db_states
     ]
     return schema.Dataset(manifest=manifest, states=states, q_labels={}, v_labels={})

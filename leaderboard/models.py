@@ -90,6 +90,21 @@ class Dataset(models.Model):
         newer = [d for d in Dataset.objects.filter(slug=self.slug).exclude(pk=self.pk) if d.secret_test]
         return max(newer, key=lambda d: d.created_at, default=None)
 
+    def task_type_counts(self) -> dict[str, object]:
+        """States per task type and split, where the states carry a task type (ALFWorld's six types):
+        ``{"splits": [split, …], "rows": [{"task_type": t, "counts": [n per split], "total": n}, …]}``,
+        no rows when no state names a type."""
+        order = [name for name, _ in SPLIT_CHOICES]
+        counts = (self.states.exclude(task_type=None).values_list("task_type", "split")
+                  .annotate(n=models.Count("pk")).order_by())
+        table: dict[str, dict[str, int]] = {}
+        for task_type, split, n in counts:
+            table.setdefault(task_type, {})[split] = n
+        splits = [s for s in order if any(s in row for row in table.values())]
+        rows = [{"task_type": t, "counts": [table[t].get(s, 0) for s in splits], "total": sum(table[t].values())}
+                for t in sorted(table)]
+        return {"splits": splits, "rows": rows}
+
     @classmethod
     def lookup(cls, key: str) -> "Dataset | None":
         """The dataset named ``slug@version``, or the newest version of ``slug``."""
@@ -116,6 +131,10 @@ class State(models.Model):
     end_image = models.CharField(
         max_length=300, blank=True, null=True,
         help_text="Goal image: the final state of the reference rollout from this state (withheld on hidden splits).",
+    )
+    task_type = models.CharField(
+        max_length=100, blank=True, null=True,
+        help_text="The kind of task (ALFWorld's task type), where the environment has several kinds.",
     )
 
     class Meta:

@@ -375,6 +375,7 @@ def make_state(
         candidates=tuple(candidates),
         image=state_image,
         end_image=state_end,
+        task_type=env.task_type(trajectory.task),
     )
     return state, labels
 
@@ -747,6 +748,105 @@ def alfworld_text_v1_0() -> tuple[Environment, DatasetSpec]:
     return env, spec
 
 
+ALFWORLD_SCENES_PER_TYPE = 21
+"""``alfworld-all-types``: scenes of each task type (a multiple of 3: each split gets a third of each type)."""
+
+ALFWORLD_ALL_TYPES_SCENES: tuple[tuple[int, int, str], ...] = (
+    (313, 528894, "pick_and_place_simple"), (15, 86872, "pick_and_place_simple"), (429, 241648, "pick_and_place_simple"),
+    (309, 247312, "look_at_obj_in_light"), (205, 383698, "look_at_obj_in_light"), (320, 474881, "look_at_obj_in_light"),
+    (5, 215741, "pick_clean_then_place_in_recep"), (423, 909043, "pick_clean_then_place_in_recep"), (424, 98365, "pick_clean_then_place_in_recep"),
+    (23, 802887, "pick_heat_then_place_in_recep"), (8, 688509, "pick_heat_then_place_in_recep"), (7, 50872, "pick_heat_then_place_in_recep"),
+    (21, 926886, "pick_cool_then_place_in_recep"), (12, 215869, "pick_cool_then_place_in_recep"), (24, 947392, "pick_cool_then_place_in_recep"),
+    (317, 673827, "pick_two_obj_and_place"), (321, 245788, "pick_two_obj_and_place"), (416, 915319, "pick_two_obj_and_place"),
+    (301, 90238, "pick_and_place_simple"), (413, 339875, "pick_and_place_simple"), (307, 678695, "pick_and_place_simple"),
+    (327, 977539, "look_at_obj_in_light"), (215, 352128, "look_at_obj_in_light"), (319, 905660, "look_at_obj_in_light"),
+    (407, 61779, "pick_clean_then_place_in_recep"), (6, 853328, "pick_clean_then_place_in_recep"), (23, 638609, "pick_clean_then_place_in_recep"),
+    (16, 801724, "pick_heat_then_place_in_recep"), (21, 834584, "pick_heat_then_place_in_recep"), (13, 188462, "pick_heat_then_place_in_recep"),
+    (3, 609502, "pick_cool_then_place_in_recep"), (16, 51943, "pick_cool_then_place_in_recep"), (28, 779189, "pick_cool_then_place_in_recep"),
+    (23, 105508, "pick_two_obj_and_place"), (229, 596964, "pick_two_obj_and_place"), (415, 772132, "pick_two_obj_and_place"),
+    (27, 904897, "pick_and_place_simple"), (207, 590186, "pick_and_place_simple"), (221, 826708, "pick_and_place_simple"),
+    (304, 715646, "look_at_obj_in_light"), (302, 733433, "look_at_obj_in_light"), (324, 383108, "look_at_obj_in_light"),
+    (405, 409238, "pick_clean_then_place_in_recep"), (412, 872157, "pick_clean_then_place_in_recep"), (429, 736372, "pick_clean_then_place_in_recep"),
+    (10, 407359, "pick_heat_then_place_in_recep"), (12, 739608, "pick_heat_then_place_in_recep"), (28, 767023, "pick_heat_then_place_in_recep"),
+    (20, 280741, "pick_cool_then_place_in_recep"), (13, 86874, "pick_cool_then_place_in_recep"), (15, 300529, "pick_cool_then_place_in_recep"),
+    (413, 310190, "pick_two_obj_and_place"), (217, 42460, "pick_two_obj_and_place"), (408, 497153, "pick_two_obj_and_place"),
+    (415, 758195, "pick_and_place_simple"), (16, 340539, "pick_and_place_simple"), (3, 716025, "pick_and_place_simple"),
+    (323, 676633, "look_at_obj_in_light"), (225, 342302, "look_at_obj_in_light"), (328, 678431, "look_at_obj_in_light"),
+    (415, 403100, "pick_clean_then_place_in_recep"), (15, 851769, "pick_clean_then_place_in_recep"), (420, 901784, "pick_clean_then_place_in_recep"),
+    (25, 251128, "pick_heat_then_place_in_recep"), (20, 76016, "pick_heat_then_place_in_recep"), (14, 157567, "pick_heat_then_place_in_recep"),
+    (26, 21720, "pick_cool_then_place_in_recep"), (11, 816971, "pick_cool_then_place_in_recep"), (2, 625272, "pick_cool_then_place_in_recep"),
+    (20, 953221, "pick_two_obj_and_place"), (206, 202633, "pick_two_obj_and_place"), (226, 258166, "pick_two_obj_and_place"),
+    (227, 304903, "pick_and_place_simple"), (320, 294310, "pick_and_place_simple"), (304, 16195, "pick_and_place_simple"),
+    (305, 848392, "look_at_obj_in_light"), (314, 71686, "look_at_obj_in_light"), (216, 56127, "look_at_obj_in_light"),
+    (29, 466607, "pick_clean_then_place_in_recep"), (410, 620835, "pick_clean_then_place_in_recep"), (426, 379315, "pick_clean_then_place_in_recep"),
+    (27, 989124, "pick_heat_then_place_in_recep"), (9, 733914, "pick_heat_then_place_in_recep"), (2, 528122, "pick_heat_then_place_in_recep"),
+    (4, 446173, "pick_cool_then_place_in_recep"), (22, 984011, "pick_cool_then_place_in_recep"), (19, 697670, "pick_cool_then_place_in_recep"),
+    (424, 559983, "pick_two_obj_and_place"), (16, 794952, "pick_two_obj_and_place"), (221, 820235, "pick_two_obj_and_place"),
+    (206, 715126, "pick_and_place_simple"), (29, 17854, "pick_and_place_simple"), (11, 695342, "pick_and_place_simple"),
+    (210, 426839, "look_at_obj_in_light"), (303, 908950, "look_at_obj_in_light"), (224, 509745, "look_at_obj_in_light"),
+    (21, 871903, "pick_clean_then_place_in_recep"), (417, 684909, "pick_clean_then_place_in_recep"), (27, 475178, "pick_clean_then_place_in_recep"),
+    (26, 966221, "pick_heat_then_place_in_recep"), (6, 930738, "pick_heat_then_place_in_recep"), (29, 427331, "pick_heat_then_place_in_recep"),
+    (30, 641818, "pick_cool_then_place_in_recep"), (6, 730082, "pick_cool_then_place_in_recep"), (18, 929250, "pick_cool_then_place_in_recep"),
+    (414, 245791, "pick_two_obj_and_place"), (13, 916983, "pick_two_obj_and_place"), (1, 213602, "pick_two_obj_and_place"),
+    (323, 117701, "pick_and_place_simple"), (407, 862242, "pick_and_place_simple"), (13, 905504, "pick_and_place_simple"),
+    (308, 397409, "look_at_obj_in_light"), (317, 238437, "look_at_obj_in_light"), (218, 706885, "look_at_obj_in_light"),
+    (411, 489814, "pick_clean_then_place_in_recep"), (419, 952501, "pick_clean_then_place_in_recep"), (406, 888711, "pick_clean_then_place_in_recep"),
+    (15, 510723, "pick_heat_then_place_in_recep"), (19, 146923, "pick_heat_then_place_in_recep"), (4, 739773, "pick_heat_then_place_in_recep"),
+    (27, 474045, "pick_cool_then_place_in_recep"), (25, 700964, "pick_cool_then_place_in_recep"), (8, 376030, "pick_cool_then_place_in_recep"),
+    (18, 774638, "pick_two_obj_and_place"), (330, 903047, "pick_two_obj_and_place"), (208, 83743, "pick_two_obj_and_place"),
+)
+"""``alfworld-all-types``' scenes ``(floorplan, seed, task type)``: ``qval.envs.alfworld.choose_typed_scenes(21,
+seed=0, solved_within=30)`` (whose expert check plays every candidate scene, minutes), pinned."""
+
+
+def alfworld_all_types() -> tuple[Environment, DatasetSpec]:
+    """``alfworld-all-types@1.0``: ALFWorld's six task types (QVal's ``all-types``) on generated scenes,
+    the test split's scenes drawn from the maintainer's secret.
+
+    21 scenes per type × 2 trajectories × up to 3 states give up to 252 points per split (7 scenes of
+    each type per split), so the test split clears 200 points.
+    """
+    from qval.envs.alfworld import TASK_TYPES, ALFWorld  # TextWorld + fast-downward: imported when used
+
+    per_type = ALFWORLD_SCENES_PER_TYPE
+    env = ALFWorld(ALFWORLD_ALL_TYPES_SCENES, horizon=50, solved_within=30)
+    spec = DatasetSpec(
+        slug="alfworld-all-types",
+        name="ALFWorld all task types (text)",
+        version="1.0",
+        description=(
+            "ALFWorld (text) games of its six task types (" + ", ".join(TASK_TYPES) + f"), {per_type} scenes of "
+            "each, generated from the FloorPlan layouts the alfworld 0.4.2 wheel ships (distinct floorplans within "
+            "a type; heat and cool in kitchens with a microwave or fridge, clean where there is a sink basin, look "
+            "in the light where a desk lamp stands; only games ALFWorld's handcoded expert solves within 30 "
+            "steps: choose_typed_scenes(21, seed=0, solved_within=30)), played in TextWorld's PDDL engine. "
+            f"{2 * per_type * len(TASK_TYPES)} trajectories (2 per scene) of at most 50 steps by ALFWorld's "
+            "handcoded expert with ε=0.2 random admissible commands; up to 3 states per trajectory (not the first "
+            "or last turn); candidates: the actor's command and 3 other admissible commands. Labels: restore the "
+            "state, force the candidate, follow the handcoded expert until the 50-step horizon (counted from the "
+            "episode start); reward 1 when the goal holds, γ=0.95. The expert is told of a put as 'put' (alfworld "
+            "0.4.2's expert tracks puts by that word while its commands say 'move'; without it no pick-two game is "
+            "ever finished). Observation: the scene description and task, the last command and its feedback, and "
+            "the admissible commands; every state names its task type. Train, dev and test hold disjoint scenes "
+            "(scene j goes to split j mod 3, listed in blocks of three of one type, so every split has a third of "
+            "each type); the test scenes (ids hidden-j, of the same types, also "
+            "solved by the expert within 30 steps) and the test trajectories' random draws "
+            "come from the maintainer's secret, so the test split cannot be rebuilt from public information."
+        ),
+        modalities=("text",),
+        num_trajectories=2 * per_type * len(TASK_TYPES),
+        max_states_per_trajectory=3,
+        epsilon=0.2,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+        secret_test=True,
+    )
+    return env, spec
+
+
 MINIWOB_TASKS: tuple[str, ...] = (
     "login-user",
     "enter-password",
@@ -831,6 +931,7 @@ def miniwob_v1_1() -> tuple[Environment, DatasetSpec]:
 BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
     "frozenlake": frozenlake_8x8,
     "alfworld": alfworld_text,
+    "alfworld-all-types": alfworld_all_types,
     "miniwob": miniwob,
 }
 """Dataset name → a function returning its environment and spec."""

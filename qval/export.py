@@ -39,6 +39,8 @@ CANDIDATE_COLUMNS: dict[str, str] = {
     "state_id": "Id of the state the candidate belongs to (`t{trajectory}-s{step}`).",
     "split": "The split (train, dev or test); splits hold disjoint tasks or trajectories (see the config).",
     "task": "Environment task id (FrozenLake: the map; ALFWorld: the scene; MiniWoB: `{task}:{seed}`).",
+    "task_type": "The kind of task where the environment has several (ALFWorld's task type, e.g. "
+                 "`pick_heat_then_place_in_recep`); else null.",
     "trajectory": "Index of the collected trajectory the state comes from.",
     "step": "Actions taken since the start of the episode (the horizon counts from there).",
     "observation": "Text observation of the state.",
@@ -58,7 +60,7 @@ CANDIDATE_COLUMNS: dict[str, str] = {
 
 STATE_COLUMNS: dict[str, str] = {
     key: CANDIDATE_COLUMNS[key]
-    for key in ("state_id", "split", "task", "trajectory", "step", "observation", "history", "image")
+    for key in ("state_id", "split", "task", "task_type", "trajectory", "step", "observation", "history", "image")
 } | {
     "end_image": "Goal image: the final state of the reference rollout from the state, in images/<split>.zip "
                  "(datasets with goal images, public splits only; else null).",
@@ -70,6 +72,7 @@ STATE_COLUMNS: dict[str, str] = {
 
 _TYPES: dict[str, pa.DataType] = {
     "candidate_id": pa.string(), "state_id": pa.string(), "split": pa.string(), "task": pa.string(),
+    "task_type": pa.string(),
     "trajectory": pa.int64(), "step": pa.int64(), "observation": pa.string(), "history": pa.list_(pa.string()),
     "image": pa.string(), "candidate_index": pa.int64(), "action": pa.string(), "next_state": pa.string(),
     "next_image": pa.string(), "end_image": pa.string(), "is_actor": pa.bool_(), "q_label": pa.float64(), "v_label": pa.float64(),
@@ -84,7 +87,7 @@ def candidate_rows(ds: schema.Dataset, split: str, *, include_labels: bool) -> l
     for s in _states(ds, split):
         for c in s.candidates:
             row: dict[str, Any] = {
-                "candidate_id": c.id, "state_id": s.id, "split": s.split, "task": s.task,
+                "candidate_id": c.id, "state_id": s.id, "split": s.split, "task": s.task, "task_type": s.task_type,
                 "trajectory": s.trajectory, "step": s.step, "observation": s.observation,
                 "history": list(s.history), "image": s.image, "candidate_index": c.index, "action": c.action,
                 "next_state": c.next_state, "next_image": c.next_image,
@@ -102,7 +105,8 @@ def state_rows(ds: schema.Dataset, split: str, *, include_labels: bool) -> list[
     rows = []
     for s in _states(ds, split):
         row: dict[str, Any] = {
-            "state_id": s.id, "split": s.split, "task": s.task, "trajectory": s.trajectory, "step": s.step,
+            "state_id": s.id, "split": s.split, "task": s.task, "task_type": s.task_type, "trajectory": s.trajectory,
+            "step": s.step,
             "observation": s.observation, "history": list(s.history), "image": s.image,
             "end_image": s.end_image if schema.goal_images_public(split) else None,
             "num_candidates": len(s.candidates), "actor_candidate_id": s.actor_candidate.id,

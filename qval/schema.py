@@ -89,6 +89,9 @@ class State:
     image: str | None = None
     end_image: str | None = None
     """The goal image: the final state of the reference policy's rollout from this state."""
+    task_type: str | None = None
+    """The kind of task (ALFWorld's task type, e.g. ``pick_heat_then_place_in_recep``), where the
+    environment has several kinds (:meth:`qval.envs.base.Environment.task_type`)."""
 
     @property
     def actor_candidate(self) -> Candidate:
@@ -409,8 +412,9 @@ def _state_record(state: State) -> dict[str, Any]:
     rec = asdict(state)
     rec.pop("candidates")
     rec["history"] = list(state.history)
-    if rec["end_image"] is None:  # absent, so datasets without goal images keep their fingerprints
-        del rec["end_image"]
+    for optional in ("end_image", "task_type"):
+        if rec[optional] is None:  # absent, so datasets without them keep their fingerprints
+            del rec[optional]
     return rec
 
 

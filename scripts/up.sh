@@ -46,7 +46,7 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   nohup .venv/bin/celery -A qval_site worker -Q datasets --concurrency 1 -n "datasets@%h" --loglevel INFO \
     > var/log/datasets-worker.log 2>&1 &
   echo $! > var/run/datasets-worker.pid
-  $PY manage.py build_dataset alfworld miniwob --queue --if-missing --workers-stopped
+  $PY manage.py build_dataset alfworld alfworld-all-types miniwob --queue --if-missing --workers-stopped
 fi
 nohup .venv/bin/gunicorn qval_site.wsgi -b 127.0.0.1:8000 -w 2 --timeout 120 \
   > var/log/web.log 2>&1 &

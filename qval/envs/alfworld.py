@@ -1,4 +1,4 @@
-"""ALFWorld (text, ``pick_and_place_simple``) as a QVal environment adapter.
+"""ALFWorld (text; ``pick_and_place_simple``, and all six task types) as a QVal environment adapter.
 
 * **Scenes.**  ALFWorld's game files cannot be downloaded here, so :func:`generate_scene`
   builds ``pick_and_place_simple`` games from the room layouts the ``alfworld`` wheel ships
@@ -11,6 +11,19 @@
   is drawn from ``random.Random(f"alfworld-scene/{floorplan}/{seed}")``, so a scene is a pure
   function of ``(floorplan, seed)``.  :func:`choose_scenes` picks distinct floorplans from a
   seed.  Task id: ``"FloorPlan{floorplan}-s{seed}"``.
+* **Typed scenes** (``alfworld-all-types``): ``generate_scene(floorplan, seed, task_type)`` for each of
+  ALFWorld's six :data:`TASK_TYPES`, with ALFWorld's PDDL goals (``goal_library``): clean, heat and
+  cool need a sink basin, microwave or fridge in the room and a target object ALFRED allows for it (and
+  a destination that is not that receptacle); the light task stands a toggleable desk lamp on one of
+  :data:`LAMP_HOLDERS` (desk, side table, dresser, shelf, …); pick two gets a second instance of the
+  object elsewhere.  Each receptacle has a location of its own and the agent never starts at one
+  (see :func:`_own_locations`).
+  Drawn from ``random.Random(f"alfworld-scene/{task_type}/{floorplan}/{seed}")``; task id
+  ``"FloorPlan{floorplan}-s{seed}-{task_type}"``; :func:`choose_typed_scenes` picks them per type and
+  can keep only scenes the expert solves within a number of steps.  The expert is
+  :class:`MoveTrackingExpert` there (see it: alfworld 0.4.2's expert mistracks puts).
+  :meth:`ALFWorld.task_type` names each task's type, hidden ones included (a hidden test scene keeps
+  its position's type: :func:`draw_scene`).
 * **Game files.**  Each scene is written as ``game.tw-pddl`` + ``traj_data.json`` under
   :func:`cache_dir` (``$QVAL_ALFWORLD_CACHE``, default ``~/.cache/qval/alfworld``), in a
   folder named by :data:`GENERATOR_VERSION` and the task id; a missing or different file is
@@ -66,6 +79,26 @@ from textworld.logic import Rule
 from .base import Environment, Snapshot
 
 TASK_TYPE = "pick_and_place_simple"
+"""The task type of the original (untyped) scenes, ``alfworld-pick-place``'s."""
+TASK_TYPES: tuple[str, ...] = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+"""ALFWorld's six task types (its ``all-types`` set), in its order."""
+TOOLS = {"pick_clean_then_place_in_recep": "SinkBasin", "pick_heat_then_place_in_recep": "Microwave",
+         "pick_cool_then_place_in_recep": "Fridge"}
+"""The receptacle a clean, heat or cool task needs (``alfred.pddl``'s CleanObject, HeatObject, CoolObject)."""
+TREATMENTS = {"pick_clean_then_place_in_recep": "Cleanable", "pick_heat_then_place_in_recep": "Heatable",
+              "pick_cool_then_place_in_recep": "Coolable"}
+"""The ALFRED affordance list (``VAL_ACTION_OBJECTS``) the target object of those tasks must be in."""
+LAMP = "DeskLamp"
+"""The light of ``look_at_obj_in_light`` (a toggleable object standing on a receptacle)."""
+LAMP_HOLDERS = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand")
+"""Receptacle classes a desk lamp is put on."""
 GENERATOR_VERSION = 1
 """Bumped whenever :func:`generate_scene` changes its output (names the cache folder)."""
 
@@ -82,7 +115,8 @@ STATIC_RECEPTACLES: frozenset[str] = frozenset(alfred_constants.RECEPTACLES) - f
 EXTRA_INSTANCES = {"CounterTop": 2, "StoveBurner": 4, "Shelf": 3, "SideTable": 2}
 """Instances added for a static receptacle class the room lists but its layout file lacks (default 1)."""
 
-OBJECT_PROPERTIES = {"Cleanable": "cleanable", "Heatable": "heatable", "Coolable": "coolable", "Sliceable": "sliceable"}
+OBJECT_PROPERTIES = {"Cleanable": "cleanable", "Heatable": "heatable", "Coolable": "coolable", "Sliceable": "sliceable",
+                     "Toggleable": "toggleable"}
 """ALFRED's object affordance lists (``VAL_ACTION_OBJECTS``) → the PDDL predicates of ``alfred.pddl``."""
 
 NUM_CANDIDATES = 4
@@ -92,7 +126,7 @@ NUM_CANDIDATES = 4
 # -- scene generation ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Scene:
-    """One generated ``pick_and_place_simple`` game."""
+    """One generated game."""
 
     floorplan: int
     seed: int
@@ -101,11 +135,16 @@ class Scene:
     task_description: str
     game: dict[str, Any] = field(repr=False)
     traj_data: dict[str, Any] = field(repr=False)
+    task_type: str = TASK_TYPE
+    toggle_target: str = ""
+    typed: bool = False
+    """Made by ``generate_scene(..., task_type=…)`` (the task id names the type) rather than the
+    original pick & place form (``alfworld-pick-place``)."""
 
     @property
     def task(self) -> str:
-        """The task id: ``FloorPlan{floorplan}-s{seed}``."""
-        return f"FloorPlan{self.floorplan}-s{self.seed}"
+        """The task id: ``FloorPlan{floorplan}-s{seed}``, followed by ``-{task_type}`` for a typed scene."""
+        return f"FloorPlan{self.floorplan}-s{self.seed}" + (f"-{self.task_type}" if self.typed else "")
 
 
 def mangle(alfred_id: str) -> str:
@@ -136,6 +175,103 @@ def choose_scenes(num_scenes: int, seed: int) -> list[tuple[int, int]]:
     return [(fp, rng.randrange(10**6)) for fp in rng.sample(floorplans, num_scenes)]
 
 
+@functools.lru_cache(maxsize=None)
+def floorplans_for(task_type: str) -> tuple[int, ...]:
+    """The floorplans whose room has what ``task_type`` needs (a microwave, fridge or sink basin for heat,
+    cool and clean; a desk lamp and a receptacle to stand it on for the light task), ascending."""
+    if task_type not in TASK_TYPES:
+        raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    found = []
+    for floorplan in available_floorplans():
+        room = set(json.loads((LAYOUTS_DIR / f"FloorPlan{floorplan}-objects.json").read_text()))
+        if task_type in TOOLS:
+            cls = TOOLS[task_type]
+            treated = set(alfred_constants.VAL_ACTION_OBJECTS[TREATMENTS[task_type]])
+            if cls not in room or not room & treated:
+                continue
+        if task_type == "look_at_obj_in_light" and (LAMP not in room or not room & set(LAMP_HOLDERS)):
+            continue
+        found.append(floorplan)
+    return tuple(found)
+
+
+def choose_typed_scenes(per_type: int, seed: int, solved_within: int | None = None,
+                        game_root: Path | None = None) -> list[tuple[int, int, str]]:
+    """``per_type`` ``(floorplan, scene seed, task type)`` triples of each of :data:`TASK_TYPES`, drawn from
+    ``seed``, on distinct floorplans within a type (among :func:`floorplans_for` it).
+
+    Listed in blocks of three scenes of one type, the types in turn (``TASK_TYPES[(j // 3) % 6]`` at
+    position ``j``), so that a split cycle of three gives every split the same number of each type.
+    A seed whose scene cannot be made (:func:`generate_scene` raises ``ValueError``) is drawn again, and
+    so is one the handcoded expert does not solve within ``solved_within`` steps, when given
+    (:func:`expert_steps`: seconds per scene, so the dataset pins the result).
+    """
+    if per_type < 1:
+        raise ValueError(f"per_type must be at least 1, got {per_type}")
+    drawn: dict[str, list[tuple[int, int, str]]] = {}
+    for task_type in TASK_TYPES:
+        floorplans = floorplans_for(task_type)
+        if per_type > len(floorplans):
+            raise ValueError(f"{task_type}: {len(floorplans)} floorplans fit, {per_type} asked (distinct per type)")
+        rng = random.Random(f"alfworld-typed-scenes/{seed}/{task_type}")
+        drawn[task_type] = []
+        for floorplan in rng.sample(floorplans, per_type):
+            drawn[task_type].append(
+                (floorplan, _workable_seed(floorplan, task_type, rng, solved_within, game_root), task_type))
+    blocks = [drawn[t][i : i + 3] for i in range(0, per_type, 3) for t in TASK_TYPES]
+    return [scene for block in blocks for scene in block]
+
+
+def _workable_seed(floorplan: int, task_type: str, rng: random.Random, solved_within: int | None,
+                   game_root: Path | None) -> int:
+    """The first seed drawn by ``rng`` whose ``task_type`` scene on ``floorplan`` can be made (and that the
+    expert solves within ``solved_within`` steps, when given)."""
+    for _ in range(100):
+        seed = rng.randrange(10**6)
+        try:
+            generate_scene(floorplan, seed, task_type)
+        except ValueError:
+            continue
+        if solved_within is not None:
+            steps = expert_steps((floorplan, seed, task_type), solved_within, game_root)
+            if steps is None:
+                continue
+        return seed
+    raise ValueError(f"FloorPlan{floorplan}: no {task_type} scene in 100 seeds")
+
+
+def expert_steps(scene: tuple[int, int, str], horizon: int, game_root: Path | None = None) -> int | None:
+    """How many steps the handcoded expert takes to solve the typed ``scene`` from reset, or ``None`` when
+    it has not within ``horizon`` steps."""
+    env = ALFWorld([scene], horizon=horizon, game_root=game_root)
+    env.reset(env.tasks[0])
+    reward = 0.0
+    while not env.done:
+        reward = env.step(env.reference_action()).reward
+    return env.steps if reward > 0 else None
+
+
+def draw_scene(seed: int, task_type: str, solved_within: int | None = None, game_root: Path | None = None) -> Scene:
+    """The ``task_type`` scene of a secret ``seed``: floorplan drawn by ``random.Random(seed)`` among
+    :func:`floorplans_for` the type, scene seed ``seed``; then further draws (floorplan and a 63-bit seed)
+    while a scene cannot be made or, with ``solved_within``, the expert does not solve it within that many
+    steps (:func:`expert_steps`)."""
+    rng = random.Random(seed)
+    floorplans = floorplans_for(task_type)
+    scene_seed = seed
+    for _ in range(100):
+        floorplan = rng.choice(floorplans)
+        try:
+            scene = generate_scene(floorplan, scene_seed, task_type)
+        except ValueError:
+            scene = None
+        if scene is not None and (solved_within is None or expert_steps(
+                (floorplan, scene_seed, task_type), solved_within, game_root) is not None):
+            return scene
+        scene_seed = rng.randrange(2**63)
+    raise ValueError(f"no {task_type} scene drawn from seed {seed}")
+
+
 def _coordinate(rng: random.Random) -> str:
     return f"{rng.uniform(-3, 3):+06.2f}"
 
@@ -161,18 +297,94 @@ def _location(x: float, z: float, rotation: int, horizon: int) -> str:
     return mangle(f"loc|{round(x / 0.25)}|{round(z / 0.25)}|{round(rotation / 90) % 4}|{horizon}")
 
 
-def generate_scene(floorplan: int, seed: int) -> Scene:
-    """Build the ``pick_and_place_simple`` game of ``(floorplan, seed)``; see the module docstring."""
+Receptacles = list[tuple[str, str, str]]
+"""(PDDL name, class, location) of each receptacle instance."""
+Objects = list[tuple[str, str, int]]
+"""(PDDL name, class, index of the receptacle it is in) of each object instance."""
+
+
+def _own_locations(receptacles: Receptacles) -> Receptacles:
+    """``receptacles`` with a location of its own each: a receptacle whose pose another one shares
+    (drawers stacked under one counter) gets the next free camera horizon.  In a shared location
+    "go to" the other receptacle is not admissible, and the handcoded expert, which plans that move,
+    falls back to "look" and random commands."""
+    used: set[str] = set()
+    out: Receptacles = []
+    for name, cls, loc in receptacles:
+        base, horizon = loc.rsplit("_bar_", 1)
+        value = int(horizon.replace("_minus_", "-"))
+        while loc in used:
+            value += 1
+            loc = f"{base}_bar_{mangle(str(value))}"
+        used.add(loc)
+        out.append((name, cls, loc))
+    return out
+
+
+def _goal(task_type: str, rng: random.Random, objects: Objects, receptacles: Receptacles,
+          floorplan: int) -> tuple[str, str, str]:
+    """``(object_target, parent_target, toggle_target)`` of a ``task_type`` goal that does not hold yet;
+    for the light task and pick two it adds the desk lamp or a second target object to ``objects``."""
+    holds = alfred_constants.VAL_RECEPTACLE_OBJECTS
+    present = sorted({cls for _, cls, _ in receptacles})
+    if task_type == "look_at_obj_in_light":
+        stands = [i for i, (_, rcls, _) in enumerate(receptacles) if rcls in LAMP_HOLDERS]
+        targets = sorted({cls for _, cls, _ in objects} - {LAMP})
+        if not stands or not targets:
+            raise ValueError(f"FloorPlan{floorplan}: no receptacle for a {LAMP} or no object to look at")
+        objects.append((mangle(_new_id(LAMP, rng)), LAMP, rng.choice(stands)))
+        return rng.choice(targets), "", LAMP
+    goals = [
+        (ocls, rcls)
+        for ocls in sorted({cls for _, cls, _ in objects})
+        for rcls in present
+        if ocls in holds.get(rcls, ())
+        and not any(o == ocls and receptacles[r][1] == rcls for _, o, r in objects)
+    ]
+    if task_type in TOOLS:
+        tool = TOOLS[task_type]
+        if tool not in present:
+            raise ValueError(f"FloorPlan{floorplan}: no {tool} for {task_type}")
+        treated = alfred_constants.VAL_ACTION_OBJECTS[TREATMENTS[task_type]]
+        goals = [(o, r) for o, r in goals if o in treated and r != tool]
+    elif task_type == "pick_two_obj_and_place":
+        # a second instance must have somewhere else to be
+        goals = [(o, r) for o, r in goals
+                 if any(o in holds.get(rcls, ()) for _, rcls, _ in receptacles if rcls != r)]
+    if not goals:
+        raise ValueError(f"FloorPlan{floorplan}: every possible {task_type} goal already holds")
+    object_target, parent_target = rng.choice(goals)
+    if task_type == "pick_two_obj_and_place":
+        others = [i for i, (_, rcls, _) in enumerate(receptacles)
+                  if rcls != parent_target and object_target in holds.get(rcls, ())]
+        while sum(cls == object_target for _, cls, _ in objects) < 2:
+            objects.append((mangle(_new_id(object_target, rng)), object_target, rng.choice(others)))
+    return object_target, parent_target, ""
+
+
+def generate_scene(floorplan: int, seed: int, task_type: str | None = None) -> Scene:
+    """Build the game of ``(floorplan, seed)``; see the module docstring.
+
+    ``task_type=None``: the original ``pick_and_place_simple`` scene (``alfworld-pick-place``'s).
+    A type of :data:`TASK_TYPES`: a typed scene of that type, drawn from its own RNG
+    ``random.Random(f"alfworld-scene/{task_type}/{floorplan}/{seed}")``.
+    Raises ``ValueError`` when the room has no such goal.
+    """
     objects_file = LAYOUTS_DIR / f"FloorPlan{floorplan}-objects.json"
     receptacles_file = LAYOUTS_DIR / f"FloorPlan{floorplan}-openable.json"
     if not objects_file.exists() or not receptacles_file.exists():
         raise FileNotFoundError(f"no layout for FloorPlan{floorplan} in {LAYOUTS_DIR}")
-    rng = random.Random(f"alfworld-scene/{floorplan}/{seed}")
+    if task_type is not None and task_type not in TASK_TYPES:
+        raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    typed = task_type is not None
+    kind = task_type or TASK_TYPE
+    rng = random.Random(
+        f"alfworld-scene/{task_type}/{floorplan}/{seed}" if typed else f"alfworld-scene/{floorplan}/{seed}")
     room_classes = set(json.loads(objects_file.read_text()))
     # Despite its name, the "openable" file lists every receptacle instance with its interaction pose.
     posed = json.loads(receptacles_file.read_text())
 
-    receptacles: list[tuple[str, str, str]] = []  # (PDDL name, class, location)
+    receptacles: Receptacles = []
     for alfred_id in sorted(posed):
         cls = _receptacle_class(alfred_id)
         if cls in STATIC_RECEPTACLES:
@@ -183,9 +395,11 @@ def generate_scene(floorplan: int, seed: int) -> Scene:
         for _ in range(EXTRA_INSTANCES.get(cls, 1)):
             pose = (rng.randint(-12, 12) * 0.25, rng.randint(-12, 12) * 0.25, 90 * rng.randint(0, 3), 30)
             receptacles.append((mangle(_new_id(cls, rng)), cls, _location(*pose)))
+    if typed:
+        receptacles = _own_locations(receptacles)
 
     holds = alfred_constants.VAL_RECEPTACLE_OBJECTS
-    objects: list[tuple[str, str, int]] = []  # (PDDL name, class, receptacle index)
+    objects: Objects = []
     for cls in sorted(room_classes - STATIC_RECEPTACLES):
         if cls not in alfred_constants.OBJECTS:
             continue
@@ -195,17 +409,11 @@ def generate_scene(floorplan: int, seed: int) -> Scene:
     if not objects:
         raise ValueError(f"FloorPlan{floorplan}: no pickupable object fits any receptacle")
 
-    goals = [
-        (ocls, rcls)
-        for ocls in sorted({cls for _, cls, _ in objects})
-        for rcls in sorted({cls for _, cls, _ in receptacles})
-        if ocls in holds.get(rcls, ())
-        and not any(o == ocls and receptacles[r][1] == rcls for _, o, r in objects)
-    ]
-    if not goals:
-        raise ValueError(f"FloorPlan{floorplan}: every possible goal already holds")
-    object_target, parent_target = rng.choice(goals)
+    object_target, parent_target, toggle_target = _goal(kind, rng, objects, receptacles, floorplan)
     start = _location(rng.randint(-12, 12) * 0.25, rng.randint(-12, 12) * 0.25, 90 * rng.randint(0, 3), 30)
+    while typed and start in {loc for _, _, loc in receptacles}:
+        # Starting at a receptacle turns the intro into "You are facing the …", which the expert cannot parse.
+        start = _location(rng.randint(-12, 12) * 0.25, rng.randint(-12, 12) * 0.25, 90 * rng.randint(0, 3), 30)
 
     object_classes = sorted({cls for _, cls, _ in objects})
     declarations = ["agent1 - agent"]
@@ -229,21 +437,22 @@ def generate_scene(floorplan: int, seed: int) -> Scene:
     facts += [f"(inReceptacle {name} {receptacles[r][0]})" for name, _, r in objects]
     facts += [f"(receptacleAtLocation {name} {loc})" for name, _, loc in receptacles]
     facts += [f"(objectAtLocation {name} {receptacles[r][2]})" for name, _, r in objects]
-    goal = goal_library.gdict[TASK_TYPE]["pddl"].format(obj=object_target, recep=parent_target).replace("#", "-")
+    params = {"obj": object_target, "recep": parent_target, "toggle": toggle_target}
+    goal = goal_library.gdict[kind]["pddl"].format(**params).replace("#", "-")
     indent = "\n        "
     problem = (
         f"(define (problem plan_fp{floorplan}_s{seed})\n(:domain alfred)\n"
         f"(:objects{indent}{indent.join(declarations)}\n        )\n"
         f"(:init{indent}{indent.join(facts)}\n        )\n{goal}"
     )
-    template = rng.choice(goal_library.gdict[TASK_TYPE]["templates"])
-    description = template.format(obj=object_target.lower(), recep=parent_target.lower())
+    template = rng.choice(goal_library.gdict[kind]["templates"])
+    description = template.format(**{k: v.lower() for k, v in params.items()})
     traj_data = {
-        "task_type": TASK_TYPE,
+        "task_type": kind,
         "pddl_params": {
             "object_target": object_target,
             "parent_target": parent_target,
-            "toggle_target": "",
+            "toggle_target": toggle_target,
             "mrecep_target": "",
             "object_sliced": False,
         },
@@ -256,7 +465,8 @@ def generate_scene(floorplan: int, seed: int) -> Scene:
         "solvable": True,
         "walkthrough": None,
     }
-    return Scene(floorplan, seed, object_target, parent_target, description, game, traj_data)
+    return Scene(floorplan, seed, object_target, parent_target, description, game, traj_data,
+                 task_type=kind, toggle_target=toggle_target, typed=typed)
 
 
 def cache_dir() -> Path:
@@ -351,19 +561,23 @@ class _DirectState:
 
 
 class ALFWorld(Environment):
-    """ALFWorld text games (``pick_and_place_simple``) on generated scenes; see the module docstring."""
+    """ALFWorld text games on generated scenes; see the module docstring.
+
+    ``scenes``: ``(floorplan, seed)`` pairs (the original pick & place scenes) or ``(floorplan, seed,
+    task_type)`` triples (typed scenes of :data:`TASK_TYPES`), not mixed.
+    """
 
     name = "alfworld"
-    reference_policy = "ALFWorld handcoded expert (AlfredExpert, expert_type=handcoded)"
 
     def __init__(
         self,
-        scenes: Sequence[tuple[int, int]],
+        scenes: Sequence[tuple[int, int]] | Sequence[tuple[int, int, str]],
         horizon: int = 40,
         *,
         restore_mode: str = "direct",
         memoize_parsing: bool = True,
         game_root: Path | None = None,
+        solved_within: int | None = None,
     ) -> None:
         super().__init__(horizon)
         if restore_mode not in ("direct", "replay"):
@@ -371,11 +585,22 @@ class ALFWorld(Environment):
         if not scenes:
             raise ValueError("at least one scene is needed")
         self.restore_mode = restore_mode
+        self.solved_within = solved_within
+        """Hidden typed scenes are drawn again until the expert solves them within this many steps."""
         if memoize_parsing:
             set_parse_memoization(True)
+        if len({len(scene) for scene in scenes}) != 1:
+            raise ValueError("scenes must be all (floorplan, seed) pairs or all (floorplan, seed, task_type) triples")
+        self.typed = len(scenes[0]) == 3
+        """Typed scenes (the six task types) rather than the original pick & place ones."""
+        self.reference_policy = (
+            "ALFWorld handcoded expert (AlfredExpert, expert_type=handcoded), told of a put as 'put' "
+            "(MoveTrackingExpert)" if self.typed else "ALFWorld handcoded expert (AlfredExpert, expert_type=handcoded)"
+        )
         self.scenes: dict[str, Scene | None] = {
-            s.task: s for s in (generate_scene(fp, seed) for fp, seed in scenes)
+            s.task: s for s in (generate_scene(*scene) for scene in scenes)
         }
+        self._task_types = {task: s.task_type for task, s in self.scenes.items() if s is not None}
         if len(self.scenes) != len(scenes):
             raise ValueError(f"duplicate scenes in {list(scenes)}")
         self._game_root = game_root
@@ -395,20 +620,34 @@ class ALFWorld(Environment):
         return tuple(self.scenes)
 
     def config(self) -> dict[str, Any]:
+        scenes: list[dict[str, Any]] = [
+            {"task": task, "hidden": True} if task in self.hidden else
+            {"task": s.task, "floorplan": s.floorplan, "seed": s.seed, "object_target": s.object_target,
+             "parent_target": s.parent_target, "task_description": s.task_description}
+            for task, s in self.scenes.items()
+        ]
+        if self.typed:  # the original pick & place config stays as it was (its datasets keep their fingerprints)
+            for entry in scenes:
+                entry["task_type"] = self._task_types[entry["task"]]
+                scene = self.scenes[entry["task"]]
+                if scene is not None and scene.toggle_target:
+                    entry["toggle_target"] = scene.toggle_target
+        hidden_rule = (
+            f"task ids 'hidden-{{position}}': draw_scene(seed, task type of the position, solved_within="
+            f"{self.solved_within}), seed derived from the maintainer's secret: floorplan drawn by random.Random(seed) "
+            "among those that fit the type, drawn again while the expert does not solve the game within that many steps"
+            if self.typed else
+            "task ids 'hidden-{position}': generate_scene(floorplan, seed) with a seed derived "
+            "from the maintainer's secret and the floorplan drawn by random.Random(seed)"
+        )
         return {
             "alfworld_version": metadata.version("alfworld"),
             "textworld_version": metadata.version("textworld"),
             "fast_downward_textworld_version": metadata.version("fast-downward-textworld"),
-            "task_type": TASK_TYPE,
+            **({"task_types": list(TASK_TYPES)} if self.typed else {"task_type": TASK_TYPE}),
             "scene_generator": f"qval.envs.alfworld.generate_scene v{GENERATOR_VERSION} from the wheel's FloorPlan layouts",
-            "scenes": [
-                {"task": task, "hidden": True} if task in self.hidden else
-                {"task": s.task, "floorplan": s.floorplan, "seed": s.seed, "object_target": s.object_target,
-                 "parent_target": s.parent_target, "task_description": s.task_description}
-                for task, s in self.scenes.items()
-            ],
-            **({"hidden_scenes": "task ids 'hidden-{position}': generate_scene(floorplan, seed) with a seed derived "
-                "from the maintainer's secret and the floorplan drawn by random.Random(seed)"} if self.hidden else {}),
+            "scenes": scenes,
+            **({"hidden_scenes": hidden_rule} if self.hidden else {}),
             "horizon": self.horizon,
             "reward": "1 when the goal holds (the episode ends), else 0",
             "actions": "the admissible commands",
@@ -447,6 +686,10 @@ class ALFWorld(Environment):
     def instance(self) -> str:
         """The episode's introduction (the receptacles of the scene and the task), which starts every observation."""
         return self._intro
+
+    def task_type(self, task: str) -> str:
+        """The scene's ALFWorld task type (also of a hidden scene: the type of its position)."""
+        return self._task_types.get(task, TASK_TYPE)
 
     def reference_action(self) -> str:
         """The handcoded expert's next command."""
@@ -495,8 +738,13 @@ class ALFWorld(Environment):
                 continue
             seed = seeds[task]
             new = f"hidden-{j}"
-            scenes[new] = None if seed is None else generate_scene(
-                random.Random(seed).choice(available_floorplans()), seed)
+            if self.typed:
+                self._task_types[new] = self._task_types.pop(task)
+                scenes[new] = None if seed is None else draw_scene(
+                    seed, self._task_types[new], self.solved_within, self._game_root)
+            else:
+                scenes[new] = None if seed is None else generate_scene(
+                    random.Random(seed).choice(available_floorplans()), seed)
             hidden.add(new)
             self._games.pop(task, None)
             self._envs.pop(task, None)
@@ -516,8 +764,9 @@ class ALFWorld(Environment):
         """The task's game, loaded on first use (a load, like a reset, replaces libdownward's problem)."""
         if task not in self._envs:
             infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=True, extras=["gamefile", "expert_plan"])
-            env = AlfredExpert(AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False)),
-                               expert_type=AlfredExpertType.HANDCODED)
+            expert = MoveTrackingExpert if self.typed else AlfredExpert
+            env = expert(AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False)),
+                         expert_type=AlfredExpertType.HANDCODED)
             env.load(str(self.game_file(task)))
             _LIBDOWNWARD_LOADS[0] += 1
             self._envs[task] = env
@@ -576,6 +825,28 @@ class ALFWorld(Environment):
         env._handcoded_expert = copy.deepcopy(direct.expert)
         self._expert_random = direct.expert_random
         self._state = direct.game_state
+
+
+class MoveTrackingExpert(AlfredExpert):
+    """ALFWorld's handcoded expert, told of a put in the words its state tracking looks for.
+
+    alfworld 0.4.2's grammar writes a put as "move {o} to {r}" and the expert plans it so, but its
+    state tracking (``BasePolicy.update_state_tracking``) recognises a put by "put" in the last
+    command: after a put it still believes it holds the object, so it tries to take it back and
+    never finishes ``pick_two_obj_and_place`` (nor recovers from putting an object in the wrong
+    place).  This wrapper hands the expert the last command with "move" spelled "put"; the game
+    itself sees the commands unchanged.  Used for typed scenes (``alfworld-all-types``); the original
+    pick & place datasets keep the unmodified expert, so their labels stay as built.
+    """
+
+    def _gather_infos(self) -> None:
+        command = self.prev_command
+        if command.startswith("move "):
+            self.prev_command = "put " + command[len("move "):]
+        try:
+            super()._gather_infos()
+        finally:
+            self.prev_command = command
 
 
 class _FactTables(Protocol):

@@ -148,6 +148,11 @@ class Environment(ABC):
         of the dataset's (:func:`qval.best_of_n.environment`).  Default: the adapter cannot say."""
         raise NotImplementedError(f"{self.name} cannot name the instance its observations show")
 
+    def task_type(self, task: str) -> str | None:
+        """The kind of task ``task`` is, where an environment has several (ALFWorld's six task types);
+        recorded on every dataset state (``State.task_type``).  Default: ``None`` (one kind)."""
+        return None
+
     @abstractmethod
     def reference_action(self) -> str:
         """The reference policy's action in the current state."""
