@@ -153,31 +153,6 @@ def entry(e: Evaluation) -> tuple[str, str, str]:
     return submitter(e), e.method, e.backbone
 
 
-def _platform_runs(_rows: list[Evaluation]) -> frozenset[int]:
-    from submissions.models import Submission
-
-    finished = Submission.objects.filter(Submission.platform_run(), state=Submission.FINISHED)
-    return frozenset(finished.values_list("pk", flat=True))
-
-
-def platform_runs() -> frozenset[int]:
-    """Ids of the finished submissions whose predictions the platform made (one query per results version)."""
-    return evaluations.derived(("boards", "platform-runs"), _platform_runs)
-
-
-def _by_slice(rows: list[Evaluation]) -> dict[Slice, list[Evaluation]]:
-    grouped: dict[Slice, list[Evaluation]] = {}
-    for e in rows:
-        if e.split == SPLIT:
-            grouped.setdefault(Slice(e.dataset, e.target, e.modality), []).append(e)
-    return grouped
-
-
-def slices() -> dict[Slice, list[Evaluation]]:
-    """The test-split evaluations grouped by slice (kept per results version; read-only)."""
-    return evaluations.derived(("boards", "by-slice"), _by_slice)
-
-
 def _preference(e: Evaluation, metric: MetricSpec) -> tuple[bool, float, int]:
     score = e.scores[metric.name]
     assert score.value is not None
@@ -193,19 +168,46 @@ def _best_per_entry(rows: Iterable[Evaluation], metric: MetricSpec) -> list[Eval
     return list(chosen.values())
 
 
-def _make_board(slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
-    evs = slices().get(slice_, [])
-    valued = [e for e in evs if e.value(metric.name) is not None]
-    kept = valued if all_submissions else _best_per_entry(valued, metric)
-    sign = 1 if metric.higher_is_better else -1
-    kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
-    scores = [e.scores[metric.name] for e in kept]
-    ranked = ranks.rank([ranks.Row(s.value, s.ci_low, s.ci_high) if s.ci_low is not None and s.ci_high is not None
-                         else ranks.Row(s.value) for s in scores],  # type: ignore[arg-type]
-                        higher_is_better=metric.higher_is_better)
-    platform = platform_runs()
-    rows = tuple(Row(r, e, s, source_of(e, platform), submitter(e)) for r, e, s in zip(ranked, kept, scores))
-    return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued))
+class _Index:
+    """The boards of one results version: the test-split evaluations by slice, the ids of the platform's
+    runs (one query), and each board once it was asked for."""
+
+    def __init__(self, rows: list[Evaluation]) -> None:
+        from submissions.models import Submission
+
+        self.slices: dict[Slice, list[Evaluation]] = {}
+        for e in rows:
+            if e.split == SPLIT:
+                self.slices.setdefault(Slice(e.dataset, e.target, e.modality), []).append(e)
+        finished = Submission.objects.filter(Submission.platform_run(), state=Submission.FINISHED)
+        self.platform_runs = frozenset(finished.values_list("pk", flat=True))
+        self._boards: dict[tuple[Slice, str, bool], Board] = {}
+
+    def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
+        """The board of ``slice_`` (made on first use; two threads may both make it and keep either)."""
+        key = (slice_, metric.name, all_submissions)
+        made = self._boards.get(key)
+        if made is None:
+            made = self._boards[key] = self._make(slice_, metric, all_submissions)
+        return made
+
+    def _make(self, slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
+        evs = self.slices.get(slice_, [])
+        valued = [e for e in evs if e.value(metric.name) is not None]
+        kept = valued if all_submissions else _best_per_entry(valued, metric)
+        sign = 1 if metric.higher_is_better else -1
+        kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
+        scores = [e.scores[metric.name] for e in kept]
+        ranked = ranks.rank([ranks.Row(s.value, s.ci_low, s.ci_high)  # type: ignore[arg-type]
+                             if s.ci_low is not None and s.ci_high is not None else ranks.Row(s.value)  # type: ignore[arg-type]
+                             for s in scores], higher_is_better=metric.higher_is_better)
+        rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e))
+                     for r, e, s in zip(ranked, kept, scores))
+        return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued))
+
+
+def _index() -> _Index:
+    return evaluations.derived(("boards", "index"), _Index)
 
 
 def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool = False) -> Board:
@@ -213,9 +215,7 @@ def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool 
     results version.  ``ValueError`` naming the choices for a metric not in :data:`METRICS`."""
     if metric not in METRICS:
         raise ValueError(f"unknown ranking metric {metric!r}; choose one of {', '.join(METRICS)}")
-    spec = metric_registry.get(metric)
-    return evaluations.derived(("boards", slice_, metric, all_submissions),
-                               lambda _rows: _make_board(slice_, spec, all_submissions))
+    return _index().board(slice_, metric_registry.get(metric), all_submissions)
 
 
 @dataclass(frozen=True)
@@ -233,8 +233,8 @@ class Listing:
         return f"{self.dataset.name} · {self.slice.target.upper()} · {self.slice.modality}"
 
 
-def _listing(ds: Dataset, slice_: Slice) -> Listing:
-    b = board(slice_)
+def _listing(index: _Index, ds: Dataset, slice_: Slice) -> Listing:
+    b = index.board(slice_, metric_registry.get(DEFAULT_METRIC), False)
     return Listing(slice_, ds, len(b.rows), tuple(r for r in b.rows if r.rank.best == 1))
 
 
@@ -247,7 +247,8 @@ def canonical_boards() -> dict[str, list[Listing]]:
     and modality it has; ``published``, per environment of the QVal v1.0 results a board per target and
     modality they report; ``older``, the boards of older hosted versions that hold rows."""
     datasets = list(Dataset.objects.select_related("environment").order_by("slug", "-created_at"))
-    held = slices()
+    index = _index()
+    held = index.slices
     hosted: list[Listing] = []
     older: list[Listing] = []
     newest: set[str] = set()
@@ -256,12 +257,12 @@ def canonical_boards() -> dict[str, list[Listing]]:
         options = [Slice(ds.key, t, m) for t in TARGETS for m in modalities]
         if ds.slug not in newest:
             newest.add(ds.slug)
-            hosted += [_listing(ds, s) for s in options]
+            hosted += [_listing(index, ds, s) for s in options]
         else:
-            older += [_listing(ds, s) for s in options if s in held]
+            older += [_listing(index, ds, s) for s in options if s in held]
     published: list[Listing] = []
     for ds in sorted((d for d in datasets if not d.hosted), key=lambda d: d.environment.name):
-        published += [_listing(ds, s) for s in sorted((s for s in held if s.dataset == ds.key), key=_order)]
+        published += [_listing(index, ds, s) for s in sorted((s for s in held if s.dataset == ds.key), key=_order)]
     return {"hosted": hosted, "published": published, "older": older}
 
 

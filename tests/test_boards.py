@@ -123,6 +123,10 @@ def test_a_dev_result_is_on_no_board_and_sources_are_badged(client, api, user, s
 
 
 def test_published_results_have_boards_per_environment(client) -> None:  # type: ignore[no-untyped-def]
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from leaderboard import evaluations
     from leaderboard.importing import import_results
 
     import_results(resamples=2)  # intervals, however rough
@@ -144,3 +148,23 @@ def test_published_results_have_boards_per_environment(client) -> None:  # type:
     assert rescored == set(with_value.values_list("submission__method_name", "submission__backbone_name"))
     assert all(r["rank_from_value_only"] == (r["source"] == "reported") for r in got["rows"])
     assert len(board_json(client, "qval-v1.0-frozenlake@1.0:q:text", all="1")["rows"]) > len(got["rows"])
+
+    # The queries of a page do not grow with the rows (cold memos: the most a page makes).
+    def counts() -> list[int]:
+        out = []
+        for url in ("/", "/boards/", "/boards/qval-v1.0-frozenlake@1.0:q:text/?all=1"):
+            evaluations._memo["version"] = evaluations._derived["version"] = None
+            with CaptureQueriesContext(connection) as ctx:
+                assert client.get(url).status_code == 200, url
+            out.append(len(ctx.captured_queries))
+        return out
+
+    before = counts()
+    template = Submission.objects.filter(source="rescored", dataset__slug="qval-v1.0-frozenlake").first()
+    subs = [Submission(**{f.attname: getattr(template, f.attname) for f in Submission._meta.concrete_fields
+                          if f.attname not in ("id", "import_key")}) for _ in range(300)]
+    for s in Submission.objects.bulk_create(subs):
+        Result.objects.create(submission=s, metric="spearman", value=0.1, details={"ci95": [0.0, 0.2]})
+    assert counts() == before
+    assert before[1:] == [5, 5], before  # version, results, submissions, platform runs, datasets
+    assert len(board_json(client, "qval-v1.0-frozenlake@1.0:q:text", all="1")["rows"]) > 300
