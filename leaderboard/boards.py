@@ -168,6 +168,13 @@ def _best_per_entry(rows: Iterable[Evaluation], metric: MetricSpec) -> list[Eval
     return list(chosen.values())
 
 
+def _rank_row(score: Score) -> ranks.Row:
+    assert score.value is not None
+    if score.ci_low is None or score.ci_high is None:
+        return ranks.Row(score.value)
+    return ranks.Row(score.value, score.ci_low, score.ci_high)
+
+
 class _Index:
     """The boards of one results version: the test-split evaluations by slice, the ids of the platform's
     runs (one query), and each board once it was asked for."""
@@ -198,9 +205,7 @@ class _Index:
         sign = 1 if metric.higher_is_better else -1
         kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
         scores = [e.scores[metric.name] for e in kept]
-        ranked = ranks.rank([ranks.Row(s.value, s.ci_low, s.ci_high)  # type: ignore[arg-type]
-                             if s.ci_low is not None and s.ci_high is not None else ranks.Row(s.value)  # type: ignore[arg-type]
-                             for s in scores], higher_is_better=metric.higher_is_better)
+        ranked = ranks.rank([_rank_row(s) for s in scores], higher_is_better=metric.higher_is_better)
         rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e))
                      for r, e, s in zip(ranked, kept, scores))
         return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued))
