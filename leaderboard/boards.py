@@ -1,0 +1,310 @@
+"""Boards: one ranked table per benchmark slice, and their pages.
+
+A **board** is one slice -- a dataset version, the test split, a target and a modality -- ranked by one
+metric (:data:`DEFAULT_METRIC`, Spearman ρ, unless ``?metric=`` names another of
+:data:`qval.metric_registry.COMPARABLE`).  Its rows are the evaluations of :mod:`leaderboard.evaluations`
+on that slice, so the same rules hold: a dev (or any public-split) result is on no board, a hidden split's
+ladder shows each account's current best only, and an uploaded file on an open-book dataset is ranked
+nowhere.
+
+By default a board keeps one row per **entry**: submitter, method and backbone (the authors' imported rows
+are one submitter, reported and re-scored alike).  Of an entry's submissions it keeps the one with a
+confidence interval if any has one, then the best value, then the newest; ``?all=1`` ranks every
+submission.  Ranks are :mod:`qval.ranks` ranges on the rows' 95% intervals (CI non-overlap).
+
+Every row carries a **source**: *verified* (the platform made its predictions: a built-in method, a
+method container, a training run -- :meth:`submissions.models.Submission.platform_run`), *self-reported*
+(an uploaded predictions file), and the imported *reported* and *re-scored* rows of QVal v1.0.
+
+Everything a page shows is computed once per results version (:func:`leaderboard.evaluations.derived`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from qval import metric_registry, ranks
+from qval.metric_registry import MetricSpec
+
+from . import evaluations
+from .evaluations import Evaluation, Score
+from .models import Dataset
+
+SPLIT = "test"
+"""The split every board ranks: the hidden one (dev results are their submitter's own self-check)."""
+TARGETS = ("q", "v")
+MODALITIES = ("text", "image")
+DEFAULT_METRIC = "spearman"
+METRICS: tuple[str, ...] = metric_registry.COMPARABLE
+"""Metrics a board may rank by (correlations in [-1, 1] with a bootstrap interval)."""
+
+VERIFIED, SELF_REPORTED, REPORTED, RESCORED = "verified", "self-reported", "reported", "rescored"
+SOURCES: dict[str, tuple[str, str]] = {
+    VERIFIED: ("verified", "run by the platform: a built-in method, a method container or a training run"),
+    SELF_REPORTED: ("self-reported", "an uploaded predictions file: the submitter computed the scores"),
+    REPORTED: ("reported", "a number the QVal v1.0 authors report (no interval)"),
+    RESCORED: ("re-scored", "the QVal v1.0 authors' published predictions, scored here"),
+}
+"""Source badges of board rows: key -> (label, what it means)."""
+AUTHORS = "QVal v1.0 authors"
+"""The submitter shown for (and the account grouping) the imported rows."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One benchmark slice: ``dataset`` (``slug@version``), the test split, ``target`` and ``modality``."""
+
+    dataset: str
+    target: str
+    modality: str
+
+    @property
+    def key(self) -> str:
+        """``dataset:target:modality``, the board's URL segment (``frozenlake-8x8@1.2:q:text``)."""
+        return f"{self.dataset}:{self.target}:{self.modality}"
+
+    @classmethod
+    def parse(cls, key: str) -> "Slice":
+        """The slice of a :attr:`key`; :class:`~django.http.Http404` naming the expected form otherwise."""
+        parts = key.split(":")
+        if len(parts) != 3 or "@" not in parts[0] or parts[1] not in TARGETS or parts[2] not in MODALITIES:
+            raise Http404(f"no board {key!r}: a board is DATASET@VERSION:TARGET:MODALITY, "
+                          f"target one of {', '.join(TARGETS)}, modality one of {', '.join(MODALITIES)}")
+        return cls(*parts)
+
+    def holds(self, e: Evaluation) -> bool:
+        """Whether ``e`` is an evaluation of this slice."""
+        return (e.split == SPLIT and e.dataset == self.dataset and e.target == self.target
+                and e.modality == self.modality)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One ranked row of a board."""
+
+    rank: ranks.Rank
+    evaluation: Evaluation
+    score: Score
+    source: str
+    submitter: str
+
+    @property
+    def value(self) -> float:
+        """The ranking metric's value."""
+        assert self.score.value is not None
+        return self.score.value
+
+    @property
+    def source_label(self) -> str:
+        """The badge text of :attr:`source`."""
+        return SOURCES[self.source][0]
+
+    @property
+    def baseline(self) -> bool:
+        """Whether the row is one of the platform's baseline runs."""
+        return self.evaluation.source == "baseline"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as the board's JSON gives it."""
+        e, s = self.evaluation, self.score
+        return {
+            "rank": self.rank.label, "rank_best": self.rank.best, "rank_worst": self.rank.worst,
+            "rank_from_value_only": self.rank.point, "submission_id": e.submission_id, "method": e.method,
+            "backbone": e.backbone, "value": s.value, "ci_low": s.ci_low, "ci_high": s.ci_high,
+            "p_value": s.p_value, "num_points": s.num_points, "source": self.source, "baseline": self.baseline,
+            "submitted_by": self.submitter, "date": e.date.isoformat() if e.date else None,
+        }
+
+
+@dataclass(frozen=True)
+class Board:
+    """A slice ranked by ``metric``: ``rows`` in order of the value (best first); ``unranked`` counts the
+    slice's evaluations without a value of the metric (too few points, constant, not disclosed)."""
+
+    slice: Slice
+    metric: MetricSpec
+    all_submissions: bool
+    rows: tuple[Row, ...]
+    submissions: int
+    unranked: int
+
+
+def source_of(e: Evaluation, platform_runs: frozenset[int]) -> str:
+    """The source badge of ``e`` (a key of :data:`SOURCES`)."""
+    if e.source == "reported":
+        return REPORTED
+    if e.source == "rescored":
+        return RESCORED
+    return VERIFIED if e.submission_id in platform_runs else SELF_REPORTED
+
+
+def submitter(e: Evaluation) -> str:
+    """Who a row is from: the account's name, or :data:`AUTHORS` for an imported row."""
+    return AUTHORS if e.source in ("reported", "rescored") else e.submitted_by
+
+
+def entry(e: Evaluation) -> tuple[str, str, str]:
+    """The entry a submission counts for on a board: (submitter, method, backbone)."""
+    return submitter(e), e.method, e.backbone
+
+
+def _preference(e: Evaluation, metric: MetricSpec) -> tuple[bool, float, int]:
+    score = e.scores[metric.name]
+    assert score.value is not None
+    return score.ci_low is not None, score.value if metric.higher_is_better else -score.value, e.submission_id
+
+
+def _best_per_entry(rows: Iterable[Evaluation], metric: MetricSpec) -> list[Evaluation]:
+    chosen: dict[tuple[str, str, str], Evaluation] = {}
+    for e in rows:
+        key = entry(e)
+        if key not in chosen or _preference(e, metric) > _preference(chosen[key], metric):
+            chosen[key] = e
+    return list(chosen.values())
+
+
+def _rank_row(score: Score) -> ranks.Row:
+    assert score.value is not None
+    if score.ci_low is None or score.ci_high is None:
+        return ranks.Row(score.value)
+    return ranks.Row(score.value, score.ci_low, score.ci_high)
+
+
+class _Index:
+    """The boards of one results version: the test-split evaluations by slice, the ids of the platform's
+    runs (one query), and each board once it was asked for."""
+
+    def __init__(self, rows: list[Evaluation]) -> None:
+        from submissions.models import Submission
+
+        self.slices: dict[Slice, list[Evaluation]] = {}
+        for e in rows:
+            if e.split == SPLIT:
+                self.slices.setdefault(Slice(e.dataset, e.target, e.modality), []).append(e)
+        finished = Submission.objects.filter(Submission.platform_run(), state=Submission.FINISHED)
+        self.platform_runs = frozenset(finished.values_list("pk", flat=True))
+        self._boards: dict[tuple[Slice, str, bool], Board] = {}
+
+    def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
+        """The board of ``slice_`` (made on first use; two threads may both make it and keep either)."""
+        key = (slice_, metric.name, all_submissions)
+        made = self._boards.get(key)
+        if made is None:
+            made = self._boards[key] = self._make(slice_, metric, all_submissions)
+        return made
+
+    def _make(self, slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
+        evs = self.slices.get(slice_, [])
+        valued = [e for e in evs if e.value(metric.name) is not None]
+        kept = valued if all_submissions else _best_per_entry(valued, metric)
+        sign = 1 if metric.higher_is_better else -1
+        kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
+        scores = [e.scores[metric.name] for e in kept]
+        ranked = ranks.rank([_rank_row(s) for s in scores], higher_is_better=metric.higher_is_better)
+        rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e))
+                     for r, e, s in zip(ranked, kept, scores))
+        return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued))
+
+
+def _index() -> _Index:
+    return evaluations.derived(("boards", "index"), _Index)
+
+
+def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool = False) -> Board:
+    """The board of ``slice_`` ranked by ``metric`` (best per entry unless ``all_submissions``), kept per
+    results version.  ``ValueError`` naming the choices for a metric not in :data:`METRICS`."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown ranking metric {metric!r}; choose one of {', '.join(METRICS)}")
+    return _index().board(slice_, metric_registry.get(metric), all_submissions)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A board on the boards list, with its dataset, its number of entries and its leader(s)."""
+
+    slice: Slice
+    dataset: Dataset
+    entries: int
+    leaders: tuple[Row, ...]
+
+    @property
+    def title(self) -> str:
+        """``FrozenLake 8×8 · Q · text``."""
+        return f"{self.dataset.name} · {self.slice.target.upper()} · {self.slice.modality}"
+
+
+def _listing(index: _Index, ds: Dataset, slice_: Slice) -> Listing:
+    b = index.board(slice_, metric_registry.get(DEFAULT_METRIC), False)
+    return Listing(slice_, ds, len(b.rows), tuple(r for r in b.rows if r.rank.best == 1))
+
+
+def _order(slice_: Slice) -> tuple[int, int]:
+    return TARGETS.index(slice_.target), MODALITIES.index(slice_.modality)
+
+
+def canonical_boards() -> dict[str, list[Listing]]:
+    """The boards the site opens on: ``hosted``, per dataset we host (its newest version) a board per target
+    and modality it has; ``published``, per environment of the QVal v1.0 results a board per target and
+    modality they report; ``older``, the boards of older hosted versions that hold rows."""
+    datasets = list(Dataset.objects.select_related("environment").order_by("slug", "-created_at"))
+    index = _index()
+    held = index.slices
+    hosted: list[Listing] = []
+    older: list[Listing] = []
+    newest: set[str] = set()
+    for ds in (d for d in datasets if d.hosted):
+        modalities = [m for m in MODALITIES if m in (ds.modalities or ["text"])]
+        options = [Slice(ds.key, t, m) for t in TARGETS for m in modalities]
+        if ds.slug not in newest:
+            newest.add(ds.slug)
+            hosted += [_listing(index, ds, s) for s in options]
+        else:
+            older += [_listing(index, ds, s) for s in options if s in held]
+    published: list[Listing] = []
+    for ds in sorted((d for d in datasets if not d.hosted), key=lambda d: d.environment.name):
+        published += [_listing(index, ds, s) for s in sorted((s for s in held if s.dataset == ds.key), key=_order)]
+    return {"hosted": hosted, "published": published, "older": older}
+
+
+def _dataset(slice_: Slice) -> Dataset:
+    slug, _, version = slice_.dataset.partition("@")
+    ds = Dataset.objects.select_related("environment").filter(slug=slug, version=version).first()
+    if ds is None:
+        raise Http404(f"no dataset {slice_.dataset!r}")
+    if ds.hosted and slice_.modality not in (ds.modalities or ["text"]):
+        raise Http404(f"{ds.key} has no {slice_.modality} modality")
+    return ds
+
+
+def board_list(request: HttpRequest) -> HttpResponse:
+    """Every canonical board (:func:`canonical_boards`) with its leaders."""
+    return render(request, "leaderboard/boards.html",
+                  {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(DEFAULT_METRIC)})
+
+
+def board_detail(request: HttpRequest, key: str) -> HttpResponse:
+    """One board: ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission,
+    ``?format=json`` for its rows."""
+    slice_ = Slice.parse(key)
+    ds = _dataset(slice_)
+    metric = request.GET.get("metric") or DEFAULT_METRIC
+    all_submissions = request.GET.get("all") == "1"
+    try:
+        b = board(slice_, metric, all_submissions=all_submissions)
+    except ValueError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    if request.GET.get("format") == "json":
+        return JsonResponse({"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT,
+                             "target": slice_.target, "modality": slice_.modality, "metric": metric,
+                             "all_submissions": all_submissions, "rows": [r.as_dict() for r in b.rows],
+                             "unranked": b.unranked})
+    return render(request, "leaderboard/board_slice.html", {
+        "board": b, "dataset": ds, "metric": b.metric, "metrics": [metric_registry.get(m) for m in METRICS],
+        "sources": SOURCES, "authors": AUTHORS,
+        "open_book": [ds.environment] if ds.hosted and ds.environment.open_book else [],
+    })

@@ -1,0 +1,170 @@
+"""Boards (``leaderboard/boards.py``): one ranked test board per slice, its rank ranges (``qval/ranks.py``),
+best per submitter/method/backbone, the source badges, and what never reaches a board (dev results)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from leaderboard.models import Backbone, Environment, Method
+from qval import ranks
+from submissions.models import Result, Submission
+from tests.test_site import actor_points, csv_bytes, finish, upload
+
+pytestmark = pytest.mark.django_db
+
+
+def board_key(ds, target: str = "q", modality: str = "text") -> str:  # type: ignore[no-untyped-def]
+    return f"{ds.key}:{target}:{modality}"
+
+
+def run(ds, user, method: str, value: float, ci: tuple[float, float] | None, *, backbone: str = "b",  # type: ignore[no-untyped-def]
+        kind: str = Submission.KIND_BASELINE, split: str = "test", target: str = "q") -> Submission:
+    """A finished submission on ``ds`` with a stored global ρ (and its interval), as a worker leaves one."""
+    source = Submission.SOURCE_BASELINE if kind == Submission.KIND_BASELINE else Submission.SOURCE_USER
+    sub = Submission.objects.create(
+        user=user, dataset=ds, split=split, target=target, method_name=method, method=Method.objects.get_or_create(
+            name=method)[0], backbone_name=backbone, backbone=Backbone.objects.get_or_create(name=backbone)[0],
+        modality="text", kind=kind, source=source, filename="predictions.jsonl", state=Submission.FINISHED,
+        finished_at=timezone.now())
+    Result.objects.create(submission=sub, metric="spearman", value=value, p_value=0.001, num_points=120,
+                          coverage=1.0, details={"ci95": list(ci)} if ci else {})
+    return sub
+
+
+def board_json(client, key: str, **params: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    response = client.get(f"/boards/{key}/", {"format": "json", **params})
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_every_hosted_dataset_has_its_canonical_boards(client, loaded) -> None:  # type: ignore[no-untyped-def]
+    page = client.get("/boards/").content.decode()
+    keys = re.findall(r'data-board="([^"]+)"', page)
+    wanted = [f"{loaded.key}:{t}:{m}" for t in ("q", "v") for m in ("text", "image") if m in loaded.modalities]
+    assert keys == wanted and wanted
+    for key in keys:
+        assert client.get(f"/boards/{key}/").status_code == 200
+    # The landing page and the nav lead to them; the full leaderboard links them too.
+    home = client.get("/").content.decode()
+    assert 'id="boards-overview"' in home and f'href="/boards/{wanted[0]}/"' in home
+    assert 'href="/boards/"' in client.get("/leaderboard/").content.decode()
+    # What is not a board is a 404, a metric that cannot rank a 400 naming the choices.
+    assert client.get(f"/boards/{loaded.key}:x:text/").status_code == 404
+    assert client.get("/boards/nosuch@1.0:q:text/").status_code == 404
+    bad = client.get(f"/boards/{wanted[0]}/", {"metric": "regret_at_1"})
+    assert bad.status_code == 400 and b"spearman" in bad.content
+
+
+def test_ranks_on_a_board_are_the_rule_on_its_rows(client, loaded, staff) -> None:  # type: ignore[no-untyped-def]
+    rows = [("a", 0.80, (0.75, 0.85)), ("b", 0.78, (0.70, 0.86)), ("c", 0.60, (0.55, 0.65)),
+            ("d", 0.58, (0.50, 0.66)), ("e", 0.25, (0.05, 0.45)), ("f", 0.62, None)]
+    subs = {run(loaded, staff, name, value, ci).pk: name for name, value, ci in rows}
+    got = board_json(client, board_key(loaded))
+    assert [r["method"] for r in got["rows"]] == ["a", "b", "f", "c", "d", "e"]  # by value
+    # The same rows through qval.ranks, read back from the database.
+    stored = {r.submission_id: r for r in Result.objects.filter(submission__in=subs, metric="spearman")}
+    ids = [r["submission_id"] for r in got["rows"]]
+    expected = ranks.rank([ranks.Row(stored[i].value, *(stored[i].details.get("ci95") or (None, None))) for i in ids])
+    assert [r["rank"] for r in got["rows"]] == [r.label for r in expected]
+    assert [r["rank"] for r in got["rows"]] == ["1–2", "1–2", "3", "3–5", "3–5", "6"]
+    assert [r["rank_from_value_only"] for r in got["rows"]] == [False, False, True, False, False, False]
+    page = client.get(f"/boards/{board_key(loaded)}/").content.decode()
+    assert re.findall(r'data-rank="([^"]+)"', page) == ["1–2", "1–2", "3", "3–5", "3–5", "6"]
+    assert '<a href="/methods/a/">a</a>' in page and "[0.750, 0.850]" in page and "grace" in page
+
+
+def test_best_per_submitter_method_and_backbone_by_default_all_on_request(client, loaded, staff) -> None:  # type: ignore[no-untyped-def]
+    low = run(loaded, staff, "m", 0.40, (0.30, 0.50))
+    high = run(loaded, staff, "m", 0.55, (0.45, 0.65))
+    no_ci = run(loaded, staff, "m", 0.90, None)  # an interval beats a better value without one
+    other_backbone = run(loaded, staff, "m", 0.20, (0.10, 0.30), backbone="other")
+    best = board_json(client, board_key(loaded))
+    assert {r["submission_id"] for r in best["rows"]} == {high.pk, other_backbone.pk}
+    every = board_json(client, board_key(loaded), all="1")
+    assert [r["submission_id"] for r in every["rows"]] == [no_ci.pk, high.pk, low.pk, other_backbone.pk]
+    assert [r["rank"] for r in every["rows"]] == ["1", "2–3", "2–4", "3–4"]
+    page = client.get(f"/boards/{board_key(loaded)}/").content.decode()
+    assert 'id="all-submissions"' in page and page.count("data-submission=") == 2
+
+
+def test_a_dev_result_is_on_no_board_and_sources_are_badged(client, api, user, staff, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    # FrozenLake is open book: its test board ranks no uploaded file. Make it hidden for this test, so the
+    # uploaded test file is ranked (self-reported) next to the platform's runs (verified).
+    Environment.objects.filter(pk=loaded.environment_id).update(open_book=False)
+    ids, labels = actor_points(frozenlake, "dev")
+    dev = upload(api, csv_bytes(ids, labels + np.random.default_rng(1).normal(0, 0.1, len(ids))),
+                 split="dev", method_name="dev-check")
+    finish(dev["id"])
+    ids, _ = actor_points(frozenlake, "test")
+    test = upload(api, csv_bytes(ids, np.random.default_rng(2).random(len(ids))), split="test", method_name="mine")
+    finish(test["id"])
+    baseline = run(loaded, staff, "builtin", 0.5, (0.4, 0.6))
+    container = run(loaded, user, "boxed", 0.45, (0.35, 0.55), kind=Submission.KIND_CONTAINER)
+    seen: dict[int, str] = {}
+    for key in re.findall(r'data-board="([^"]+)"', client.get("/boards/").content.decode()):
+        for params in ({}, {"all": "1"}, {"metric": "ranking_spearman"}, {"metric": "kendall_tau", "all": "1"}):
+            for r in board_json(client, key, **params)["rows"]:
+                seen[r["submission_id"]] = r["source"]
+                assert r["submission_id"] != dev["id"]
+    assert seen == {test["id"]: "self-reported", baseline.pk: "verified", container.pk: "verified"}
+    page = client.get(f"/boards/{board_key(loaded)}/").content.decode()
+    assert "dev-check" not in page
+    assert re.search(rf'data-submission="{baseline.pk}"[^>]*data-source="verified"', page)
+    assert re.search(rf'data-submission="{test["id"]}"[^>]*data-source="self-reported"', page)
+    # Open book again: the uploaded file leaves the board, the platform's runs stay.
+    Environment.objects.filter(pk=loaded.environment_id).update(open_book=True)
+    Submission.objects.filter(pk=baseline.pk).update(finished_at=timezone.now())  # a write: a new results version
+    rows = board_json(client, board_key(loaded))["rows"]
+    assert {r["submission_id"] for r in rows} == {baseline.pk, container.pk}
+
+
+def test_published_results_have_boards_per_environment(client) -> None:  # type: ignore[no-untyped-def]
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from leaderboard import evaluations
+    from leaderboard.importing import import_results
+
+    import_results(resamples=2)  # intervals, however rough
+    page = client.get("/boards/").content.decode()
+    published = page.split('id="published"')[1]
+    keys = re.findall(r'data-board="([^"]+)"', published)
+    assert {k.split("@")[0] for k in keys} == {f"qval-v1.0-{e}" for e in ("alfworld", "frozenlake", "openapps",
+                                                                          "terminalbench")}
+    got = board_json(client, "qval-v1.0-frozenlake@1.0:q:text")
+    sources = {r["source"] for r in got["rows"]}
+    assert sources == {"rescored", "reported"} and {r["submitted_by"] for r in got["rows"]} == {"QVal v1.0 authors"}
+    # One row per method and backbone: the re-scored one (with an interval) stands for its reported twin.
+    entries = [(r["method"], r["backbone"]) for r in got["rows"]]
+    assert len(entries) == len(set(entries))
+    rescored = {(r["method"], r["backbone"]) for r in got["rows"] if r["source"] == "rescored"}
+    with_value = Result.objects.filter(submission__source="rescored", submission__dataset__slug="qval-v1.0-frozenlake",
+                                       submission__target="q", submission__modality="text", metric="spearman",
+                                       value__isnull=False)
+    assert rescored == set(with_value.values_list("submission__method_name", "submission__backbone_name"))
+    assert all(r["rank_from_value_only"] == (r["source"] == "reported") for r in got["rows"])
+    assert len(board_json(client, "qval-v1.0-frozenlake@1.0:q:text", all="1")["rows"]) > len(got["rows"])
+
+    # The queries of a page do not grow with the rows (cold memos: the most a page makes).
+    def counts() -> list[int]:
+        out = []
+        for url in ("/", "/boards/", "/boards/qval-v1.0-frozenlake@1.0:q:text/?all=1"):
+            evaluations._memo["version"] = evaluations._derived["version"] = None
+            with CaptureQueriesContext(connection) as ctx:
+                assert client.get(url).status_code == 200, url
+            out.append(len(ctx.captured_queries))
+        return out
+
+    before = counts()
+    template = Submission.objects.filter(source="rescored", dataset__slug="qval-v1.0-frozenlake").first()
+    subs = [Submission(**{f.attname: getattr(template, f.attname) for f in Submission._meta.concrete_fields
+                          if f.attname not in ("id", "import_key")}) for _ in range(300)]
+    for s in Submission.objects.bulk_create(subs):
+        Result.objects.create(submission=s, metric="spearman", value=0.1, details={"ci95": [0.0, 0.2]})
+    assert counts() == before
+    assert before[1:] == [5, 5], before  # version, results, submissions, platform runs, datasets
+    assert len(board_json(client, "qval-v1.0-frozenlake@1.0:q:text", all="1")["rows"]) > 300
