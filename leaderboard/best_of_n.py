@@ -3,7 +3,7 @@
 Services: :func:`create_run` records a queued :class:`BestOfNRun` (or refuses it with an
 :class:`InvalidRun` naming the bad argument); :func:`start` claims it for a worker; :func:`play`
 plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat
-(:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with its worker
+(:func:`jobs.heartbeat.beating`), then stores the summary. A run interrupted with its worker
 resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped once and
 fails it the second time; :func:`requeue_worker_runs` queues the runs of a restarted worker again
 at once.  Selectors: :func:`episodes_of`,
@@ -25,13 +25,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from jobs import heartbeat
 from learning import selectors as learning_selectors
 from learning.models import TrainingRun
 from qval import best_of_n as bon
 from qval import families, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
-from workers import heartbeat
 
 from .building import dataset_dir
 from .evaluations import evaluations
@@ -237,7 +237,7 @@ def reap_stale(now: datetime | None = None) -> list[int]:
     from workers.best_of_n import enqueue  # the task module imports this one
 
     return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING),
-                          lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
+                          lambda run: heartbeat.requeue_or_fail_run(run, enqueue), now)
 
 
 def requeue_worker_runs(worker: str) -> list[int]:
@@ -249,7 +249,7 @@ def requeue_worker_runs(worker: str) -> list[int]:
 
 def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
     """Send again the queued runs whose message never reached the broker, and fail those queued for over
-    ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
+    ``QVAL_RUN_QUEUE_S`` (:func:`jobs.heartbeat.reap_queued`); return the ids (sent, failed)."""
     from workers.best_of_n import play_best_of_n  # the task module imports this one
 
     return heartbeat.reap_queued(BestOfNRun.objects.filter(status=BestOfNRun.QUEUED), play_best_of_n, now)

@@ -20,18 +20,18 @@ from typing import Any
 from celery import shared_task
 from celery.signals import celeryd_after_setup
 
+from jobs import heartbeat
 from leaderboard import best_of_n
 from leaderboard.building import reason_of
 from leaderboard.models import BestOfNRun
-from workers import heartbeat
 
 log = logging.getLogger(__name__)
 
 
 def enqueue(run: BestOfNRun) -> BestOfNRun:
     """Send a queued run to the ``gpu`` queue once the transaction that created it commits
-    (:func:`workers.heartbeat.send`: a message that cannot reach the broker is sent again by the reaper)."""
-    heartbeat.send(run, play_best_of_n)
+    (:func:`jobs.heartbeat.send_run`: a message that cannot reach the broker is sent again by the reaper)."""
+    heartbeat.send_run(run, play_best_of_n)
     return run
 
 
@@ -68,5 +68,5 @@ def resume_best_of_n_runs(sender: str, instance: Any, **kwargs: Any) -> None:
         return
     ids = best_of_n.requeue_worker_runs(sender)
     for run_id in ids:
-        heartbeat.send_now(BestOfNRun, run_id, play_best_of_n)
+        heartbeat.send_run_now(BestOfNRun, run_id, play_best_of_n)
     log.info("worker %s: %d interrupted best-of-n runs queued again: %s", sender, len(ids), ids)
