@@ -29,7 +29,7 @@ from qval import containers as qc
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import disclose, score, truth_from_dataset
-from submissions import lifecycle, services
+from submissions import lifecycle
 from submissions.lifecycle import fail, finish
 from submissions.models import Submission
 from tests.conftest import REPO, wait_for, worker_process
