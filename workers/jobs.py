@@ -33,9 +33,9 @@ from django.core.files.base import ContentFile
 from django.db import connection, transaction
 from django.utils import timezone
 
+from leaderboard.loading import inputs_for
 from qval import containers as qc
 from qval import safejson
-from leaderboard.loading import inputs_for
 from submissions import lifecycle, services
 from submissions.models import Submission
 
@@ -102,6 +102,16 @@ def authorize(pk: int, raw: str) -> tuple[Submission, JobToken]:
     return sub, token
 
 
+def start_container(sub: Submission) -> None:
+    """What a container job records when it starts, here or on a remote worker (a ``start`` of
+    :func:`submissions.lifecycle.claim`): the limits it runs under and, at its first start, a deadline of its
+    timeout plus ``QVAL_CONTAINER_GRACE_S`` (a delivery after its worker died runs within the same)."""
+    limits = services.container_limits(sub.dataset)
+    if sub.state == Submission.QUEUED:
+        sub.deadline = timezone.now() + timedelta(seconds=limits.timeout_s + settings.QVAL_CONTAINER_GRACE_S)
+    sub.limits = asdict(limits)
+
+
 def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
     """Start (or resume after a fetch was retried) a remote job; return its spec: what to run,
     on which split, under which limits, and the archive's SHA-256."""
@@ -111,12 +121,10 @@ def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
         if sub.deadline is not None and sub.deadline < now:
             sub.transition(Submission.FAILED, error=lifecycle.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
             raise JobRefused(409, f"submission {pk} passed its deadline")
-        limits = services.container_limits(sub.dataset)
+        start_container(sub)
         if sub.state == Submission.QUEUED:
-            sub.deadline = now + timedelta(seconds=limits.timeout_s + settings.QVAL_CONTAINER_GRACE_S)
             sub.transition(Submission.SCORING, save=False)
         sub.worker = f"remote:{worker}"[:200]
-        sub.limits = asdict(limits)
         sub.heartbeat_at = now
         sub.save()
         token.started_at, token.worker = token.started_at or now, worker[:200]
@@ -127,7 +135,7 @@ def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
         "dataset": sub.dataset.key,
         "split": sub.split,
         "target": sub.target,
-        "limits": asdict(limits),
+        "limits": sub.limits,
         "backbone": services.container_backbone(sub.backbone_name),
         "image_id": sub.image_id,
         "archive_sha256": sub.sha256,

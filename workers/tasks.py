@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +79,9 @@ def score_submission(self, submission_id: int, attempt: int | None = None) -> st
 @shared_task(bind=True, name="workers.tasks.run_container_submission", acks_late=True)
 def run_container_submission(self, submission_id: int, attempt: int | None = None) -> str:  # type: ignore[no-untyped-def]
     """Run attempt ``attempt`` of a queued container submission in the sandbox, score its predictions; return
-    its state (:func:`start_container` at its claim)."""
+    its state (:func:`workers.jobs.start_container` at its claim)."""
     sub = lifecycle.claim(submission_id, attempt, self.request.hostname or "in-process",
-                          kinds={Submission.KIND_CONTAINER}, start=start_container)
+                          kinds={Submission.KIND_CONTAINER}, start=jobs.start_container)
     if sub is None:
         return Submission.objects.get(pk=submission_id).state
     limits = qc.Limits(**sub.limits)
@@ -115,15 +113,6 @@ def run_container_submission(self, submission_id: int, attempt: int | None = Non
         return lifecycle.fail(sub.pk, lifecycle.INTERNAL_ERROR.format(doing="running the container"),
                               Submission.FAULT_SYSTEM, sub.attempt)
     return score_container_run(sub, result, usage)
-
-
-def start_container(sub: Submission) -> None:
-    """What a container records at its claim: the limits it runs under and, at its first start, a deadline of
-    its timeout plus ``QVAL_CONTAINER_GRACE_S`` (a redelivery after its worker died runs within the same)."""
-    limits = services.container_limits(sub.dataset)
-    if sub.state == Submission.QUEUED:
-        sub.deadline = timezone.now() + timedelta(seconds=limits.timeout_s + settings.QVAL_CONTAINER_GRACE_S)
-    sub.limits = asdict(limits)
 
 
 @shared_task(name="workers.tasks.score_remote_run", acks_late=True)
