@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 FAST = {"QVAL_HEARTBEAT_S": "1", "QVAL_HEARTBEAT_STALE_S": "6", "QVAL_REAP_EVERY_S": "2", "QVAL_RESEND_AFTER_S": "2",
         "QVAL_BOOTSTRAP_RESAMPLES": "200", "QVAL_SCORING_S": "600"}
-SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "400000"}  # many seconds of scoring, to be killed in
+SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "400000"}  # many seconds of scoring (vectorised bootstraps), to be killed in
 
 
 def dataset_dir(frozenlake: schema.Dataset, data_dir: Path) -> Path:
