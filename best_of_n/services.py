@@ -5,7 +5,7 @@ Services: :func:`create_run` records a queued :class:`BestOfNRun` (or refuses it
 task :data:`PLAY_TASK` by name (its module, :mod:`best_of_n.tasks`, imports this one);
 :func:`start` claims it for a worker; :func:`play`
 plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat
-(:func:`workers.heartbeat.beating`), then stores the summary. A run interrupted with its worker
+(:func:`jobs.heartbeat.beating`), then stores the summary. A run interrupted with its worker
 resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped once and
 fails it the second time; :func:`requeue_worker_runs` queues the runs of a restarted worker again
 at once.  Selectors: :func:`episodes_of`,
@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from jobs import heartbeat
 from leaderboard.evaluations import evaluations
 from leaderboard.models import BestOfNEpisode, BestOfNRun, Dataset
 from learning import selectors as learning_selectors
@@ -36,7 +37,6 @@ from qval import best_of_n as bon
 from qval import families, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
-from workers import heartbeat
 
 DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
 ALIGNMENT_METRICS = ("spearman", "ranking_spearman")
@@ -236,8 +236,8 @@ def fail(run_id: int, reason: str) -> None:
 
 def enqueue(run: BestOfNRun) -> BestOfNRun:
     """Send a queued run to :data:`PLAY_TASK` once the transaction that created it commits
-    (:func:`workers.heartbeat.send`: a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
-    heartbeat.send(run, current_app.signature(PLAY_TASK))
+    (:func:`jobs.heartbeat.send_run`: a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
+    heartbeat.send_run(run, current_app.signature(PLAY_TASK))
     return run
 
 
@@ -245,7 +245,7 @@ def reap_stale(now: datetime | None = None) -> list[int]:
     """Requeue once (``attempt`` 2, resuming at its first missing episode), or fail, every running run
     whose heartbeat is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
     return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING),
-                          lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
+                          lambda run: heartbeat.requeue_or_fail_run(run, enqueue), now)
 
 
 def requeue_worker_runs(worker: str) -> list[int]:
@@ -257,7 +257,7 @@ def requeue_worker_runs(worker: str) -> list[int]:
 
 def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
     """Send again the queued runs whose message never reached the broker, and fail those queued for over
-    ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
+    ``QVAL_RUN_QUEUE_S`` (:func:`jobs.heartbeat.reap_queued`); return the ids (sent, failed)."""
     return heartbeat.reap_queued(BestOfNRun.objects.filter(status=BestOfNRun.QUEUED),
                                  current_app.signature(PLAY_TASK), now)
 

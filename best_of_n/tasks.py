@@ -22,9 +22,9 @@ from typing import Any
 from celery import shared_task
 from celery.signals import celeryd_after_setup
 
+from jobs import heartbeat
 from leaderboard.building import reason_of
 from leaderboard.models import BestOfNRun
-from workers import heartbeat
 
 from . import services as best_of_n
 
@@ -64,5 +64,5 @@ def resume_best_of_n_runs(sender: str, instance: Any, **kwargs: Any) -> None:
         return
     ids = best_of_n.requeue_worker_runs(sender)
     for run_id in ids:
-        heartbeat.send_now(BestOfNRun, run_id, play_best_of_n)
+        heartbeat.send_run_now(BestOfNRun, run_id, play_best_of_n)
     log.info("worker %s: %d interrupted best-of-n runs queued again: %s", sender, len(ids), ids)

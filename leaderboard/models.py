@@ -289,7 +289,7 @@ class BestOfNRun(models.Model):
     requeued once (``attempt`` 2), then failed; a requeued run (or one queued again when its worker
     restarts) resumes at its first missing episode. One whose message never reached the broker
     (``sent_at`` null) is sent again by its reaper, and one not started within ``QVAL_RUN_QUEUE_S`` of
-    ``queued_at`` is failed (:mod:`workers.heartbeat`).
+    ``queued_at`` is failed (:mod:`jobs.heartbeat`).
     """
 
     QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"

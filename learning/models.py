@@ -13,7 +13,7 @@ class TrainingRun(models.Model):
     ``finished`` (stored model, leaderboard submissions for dev and test) or ``failed`` with the reason. A
     run whose heartbeat stops is requeued once (``attempt`` 2), then failed; one whose message never reached
     the broker (``sent_at`` null) is sent again by its reaper, and one not started within
-    ``QVAL_RUN_QUEUE_S`` of ``queued_at`` is failed (:mod:`workers.heartbeat`)."""
+    ``QVAL_RUN_QUEUE_S`` of ``queued_at`` is failed (:mod:`jobs.heartbeat`)."""
 
     QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
     STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]

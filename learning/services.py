@@ -7,7 +7,7 @@ progress (at most once a second) and the loss curves, then :func:`publish` score
 test splits (targets ``q`` — every candidate — and ``v``) and enters each as a finished
 submission of the method (family *Learned*) owned by the platform user ``qval-platform``.
 
-A running run stamps ``heartbeat_at`` (:func:`workers.heartbeat.beating`); :func:`reap_stale` requeues
+A running run stamps ``heartbeat_at`` (:func:`jobs.heartbeat.beating`); :func:`reap_stale` requeues
 a run whose heartbeat stopped once (it trains again from scratch) and fails it the second time.
 """
 
@@ -30,12 +30,13 @@ from django.core.files.base import ContentFile
 from django.db import transaction
 from django.utils import timezone
 
+from jobs import heartbeat
 from leaderboard.models import Dataset, Method
 from qval.learned import methods as lm
 from qval.learned.data import read_inputs
 from qval.learned.features import FeatureCache, featuriser_from_spec
+from submissions import scoring
 from submissions.models import Submission
-from workers import heartbeat
 
 from . import selectors
 from .models import TrainingRun
@@ -144,9 +145,9 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", see
 
 
 def enqueue(run: TrainingRun) -> TrainingRun:
-    """Send the run to the ``gpu`` queue once the transaction commits (:func:`workers.heartbeat.send`:
+    """Send the run to the ``gpu`` queue once the transaction commits (:func:`jobs.heartbeat.send_run`:
     a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
-    heartbeat.send(run, current_app.signature(TRAIN_TASK))
+    heartbeat.send_run(run, current_app.signature(TRAIN_TASK))
     return run
 
 
@@ -207,20 +208,18 @@ def reap_stale(now: datetime | None = None) -> list[int]:
     """Requeue once (``attempt`` 2, trained again from scratch), or fail, every running run whose heartbeat
     is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
     return heartbeat.reap(TrainingRun.objects.filter(status=TrainingRun.RUNNING),
-                          lambda run: heartbeat.requeue_or_fail(run, enqueue), now)
+                          lambda run: heartbeat.requeue_or_fail_run(run, enqueue), now)
 
 
 def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
     """Send again the queued runs whose message never reached the broker, and fail those queued for over
-    ``QVAL_RUN_QUEUE_S`` (:func:`workers.heartbeat.reap_queued`); return the ids (sent, failed)."""
+    ``QVAL_RUN_QUEUE_S`` (:func:`jobs.heartbeat.reap_queued`); return the ids (sent, failed)."""
     return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED),
                                  current_app.signature(TRAIN_TASK), now)
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:
     """Score dev and test with the trained model and enter each (target q and v) as a finished submission."""
-    from workers.tasks import score_submission
-
     user = get_user_model().objects.get_or_create(username=PLATFORM_USER)[0]
     Method.objects.update_or_create(name=run.method, defaults={
         "family": "learned", "description": lm.METHODS[run.method]["description"]})
@@ -241,6 +240,6 @@ def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[
             sub.file.save(name, ContentFile(buf.getvalue().encode()), save=False)
             sub.save()
             run.submissions.add(sub)  # before it finishes: the board reads a training run's rows as platform-run
-            score_submission.apply(args=[sub.pk])
+            scoring.score_file(sub.pk, None, "in-process")  # here, in the training worker
             subs.append(sub)
     return subs

@@ -60,10 +60,12 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
                                 tests: ``PYTHON scripts/vllm-standin``); split like a shell command line.
 ``QVAL_VLLM_STARTUP_S``         how long a starting vllm server may take to become healthy (default 900).
 ``QVAL_BASELINE_S``             how long a baseline run may take from launch to its end (default 172800).
-``QVAL_BROKER_VISIBILITY_S``    Redis redelivers a task a dead worker held after this many seconds
+``QVAL_BROKER_VISIBILITY_S``    Redis redelivers a task a dead worker held after this many seconds (a delivery
+                                for a final job or an older attempt does nothing)
                                 (default: the longest container run, twice, at least 3600).
 
-Workers, heartbeats and remote gpu workers (workers/jobs.py, qval/remote_worker.py):
+Workers, heartbeats and remote gpu workers (submissions/lifecycle.py, jobs/heartbeat.py, workers/jobs.py,
+qval/remote_worker.py):
 
 ``QVAL_GPU_WORKERS``            ``local`` (default: gpu workers with database access run containers) or
                                 ``remote`` (gpu workers with no database fetch each job over HTTP with a
@@ -416,7 +418,7 @@ CELERY_TASK_ROUTES = {
     # Best-of-N runs play episodes with a method's backbone: `celery -A qval_site worker -Q gpu`.
     "workers.best_of_n.play_best_of_n": {"queue": "gpu"},
 }
-# `celery -A qval_site beat` (or a scoring worker started with -B) sends the reaper every minute.
+# `celery -A qval_site beat`, a process of its own (never -B in a worker; exactly one), sends the reapers.
 CELERY_BEAT_SCHEDULE = {
     "reap-overdue-submissions": {"task": "workers.tasks.reap_overdue_submissions", "schedule": 60.0},
     "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": QVAL_REAP_EVERY_S},

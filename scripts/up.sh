@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make up`: install, pick the database and broker, migrate, load the bundled datasets and
-# start the web server and the Celery workers (scoring + beat, gpu, datasets) in the background on
+# start the web server, the Celery workers (scoring, gpu, datasets) and Celery beat in the background on
 # http://127.0.0.1:8000; then queue builds of the ALFWorld and MiniWoB datasets when they are not
 # loaded yet (FrozenLake, a few seconds, is built inline).
 #
@@ -34,10 +34,14 @@ $PY manage.py import_results   # QVal v1.0 published results (idempotent)
 scripts/down.sh >/dev/null 2>&1 || true
 env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER|QVAL_CACHE_URL)=' > var/run/env || true
 if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
-  # -B: this one scoring worker also sends the periodic deadline reaper (Celery beat).
   nohup .venv/bin/celery -A qval_site worker -Q scoring -c 1 -n "scoring@%h" --loglevel INFO \
-    -B -s var/run/celerybeat-schedule > var/log/worker.log 2>&1 &
+    > var/log/worker.log 2>&1 &
   echo $! > var/run/worker.pid
+  # Celery beat, a process of its own: it sends the reapers (lost jobs, deadlines, unsent messages),
+  # so they keep running whichever worker dies; supervise.sh starts it again if it dies. Run exactly one.
+  nohup scripts/supervise.sh .venv/bin/celery -A qval_site beat -s var/run/celerybeat-schedule --loglevel INFO \
+    > var/log/beat.log 2>&1 &
+  echo $! > var/run/beat.pid
   # Method containers: one job at a time; rootful podman (qval/containers.py).
   nohup .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
     > var/log/gpu-worker.log 2>&1 &
@@ -56,4 +60,4 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 echo "QVal is up on http://127.0.0.1:8000 using $mode"
-echo "logs: var/log/web.log var/log/worker.log var/log/gpu-worker.log var/log/datasets-worker.log; stop with: make down"
+echo "logs: var/log/web.log var/log/worker.log var/log/beat.log var/log/gpu-worker.log var/log/datasets-worker.log; stop with: make down"

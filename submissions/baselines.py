@@ -2,7 +2,8 @@
 
 Staff launch one (:func:`launch_baseline`, from the admin or ``manage.py run_baseline``): it is a
 submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu``
-(:func:`workers.jobs.dispatch` sends ``workers.tasks.run_baseline_submission``), which calls :func:`run_baseline`:
+(:func:`submissions.lifecycle.dispatch` sends ``workers.tasks.run_baseline_submission``), which calls
+:func:`run_baseline`:
 
 * the backbone is a name of ``QVAL_BACKBONES`` for the LLM methods (``kind: vllm``: a ``vllm
   serve`` process the worker starts and reuses, :mod:`qval.vllm`; ``kind: transformers``: the
@@ -12,9 +13,9 @@ submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu
   ``QVAL_DATA_DIR/cache/baselines/<method>``, so a delivery after a worker died resumes where the
   dead one was (its answered requests are cache hits, counted in ``config``) and a rerun is free;
 * progress (done / total, tokens, times) is written to ``Submission.progress`` at most twice a
-  second; the run stamps ``heartbeat_at`` like every job (:func:`workers.heartbeat.beating`), so the
-  reaper requeues it once when its worker is lost (:func:`workers.jobs.reap_stale`), and a second
-  delivery of a run whose heartbeat is fresh (another worker still runs it) leaves it alone;
+  second; the run is claimed, stamps ``heartbeat_at`` and ends like every job (:mod:`submissions.lifecycle`),
+  so the reaper requeues it once when its worker is lost, and a second delivery of a run whose heartbeat
+  is fresh (another worker still runs it), of an older attempt, or of a final run, leaves it alone;
 * the predictions are stored and scored like any other submission; NaN points are counted
   (``num_nan``) and dropped by the metrics, never failing the run; ``config`` records the method
   and its version, prompt hash, backbone and checkpoint hash, sampling parameters, seed and options.
@@ -53,8 +54,8 @@ from qval.families import get as get_family
 from qval.methods.registry import MethodError, MethodSpec, get_method
 from qval.methods.run import Progress, run_method, write_predictions
 from qval.scoring import MetricRow, score
-from workers.heartbeat import beating, is_fresh
 
+from . import lifecycle
 from .models import Submission
 from .services import SubmissionRejected, resolve_dataset
 
@@ -126,10 +127,7 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
             deadline=now + timedelta(seconds=settings.QVAL_BASELINE_S),
         )
         sub.transition(Submission.VALIDATING, save=False)
-        sub.transition(Submission.QUEUED, save=False)
-        from workers.jobs import dispatch  # imported here: the worker modules import this one
-
-        dispatch(sub)
+        lifecycle.dispatch(sub)
     log.info("baseline %s launched: %s on %s/%s with %s", sub.pk, spec.name, dataset.key, req.split, req.backbone)
     return sub
 
@@ -170,31 +168,18 @@ def served_backbone(name: str, spec: MethodSpec, vllm: Any) -> Iterator[tuple[st
         raise MethodError(f"backbone {name!r}: unknown kind {kind!r} (vllm, transformers or upstream)")
 
 
-def _start(pk: int, worker: str) -> Submission | None:
-    """Move a queued (or redelivered) baseline to ``scoring`` under its row lock; ``None`` when there is
-    nothing to do: final already, past its deadline (failed here), or running on a live worker."""
-    now = timezone.now()
-    with transaction.atomic():
-        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=pk)
-        if sub.kind != Submission.KIND_BASELINE or sub.state not in (Submission.QUEUED, Submission.SCORING):
-            log.info("baseline %s is %s; nothing to run", pk, sub.state)
-            return None
-        if sub.deadline is not None and sub.deadline < now:
-            sub.transition(Submission.FAILED, error="timed out (deadline passed): the baseline run did not end in "
-                                                    f"{settings.QVAL_BASELINE_S:.0f} s", fault=Submission.FAULT_SYSTEM)
-            return None
-        if sub.state == Submission.SCORING and sub.worker != worker and is_fresh(sub.heartbeat_at, now):
-            log.info("baseline %s runs on %s (heartbeat at %s); leaving it", pk, sub.worker, sub.heartbeat_at)
-            return None
-        resumed = sub.state == Submission.SCORING
-        sub.transition(Submission.SCORING, save=False)
-        sub.worker = worker[:200]
-        sub.heartbeat_at = now
+def _start(pk: int, attempt: int | None, worker: str) -> Submission | None:
+    """Claim attempt ``attempt`` of baseline ``pk`` for ``worker`` (:func:`submissions.lifecycle.claim`), counting
+    the delivery in its progress; ``None`` when there is nothing to do (final, another attempt, running on a live
+    worker, or past its deadline: failed there)."""
+
+    def start(sub: Submission) -> None:
         kept = {k: v for k, v in sub.progress.items() if k not in ("first_at", "first_at_done")}
         sub.progress = {**kept, "deliveries": int(sub.progress.get("deliveries", 0)) + 1,
-                        "resumed": resumed, "started_at": sub.progress.get("started_at") or timezone.now().isoformat()}
-        sub.save()
-    return sub
+                        "resumed": sub.state == Submission.SCORING,
+                        "started_at": sub.progress.get("started_at") or timezone.now().isoformat()}
+
+    return lifecycle.claim(pk, attempt, worker, kinds={Submission.KIND_BASELINE}, start=start)
 
 
 class _ProgressWriter:
@@ -239,17 +224,16 @@ def eta_s(progress: dict[str, Any]) -> float | None:
     return max(0.0, (total - done) / rate)
 
 
-def run_baseline(pk: int, worker: str, vllm: Any) -> str:
-    """Run baseline submission ``pk`` on this worker and score it; return its state (see the module docstring)."""
-    from workers.tasks import fail, store_results  # the one place results are stored
-
-    sub = _start(pk, worker)
+def run_baseline(pk: int, attempt: int | None, worker: str, vllm: Any) -> str:
+    """Run attempt ``attempt`` of baseline submission ``pk`` on this worker and score it; return its state (see
+    the module docstring)."""
+    sub = _start(pk, attempt, worker)
     if sub is None:
         return Submission.objects.get(pk=pk).state
     seed, options = int(sub.config.get("seed", 0)), dict(sub.config.get("options") or {})
     directory = dataset_dir(sub.dataset)
     try:
-        with beating(Submission.objects.filter(state=Submission.SCORING), pk):
+        with lifecycle.beating(sub):
             spec = get_method(sub.method_name)
             dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
             with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config):
@@ -265,10 +249,11 @@ def run_baseline(pk: int, worker: str, vllm: Any) -> str:
                 rows: list[MetricRow] = score(truth, preds.ids, preds.scores, samples=preds.samples,
                                               bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
     except (MethodError, qpred.ValidationFailed) as exc:
-        return fail(pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM)
+        return lifecycle.fail(pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM, sub.attempt)
     except Exception as exc:
         log.exception("baseline %s failed", pk)
-        return fail(pk, f"the baseline run failed: {type(exc).__name__}: {str(exc)[:500]}", Submission.FAULT_SYSTEM)
+        return lifecycle.fail(pk, f"the baseline run failed: {type(exc).__name__}: {str(exc)[:500]}",
+                              Submission.FAULT_SYSTEM, sub.attempt)
     meta = {k: v for k, v in output.meta.items() if _jsonable(v)}
     config = {**sub.config, **meta, **backbone_config, "seed": seed, "options": options}
     stored = default_storage.save(f"predictions/{timezone.now():%Y/%m}/{pk}-baseline.jsonl", ContentFile(data))
@@ -278,7 +263,7 @@ def run_baseline(pk: int, worker: str, vllm: Any) -> str:
                 "nan": output.num_nan}
     Method.objects.get_or_create(name=spec.name, defaults={"family": get_family(spec.family).slug,
                                                            "description": spec.description})
-    return store_results(pk, rows, config=config, num_nan=output.num_nan, predictions=stored, coverage=coverage,
+    return lifecycle.finish(pk, rows, sub.attempt, config=config, num_nan=output.num_nan, predictions=stored, coverage=coverage,
                           sha256=_sha256(data), size_bytes=len(data), file_format="jsonl")
 
 

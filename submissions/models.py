@@ -10,13 +10,17 @@ split's inputs, ``scoring`` meaning "running and scoring"; its stdout/stderr, ou
 limits it ran under are kept, and the predictions it wrote) or ``baseline`` (a built-in method
 of :mod:`qval.methods` that staff launched and a ``gpu`` worker runs, source ``baseline``; its
 ``config``, ``progress`` and NaN count are kept, and the predictions it wrote). Every submission carries a
-``deadline`` while it is not final: past it, the reaper (:func:`submissions.services.reap_overdue`)
+``deadline`` while it is not final: past it, the reaper (:func:`submissions.lifecycle.reap_overdue`)
 fails it. While ``scoring`` its worker sends heartbeats (``heartbeat_at``); a job whose
 heartbeats stop is requeued once (``attempt`` 2), then failed as a platform fault
-(:func:`workers.jobs.reap_stale`).
+(:func:`submissions.lifecycle.reap_stale`). Every transition is appended to ``history`` with its
+``attempt`` (never rewritten); a delivery of a job that is final or of an older attempt does nothing
+(:mod:`submissions.lifecycle`).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -49,7 +53,8 @@ class Submission(models.Model):
         QUEUED: {SCORING, FAILED},
         # Back to ``queued`` once when the worker running it stopped sending heartbeats.
         SCORING: {FINISHED, FAILED, SCORING, QUEUED},
-        FINISHED: {SCORING},  # re-scoring is allowed and idempotent
+        # Final: a late delivery of its job does nothing (submissions.lifecycle.claim).
+        FINISHED: set(),
         FAILED: set(),
     }
     # Who caused a failure: only user-caused failures count towards the daily quota.
@@ -144,6 +149,9 @@ class Submission(models.Model):
         null=True, blank=True,
         help_text="When the message of its current state (received or queued) reached the broker; empty "
                   "while unsent (the broker was down): the reaper sends it again.")
+    history = models.JSONField(
+        default=list, blank=True,
+        help_text="Every transition, appended in order and never rewritten: state, time (UTC ISO) and attempt.")
     predictions = models.FileField(
         upload_to="predictions/%Y/%m/", blank=True,
         help_text="Container and baseline submissions: the predictions.jsonl they wrote, as scored; re-scored "
@@ -208,11 +216,14 @@ class Submission(models.Model):
         return self.ladder_climbed is False
 
     def transition(self, new_state: str, *, error: str = "", fault: str = "", save: bool = True) -> None:
-        """Move to ``new_state``, stamping its time; raise :class:`InvalidTransition` if not allowed."""
+        """Move to ``new_state``, stamping its time and appending it to :attr:`history`; raise
+        :class:`InvalidTransition` if not allowed."""
         if new_state not in self.ALLOWED[self.state]:
             raise InvalidTransition(f"submission {self.pk}: cannot go from {self.state} to {new_state}")
+        now = timezone.now()
+        self.history = [*self._history(), {"state": new_state, "at": now.isoformat(), "attempt": self.attempt}]
         self.state = new_state
-        setattr(self, f"{new_state}_at", timezone.now())
+        setattr(self, f"{new_state}_at", now)
         if new_state == self.FAILED:
             self.error = error or "failed"
             self.fault = fault or self.FAULT_SYSTEM
@@ -229,10 +240,24 @@ class Submission(models.Model):
             return self.predictions.path, "predictions.jsonl"
         return self.file.path, self.filename
 
-    def timeline(self) -> list[tuple[str, object]]:
-        """``(state, timestamp)`` pairs of the transitions that happened, in order."""
+    def _history(self) -> list[dict[str, object]]:
+        """:attr:`history`; for a row older than it, its latest transition per state from the ``*_at`` times."""
+        if self.history or self.state == self.RECEIVED:
+            return list(self.history)
         states = [self.RECEIVED, self.VALIDATING, self.QUEUED, self.SCORING, self.FINISHED, self.FAILED]
-        return [(s, getattr(self, f"{s}_at")) for s in states if getattr(self, f"{s}_at")]
+        return [{"state": s, "at": getattr(self, f"{s}_at").isoformat(), "attempt": self.attempt}
+                for s in states if getattr(self, f"{s}_at")]
+
+    def transitions(self) -> list[dict[str, object]]:
+        """Every transition in order -- ``received`` first, then :attr:`history` (a requeued job's ``queued`` and
+        ``scoring`` once per attempt) -- as ``{"state", "at" (datetime), "attempt"}``."""
+        later = [{"state": e["state"], "at": datetime.fromisoformat(str(e["at"])), "attempt": e["attempt"]}
+                 for e in self._history() if e["state"] != self.RECEIVED]
+        return [{"state": self.RECEIVED, "at": self.received_at, "attempt": 0}, *later]
+
+    def timeline(self) -> list[tuple[str, datetime]]:
+        """``(state, timestamp)`` pairs of every transition that happened, in order (:meth:`transitions`)."""
+        return [(str(t["state"]), t["at"]) for t in self.transitions()]  # type: ignore[misc]
 
 
 class Result(models.Model):

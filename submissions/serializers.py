@@ -37,7 +37,8 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "coverage": sub.coverage,
         "worker": sub.worker or None,
         "attempt": sub.attempt,
-        "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},
+        "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},  # each state's latest time
+        "history": [{**t, "at": t["at"].isoformat()} for t in sub.transitions()],  # type: ignore[attr-defined]
         "container": container_payload(sub),
         "baseline": baseline_payload(sub),
         "ladder": outcome(sub),

@@ -10,7 +10,7 @@ every problem listed, and touch nothing else.
 
 A container upload may name several datasets and splits: it becomes one submission per
 (dataset, split), all sharing the one stored archive, each queued on its own and ending on
-its own. :func:`reap_overdue` fails submissions whose deadline passed (every non-final state has one).
+its own. Each is sent and run through :mod:`submissions.lifecycle`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.db.models import Max, Q
@@ -38,6 +37,7 @@ from qval import containers as qc
 from qval import predictions as qpred
 from qval.schema import PUBLIC_SPLITS, TARGETS
 
+from . import lifecycle
 from .models import Submission
 
 log = logging.getLogger(__name__)
@@ -140,13 +140,6 @@ def has_verified_email(user) -> bool:  # type: ignore[no-untyped-def]
     return EmailAddress.objects.filter(user=user, verified=True).exists()
 
 
-def lock_account(user) -> None:  # type: ignore[no-untyped-def]
-    """Hold ``user``'s row lock until the transaction ends: the quota is counted and the new
-    submissions inserted under it, so concurrent uploads of one account cannot both pass the
-    count (check-then-insert without it let 6 of 12 concurrent uploads through a limit of 5)."""
-    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-
-
 def storage_used(user) -> int:  # type: ignore[no-untyped-def]
     """Bytes of the files ``user``'s submissions keep stored (an archive shared by several counts once)."""
     sizes = (Submission.objects.filter(user=user).exclude(file="")
@@ -187,7 +180,7 @@ def check_method_name(name: str) -> None:
 def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Dataset:  # type: ignore[no-untyped-def]
     """Validate the request's fields and the quota; return the dataset.
 
-    Call it inside a transaction after :func:`lock_account`, and create the submissions in
+    Call it inside a transaction after :func:`~submissions.lifecycle.lock_account`, and create the submissions in
     that same transaction.
 
     ``quota_needed``: how many test-split submissions the whole request creates (a container
@@ -260,11 +253,11 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
 
     The request does no parsing: :func:`validate_submission` runs on the ``scoring`` worker.
     Raises :class:`SubmissionRejected` for a bad request (quota and storage counted under
-    :func:`lock_account`). A file over ``QVAL_MAX_UPLOAD_BYTES`` fails at once, unstored.
+    :func:`~submissions.lifecycle.lock_account`). A file over ``QVAL_MAX_UPLOAD_BYTES`` fails at once, unstored.
     """
     limit = settings.QVAL_MAX_UPLOAD_BYTES
     with transaction.atomic():
-        lock_account(user)
+        lifecycle.lock_account(user)
         dataset = check_request(user, req)
         if (refusal := scoring_work_refusal(user)) is not None:
             raise SubmissionRejected("file", refusal, status=429)
@@ -281,9 +274,7 @@ def create_submission(user, req: SubmissionRequest, upload: UploadedFile) -> Sub
     sub.sha256 = _sha256(upload)
     sub.file.save(f"{sub.pk}-{sub.sha256[:12]}.upload", upload, save=False)
     sub.save()
-    from workers import jobs  # the worker modules import this one
-
-    jobs.send([sub.pk])
+    lifecycle.send_on_commit([sub.pk])
     return sub
 
 
@@ -327,17 +318,14 @@ def validate_submission(pk: int) -> str:
         "missing_examples": list(coverage.missing_examples),
         "rows": preds.num_rows,
     }
-    from workers import jobs  # the worker modules import this one
-
     with transaction.atomic():  # the work is counted and the file queued under the account's lock
-        lock_account(sub.user)
+        lifecycle.lock_account(sub.user)
         if (refusal := scoring_work_refusal(sub.user, preds.num_rows)) is not None:
             sub.problems = [{"code": "work_limit", "message": refusal, "rows": []}]
             sub.transition(Submission.FAILED, error=refusal, fault=Submission.FAULT_USER)  # its rows were read: they count
             return sub.state
         sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
-        sub.transition(Submission.QUEUED, save=False)
-        jobs.dispatch(sub)
+        lifecycle.dispatch(sub)
     return sub.state
 
 
@@ -351,22 +339,9 @@ def _fail_validation(sub: Submission, problems: list[qpred.Problem]) -> None:
 
 # -- method containers -------------------------------------------------------------------
 CONTAINER_FORMAT = "image-archive"
-QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
-SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
-WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
-VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed): the check of the upload stopped or hung"
 VALIDATION_ERROR_REASON = (
     "internal error while validating; the maintainers have been notified and this submission does not "
     "count towards your quota")
-
-
-def deadline_reason(sub: Submission) -> str:
-    """Why the reaper fails ``sub``, by the state it was stuck in."""
-    if sub.state in (Submission.RECEIVED, Submission.VALIDATING):
-        return VALIDATION_DEADLINE_REASON
-    if sub.state == Submission.SCORING:
-        return WORKER_DEADLINE_REASON
-    return QUEUE_DEADLINE_REASON if sub.kind == Submission.KIND_CONTAINER else SCORING_QUEUE_DEADLINE_REASON
 
 
 def container_engine() -> qc.Engine:
@@ -425,7 +400,7 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
     submission per request.
 
     Every request is checked first (the test-split quota against all of them together, under
-    :func:`lock_account`), so a bad request creates nothing. An archive over
+    :func:`~submissions.lifecycle.lock_account`), so a bad request creates nothing. An archive over
     ``QVAL_MAX_CONTAINER_BYTES`` fails every submission at once, unstored; otherwise
     :func:`inspect_archive` runs on a ``gpu`` worker, never in the request.
     """
@@ -439,7 +414,7 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
     test_count = sum(1 for r in reqs if r.split == "test")
     limit = settings.QVAL_MAX_CONTAINER_BYTES
     with transaction.atomic():
-        lock_account(user)
+        lifecycle.lock_account(user)
         datasets = [check_request(user, r, quota_needed=max(test_count, 1)) for r in reqs]
         for req in reqs:
             container_backbone(req.backbone)
@@ -462,9 +437,7 @@ def create_container_submissions(user, reqs: Sequence[SubmissionRequest], upload
         sub.file.name = first.file.name
         sub.sha256 = sha256
         sub.save()
-    from workers import jobs  # the worker modules import this one
-
-    jobs.send([sub.pk for sub in subs])
+    lifecycle.send_on_commit([sub.pk for sub in subs])
     return subs
 
 
@@ -495,38 +468,13 @@ def inspect_archive(pks: Sequence[int]) -> list[str]:
         for sub in subs:
             sub.transition(Submission.FAILED, error=VALIDATION_ERROR_REASON, fault=Submission.FAULT_SYSTEM)
         return [sub.state for sub in subs]
-    from workers import jobs  # the worker modules import this one
-
     for sub in subs:
         sub.image_id = image_id
         sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_CONTAINER_QUEUE_S)
-        sub.transition(Submission.QUEUED, save=False)
-        jobs.dispatch(sub)
+        lifecycle.dispatch(sub)
     return [sub.state for sub in subs]
 
 
 def _fail_archive(sub: Submission, problem: qpred.Problem) -> None:
     sub.problems = [{"code": problem.code, "message": problem.message, "rows": []}]
     sub.transition(Submission.FAILED, error=f"invalid container archive: {problem.message}", fault=Submission.FAULT_USER)
-
-
-def reap_overdue(now: datetime | None = None) -> list[int]:
-    """Fail every unfinished submission whose deadline passed; return their ids.
-
-    Every non-final state has a deadline: ``received``/``validating`` ``QVAL_RECEIVED_S`` after
-    the upload; a queued predictions file ``QVAL_SCORING_S`` after it was queued, a container
-    ``QVAL_CONTAINER_QUEUE_S`` and, once running, its timeout plus ``QVAL_CONTAINER_GRACE_S``.
-    The reason names the state it was stuck in (:func:`deadline_reason`); the platform is at
-    fault, so it does not count towards the quota.
-    """
-    now = now or timezone.now()
-    reaped = []
-    overdue = Submission.objects.filter(deadline__lt=now).exclude(state__in=Submission.FINAL_STATES)
-    for pk in overdue.values_list("pk", flat=True):
-        with transaction.atomic():
-            sub = Submission.objects.select_for_update().get(pk=pk)
-            if sub.is_final or sub.deadline is None or sub.deadline >= now:
-                continue  # finished (or re-deadlined) meanwhile
-            sub.transition(Submission.FAILED, error=deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
-            reaped.append(pk)
-    return reaped

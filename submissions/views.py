@@ -66,7 +66,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
     others = comparison.candidates(sub, request.user) if sub.state == Submission.FINISHED else Submission.objects.none()
     context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others,
                "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
-               "hidden": sub.split not in PUBLIC_SPLITS}  # its rows were disclosed (workers.tasks.store_results)
+               "hidden": sub.split not in PUBLIC_SPLITS}  # its rows were disclosed (submissions.lifecycle.finish)
     return render(request, "submissions/detail.html", context)
 
 

@@ -43,11 +43,10 @@ from qval import predictions as qpred
 from qval.compare import friedman_nemenyi
 from qval.scoring import (DISCLOSED_DETAILS, DISCLOSED_DIGITS, Truth, disclose, disclose_value, score,
                           truth_from_dataset)
-from submissions import services
+from submissions import lifecycle, services
 from submissions.models import Submission
 from tests.test_containers import image_archive
 from tests.test_site import KEY, actor_points, csv_bytes, finish, upload
-from workers.tasks import store_results
 
 FROZENLAKE_1_1_FINGERPRINT = "0836d222be3fe890dcea21f87e1eb7d4c32b32de8b48a7e7619897dfd944b6a1"
 """``frozenlake-8x8@1.1`` as published (its test split public-seeded, hence superseded by 1.2)."""
@@ -164,7 +163,7 @@ class TestSampleColumnChannel:
 
 def _container_submission(user, dataset, split: str, ids: list[str], scores: np.ndarray) -> Submission:  # type: ignore[no-untyped-def]
     """A container submission finished as the gpu worker finishes one: its archive stored, its
-    container's predictions.jsonl kept and its scored rows stored by :func:`store_results`."""
+    container's predictions.jsonl kept and its scored rows stored by :func:`submissions.lifecycle.finish`."""
     from leaderboard.loading import truth_for
 
     sub = Submission.objects.create(user=user, dataset=dataset, split=split, target="q", method_name="boxed",
@@ -177,7 +176,7 @@ def _container_submission(user, dataset, split: str, ids: list[str], scores: np.
     truth = truth_for(dataset, split, "q")
     rows = score(truth, np.array(ids, dtype=object), np.asarray(scores, dtype=float), bootstrap_resamples=50)
     name = default_storage.save(f"predictions/{sub.pk}-predictions.jsonl", ContentFile(lines))
-    assert store_results(sub.pk, rows, predictions=name) == Submission.FINISHED
+    assert lifecycle.finish(sub.pk, rows, predictions=name) == Submission.FINISHED
     return sub
 
 
@@ -368,17 +367,17 @@ class TestStuckStates:
     """Every non-final state has a deadline (finding 3: submissions left ``validating`` forever)."""
 
     @pytest.mark.parametrize("state,reason", [
-        (Submission.RECEIVED, services.VALIDATION_DEADLINE_REASON),
-        (Submission.VALIDATING, services.VALIDATION_DEADLINE_REASON),
-        (Submission.QUEUED, services.SCORING_QUEUE_DEADLINE_REASON),
-        (Submission.SCORING, services.WORKER_DEADLINE_REASON),
+        (Submission.RECEIVED, lifecycle.VALIDATION_DEADLINE_REASON),
+        (Submission.VALIDATING, lifecycle.VALIDATION_DEADLINE_REASON),
+        (Submission.QUEUED, lifecycle.SCORING_QUEUE_DEADLINE_REASON),
+        (Submission.SCORING, lifecycle.WORKER_DEADLINE_REASON),
     ])
     def test_the_reaper_ends_every_stuck_state(self, api, loaded, frozenlake, state: str, reason: str) -> None:  # type: ignore[no-untyped-def]
         ids, labels = actor_points(frozenlake, "test")
         sub = upload(api, csv_bytes(ids, labels))
         Submission.objects.filter(pk=sub["id"]).update(state=state)
-        assert services.reap_overdue() == []  # not overdue yet
-        assert services.reap_overdue(timezone.now() + timedelta(days=2)) == [sub["id"]]
+        assert lifecycle.reap_overdue() == []  # not overdue yet
+        assert lifecycle.reap_overdue(timezone.now() + timedelta(days=2)) == [sub["id"]]
         reaped = Submission.objects.get(pk=sub["id"])
         assert (reaped.state, reaped.error, reaped.fault) == ("failed", reason, Submission.FAULT_SYSTEM)
         assert services.quota_used(reaped.user) == 0  # the platform's fault: not counted
@@ -392,7 +391,7 @@ class TestStuckStates:
                                                        deadline=timezone.now() - timedelta(seconds=1))
         assert score_submission(sub["id"]) == Submission.FAILED
         failed = Submission.objects.get(pk=sub["id"])
-        assert (failed.error, failed.fault) == (services.WORKER_DEADLINE_REASON, Submission.FAULT_SYSTEM)
+        assert (failed.error, failed.fault) == (lifecycle.WORKER_DEADLINE_REASON, Submission.FAULT_SYSTEM)
         assert not failed.results.exists()
 
     def test_every_new_submission_has_a_deadline(self, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
@@ -1210,14 +1209,13 @@ class TestNamesAndInjection:
     def test_a_nested_job_result_is_a_400_after_the_token_check(self, user, loaded) -> None:  # type: ignore[no-untyped-def]
         from rest_framework.test import APIClient
 
-        from workers import jobs
         from workers.models import JobToken
 
         sub = Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="boxed",
                                         kind=Submission.KIND_CONTAINER, filename="m.tar", attempt=1)
         for state in (Submission.VALIDATING, Submission.QUEUED, Submission.SCORING):
             sub.transition(state)
-        token = jobs.issue_token(sub)
+        token = lifecycle.issue_token(sub)
         deep = '{"exit_code": 0, "stdout": ' + "[" * 10_000 + "]" * 10_000 + "}"
 
         def post(raw: str):  # type: ignore[no-untyped-def]
@@ -1495,7 +1493,7 @@ def _baseline_row(staff, dataset, split: str, ids: list[str], scores: np.ndarray
     rows = score(truth_for(dataset, split, "q"), np.array(ids, dtype=object), np.asarray(scores, dtype=float),
                  bootstrap_resamples=50)
     stored = default_storage.save(f"predictions/{sub.pk}-predictions.jsonl", ContentFile(lines))
-    assert store_results(sub.pk, rows, predictions=stored) == Submission.FINISHED
+    assert lifecycle.finish(sub.pk, rows, predictions=stored) == Submission.FINISHED
     return sub
 
 

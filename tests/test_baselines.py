@@ -249,10 +249,10 @@ def test_a_redelivery_leaves_a_run_with_a_fresh_heartbeat_alone(loaded, settings
     sub = Submission.objects.create(source="baseline", kind="baseline", dataset=loaded, split="dev", target="q",
                                     method_name="vlm-rm", backbone_name="qval-tiny-vit:random", state="scoring",
                                     worker="alive@vm", heartbeat_at=timezone.now(), progress={"done": 3, "total": 9})
-    assert _start(sub.pk, "other@vm") is None  # the first worker beats: left alone
+    assert _start(sub.pk, 0, "other@vm") is None  # the first worker beats: left alone
     stale = timezone.now() - timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S + 1)
     Submission.objects.filter(pk=sub.pk).update(heartbeat_at=stale)
-    taken = _start(sub.pk, "other@vm")
+    taken = _start(sub.pk, 0, "other@vm")
     assert taken is not None and taken.worker == "other@vm" and taken.progress["resumed"] is True
     assert taken.heartbeat_at > stale
 
@@ -263,7 +263,7 @@ def test_an_image_method_baseline_runs_on_a_random_encoder(mini_lake, data_dir: 
 
     sub = launch_baseline(BaselineRequest("vlm-rm", "qval-tiny-vit:random", mini_lake.key, "dev", seed=2))
     assert sub.modality == "image" and sub.target == "q"
-    state = run_baseline(sub.pk, "here@vm", vllm=None)
+    state = run_baseline(sub.pk, None, "here@vm", vllm=None)
     sub.refresh_from_db()
     assert state == "finished", sub.error
     total = sub.progress["total"]

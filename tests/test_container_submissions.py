@@ -29,10 +29,11 @@ from qval import containers as qc
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import disclose, score, truth_from_dataset
-from submissions import services
+from submissions import lifecycle
+from submissions.lifecycle import fail, finish
 from submissions.models import Submission
 from tests.conftest import REPO, wait_for, worker_process
-from workers.tasks import fail, inspect_container_upload, run_container_submission, store_results
+from workers.tasks import inspect_container_upload, run_container_submission
 
 pytestmark = pytest.mark.container
 
@@ -346,8 +347,8 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
     a_file = Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="f",
                                        filename="f.csv", state=Submission.QUEUED)
 
-    assert sorted(services.reap_overdue()) == sorted([in_queue.pk, running.pk])
-    for sub, reason in ((in_queue, services.QUEUE_DEADLINE_REASON), (running, services.WORKER_DEADLINE_REASON)):
+    assert sorted(lifecycle.reap_overdue()) == sorted([in_queue.pk, running.pk])
+    for sub, reason in ((in_queue, lifecycle.QUEUE_DEADLINE_REASON), (running, lifecycle.WORKER_DEADLINE_REASON)):
         sub.refresh_from_db()
         assert (sub.state, sub.error, sub.fault) == ("failed", reason, "system")
     assert in_queue.error.startswith("timed out in the queue (deadline passed)")
@@ -355,20 +356,20 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
     for sub in (on_time, a_file):
         sub.refresh_from_db()
         assert sub.state == "queued"
-    assert services.reap_overdue() == []  # already final
+    assert lifecycle.reap_overdue() == []  # already final
 
     # A worker that ends late leaves the reaper's verdict alone; a late task does not run.
-    assert store_results(running.pk, []) == "failed" and not running.results.exists()
+    assert finish(running.pk, []) == "failed" and not running.results.exists()
     assert fail(running.pk, "exited with code 1", "user") == "failed"
     running.refresh_from_db()
-    assert running.error == services.WORKER_DEADLINE_REASON
+    assert running.error == lifecycle.WORKER_DEADLINE_REASON
     assert run_container_submission(in_queue.pk) == "failed"
 
     # The task checks the deadline itself, too; the periodic task is the same function.
     late = _queued(user, loaded)
     assert run_container_submission(late.pk) == "failed"
     late.refresh_from_db()
-    assert late.error == services.QUEUE_DEADLINE_REASON and late.scoring_at is None
+    assert late.error == lifecycle.QUEUE_DEADLINE_REASON and late.scoring_at is None
     Submission.objects.filter(pk=on_time.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     assert reap_overdue_submissions() == [on_time.pk]
     schedule = app.conf.beat_schedule["reap-overdue-submissions"]

@@ -3,7 +3,8 @@ PostgreSQL and Redis started here (never the machine's shared ones), gunicorn, C
 beat. Each ends with every submission final, with the right reason, nothing lost or duplicated.
 
 Heartbeats every second and a job is lost after 6 s without one (the reaper runs every 2 s), so a
-killed worker's job is requeued within seconds.
+killed worker's job is requeued within seconds. Beat is a process of its own (as in ``make up`` and
+docker-compose): killing it stops the reapers until it is back, and killing a worker spares it.
 """
 
 from __future__ import annotations
@@ -63,18 +64,52 @@ def _restore_scoring(stack: Stack) -> None:
     stack.start_worker("scoring", "scoring", concurrency=2)
 
 
-def test_scoring_worker_killed_mid_scoring_is_requeued_and_finished(stack, token, frozenlake) -> None:
+def test_scoring_worker_killed_mid_scoring_is_requeued_and_finished_once(stack, token, frozenlake) -> None:
     stack.kill("scoring", 15)
     stack.start_worker("scoring-slow", "scoring", concurrency=2, env=SLOW_SCORING)
     pk = stack.upload(token, predictions(frozenlake, 1)).json()["id"]
     stack.wait_state(token, pk, "scoring", timeout=120)
     time.sleep(0.2)
-    stack.kill("scoring-slow")  # kill -9 of the worker and its child, mid-scoring
+    stack.kill("scoring-slow")  # kill -9 of the worker and its child, mid-scoring: its message stays unacknowledged
     stack.start_worker("scoring", "scoring", concurrency=2)
     data = stack.wait_final(token, pk)
     assert data["state"] == "finished", data
     assert data["attempt"] == 2 and data["worker"].startswith("scoring@")
     assert stack.count(f"Result.objects.filter(submission={pk}).count()") == len(data["results"]) > 0
+    assert [(t["state"], t["attempt"]) for t in data["history"]] == [
+        ("received", 0), ("validating", 0), ("queued", 1), ("scoring", 1), ("queued", 2), ("scoring", 2),
+        ("finished", 2)]
+
+    # The killed delivery's message comes back once it is older than the broker's visibility timeout (1 s for
+    # this worker, whose first sweep of unacknowledged messages runs ~10 s after it starts): it changes nothing.
+    stack.start_worker("scoring-sweeper", "scoring", env={"QVAL_BROKER_VISIBILITY_S": "1"})
+    try:
+        ignored = f"submission {pk} is already finished: delivery of attempt 1 ignored"
+        wait_for(lambda: ignored in stack.log("scoring") + stack.log("scoring-sweeper"), timeout=90, interval=0.5)
+    finally:
+        stack.kill("scoring-sweeper", 15)
+    after = stack.submission(token, pk)
+    assert after == data  # still finished, same attempt, worker, results and timeline
+    assert stack.count(f"Result.objects.filter(submission={pk}).count()") == len(data["results"])
+
+
+def test_beat_killed_alone_the_reapers_run_again_after_its_restart(stack, token, frozenlake) -> None:
+    stack.kill("beat")  # kill -9 of beat alone: the workers live on
+    try:
+        stack.kill("scoring", 15)
+        stack.start_worker("scoring-slow", "scoring", concurrency=2, env=SLOW_SCORING)
+        pk = stack.upload(token, predictions(frozenlake, 5)).json()["id"]
+        stack.wait_state(token, pk, "scoring", timeout=120)
+        stack.kill("scoring-slow")  # a lost job, which only a reaper sent by beat requeues
+        stack.start_worker("scoring", "scoring", concurrency=2)
+        time.sleep(float(FAST["QVAL_HEARTBEAT_STALE_S"]) + 3 * float(FAST["QVAL_REAP_EVERY_S"]))
+        lost = stack.submission(token, pk)
+        assert (lost["state"], lost["attempt"]) == ("scoring", 1), lost  # stale, and nobody reaped it
+    finally:
+        stack.start_beat()
+    data = stack.wait_final(token, pk)
+    assert (data["state"], data["attempt"]) == ("finished", 2), data
+    assert "reap_stale_jobs" in stack.log("beat").rsplit("beat: Starting", 1)[-1]  # sent by the restarted beat
 
 
 def test_redis_restarted_with_submissions_queued(stack, token, frozenlake) -> None:

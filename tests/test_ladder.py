@@ -15,9 +15,9 @@ from scipy import stats
 from leaderboard.exports import leaderboard_rows
 from qval import ladder, scoring
 from qval.compare import paired_bootstrap
+from submissions import lifecycle
 from submissions.models import Submission
 from tests.test_site import KEY, actor_points, csv_bytes, finish, upload
-from workers.tasks import store_results
 
 N = 400
 
@@ -240,7 +240,7 @@ def test_concurrent_finishes_cannot_both_climb_on_the_same_best(closed_book, loa
     def run(pk: int) -> None:
         barrier.wait()
         try:
-            store_results(pk, rows[pk])
+            lifecycle.finish(pk, rows[pk])
         finally:
             connection.close()
 

@@ -1,4 +1,4 @@
-"""Every long job has a heartbeat and a reaper (:mod:`workers.heartbeat`): baseline runs, training runs and
+"""Every long job has a heartbeat and a reaper (:mod:`jobs.heartbeat`): baseline runs, training runs and
 Best-of-N runs with a stale heartbeat are requeued once (the message lands on the real ``gpu`` queue of the
 test Redis), then failed; a fresh heartbeat is left alone. Real PostgreSQL and Redis; the reapers are called
 with a ``now`` in the future instead of waiting; the slow test kills a real gpu worker mid-training."""
@@ -50,8 +50,8 @@ def launched(loaded, settings, django_capture_on_commit_callbacks):  # type: ign
     settings.QVAL_BACKBONES = {"tiny": {"kind": "vllm", "path": "/models/tiny"}}
     with django_capture_on_commit_callbacks(execute=True):
         sub = launch_baseline(BaselineRequest("direct-single", "tiny", loaded.key, "dev"))
-    assert take_messages("gpu") == [("workers.tasks.run_baseline_submission", [sub.pk])]
-    assert _start(sub.pk, "first@vm") is not None
+    assert take_messages("gpu") == [("workers.tasks.run_baseline_submission", [sub.pk, 1])]
+    assert _start(sub.pk, 1, "first@vm") is not None
     sub.refresh_from_db()
     assert (sub.state, sub.attempt, sub.worker) == ("scoring", 1, "first@vm") and sub.heartbeat_at is not None
     return sub
@@ -59,23 +59,24 @@ def launched(loaded, settings, django_capture_on_commit_callbacks):  # type: ign
 
 def test_a_lost_baseline_run_is_requeued_to_gpu_once_then_failed(launched, settings,  # type: ignore[no-untyped-def]
                                                                   django_capture_on_commit_callbacks) -> None:
+    from submissions import lifecycle
     from submissions.baselines import _start
     from submissions.models import Submission
-    from workers import jobs
 
     sub = launched
-    assert jobs.reap_stale() == []  # fresh: left alone
+    assert lifecycle.reap_stale() == []  # fresh: left alone
     with django_capture_on_commit_callbacks(execute=True):
-        assert jobs.reap_stale(now=later(settings)) == [sub.pk]
+        assert lifecycle.reap_stale(now=later(settings)) == [sub.pk]
     sub.refresh_from_db()
     assert (sub.state, sub.attempt, sub.heartbeat_at) == ("queued", 2, None)
     assert sub.deadline > timezone.now() + timedelta(seconds=settings.QVAL_BASELINE_S - 60)
-    assert take_messages("gpu") == [("workers.tasks.run_baseline_submission", [sub.pk])]
+    assert take_messages("gpu") == [("workers.tasks.run_baseline_submission", [sub.pk, 2])]
 
-    again = _start(sub.pk, "second@vm")
+    assert _start(sub.pk, 1, "late@vm") is None  # the lost attempt's message, redelivered: ignored
+    again = _start(sub.pk, 2, "second@vm")
     assert again is not None and again.progress["deliveries"] == 2
-    assert _start(sub.pk, "third@vm") is None  # a duplicate delivery while second@vm beats: left alone
-    assert jobs.reap_stale(now=later(settings)) == [sub.pk]
+    assert _start(sub.pk, 2, "third@vm") is None  # a duplicate delivery while second@vm beats: left alone
+    assert lifecycle.reap_stale(now=later(settings)) == [sub.pk]
     sub.refresh_from_db()
     assert (sub.state, sub.fault) == (Submission.FAILED, "system")
     assert "stopped responding twice" in sub.error and "not counted towards your quota" in sub.error
@@ -83,16 +84,16 @@ def test_a_lost_baseline_run_is_requeued_to_gpu_once_then_failed(launched, setti
 
 
 def test_a_baseline_heartbeat_beats_while_it_runs_and_stops_after(launched, settings) -> None:  # type: ignore[no-untyped-def]
+    from jobs.heartbeat import beating
+    from submissions import lifecycle
     from submissions.models import Submission
-    from workers import jobs
-    from workers.heartbeat import beating
 
     settings.QVAL_HEARTBEAT_S = 0.05
     old = timezone.now() - timedelta(hours=1)
     Submission.objects.filter(pk=launched.pk).update(heartbeat_at=old)
     with beating(Submission.objects.filter(state=Submission.SCORING), launched.pk):
         wait_for(lambda: Submission.objects.get(pk=launched.pk).heartbeat_at > old + timedelta(minutes=59), timeout=5)
-        assert jobs.reap_stale() == []
+        assert lifecycle.reap_stale() == []
     Submission.objects.filter(pk=launched.pk).update(state=Submission.FINISHED)
     before = Submission.objects.get(pk=launched.pk).heartbeat_at
     with beating(Submission.objects.filter(state=Submission.SCORING), launched.pk):
@@ -212,9 +213,8 @@ def test_a_submission_whose_message_never_left_is_sent_again_by_the_reaper(loade
                                                                            django_capture_on_commit_callbacks) -> None:
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from submissions import services
+    from submissions import lifecycle, services
     from submissions.models import Submission
-    from workers import jobs
 
     take_messages("scoring")
     req = services.SubmissionRequest(dataset=loaded.slug, split="dev", target="q", method_name="m")
@@ -226,18 +226,18 @@ def test_a_submission_whose_message_never_left_is_sent_again_by_the_reaper(loade
     assert Submission.objects.get(pk=sent.pk).sent_at is not None
     assert take_messages("scoring") == [("workers.tasks.validate_upload", [sent.pk])]
 
-    assert jobs.resend_unsent() == []  # too young: its message may be on its way
+    assert lifecycle.resend_unsent() == []  # too young: its message may be on its way
     later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
-    assert jobs.resend_unsent(now=later_on) == [lost.pk]
+    assert lifecycle.resend_unsent(now=later_on) == [lost.pk]
     assert take_messages("scoring") == [("workers.tasks.validate_upload", [lost.pk])]
     assert Submission.objects.get(pk=lost.pk).sent_at is not None
-    assert jobs.resend_unsent(now=later_on) == []  # sent once
+    assert lifecycle.resend_unsent(now=later_on) == []  # sent once
 
     # A queued job whose message was lost is sent to its queue (the attempt is not counted again).
     Submission.objects.filter(pk=lost.pk).update(state=Submission.QUEUED, queued_at=timezone.now(), sent_at=None,
                                                  attempt=1)
-    assert jobs.resend_unsent(now=later_on) == [lost.pk]
-    assert take_messages("scoring") == [("workers.tasks.score_submission", [lost.pk])]
+    assert lifecycle.resend_unsent(now=later_on) == [lost.pk]
+    assert take_messages("scoring") == [("workers.tasks.score_submission", [lost.pk, 1])]
     assert Submission.objects.get(pk=lost.pk).attempt == 1
 
 
@@ -320,3 +320,40 @@ def test_a_run_not_started_within_the_queue_limit_fails_with_the_reason(  # type
     assert unsent.error == limit + "its message never reached the broker (Redis was unreachable each time it was sent)"
     assert sent.error == waiting.error == limit + "no worker consuming its queue took it"
     assert take_messages("gpu") == []  # a failed run is not sent
+
+
+# -- one lifecycle: a late delivery never scores a submission twice --------------------------------------
+def test_late_deliveries_of_a_file_job_do_nothing_and_the_history_is_appended(  # type: ignore[no-untyped-def]
+        api, loaded, frozenlake, settings, django_capture_on_commit_callbacks) -> None:
+    from submissions import lifecycle
+    from submissions.models import Result, Submission
+    from tests.test_site import actor_points, csv_bytes, upload
+    from workers.tasks import score_submission
+
+    settings.QVAL_BOOTSTRAP_RESAMPLES = 0
+    take_messages("scoring")
+    ids, labels = actor_points(frozenlake, "dev")
+    with django_capture_on_commit_callbacks(execute=True):
+        pk = upload(api, csv_bytes(ids, labels), split="dev")["id"]
+    assert ("workers.tasks.score_submission", [pk, 1]) in take_messages("scoring")  # after its check's message
+    assert lifecycle.claim(pk, 1, "w1@vm", kinds={Submission.KIND_FILE}) is not None  # w1 dies after this
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lifecycle.reap_stale(now=later(settings)) == [pk]
+    assert take_messages("scoring") == [("workers.tasks.score_submission", [pk, 2])]
+
+    assert score_submission(pk, 1) == Submission.QUEUED  # the lost attempt's message, redelivered: ignored
+    assert Submission.objects.get(pk=pk).worker == "w1@vm"
+    assert score_submission(pk, 2) == Submission.FINISHED
+    done = Submission.objects.get(pk=pk)
+    results = list(Result.objects.filter(submission=done).values_list("pk", "value"))
+    steps = [("validating", 0), ("queued", 1), ("scoring", 1), ("queued", 2), ("scoring", 2), ("finished", 2)]
+    assert [(e["state"], e["attempt"]) for e in done.history] == steps
+    assert [state for state, _ in done.timeline()] == ["received", *(s for s, _ in steps)]
+
+    for attempt in (1, 2, None):  # any later delivery of a finished job changes nothing
+        assert score_submission(pk, attempt) == Submission.FINISHED
+    again = Submission.objects.get(pk=pk)
+    assert (again.history, again.attempt, again.finished_at) == (done.history, 2, done.finished_at)
+    assert list(Result.objects.filter(submission=again).values_list("pk", "value")) == results
+    assert lifecycle.fail(pk, "late", Submission.FAULT_SYSTEM, attempt=1) == Submission.FINISHED
+    assert lifecycle.finish(pk, [], attempt=2) == Submission.FINISHED and Result.objects.filter(submission=pk).exists()

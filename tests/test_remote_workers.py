@@ -20,10 +20,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from submissions import lifecycle
 from submissions.models import Submission
 from tests.conftest import REPO
 from tests.test_container_submissions import kit_tar  # noqa: F401 - the starter kit's archive (a fixture)
-from workers import jobs
 from workers.models import JobToken, WorkerHeartbeat
 from workers.tasks import inspect_container_upload, score_remote_run
 
@@ -57,7 +57,7 @@ def _queued_container(api, user, tmp_path: Path, django_capture_on_commit_callba
             inspect_container_upload([pk])
     finally:
         app.send_task = original  # type: ignore[method-assign]
-    assert [(name, args[0], queue) for name, args, queue in sent] == [(jobs.REMOTE_TASK, pk, "gpu")]
+    assert [(name, args[0], queue) for name, args, queue in sent] == [(lifecycle.TASKS["remote"], pk, "gpu")]
     return Submission.objects.get(pk=pk), sent[0][1][1]
 
 
@@ -196,7 +196,7 @@ def test_a_lost_job_is_requeued_once_with_a_new_token_then_failed(
     app.send_task = lambda name, args, queue: sent.append(args)  # type: ignore[method-assign]
     try:
         with django_capture_on_commit_callbacks(execute=True):
-            assert jobs.reap_stale() == [sub.pk]
+            assert lifecycle.reap_stale() == [sub.pk]
     finally:
         app.send_task = original  # type: ignore[method-assign]
     sub.refresh_from_db()
@@ -208,7 +208,7 @@ def test_a_lost_job_is_requeued_once_with_a_new_token_then_failed(
     assert _job(token2).post(f"/api/v1/jobs/{sub.pk}/start").status_code == 200
 
     Submission.objects.filter(pk=sub.pk).update(heartbeat_at=stale)
-    assert jobs.reap_stale() == [sub.pk]
+    assert lifecycle.reap_stale() == [sub.pk]
     sub.refresh_from_db()
     assert sub.state == "failed" and sub.fault == "system" and "stopped responding twice" in sub.error
     assert _job(token2).post(f"/api/v1/jobs/{sub.pk}/heartbeat").status_code == 409

@@ -17,13 +17,13 @@
   deadline passed; ``reap_stale_jobs`` (every ``QVAL_REAP_EVERY_S``) requeues once, then fails,
   jobs whose worker stopped sending heartbeats.
 
-Every job stamps its submission's heartbeat while it runs (:func:`workers.heartbeat.beating`), and
-each worker process registers itself for the status page when it is ready.
-
-Both scoring tasks store results through :func:`store_results`, so a finished submission looks
-the same whichever kind it is. They are idempotent: a redelivered or repeated task replaces the
-results in one transaction. Failures are recorded on the submission with a reason; failures
-through the platform's fault are marked so they do not count towards the user's quota.
+A job's lifecycle is :mod:`submissions.lifecycle`: each job task gets the submission id and the attempt its
+message was sent for, claims it (:func:`submissions.lifecycle.claim`: a delivery for a final submission or
+an older attempt does nothing), stamps its heartbeat while it runs, and ends through
+:func:`submissions.lifecycle.finish` or :func:`~submissions.lifecycle.fail`, so a finished submission looks
+the same whichever kind it is and is never scored twice. Failures through the platform's fault are marked
+so they do not count towards the user's quota. Each worker process registers itself for the status page
+when it is ready.
 Labels never appear in anything this module logs or stores on the submission, and never on
 any path given to a container: a container's ``/input`` is written from the database's inputs
 (:func:`leaderboard.loading.inputs_for`, which has no labels) and the labels are read only
@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,28 +45,17 @@ from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import transaction
 from django.utils import timezone
 
 from leaderboard.loading import inputs_for, truth_for
-from leaderboard.models import Backbone, Method
 from qval import containers as qc
-from qval import predictions as qpred
 from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
-from qval.schema import PUBLIC_SPLITS
-from qval.scoring import MetricRow, disclose, score
 from qval.vllm import ServeSpec, VLLMManager
-from submissions import baselines, ladder, services
-from submissions.models import Result, Submission
+from submissions import baselines, lifecycle, scoring, services
+from submissions.models import Submission
 from workers import jobs
-from workers.heartbeat import beating
 
 log = logging.getLogger(__name__)
-
-INTERNAL_ERROR = (
-    "internal error while {doing}; the maintainers have been notified and this "
-    "submission does not count towards your quota"
-)
 
 
 @shared_task(name="workers.tasks.validate_upload", acks_late=True)
@@ -84,76 +71,26 @@ def inspect_container_upload(submission_ids: list[int]) -> list[str]:
 
 
 @shared_task(bind=True, name="workers.tasks.score_submission", acks_late=True)
-def score_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
-    """Score one queued submission; return its final state.
-
-    A redelivered task (the worker died while scoring) scores it again until its deadline
-    (``QVAL_SCORING_S`` after it was queued); past that it fails, so a file that kills the
-    worker is not redelivered for ever.
-    """
-    with transaction.atomic():
-        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=submission_id)
-        if sub.state not in (Submission.QUEUED, Submission.SCORING, Submission.FINISHED):
-            log.info("submission %s is %s; nothing to score", sub.pk, sub.state)
-            return sub.state
-        if sub.state != Submission.FINISHED and sub.deadline is not None and sub.deadline < timezone.now():
-            # A redelivery after the worker scoring it died, past its deadline: stop here.
-            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
-            return Submission.FAILED
-        sub.transition(Submission.SCORING, save=False)
-        sub.worker = (self.request.hostname or "in-process")[:200]
-        sub.heartbeat_at = timezone.now()
-        sub.save()
-    try:
-        with beating(Submission.objects.filter(state=Submission.SCORING), sub.pk):
-            truth = truth_for(sub.dataset, sub.split, sub.target)
-            preds = qpred.parse(sub.file.path, sub.filename, reference_ids=truth.point_ids)
-            rows = score(
-                truth,
-                preds.ids,
-                preds.scores,
-                samples=preds.samples,
-                bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES,
-            )
-    except qpred.ValidationFailed as exc:
-        return fail(sub.pk, f"invalid predictions file: {exc}", Submission.FAULT_USER)
-    except Exception:  # noqa: BLE001 - any other error is ours; the user gets a generic reason
-        log.exception("scoring submission %s failed", sub.pk)
-        return fail(sub.pk, INTERNAL_ERROR.format(doing="scoring"), Submission.FAULT_SYSTEM)
-    return store_results(submission_id, rows)
+def score_submission(self, submission_id: int, attempt: int | None = None) -> str:  # type: ignore[no-untyped-def]
+    """Score attempt ``attempt`` of a queued predictions file (:func:`submissions.scoring.score_file`)."""
+    return scoring.score_file(submission_id, attempt, self.request.hostname or "in-process")
 
 
 @shared_task(bind=True, name="workers.tasks.run_container_submission", acks_late=True)
-def run_container_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
-    """Run a queued container submission in the sandbox, score its predictions; return its final state.
-
-    The first delivery moves it to ``scoring`` with a deadline of the run's timeout plus
-    ``QVAL_CONTAINER_GRACE_S``; a redelivery (the worker died) runs it again within that same
-    deadline, and past it the submission fails.
-    """
-    now = timezone.now()
-    with transaction.atomic():
-        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=submission_id)
-        if sub.kind != Submission.KIND_CONTAINER or sub.state not in (Submission.QUEUED, Submission.SCORING):
-            log.info("submission %s (%s) is %s; nothing to run", sub.pk, sub.kind, sub.state)
-            return sub.state
-        if sub.deadline is not None and sub.deadline < now:
-            sub.transition(Submission.FAILED, error=services.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
-            return Submission.FAILED
-        limits = services.container_limits(sub.dataset)
-        if sub.state == Submission.QUEUED:
-            sub.deadline = now + timedelta(seconds=limits.timeout_s + settings.QVAL_CONTAINER_GRACE_S)
-        sub.transition(Submission.SCORING, save=False)
-        sub.worker = (self.request.hostname or "in-process")[:200]
-        sub.limits = asdict(limits)
-        sub.heartbeat_at = timezone.now()
-        sub.save()
+def run_container_submission(self, submission_id: int, attempt: int | None = None) -> str:  # type: ignore[no-untyped-def]
+    """Run attempt ``attempt`` of a queued container submission in the sandbox, score its predictions; return
+    its state (:func:`workers.jobs.start_container` at its claim)."""
+    sub = lifecycle.claim(submission_id, attempt, self.request.hostname or "in-process",
+                          kinds={Submission.KIND_CONTAINER}, start=jobs.start_container)
+    if sub is None:
+        return Submission.objects.get(pk=submission_id).state
+    limits = qc.Limits(**sub.limits)
     try:
         inputs = inputs_for(sub.dataset, sub.split)
         images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
         backbone = services.container_backbone(sub.backbone_name)
         usage: dict[str, int] = {}
-        with beating(Submission.objects.filter(state=Submission.SCORING), sub.pk), qc.Job(services.container_engine()) as job:
+        with lifecycle.beating(sub), qc.Job(services.container_engine()) as job:
             # a rerun, or another split of the same upload: its image is cached by the SHA-256 stored at upload
             image_id = job.load_cached(sub.sha256) or job.load(
                 sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
@@ -168,21 +105,24 @@ def run_container_submission(self, submission_id: int) -> str:  # type: ignore[n
                     result = job.run(image_id, limits, backbone=backbone)
                 usage = server.usage.as_dict()
     except services.SubmissionRejected as exc:  # accepted at upload; the backbone is no longer configured
-        return fail(sub.pk, f"cannot run: {exc.message}", Submission.FAULT_SYSTEM)
+        return lifecycle.fail(sub.pk, f"cannot run: {exc.message}", Submission.FAULT_SYSTEM, sub.attempt)
     except qc.ArchiveRejected as exc:  # passed the upload check; a changed cap or engine refused it
-        return fail(sub.pk, f"invalid container archive: {exc}", Submission.FAULT_USER)
+        return lifecycle.fail(sub.pk, f"invalid container archive: {exc}", Submission.FAULT_USER, sub.attempt)
     except Exception:  # noqa: BLE001 - engine missing, mount refused, database: ours
         log.exception("running container submission %s failed", sub.pk)
-        return fail(sub.pk, INTERNAL_ERROR.format(doing="running the container"), Submission.FAULT_SYSTEM)
+        return lifecycle.fail(sub.pk, lifecycle.INTERNAL_ERROR.format(doing="running the container"),
+                              Submission.FAULT_SYSTEM, sub.attempt)
     return score_container_run(sub, result, usage)
 
 
 @shared_task(name="workers.tasks.score_remote_run", acks_late=True)
-def score_remote_run(submission_id: int) -> str:
-    """Score the run a remote gpu worker posted (:func:`workers.jobs.accept_result`); return the final state."""
+def score_remote_run(submission_id: int, attempt: int | None = None) -> str:
+    """Score the run a remote gpu worker posted for attempt ``attempt`` (:func:`workers.jobs.accept_result`);
+    return the state. A delivery for a submission no longer running that attempt does nothing."""
     sub = Submission.objects.select_related("dataset").get(pk=submission_id)
-    if sub.state != Submission.SCORING:
-        log.info("submission %s is %s; nothing to score", sub.pk, sub.state)
+    if sub.state != Submission.SCORING or (attempt is not None and attempt != sub.attempt):
+        log.info("submission %s is %s at attempt %s: delivery of attempt %s ignored", sub.pk, sub.state,
+                 sub.attempt, attempt)
         return sub.state
     outcome = sub.container_outcome
     predictions = None
@@ -203,12 +143,13 @@ def score_container_run(sub: Submission, result: qc.RunResult, usage: dict[str, 
         evaluation = qc.evaluate(result, truth, bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
     except Exception:  # noqa: BLE001 - database, labels: ours
         log.exception("scoring container submission %s failed", sub.pk)
-        return fail(sub.pk, INTERNAL_ERROR.format(doing="scoring the container's predictions"), Submission.FAULT_SYSTEM)
+        return lifecycle.fail(sub.pk, lifecycle.INTERNAL_ERROR.format(doing="scoring the container's predictions"),
+                              Submission.FAULT_SYSTEM, sub.attempt)
     run = result_fields(evaluation)
     run["token_usage"] = usage
     if evaluation.outcome == "failed":
         run["problems"] = [{"code": p.code, "message": p.message, "rows": list(p.rows)} for p in evaluation.problems]
-        return fail(sub.pk, evaluation.error or "failed", Submission.FAULT_USER, **run)
+        return lifecycle.fail(sub.pk, evaluation.error or "failed", Submission.FAULT_USER, sub.attempt, **run)
     if evaluation.coverage is not None:
         cov = evaluation.coverage
         run["coverage"] = {"expected": cov.expected, "provided": cov.provided, "missing": cov.missing,
@@ -216,16 +157,14 @@ def score_container_run(sub: Submission, result: qc.RunResult, usage: dict[str, 
     # Kept as scored, so the submission can be compared like an uploaded file.
     run["predictions"] = default_storage.save(
         f"predictions/{timezone.now():%Y/%m}/{sub.pk}-predictions.jsonl", ContentFile(evaluation.run.predictions or b""))
-    return store_results(sub.pk, evaluation.rows, **run)
+    return lifecycle.finish(sub.pk, evaluation.rows, sub.attempt, **run)
 
 
 @shared_task(bind=True, name="workers.tasks.run_baseline_submission", acks_late=True)
-def run_baseline_submission(self, submission_id: int) -> str:  # type: ignore[no-untyped-def]
-    """Run a queued baseline submission (:func:`submissions.baselines.run_baseline`); return its final state.
-
-    A redelivery (the worker died) resumes it from the response cache.
-    """
-    return baselines.run_baseline(submission_id, self.request.hostname or "in-process", vllm_manager())
+def run_baseline_submission(self, submission_id: int, attempt: int | None = None) -> str:  # type: ignore[no-untyped-def]
+    """Run attempt ``attempt`` of a queued baseline submission (:func:`submissions.baselines.run_baseline`); return
+    its state. A requeued run resumes from the response cache."""
+    return baselines.run_baseline(submission_id, attempt, self.request.hostname or "in-process", vllm_manager())
 
 
 _VLLM: VLLMManager | None = None
@@ -279,75 +218,10 @@ def result_fields(evaluation: qc.Evaluation) -> dict[str, Any]:
     }
 
 
-def store_results(submission_id: int, rows: list[MetricRow], **fields: Any) -> str:
-    """Replace a scored submission's results with ``rows``, set ``fields`` on it, link its method
-    and backbone and finish it, in one transaction; return its final state.
-
-    On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored, and a
-    user's submission takes its step on its account's ladder (:func:`submissions.ladder.climb`,
-    decided once: re-scoring keeps it) under the account's row lock, taken before the submission's.
-
-    A submission that is no longer being scored (the reaper failed it meanwhile) keeps its state
-    and gets no results.
-    """
-    with transaction.atomic():
-        sub = Submission.objects.select_related("user").get(pk=submission_id)
-        laddered = ladder.on_ladder(sub)
-        if laddered:
-            services.lock_account(sub.user)
-        sub = Submission.objects.select_for_update().get(pk=submission_id)
-        if sub.state != Submission.SCORING:
-            log.warning("submission %s became %s while it was scored; results dropped", sub.pk, sub.state)
-            return sub.state
-        rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
-        for name, value in fields.items():
-            setattr(sub, name, value)
-        if laddered and sub.ladder_climbed is None:
-            # Before the results are written: that write waits for every other finishing job
-            # (the results version's row), the account's lock only for this account's.
-            ladder.climb(sub, rows)
-        Result.objects.filter(submission=sub).delete()
-        Result.objects.bulk_create(
-            Result(
-                submission=sub,
-                metric=r.metric,
-                value=r.value,
-                p_value=r.p_value,
-                num_points=r.num_points,
-                num_dropped=r.num_dropped,
-                coverage=r.coverage,
-                insufficient=r.insufficient,
-                details=r.details,
-            )
-            for r in rows
-        )
-        sub.method = Method.objects.get_or_create(name=sub.method_name)[0]
-        sub.backbone = Backbone.objects.get_or_create(name=sub.backbone_name)[0] if sub.backbone_name else None
-        sub.transition(Submission.FINISHED)
-    log.info("submission %s finished with %d metrics", submission_id, len(rows))
-    return Submission.FINISHED
-
-
-def fail(submission_id: int, reason: str, fault: str, **fields: Any) -> str:
-    """Set ``fields`` on a submission and fail it with ``reason``; return its final state.
-
-    One already final (the reaper failed it meanwhile) is left as it is.
-    """
-    with transaction.atomic():
-        sub = Submission.objects.select_for_update().get(pk=submission_id)
-        if sub.is_final:
-            log.warning("submission %s is already %s; not failing it with %r", sub.pk, sub.state, reason)
-            return sub.state
-        for name, value in fields.items():
-            setattr(sub, name, value)
-        sub.transition(Submission.FAILED, error=reason, fault=fault)
-    return Submission.FAILED
-
-
 @shared_task(name="workers.tasks.reap_overdue_submissions")
 def reap_overdue_submissions() -> list[int]:
-    """Fail the submissions whose deadline passed (:func:`submissions.services.reap_overdue`)."""
-    reaped = services.reap_overdue()
+    """Fail the submissions whose deadline passed (:func:`submissions.lifecycle.reap_overdue`)."""
+    reaped = lifecycle.reap_overdue()
     if reaped:
         log.warning("reaped %d overdue submissions: %s", len(reaped), reaped)
     return reaped
@@ -355,12 +229,12 @@ def reap_overdue_submissions() -> list[int]:
 
 @shared_task(name="workers.tasks.reap_stale_jobs")
 def reap_stale_jobs() -> list[int]:
-    """Requeue once, or fail, the jobs whose worker stopped sending heartbeats (:func:`workers.jobs.reap_stale`);
-    send again the messages that never reached the broker (:func:`workers.jobs.resend_unsent`)."""
-    reaped = jobs.reap_stale()
+    """Requeue once, or fail, the jobs whose worker stopped sending heartbeats (:func:`submissions.lifecycle.reap_stale`);
+    send again the messages that never reached the broker (:func:`submissions.lifecycle.resend_unsent`)."""
+    reaped = lifecycle.reap_stale()
     if reaped:
         log.warning("%d jobs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
-    resent = jobs.resend_unsent()
+    resent = lifecycle.resend_unsent()
     if resent:
         log.warning("%d submissions sent again (their message never reached the broker): %s", len(resent), resent)
     return reaped

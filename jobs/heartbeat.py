@@ -8,9 +8,9 @@ its kind (:func:`reap`, sent by beat every ``QVAL_REAP_EVERY_S``) requeues it on
 fails it with :func:`lost_reason` the second time (``MAX_ATTEMPTS``). A delivery of a job that another
 worker runs with a fresh heartbeat (:func:`is_fresh`) leaves it alone.
 
-A run's message (a training or Best-of-N run; submissions have their own, :mod:`workers.jobs`) goes out
-through :func:`send` once the transaction commits, which stamps its ``sent_at``; when the broker cannot be
-reached the run stays queued and unsent, and its reaper (:func:`reap_queued`) sends it again after
+A run's message (a training or Best-of-N run; submissions have their own, :mod:`submissions.lifecycle`) goes
+out through :func:`send_run` once the transaction commits, which stamps its ``sent_at``; when the broker cannot
+be reached the run stays queued and unsent, and its reaper (:func:`reap_queued`) sends it again after
 ``QVAL_RESEND_AFTER_S``, or fails it once it has waited ``QVAL_RUN_QUEUE_S`` without a worker starting it.
 """
 
@@ -95,7 +95,7 @@ def reap(running: models.QuerySet[Row], lost: Callable[[Row], None], now: dateti
     return reaped
 
 
-def requeue_or_fail(run: models.Model, send: Callable[[models.Model], None]) -> None:
+def requeue_or_fail_run(run: models.Model, send: Callable[[models.Model], None]) -> None:
     """A run (``TrainingRun``, ``BestOfNRun``: ``status``, ``attempt``, ``heartbeat_at``, ``finished_at``,
     ``error``, ``queued_at``, ``sent_at``) whose worker was lost: queue it again (unsent) and ``send`` it, or on its last attempt fail it with
     :func:`lost_reason`. Call with the run locked."""
@@ -117,13 +117,13 @@ class Task(Protocol):
     def delay(self, run_id: int) -> Any: ...
 
 
-def send(run: models.Model, task: Task) -> None:
-    """Once the current transaction commits, send the queued run's message to ``task`` (:func:`send_now`)."""
+def send_run(run: models.Model, task: Task) -> None:
+    """Once the current transaction commits, send the queued run's message to ``task`` (:func:`send_run_now`)."""
     model, pk = type(run), run.pk
-    transaction.on_commit(lambda: send_now(model, pk, task))
+    transaction.on_commit(lambda: send_run_now(model, pk, task))
 
 
-def send_now(model: type[models.Model], pk: int, task: Task) -> bool:
+def send_run_now(model: type[models.Model], pk: int, task: Task) -> bool:
     """Send the message of run ``pk`` (of ``model``) to ``task`` and stamp its ``sent_at``; return whether
     it reached the broker. When the broker cannot be reached the run stays unsent, logged, for
     :func:`reap_queued`; no exception reaches the caller."""
@@ -146,7 +146,7 @@ def queue_reason(sent: bool) -> str:
 def reap_queued(queued: models.QuerySet[Row], task: Task, now: datetime | None = None) -> tuple[list[int], list[int]]:
     """The reaper of the rows of ``queued`` (the runs of a kind in the queued state: ``queued_at``,
     ``sent_at``, ``status``, ``finished_at``, ``error``): fail those queued for over ``QVAL_RUN_QUEUE_S``
-    at ``now`` with :func:`queue_reason`, and send again (:func:`send_now`) those whose message has not
+    at ``now`` with :func:`queue_reason`, and send again (:func:`send_run_now`) those whose message has not
     reached the broker after ``QVAL_RESEND_AFTER_S``. Return the ids (sent, failed)."""
     model = queued.model
     now = now or timezone.now()
@@ -159,7 +159,7 @@ def reap_queued(queued: models.QuerySet[Row], task: Task, now: datetime | None =
     unsent = queued.filter(sent_at__isnull=True, queued_at__lt=now - timedelta(seconds=settings.QVAL_RESEND_AFTER_S))
     sent = []
     for pk in unsent.order_by("pk").values_list("pk", flat=True):
-        if not send_now(model, pk, task):
+        if not send_run_now(model, pk, task):
             break  # the broker is down: the rest wait for the next round
         sent.append(pk)
     if failed:
