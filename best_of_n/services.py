@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import heartbeat
-from leaderboard.evaluations import evaluations
+from board.evaluations import evaluations
 from leaderboard.models import BestOfNEpisode, BestOfNRun, Dataset
 from learning import selectors as learning_selectors
 from learning.models import TrainingRun

@@ -1,33 +1,25 @@
-"""Dataset downloads and leaderboard rows, shared by the pages and the API."""
+"""Dataset downloads (inputs, images, public labels, the card), shared by the pages and the API."""
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import io
 import json
 import os
 import shutil
 import uuid
 import zipfile
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from django.conf import settings
-from django.core.cache import cache
-from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse
 
-from qval import metric_registry, schema
+from qval import schema
 from qval.schema import PUBLIC_SPLITS
 
-from . import evaluations
 from .models import Candidate, Dataset, Label
 
 DOWNLOAD_FORMATS = {
@@ -243,229 +235,3 @@ def split_images_zip(dataset: Dataset, split: str) -> Path | None:
         return None
     path = export_dir(dataset) / "images" / f"{split}.zip"
     return path if path.exists() else None
-
-
-@dataclass(frozen=True)
-class BoardCell:
-    """One metric column of a board row: the registry entry, the value, and the p-value and 95%
-    interval where the column shows them (:attr:`qval.metric_registry.MetricSpec.board_p`,
-    :attr:`~qval.metric_registry.MetricSpec.board_ci`)."""
-
-    spec: metric_registry.MetricSpec
-    value: float | None
-    p_value: float | None = None
-    ci: tuple[float, float] | None = None
-
-    @property
-    def text(self) -> str:
-        """The value with the metric's precision, ``None`` as ``—``."""
-        return self.spec.format(self.value)
-
-
-@dataclass(frozen=True)
-class BoardRow:
-    """One leaderboard line: a finished submission with its source badge and the value of every
-    board metric of :mod:`qval.metric_registry` (``scores``, by name).
-
-    Each board metric ``m`` also reads as attributes, the fields of the API and the exports
-    (:meth:`metric_fields`): ``row.m`` its value, ``row.m_p`` its p-value and ``row.m_ci`` its 95%
-    interval where the board shows them, ``row.m_std`` the std over states of a ranking metric.
-    """
-
-    submission_id: int
-    method: str
-    family: str
-    environment: str
-    dataset: str
-    split: str
-    target: str
-    modality: str
-    backbone: str
-    num_points: int
-    submitted_by: str
-    date: Any
-    source: str = "user"
-    rules: str = "qval"
-    scores: Mapping[str, evaluations.Score] = field(default_factory=dict)
-
-    def cells(self) -> list[BoardCell]:
-        """The board metric columns, in registry order."""
-        out = []
-        for spec in metric_registry.METRICS:
-            if not spec.board:
-                continue
-            score = self.scores.get(spec.name)
-            ci = (score.ci_low, score.ci_high) if score and score.ci_low is not None and score.ci_high is not None else None
-            out.append(BoardCell(spec, score.value if score else None,
-                                 score.p_value if score and spec.board_p else None, ci if spec.board_ci else None))
-        return out
-
-    def metric_fields(self) -> dict[str, Any]:
-        """Every board metric's fields by name (see the class doc), in registry order."""
-        fields: dict[str, Any] = {}
-        for cell in self.cells():
-            name = cell.spec.name
-            fields[name] = cell.value
-            if cell.spec.board_p:
-                fields[f"{name}_p"] = cell.p_value
-            if cell.spec.board_ci:
-                fields[f"{name}_ci"] = cell.ci
-            if cell.spec.kind == "ranking":
-                score = self.scores.get(name)
-                fields[f"{name}_std"] = score.std if score else None
-        return fields
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "scores":  # not set yet (unpickling, copying): no metric lookup
-            raise AttributeError(name)
-        fields = self.metric_fields()
-        if name not in fields:
-            raise AttributeError(f"{type(self).__name__!r} has no attribute or board metric field {name!r}")
-        return fields[name]
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-friendly form for the API: the row's fields and every board metric's."""
-        d = {k: v for k, v in vars(self).items() if k != "scores"}
-        d["date"] = self.date.isoformat() if self.date else None
-        for key, value in self.metric_fields().items():
-            d[key] = list(value) if isinstance(value, tuple) else value
-        return d
-
-
-ROW_SORT_KEYS = frozenset({"num_points", "date", "method", "family"})
-"""What a board sorts by besides its metric columns (:func:`sort_keys`)."""
-FILTER_KEYS = evaluations.FILTER_KEYS
-
-
-def sort_keys() -> frozenset[str]:
-    """What a board sorts by: :data:`ROW_SORT_KEYS` and every board metric of the registry."""
-    return ROW_SORT_KEYS | frozenset(metric_registry.BOARD)
-
-
-def board_row(e: evaluations.Evaluation) -> BoardRow:
-    """The leaderboard line of one evaluation: its board metrics' scores, and the points of the
-    first of them it has (the global metrics' points, else the states of the ranking one)."""
-    scores = {name: e.scores[name] for name in metric_registry.BOARD if name in e.scores}
-    return BoardRow(
-        submission_id=e.submission_id, method=e.method, family=e.family_name, environment=e.environment,
-        dataset=e.dataset, split=e.split, target=e.target, modality=e.modality, backbone=e.backbone,
-        num_points=next((score.num_points for score in scores.values()), 0),
-        submitted_by=e.submitted_by, date=e.date, source=e.source, rules=e.rules, scores=scores,
-    )
-
-
-def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
-    """Finished submissions with their ρ, τ and ranking Spearman, filtered, searched and sorted.
-
-    ``search`` keeps the rows whose method, backbone, dataset or submitter contains it
-    (case-insensitive).  Rows without a value of the sort key come last.  The list is kept until
-    the results version changes (:func:`leaderboard.evaluations.derived`): treat it as read-only.
-    """
-    key = ("board", tuple(sorted(filters.items())), sort, search)
-    return evaluations.derived(key, lambda rows: _sorted_rows(evaluations.select(filters, rows), sort, search))
-
-
-def canonical_sort(sort: str) -> str:
-    """``sort`` as the board applies it: a key of :func:`sort_keys`, after one ``-`` when descending; any
-    other value is the default, ``-spearman``."""
-    key = sort.lstrip("-")
-    if key not in sort_keys():
-        return "-spearman"
-    return f"-{key}" if sort.startswith("-") else key
-
-
-def _sorted_rows(selected: list[evaluations.Evaluation], sort: str, search: str) -> list[BoardRow]:
-    if search:
-        needle = search.casefold()
-        selected = [e for e in selected if any(needle in str(v).casefold()
-                                               for v in (e.method, e.backbone, e.dataset, e.submitted_by, e.environment))]
-    rows = [board_row(e) for e in selected]
-    sort = canonical_sort(sort)
-    key = sort.lstrip("-")
-    descending = sort.startswith("-")
-    present = [r for r in rows if getattr(r, key) is not None]
-    missing = [r for r in rows if getattr(r, key) is None]
-    present.sort(key=lambda r: getattr(r, key), reverse=descending)
-    return present + missing
-
-
-ROW_COLUMNS = ("submission_id", "method", "family", "environment", "dataset", "split", "target", "modality", "backbone")
-"""The export's columns before the metrics; after them come :data:`TAIL_COLUMNS`."""
-TAIL_COLUMNS = ("num_points", "source", "rules", "submitted_by", "date")
-
-
-def board_columns() -> list[str]:
-    """The CSV export's header: :data:`ROW_COLUMNS`, each board metric's fields from the registry
-    (its value, ``_p``, ``_ci_low``/``_ci_high``, ``_std`` where :meth:`BoardRow.metric_fields` has
-    them), then :data:`TAIL_COLUMNS`."""
-    metrics: list[str] = []
-    for spec in metric_registry.METRICS:
-        if spec.board:
-            metrics.append(spec.name)
-            metrics += [f"{spec.name}_p"] if spec.board_p else []
-            metrics += [f"{spec.name}_ci_low", f"{spec.name}_ci_high"] if spec.board_ci else []
-            metrics += [f"{spec.name}_std"] if spec.kind == "ranking" else []
-    return [*ROW_COLUMNS, *metrics, *TAIL_COLUMNS]
-
-
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-"""What a spreadsheet reads a text cell starting with as a formula (``=HYPERLINK(...)``, ``+1+cmd|...``)."""
-
-
-def csv_cell(value: Any) -> Any:
-    """``value`` as a CSV cell a spreadsheet opens as data: empty for ``None``; text that starts with one
-    of :data:`FORMULA_PREFIXES` gets a leading ``'`` (so it shows as text); numbers, negative ones
-    included, stay numbers."""
-    if value is None:
-        return ""
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
-        return "'" + value
-    return value
-
-
-def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
-    """``rows`` as CSV under the header ``columns`` (other keys ignored), every cell through
-    :func:`csv_cell`: the one writer of the CSV downloads that carry user text (board, figures)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([csv_cell(row.get(c)) for c in columns])
-    return out.getvalue()
-
-
-BOARD_EXPORT_CACHE_S = 600
-"""Seconds an export's body stays in the shared cache (it is keyed by the results version, so never stale)."""
-
-
-def board_export(rows: list[BoardRow], fmt: str, view: Hashable | None) -> HttpResponse:
-    """A download of leaderboard rows: ``csv`` (:func:`board_columns`) or ``json`` (``{"rows": [...]}``).
-
-    ``view`` names what ``rows`` are: the results version read before them, the filters and the
-    :func:`canonical_sort` that chose them.  The body is kept under it in the shared cache (Django's, every
-    web process's); ``None`` keeps nothing (a searched board: any text is a search, so its exports are
-    not kept)."""
-    key = None if view is None else "board-export:" + hashlib.sha256(repr((view, fmt)).encode()).hexdigest()
-    body = None if key is None else cache.get(key)
-    if body is None:
-        body = _export_body(rows, fmt)
-        if key is not None:
-            cache.set(key, body, BOARD_EXPORT_CACHE_S)
-    content_type = "application/json" if fmt == "json" else "text/csv; charset=utf-8"
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
-    return response
-
-
-def _export_body(rows: list[BoardRow], fmt: str) -> bytes:
-    if fmt == "json":
-        data = {"rows": [r.as_dict() for r in rows]}
-        return json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
-    lines = []
-    for r in rows:
-        d = r.as_dict()
-        for cell in r.cells():
-            if cell.spec.board_ci:
-                d[f"{cell.spec.name}_ci_low"], d[f"{cell.spec.name}_ci_high"] = cell.ci or (None, None)
-        lines.append(d)
-    return csv_text(board_columns(), lines).encode()

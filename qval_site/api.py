@@ -31,10 +31,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import throttling
-from leaderboard import aggregates, evaluations, figures
-from leaderboard.exports import DATASET_FORMATS, FILTER_KEYS, SPLIT_FORMATS, leaderboard_rows
+from board import aggregates, evaluations, figures
+from board.exports import FILTER_KEYS, leaderboard_rows
+from leaderboard.exports import DATASET_FORMATS, SPLIT_FORMATS
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
-from leaderboard.views import download_response
+from board.views import download_response
 from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission

@@ -159,6 +159,7 @@ INSTALLED_APPS = [
     "qval_site",  # manage.py wait_ready
     "learning",
     "best_of_n",  # the Best-of-N track (its models are still declared in leaderboard)
+    "board",  # the boards, figures, aggregates and pages over the results (above submissions)
 ]
 
 MIDDLEWARE = [

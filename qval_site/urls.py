@@ -6,8 +6,8 @@ from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
 from best_of_n import views as bon_views
-from leaderboard import boards, paper_figures
-from leaderboard import views as lb
+from board import boards, paper_figures
+from board import views as lb
 from learning import views as lv
 from submissions import views as sv
 from workers import api as wapi

@@ -286,7 +286,7 @@ class Result(models.Model):
 class ResultsVersion(models.Model):
     """Which version of the finished results the database holds: one row that PostgreSQL triggers
     (migration ``0011_results_version``) bump in the same transaction as every write to the results, to a
-    finished submission or to a method; read by :func:`leaderboard.evaluations.current`.
+    finished submission or to a method; read by :func:`board.evaluations.current`.
 
     ``epoch`` is drawn anew at every bump (migration ``0014``), so two reads give the same version only when
     no other write came between them: not after the table was emptied (a test database flushed between

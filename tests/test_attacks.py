@@ -36,7 +36,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.utils import timezone
 
-from leaderboard import charts
+from board import charts
 from qval import build, containers, export, hidden, metrics, safejson, schema
 from qval import containers as qc
 from qval import predictions as qpred

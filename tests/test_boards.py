@@ -1,4 +1,4 @@
-"""Boards (``leaderboard/boards.py``): one ranked test board per slice, its rank ranges (``qval/ranks.py``),
+"""Boards (``board/boards.py``): one ranked test board per slice, its rank ranges (``qval/ranks.py``),
 best per submitter/method/backbone, the source badges, and what never reaches a board (dev results)."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_published_results_have_boards_per_environment(client) -> None:  # type:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from leaderboard import evaluations
+    from board import evaluations
     from leaderboard.importing import import_results
 
     import_results(resamples=2)  # intervals, however rough

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from scipy import stats
 
-from leaderboard.exports import leaderboard_rows
+from board.exports import leaderboard_rows
 from qval import ladder, scoring
 from qval.compare import paired_bootstrap
 from submissions import lifecycle

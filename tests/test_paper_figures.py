@@ -44,7 +44,7 @@ def test_table6_is_the_conversion_of_the_papers_text() -> None:
 
 
 def test_the_clipped_interval_stays_in_the_correlation_range() -> None:
-    from leaderboard.paper_figures import clipped_interval
+    from board.paper_figures import clipped_interval
 
     mean, low, high = clipped_interval([0.9, 0.99])
     assert mean == pytest.approx(0.945) and high == 1.0 and -1.0 <= low < mean

@@ -309,7 +309,7 @@ def test_queries_per_page_do_not_grow_with_the_rows(client, django_assert_max_nu
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from leaderboard import evaluations
+    from board import evaluations
     from submissions.models import Result, Submission
 
     _import()
@@ -340,7 +340,7 @@ def test_the_results_version_follows_every_write_to_the_board(client) -> None:  
     submission, a method) and not on a running job's heartbeat; the board then shows the write."""
     from django.utils import timezone
 
-    from leaderboard import evaluations
+    from board import evaluations
     from leaderboard.models import Method
     from submissions.models import Result, Submission
 
@@ -377,7 +377,7 @@ def test_derived_values_follow_the_latest_version_and_drop_the_oldest(monkeypatc
     """What pages derive from the evaluations is kept per results version: a value computed from rows read
     before a write does not displace what was computed after it, and a full memo drops its oldest value
     only."""
-    from leaderboard import evaluations
+    from board import evaluations
     from submissions.models import Result
 
     _import()
@@ -407,7 +407,7 @@ def test_derived_values_follow_the_latest_version_and_drop_the_oldest(monkeypatc
 def test_the_board_filters_one_method_exactly(client) -> None:  # type: ignore[no-untyped-def]
     """``?method=`` keeps that method's rows only (not every method whose name contains it), on the board, its
     API and the method page (whose link to all of its results uses it)."""
-    from leaderboard import views
+    from board import views
     from submissions.models import Submission
 
     _import()
@@ -470,7 +470,7 @@ def test_a_rolled_back_write_never_gives_its_version_to_a_later_one() -> None:
     later write must not read the same version: a page memo of the first would be served for the second."""
     from django.db import transaction
 
-    from leaderboard import evaluations
+    from board import evaluations
     from leaderboard.models import Method
 
     Method.objects.create(name="first-write", family="other")  # the row exists from here on

@@ -335,7 +335,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     at once."""
     from django.core.cache.utils import make_template_fragment_key
 
-    from leaderboard import aggregates, evaluations
+    from board import aggregates, evaluations
     from leaderboard.importing import published_dataset
     from submissions.models import Result
 

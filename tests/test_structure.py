@@ -22,6 +22,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 NOT_PACKAGES = {"tests"}
 """Top-level folders with an ``__init__.py`` that are not the project's code."""
@@ -267,6 +269,11 @@ def test_core_imports_no_django_and_no_app() -> None:
     assert not offending, "qval/ must stay free of Django and of the apps:\n" + "\n".join(offending)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known, issue 21: BestOfNRun (declared in leaderboard) points at learning.TrainingRun, which points at "
+    "leaderboard.Dataset, and both directions are in applied migrations (leaderboard/0008 -> learning/0002 -> "
+    "leaderboard/0002); it goes when the Best-of-N models move to the best_of_n app (SeparateDatabaseAndState, "
+    "tables kept) and the old leaderboard migrations are squashed. strict: the day it passes, drop this mark."))
 def test_no_cycle_between_apps_in_migrations() -> None:
     from django.db.migrations.loader import MigrationLoader
 
@@ -280,6 +287,15 @@ def test_no_cycle_between_apps_in_migrations() -> None:
                 why[(key[0], parent.key[0])].append(f"{'/'.join(key)} depends on {'/'.join(parent.key)}")
     circles = strongly_connected(arrows)
     assert not circles, describe("migration app", arrows, circles, why)
+
+
+def test_the_site_image_copies_every_package() -> None:
+    """containers/site.Containerfile copies each of the project's packages (an app left out kills the compose
+    services at start: ModuleNotFoundError)."""
+    text = (REPO / "containers" / "site.Containerfile").read_text()
+    copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
+    missing = [p for p in packages() if p not in copied]
+    assert not missing, f"containers/site.Containerfile copies no {', '.join(missing)}"
 
 
 def test_the_graph_finds_circles(tmp_path: Path) -> None:

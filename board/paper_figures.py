@@ -400,7 +400,7 @@ PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
 """The paper's figures by URL name."""
 
 DEFAULTS: dict[str, str] = {"source": "reported"}
-"""Filters a paper view starts from (besides :class:`leaderboard.figures.Filters`' own): the authors' rows."""
+"""Filters a paper view starts from (besides :class:`board.figures.Filters`' own): the authors' rows."""
 
 
 def read(spec: PaperFigure, params: Mapping[str, str]) -> figures.Filters:
@@ -434,7 +434,7 @@ def describe(spec: PaperFigure, f: figures.Filters) -> str:
 
 def build(spec: PaperFigure, f: figures.Filters) -> figures.Figure:
     """The figure of ``spec`` over the evaluations ``f`` selects (target, modality and family are applied by
-    the builder, per family), kept per results version (:func:`leaderboard.evaluations.derived`)."""
+    the builder, per family), kept per results version (:func:`board.evaluations.derived`)."""
     selection = {k: v for k, v in f.evaluation_filters().items() if k not in ("target", "modality", "family")}
     if f.family and spec.name in ("fig4-left", "fig4-right"):
         selection["family"] = f.family

@@ -2,7 +2,7 @@
 
 A **board** is one slice -- a dataset version, the test split, a target and a modality -- ranked by one
 metric (:data:`DEFAULT_METRIC`, Spearman ρ, unless ``?metric=`` names another of
-:data:`qval.metric_registry.COMPARABLE`).  Its rows are the evaluations of :mod:`leaderboard.evaluations`
+:data:`qval.metric_registry.COMPARABLE`).  Its rows are the evaluations of :mod:`board.evaluations`
 on that slice, so the same rules hold: a dev (or any public-split) result is on no board, a hidden split's
 ladder shows each account's current best only, and an uploaded file on an open-book dataset is ranked
 nowhere.
@@ -16,7 +16,7 @@ Every row carries a **source**: *verified* (the platform made its predictions: a
 method container, a training run -- :meth:`submissions.models.Submission.platform_run`), *self-reported*
 (an uploaded predictions file), and the imported *reported* and *re-scored* rows of QVal v1.0.
 
-Everything a page shows is computed once per results version (:func:`leaderboard.evaluations.derived`).
+Everything a page shows is computed once per results version (:func:`board.evaluations.derived`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from qval.metric_registry import MetricSpec
 
 from . import evaluations
 from .evaluations import Evaluation, Score
-from .models import Dataset
+from leaderboard.models import Dataset
 
 SPLIT = "test"
 """The split every board ranks: the hidden one (dev results are their submitter's own self-check)."""

@@ -15,18 +15,19 @@ from qval import families, ladder, metric_registry, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
 from . import aggregates, charts, evaluations, figures
-from . import exports
-from .exports import (
+from leaderboard import exports as downloads
+from leaderboard.exports import (
     DATASET_FORMATS,
     DOWNLOAD_COLUMNS,
     DOWNLOAD_FORMATS,
-    FILTER_KEYS,
     SPLIT_FORMATS,
-    leaderboard_rows,
     render_download,
     split_frame,
 )
-from .models import Candidate, Dataset, DatasetBuild, Environment, Label, Method, State
+
+from . import exports
+from .exports import FILTER_KEYS, leaderboard_rows
+from leaderboard.models import Candidate, Dataset, DatasetBuild, Environment, Label, Method, State
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -179,7 +180,7 @@ def _split_counts(ds: Dataset) -> list[dict[str, object]]:
     return [
         {"split": split, "states": states[split], "candidates": cands.get(split, 0), "q_points": states[split],
          "ranking_states": ranked.get(split, 0), "v_points": states[split], "public": split in PUBLIC_SPLITS,
-         "images": exports.has_images(ds, split)}
+         "images": downloads.has_images(ds, split)}
         for split in ("train", "dev", "test") if states.get(split)
     ]
 
@@ -220,7 +221,7 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
         return _published_dataset_detail(request, ds)
     counts = _split_counts(ds)
     try:
-        card = exports.card_body(exports.dataset_card(ds))
+        card = downloads.card_body(downloads.dataset_card(ds))
     except ImportError:  # qval.export not available
         card = ""
     return render(
@@ -271,7 +272,7 @@ def dataset_image(request: HttpRequest, key: str, name: str) -> FileResponse:
              or Candidate.objects.filter(state__dataset=ds, next_image=name).exists()
              or State.objects.filter(dataset=ds, split__in=public, end_image=name).exists()
              or Candidate.objects.filter(state__dataset=ds, state__split__in=public, end_image=name).exists())
-    folder = exports.images_dir(ds)
+    folder = downloads.images_dir(ds)
     if not named or folder is None or not (folder / name).is_file():
         raise Http404("no such image")
     resp = FileResponse((folder / name).open("rb"), content_type=IMAGE_TYPES[match.group(1).lower()])
@@ -301,10 +302,10 @@ def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
     name = f"{ds.slug}-{ds.version}"
     if fmt in DATASET_FORMATS:
         if fmt == "card":
-            resp = HttpResponse(exports.dataset_card(ds), content_type=DATASET_FORMATS[fmt])
+            resp = HttpResponse(downloads.dataset_card(ds), content_type=DATASET_FORMATS[fmt])
             resp["Content-Disposition"] = f'attachment; filename="{name}-README.md"'
             return resp
-        return FileResponse(exports.whole_zip(ds).open("rb"), as_attachment=True, filename=f"{name}.zip",
+        return FileResponse(downloads.whole_zip(ds).open("rb"), as_attachment=True, filename=f"{name}.zip",
                             content_type=DATASET_FORMATS[fmt])
     if fmt not in SPLIT_FORMATS:
         return _bad_request(f"unknown format {fmt!r}; choose one of {', '.join([*SPLIT_FORMATS, *DATASET_FORMATS])}")
@@ -312,7 +313,7 @@ def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
         splits = sorted(set(ds.states.values_list("split", flat=True)))
         return _bad_request(f"dataset {ds.key} has no split {split!r}; choose one of {splits}")
     if fmt == "images":
-        path = exports.split_images_zip(ds, split)
+        path = downloads.split_images_zip(ds, split)
         if path is None:
             return _bad_request(f"split {split!r} of dataset {ds.key} has no images")
         return FileResponse(path.open("rb"), as_attachment=True, filename=f"{name}-{split}-images.zip",
@@ -364,7 +365,7 @@ def _figure_response(request: HttpRequest, name: str, fig: figures.Figure, f: fi
 
 
 def figure(request: HttpRequest, name: str) -> HttpResponse:
-    """A figure page (:data:`leaderboard.figures.FIGURES`) with its filters, permalink and
+    """A figure page (:data:`board.figures.FIGURES`) with its filters, permalink and
     data downloads (``?format=csv|json``)."""
     if name not in figures.FIGURES:
         raise Http404(f"no figure {name!r}")

@@ -1,13 +1,13 @@
 """Leaderboard aggregates: means over backbones, family distributions, critical difference.
 
-Shared by the pages (:mod:`leaderboard.views`) and the API (:mod:`qval_site.api`).  Every
+Shared by the pages (:mod:`board.views`) and the API (:mod:`qval_site.api`).  Every
 aggregate starts from the same rows: the leaderboard's finished submissions
-(:func:`leaderboard.exports.leaderboard_rows`) reduced by :func:`best_rows` to the best one
+(:func:`board.exports.leaderboard_rows`) reduced by :func:`best_rows` to the best one
 per method, dataset, backbone, split and target, so a method that submitted many times
 counts once per evaluation.  The statistics are :mod:`qval.compare`'s.
 
 What the pages and the API show of one :class:`Selection` (:func:`summary`, :func:`critical_difference_of`)
-is kept per results version (:func:`leaderboard.evaluations.derived`), as the board is: computed once per
+is kept per results version (:func:`board.evaluations.derived`), as the board is: computed once per
 process after a result changes, then read from memory.
 """
 

@@ -1,4 +1,4 @@
-"""The paper's figures as live Plotly figures over the evaluations (:mod:`leaderboard.evaluations`).
+"""The paper's figures as live Plotly figures over the evaluations (:mod:`board.evaluations`).
 
 Each figure is a :class:`Figure`: the table of numbers behind it (``rows``, what the
 *download the data* links and the figure API return) and the Plotly ``traces``/``layout``
@@ -7,7 +7,7 @@ row), ``means`` (summaries of the points) or ``guide`` (the diagonal), so a read
 count what is drawn.  Figures are plain dicts (no ``plotly.graph_objects`` validation), so
 building one is cheap.  Colours are the reference's family colours (:mod:`qval.families`).
 Plotly draws a subset of HTML in tick labels, legend names and hover text, so every name a user
-chose (method, backbone) goes into a trace through :func:`leaderboard.charts.plain`; the ``rows``
+chose (method, backbone) goes into a trace through :func:`board.charts.plain`; the ``rows``
 keep the names as they are.
 """
 
@@ -50,7 +50,7 @@ class Filters:
     by: str = "environment"
 
     def evaluation_filters(self) -> dict[str, str]:
-        """The filters :func:`leaderboard.evaluations.select` applies."""
+        """The filters :func:`board.evaluations.select` applies."""
         return {key: getattr(self, key) for key in FILTER_KEYS}
 
     def query(self) -> dict[str, str]:
@@ -61,7 +61,7 @@ class Filters:
 
 def read_filters(params: Mapping[str, str], **fixed: str) -> Filters:
     """The :class:`Filters` of query parameters (``fixed`` ones override them, e.g. the
-    method of a method page); a value outside its choices raises :class:`~leaderboard.aggregates.InvalidSelection`."""
+    method of a method page); a value outside its choices raises :class:`~board.aggregates.InvalidSelection`."""
     default = Filters()
     values = {key: (params.get(key) or getattr(default, key)) for key in vars(default)}
     values.update({k: v for k, v in fixed.items() if v})
@@ -340,7 +340,7 @@ FIGURES: dict[str, tuple[str, Builder]] = {
 def build(name: str, f: Filters) -> Figure:
     """Figure ``name`` over the evaluations selected by ``f`` (``KeyError`` for an unknown name).
 
-    Kept per process for the current evaluations (:func:`~leaderboard.evaluations.derived`), so a
+    Kept per process for the current evaluations (:func:`~board.evaluations.derived`), so a
     page asked for again costs only the check that nothing changed.
     """
     _, builder = FIGURES[name]

@@ -15,6 +15,6 @@ register = template.Library()
 
 @register.inclusion_tag("leaderboard/_boards_overview.html")
 def boards_overview() -> dict[str, Any]:
-    """The canonical boards (:func:`leaderboard.boards.canonical_boards`): hosted datasets, then the
+    """The canonical boards (:func:`board.boards.canonical_boards`): hosted datasets, then the
     QVal v1.0 published results."""
     return {**boards.canonical_boards(), "metric": metric_registry.get(boards.DEFAULT_METRIC)}
