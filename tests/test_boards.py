@@ -127,7 +127,7 @@ def test_published_results_have_boards_per_environment(client) -> None:  # type:
     from django.test.utils import CaptureQueriesContext
 
     from board import evaluations
-    from leaderboard.importing import import_results
+    from submissions.importing import import_results
 
     import_results(resamples=2)  # intervals, however rough
     page = client.get("/boards/").content.decode()

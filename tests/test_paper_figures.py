@@ -79,7 +79,7 @@ def _bars(fig: dict[str, Any]) -> dict[tuple[str, str], tuple[float, float, floa
 
 @pytest.mark.django_db
 def test_each_paper_figure_reproduces_the_paper_by_default(client) -> None:  # type: ignore[no-untyped-def]
-    from leaderboard.importing import import_results
+    from submissions.importing import import_results
 
     import_results(resamples=0)
 
@@ -137,7 +137,7 @@ def test_each_paper_figure_reproduces_the_paper_by_default(client) -> None:  # t
 
 @pytest.mark.django_db
 def test_the_filters_change_the_slice_and_sources_are_never_pooled(client) -> None:  # type: ignore[no-untyped-def]
-    from leaderboard.importing import import_results
+    from submissions.importing import import_results
 
     import_results(resamples=0)
     page, fig = _get(client, "/figures/paper/fig2/?target=v")

@@ -336,7 +336,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     from django.core.cache.utils import make_template_fragment_key
 
     from board import aggregates, evaluations
-    from leaderboard.importing import published_dataset
+    from submissions.importing import published_dataset
     from submissions.models import Result
 
     dataset = published_dataset("FrozenLake")
