@@ -209,22 +209,27 @@ def instances(env, tasks) -> set[str]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.timeout(1800)  # about 200 browser resets: 7-12 min on the loaded 2-core machine
 def test_miniwob_episodes_show_no_state_of_the_dataset(test_split_secret: str) -> None:
-    """Best-of-N's MiniWoB instances show no goal of the dataset's tasks, any split (enter-text-2 has only 100
-    goals: redrawn until none is a dataset goal), and every observation of an episode opens with its own goal, so
-    none is one of the dataset's (whose observations open with theirs)."""
+    """Best-of-N's MiniWoB instances show no goal of the dataset's secret test tasks (enter-text-2 has only 100
+    goals: redrawn until none is a dataset goal), and an observation opens with its goal, so none is one of the
+    dataset's.  Only the secret test positions are read back here (a browser reset each: the train and dev goals
+    are public, and :func:`qval.best_of_n.environment` itself checks every split); episodes are not played (a
+    restore is a reset and a replay per candidate: minutes per episode on 2 cores)."""
     env, spec = bon.environment("miniwob", test_split_secret)
     try:
         tasks = bon.episode_tasks(env)
         mine = instances(env, tasks)
-        shown = {step.observation for e in played(env, spec, "miniwob", 8, ("base",)) for step in e.steps}
+        env.reset(tasks[0])
+        first = env.observation()
     finally:
         env.close()
     scored, _ = scored_environment("miniwob", test_split_secret)
     try:
-        dataset = instances(scored, scored.tasks)
+        hidden = bon.episode_tasks(scored)  # the dataset's secret test positions
+        dataset = instances(scored, hidden)
     finally:
         scored.close()
-    assert len(tasks) == 32 and len(mine) > 16 and len(dataset) > 48
+    assert len(tasks) == len(hidden) == 32 and len(mine) > 16 and len(dataset) > 16
     assert not mine & dataset
-    assert shown and {o.partition("\n\n")[0] for o in shown} <= {f"Goal: {goal}" for goal in mine}
+    assert first.startswith("Goal: ") and first.partition("\n\n")[0][len("Goal: "):] in mine
