@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from leaderboard.models import BestOfNRun
+from best_of_n.models import BestOfNRun
 from learning import selectors as learning_selectors
 from qval import best_of_n as bon
 

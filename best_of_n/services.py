@@ -30,7 +30,8 @@ from django.utils import timezone
 
 from jobs import heartbeat
 from board.evaluations import evaluations
-from leaderboard.models import BestOfNEpisode, BestOfNRun, Dataset
+from best_of_n.models import BestOfNEpisode, BestOfNRun
+from leaderboard.models import Dataset
 from learning import selectors as learning_selectors
 from learning.models import TrainingRun
 from qval import best_of_n as bon

@@ -24,7 +24,7 @@ from celery.signals import celeryd_after_setup
 
 from jobs import heartbeat
 from leaderboard.building import reason_of
-from leaderboard.models import BestOfNRun
+from best_of_n.models import BestOfNRun
 
 from . import services as best_of_n
 

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from qval import best_of_n as bon
 from qval import metric_registry
 
-from leaderboard.models import BestOfNRun
+from best_of_n.models import BestOfNRun
 
 from . import charts
 from . import services as best_of_n

@@ -1,6 +1,6 @@
 """The heartbeat and the reaper of every long job: scoring a file, running a container, a baseline run
 (:class:`submissions.models.Submission`), a training run (:class:`learning.models.TrainingRun`) and a
-Best-of-N run (:class:`leaderboard.models.BestOfNRun`).
+Best-of-N run (:class:`best_of_n.models.BestOfNRun`).
 
 While a job runs, :func:`beating` stamps its row's ``heartbeat_at`` every ``QVAL_HEARTBEAT_S`` from a
 thread. A running job with no heartbeat for ``QVAL_HEARTBEAT_STALE_S`` lost its worker: the reaper of

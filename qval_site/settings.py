@@ -158,7 +158,7 @@ INSTALLED_APPS = [
     "workers",
     "qval_site",  # manage.py wait_ready
     "learning",
-    "best_of_n",  # the Best-of-N track (its models are still declared in leaderboard)
+    "best_of_n",  # the Best-of-N track: runs, episodes, pages
     "board",  # the boards, figures, aggregates and pages over the results (above submissions)
 ]
 

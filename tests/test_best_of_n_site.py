@@ -98,7 +98,7 @@ GOOD = {"environment": "frozenlake", "picker": "oracle", "backbone": "", "n": "4
 
 @pytest.mark.django_db
 def test_staff_queue_a_run_from_the_page(client, staff, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
 
     clear_queue("gpu")
     client.force_login(staff)
@@ -117,7 +117,7 @@ def test_staff_queue_a_run_from_the_page(client, staff, django_capture_on_commit
 
 @pytest.mark.django_db
 def test_only_staff_play(client, user) -> None:  # type: ignore[no-untyped-def]
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
 
     assert client.post("/best-of-n/", GOOD).status_code == 403  # anonymous
     client.force_login(user)
@@ -139,7 +139,7 @@ def test_only_staff_play(client, user) -> None:  # type: ignore[no-untyped-def]
 ])
 def test_invalid_run_input_names_the_field(client, staff, django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
                                            change, field, expected) -> None:
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
 
     clear_queue("gpu")
     client.force_login(staff)
@@ -156,7 +156,7 @@ def test_invalid_run_input_names_the_field(client, staff, django_capture_on_comm
 def test_a_killed_worker_resumes_its_run(transactional_db, data_dir: Path, test_split_secret: str) -> None:  # type: ignore[no-untyped-def]
     """SIGKILL the gpu worker mid-run; the restarted worker (same name) resumes at the next episode."""
     from best_of_n import services as best_of_n
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
     from best_of_n.tasks import play_best_of_n
 
     name = f"test-gpu-{os.getpid()}@%h"
@@ -347,7 +347,7 @@ def test_learned_pickers_are_points(client, staff, loaded, data_dir: Path, setti
     from django.core.management import call_command
 
     from best_of_n import services as best_of_n
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
     from learning import services
     from qval.learned import methods as lm
     from qval.learned.features import featuriser_from_spec

@@ -146,7 +146,7 @@ def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # t
 def test_a_lost_best_of_n_run_is_requeued_once_then_resumes_and_fails_the_second_time(  # type: ignore[no-untyped-def]
         db, settings, django_capture_on_commit_callbacks) -> None:
     from best_of_n import services as best_of_n
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
 
     run = best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3)
     assert best_of_n.start(run.pk, "first@vm") is not None
@@ -279,7 +279,7 @@ def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_an
 def test_a_best_of_n_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_and_played(  # type: ignore[no-untyped-def]
         db, settings, broker_down, django_capture_on_commit_callbacks) -> None:
     from best_of_n import services as best_of_n
-    from leaderboard.models import BestOfNRun
+    from best_of_n.models import BestOfNRun
     from best_of_n.tasks import play_best_of_n
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -269,11 +269,6 @@ def test_core_imports_no_django_and_no_app() -> None:
     assert not offending, "qval/ must stay free of Django and of the apps:\n" + "\n".join(offending)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known, issue 21: BestOfNRun (declared in leaderboard) points at learning.TrainingRun, which points at "
-    "leaderboard.Dataset, and both directions are in applied migrations (leaderboard/0008 -> learning/0002 -> "
-    "leaderboard/0002); it goes when the Best-of-N models move to the best_of_n app (SeparateDatabaseAndState, "
-    "tables kept) and the old leaderboard migrations are squashed. strict: the day it passes, drop this mark."))
 def test_no_cycle_between_apps_in_migrations() -> None:
     from django.db.migrations.loader import MigrationLoader
 

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('leaderboard', '0002_dataset_build'),
+        ('leaderboard', '0001_initial'),
         ('submissions', '0003_container_token_usage'),
     ]
 

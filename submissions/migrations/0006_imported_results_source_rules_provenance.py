@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leaderboard', '0004_method_families_and_hosted_datasets'),
+        ('leaderboard', '0001_initial'),
         ('submissions', '0005_submission_predictions'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
