@@ -99,13 +99,13 @@ def version() -> tuple[str, int]:
     return row if row is not None else ("", 0)
 
 
-def _on_board():  # type: ignore[no-untyped-def]
-    """The finished submissions the board shows: on a hidden split's ladder
-    (:mod:`submissions.ladder`) only each scope's current best, never one that did not climb nor
-    one a later climb replaced."""
+def on_board():  # type: ignore[no-untyped-def]
+    """The finished submissions the board shows: public ones only (a private row is its owner's), and on a
+    hidden split's ladder (:mod:`submissions.ladder`) only each scope's current best, never one that did not
+    climb nor one a later climb replaced."""
     from submissions.models import Submission
 
-    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED)
+    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED, public=True)
     replaced = finished.filter(ladder_climbed=True).exclude(ladder_against=None).values("ladder_against")
     return finished.exclude(ladder_climbed=False).exclude(pk__in=replaced)
 
@@ -114,7 +114,7 @@ def _load() -> list[Evaluation]:
     from submissions.models import Result
 
     subs = (
-        _on_board()
+        on_board()
         .order_by("id")
         .values_list(
             "id", "method__name", "method__family", "dataset__environment__name", "dataset__environment__slug",
@@ -124,7 +124,7 @@ def _load() -> list[Evaluation]:
     )
     scores: dict[int, dict[str, Score]] = {}
     names = [m.name for m in metric_registry.METRICS]
-    results = Result.objects.filter(submission__in=_on_board(), metric__in=names).values_list(
+    results = Result.objects.filter(submission__in=on_board(), metric__in=names).values_list(
         "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std"
     )
     for sid, metric, value, p_value, num_points, ci, std in results:

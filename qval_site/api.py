@@ -43,6 +43,7 @@ from submissions.selectors import visible_to
 from submissions.serializers import submission_payload
 from submissions.uploads import too_large
 from submissions.services import (
+    MethodCard,
     SubmissionRejected,
     SubmissionRequest,
     container_requests,
@@ -133,6 +134,12 @@ class SubmissionUpload(serializers.Serializer):
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
+    public = serializers.BooleanField(required=False, default=True,
+                                      help_text="false: the row is its owner's only (no board, figure or permalink)")
+    description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
+    paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
+    code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
+    open_weights = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="method card")
 
 
 class ContainerUpload(serializers.Serializer):
@@ -148,6 +155,19 @@ class ContainerUpload(serializers.Serializer):
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
+    public = serializers.BooleanField(required=False, default=True,
+                                      help_text="false: the row is its owner's only (no board, figure or permalink)")
+    description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
+    paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
+    code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
+    open_weights = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="method card")
+
+
+def card_of(data: dict[str, Any]) -> MethodCard:
+    """The method card of an upload's validated fields."""
+    return MethodCard(public=data.get("public", True), description=data.get("description", ""),
+                      paper_url=data.get("paper_url", ""), code_url=data.get("code_url", ""),
+                      open_weights=data.get("open_weights"))
 
 
 class SubmissionCreate(APIView):
@@ -181,6 +201,7 @@ class SubmissionCreate(APIView):
             method_name=data["method_name"],
             backbone=data.get("backbone", ""),
             modality=data.get("modality", "text"),
+            card=card_of(data),
         )
         try:
             sub = create_submission(request.user, req, data["file"])
@@ -196,7 +217,7 @@ class SubmissionCreate(APIView):
         try:
             reqs = container_requests(data["dataset"], data["split"], target=data["target"],
                                       method_name=data["method_name"], backbone=data.get("backbone", ""),
-                                      modality=data.get("modality", "text"))
+                                      modality=data.get("modality", "text"), card=card_of(data))
             subs = create_container_submissions(request.user, reqs, data["file"])
         except SubmissionRejected as exc:
             return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)

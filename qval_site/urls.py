@@ -6,7 +6,7 @@ from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
 from best_of_n import views as bon_views
-from board import boards, paper_figures
+from board import boards, paper_figures, results
 from board import views as lb
 from learning import views as lv
 from submissions import views as sv
@@ -33,6 +33,7 @@ urlpatterns = [
     path("methods/<name:name>/", lb.method_detail, name="method"),
     path("environments/<str:slug>/", lb.environment_detail, name="environment"),
     path("compare/", sv.compare, name="compare"),
+    path("results/<int:pk>/", results.result_page, name="result"),
     path("learned/", lv.run_list, name="learned"),
     path("learned/<int:pk>/", lv.run_detail, name="learned-run"),
     path("best-of-n/", bon_views.alignment, name="best-of-n"),

@@ -98,6 +98,14 @@ class Submission(models.Model):
     method = models.ForeignKey(Method, on_delete=models.PROTECT, null=True, blank=True, related_name="submissions")
     backbone = models.ForeignKey(Backbone, on_delete=models.PROTECT, null=True, blank=True, related_name="submissions")
     modality = models.CharField(max_length=8, choices=MODALITY_CHOICES, default="text")
+    # The method card and the submitter's choice of who sees the row (a private one: its owner only).
+    public = models.BooleanField(
+        default=True, help_text="Shown on the public boards, figures and its permalink; private: to its owner only.")
+    description = models.TextField(blank=True, help_text="Method card: what the method is, in a few sentences.")
+    paper_url = models.URLField(max_length=300, blank=True, help_text="Method card: the paper (optional).")
+    code_url = models.URLField(max_length=300, blank=True, help_text="Method card: the code (optional).")
+    open_weights = models.BooleanField(
+        null=True, blank=True, help_text="Method card: whether the backbone's weights are open (null: not said).")
     filename = models.CharField(max_length=255)
     file = models.FileField(upload_to="submissions/%Y/%m/", blank=True)
     file_format = models.CharField(max_length=20, blank=True)

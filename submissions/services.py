@@ -20,13 +20,15 @@ import logging
 import os
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
+from django.core.validators import URLValidator
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -54,8 +56,48 @@ class SubmissionRejected(ValueError):
 
 
 @dataclass(frozen=True)
+class MethodCard:
+    """What a row tells about its method (its name is the request's ``method_name``) and who sees it:
+    ``public`` rows are on the boards and figures and have an anonymous permalink; private ones are
+    their owner's only."""
+
+    public: bool = True
+    description: str = ""
+    paper_url: str = ""
+    code_url: str = ""
+    open_weights: bool | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The :class:`~submissions.models.Submission` fields it fills."""
+        return {"public": self.public, "description": self.description.strip(), "paper_url": self.paper_url.strip(),
+                "code_url": self.code_url.strip(), "open_weights": self.open_weights}
+
+
+CARD_DESCRIPTION_MAX = 5000
+"""The longest method-card description, in characters."""
+
+
+def check_card(card: MethodCard) -> None:
+    """Refuse (:class:`SubmissionRejected`) a description over :data:`CARD_DESCRIPTION_MAX` characters or a
+    paper/code URL that is not an ``http(s)`` address of at most 300 characters."""
+    if len(card.description) > CARD_DESCRIPTION_MAX:
+        raise SubmissionRejected(
+            "description", f"description is {len(card.description)} characters; the limit is {CARD_DESCRIPTION_MAX}")
+    for name in ("paper_url", "code_url"):
+        url = getattr(card, name).strip()
+        if not url:
+            continue
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            raise SubmissionRejected(name, f"{name} {url[:80]!r} is not an http(s) address") from None
+        if len(url) > 300:
+            raise SubmissionRejected(name, f"{name} is {len(url)} characters long; the limit is 300")
+
+
+@dataclass(frozen=True)
 class SubmissionRequest:
-    """What a user asks to have scored."""
+    """What a user asks to have scored, with its method card."""
 
     dataset: str
     split: str
@@ -63,6 +105,7 @@ class SubmissionRequest:
     method_name: str
     backbone: str = ""
     modality: str = "text"
+    card: MethodCard = field(default_factory=MethodCard)
 
 
 def resolve_dataset(key: str) -> Dataset:
@@ -200,6 +243,7 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
             "link we emailed you at sign-up (or add an address under /accounts/email/); the dev split needs no "
             "verification", status=403)
     check_method_name(req.method_name)
+    check_card(req.card)
     if req.split == "test" and (newer := dataset.superseded_test_split()) is not None:
         raise SubmissionRejected(
             "split",
@@ -241,6 +285,7 @@ def _received_submission(user, req: SubmissionRequest, dataset: Dataset, upload:
         method_name=req.method_name.strip(),
         backbone_name=req.backbone.strip(),
         modality=req.modality,
+        **req.card.fields(),
         filename=(upload.name or "upload")[:255],
         size_bytes=upload.size or 0,
         deadline=timezone.now() + timedelta(seconds=settings.QVAL_RECEIVED_S),

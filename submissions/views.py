@@ -33,6 +33,7 @@ def upload(request: HttpRequest) -> HttpResponse:
             method_name=data["method_name"],
             backbone=data["backbone"],
             modality=data["modality"],
+            card=form.card(),
         )
         try:
             if data["kind"] == Submission.KIND_CONTAINER:

@@ -1,0 +1,73 @@
+"""Public result pages: one permalink per result on a public board (``/results/<id>/``).
+
+A result has a page when it is on the boards (:func:`board.evaluations.on_board`: finished, public, rankable,
+its account's ladder best) and on a hidden split: a dev result is its submitter's own self-check and stays on
+*My submissions*. Anyone, signed in or not, may read it. The page shows only what the board discloses --
+the stored (disclosed) aggregates of the registry's metrics, never predictions or per-state numbers -- with
+the method card, the submitter's name, the date, the source and, for imported rows, their provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from qval import metric_registry
+from qval.schema import PUBLIC_SPLITS
+from submissions.models import Result, Submission
+
+from .boards import AUTHORS, REPORTED, RESCORED, SELF_REPORTED, SOURCES, VERIFIED, Slice
+from .evaluations import on_board
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    """One metric of a result page: its registry label and the disclosed numbers."""
+
+    label: str
+    short: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    num_points: int
+    precision: int
+
+
+def public_results() -> QuerySet[Submission]:
+    """The submissions that have a public result page."""
+    return on_board().exclude(split__in=sorted(PUBLIC_SPLITS))
+
+
+def result_lines(sub: Submission) -> list[ResultLine]:
+    """The registry's metrics stored for ``sub``, in the registry's order."""
+    stored = {r.metric: r for r in Result.objects.filter(submission=sub)}
+    lines = []
+    for spec in metric_registry.METRICS:
+        r = stored.get(spec.name)
+        if r is None:
+            continue
+        ci = r.details.get("ci95") if isinstance(r.details, dict) else None
+        low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
+        lines.append(ResultLine(spec.label, spec.short, r.value, low, high, r.num_points, spec.precision))
+    return lines
+
+
+def result_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """The permalink of one public test result (404 for any other submission, whoever asks)."""
+    sub = get_object_or_404(public_results().select_related("dataset__environment", "method", "backbone", "user"), pk=pk)
+    own = request.user.is_authenticated and sub.user_id == request.user.pk
+    if sub.source in Submission.IMPORTED_SOURCES:
+        source = REPORTED if sub.source == Submission.SOURCE_REPORTED else RESCORED
+    else:
+        source = VERIFIED if Submission.objects.filter(Submission.platform_run(), pk=sub.pk).exists() else SELF_REPORTED
+    context = {
+        "sub": sub, "lines": result_lines(sub), "own": own,
+        "submitter": sub.user.get_username() if sub.user else AUTHORS,
+        "source": SOURCES[source], "baseline": sub.source == Submission.SOURCE_BASELINE,
+        "board_key": Slice(sub.dataset.key, sub.target, sub.modality).key,
+        "comparable": own or sub.source != Submission.SOURCE_USER,  # submissions.comparison's public rows
+    }
+    return render(request, "leaderboard/result.html", context)
