@@ -6,7 +6,7 @@ from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
 from best_of_n import views as bon_views
-from board import boards, paper_figures, results
+from board import boards, paper_figures, results, tables
 from board import views as lb
 from learning import views as lv
 from submissions import views as sv
@@ -26,6 +26,8 @@ urlpatterns = [
     path("leaderboard/", lb.board, name="leaderboard"),
     path("boards/", boards.board_list, name="boards"),
     path("boards/<str:key>/", boards.board_detail, name="board"),
+    path("tables/", tables.table_index, name="tables"),
+    path("tables/<str:family>/", tables.table_page, name="table"),
     path("leaderboard/aggregate/", lb.aggregate, name="aggregate"),
     path("leaderboard/critical-difference/", lb.critical_difference, name="critical-difference"),
     path("figures/paper/<str:name>/", paper_figures.paper_figure, name="paper-figure"),
