@@ -369,7 +369,10 @@ def score_evaluation(ev: RescoredEvaluation, *, bootstrap_resamples: int = 1000,
 
     Points are ``p0, p1, …`` in the file's order; a predictor with ``n`` values is scored on
     the first ``n`` labels (the reference's prefix alignment), so the rest count as not
-    provided.  Sampled predictors are scored as a file with a ``sample`` column.  The
+    provided.  Sampled predictors (the paper's ``codegen``) are scored as a file with a ``sample`` column, and
+    each metric's value is the mean of the per-sample values (:func:`qval.scoring.mean_of_samples`, the paper's
+    ``codegen`` rule); the correlation of their mean prediction is the paper's ``codegen-avg``, whose own row
+    comes from the authors' stored mean predictions (so ties fall as in the reference).  The
     ranking row is :func:`qval.metrics.ranking_summary` of the stored per-state values
     (the files hold no per-candidate scores) with a state bootstrap.
     """
@@ -378,8 +381,9 @@ def score_evaluation(ev: RescoredEvaluation, *, bootstrap_resamples: int = 1000,
     found = _point_predictions(ev)
     if found is not None:
         ids, scores, samples = found
-        rows.extend(scoring.score(_truth(ev.labels), ids, scores, samples=samples,
-                                  bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules))
+        scored = scoring.score(_truth(ev.labels), ids, scores, samples=samples,
+                               bootstrap_resamples=bootstrap_resamples, seed=seed, rules=rules)
+        rows.extend(scoring.mean_of_samples(scored) if samples is not None else scored)
     if ev.per_state is not None:
         summary = metrics.ranking_summary(list(ev.per_state), rules)
         details: dict[str, Any] = {"std": summary.std, "num_valid": summary.num_valid,

@@ -276,7 +276,7 @@ def score_samples(
     for row in rows:
         agg = metrics.aggregate(per_sample[row.metric], rules)
         row.details["samples"] = {
-            "aggregation": "mean_prediction",
+            "aggregation": MEAN_PREDICTION,
             "num_samples": len(numbers),
             "sample_numbers": numbers,
             "values": per_sample[row.metric],
@@ -295,6 +295,33 @@ def score_samples(
     ))
     return rows
 
+
+MEAN_OF_SAMPLES = "mean_of_samples"
+"""The paper's ``codegen`` rule for a sampled predictor: a metric's value is the mean of its per-sample values."""
+MEAN_PREDICTION = "mean_prediction"
+"""The ``codegen-avg`` rule: a metric's value is computed on the per-id mean prediction (:func:`score_samples`)."""
+
+
+def mean_of_samples(rows: Sequence[MetricRow]) -> list[MetricRow]:
+    """``rows`` of :func:`score_samples` under the paper's ``codegen`` rule: each pointwise row that holds per-sample
+    values takes their mean (the reference's ``aggregate_correlations.<metric>.mean``) as its value, their sample
+    std as ``details["std"]``, no p-value and no interval; what the mean prediction gave moves to
+    ``details["mean_prediction"]`` (``value``, ``p_value``, ``ci95``).  Other rows are returned as they are."""
+    out = []
+    for row in rows:
+        samples = row.details.get("samples")
+        if not samples or "aggregate" not in samples:
+            out.append(row)
+            continue
+        details = {k: v for k, v in row.details.items() if k != "ci95"}
+        details["mean_prediction"] = {"value": row.value, "p_value": row.p_value, "ci95": row.details.get("ci95")}
+        details["samples"] = {**samples, "aggregation": MEAN_OF_SAMPLES}
+        agg = samples["aggregate"]
+        details["std"] = agg["std"]
+        out.append(MetricRow(metric=row.metric, value=agg["mean"], p_value=None, num_points=row.num_points,
+                             num_dropped=row.num_dropped, coverage=row.coverage, insufficient=agg["mean"] is None,
+                             details=details))
+    return out
 
 def _mean_prediction(
     truth: Truth, scores: np.ndarray, samples: np.ndarray, codes: np.ndarray

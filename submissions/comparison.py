@@ -47,7 +47,7 @@ from qval import predictions as qpred
 from qval.compare import paired_bootstraps
 from qval.metrics import POINT_METRICS, REFERENCE_RULES
 from qval.schema import PUBLIC_SPLITS
-from qval.scoring import WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
+from qval.scoring import MEAN_OF_SAMPLES, WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
 
 from .models import Submission
 
@@ -286,6 +286,11 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
         return result
 
 
+def _mean_of_samples(sub: Submission) -> bool:
+    """Whether ``sub``'s stored values follow the paper's codegen rule (:func:`qval.scoring.mean_of_samples`)."""
+    return sub.results.filter(details__samples__aggregation=MEAN_OF_SAMPLES).exists()
+
+
 def _computed(a: Submission, b: Submission) -> dict[str, Any]:
     """The comparison :func:`compare` caches."""
     resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
@@ -315,9 +320,13 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
                 "insufficient": pc.insufficient,
             }
         )
+    notes = [f"{side} (submission {sub.pk}) has several samples per point and is shown as the mean of its "
+             "per-sample values (the paper's codegen rule); it is compared here on its mean prediction (codegen-avg's)"
+             for side, sub in (("A", a), ("B", b)) if _mean_of_samples(sub)]
     return {
         "a": _summary(a),
         "b": _summary(b),
+        "notes": notes,
         "dataset": a.dataset.key,
         "split": a.split,
         "target": a.target,

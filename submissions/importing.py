@@ -27,9 +27,10 @@ from qval import families, metrics, published
 from .models import Result, Submission
 
 DATASET_VERSION = "1.0"
-RESCORED_LAYOUT = 2
+RESCORED_LAYOUT = 3
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
-older layout are rewritten (2: the row keeps its predictions file)."""
+older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
+mean of its per-sample values, the paper's ``codegen`` rule)."""
 ENVIRONMENT_INFO = {
     "FrozenLake": "Gymnasium FrozenLake 8×8.",
     "ALFWorld": "Text household tasks (ALFWorld).",

@@ -77,6 +77,9 @@ def test_rescoring_with_the_reference_rules_reproduces_every_stored_number(refer
                             assert _close(value, sample["correlations"][metric]["correlation"]), entry_path
                             checked += 1
                         ours = samples["aggregate"]
+                        # the paper's codegen rule: the row's value is the mean of the per-sample values
+                        assert _close(rows[metric].value, agg["mean"]) and rows[metric].p_value is None, entry_path
+                        assert samples["aggregation"] == scoring.MEAN_OF_SAMPLES and "ci95" not in rows[metric].details
                         for key in ("mean", "std", "min", "max", "median"):
                             assert _close(ours[key], agg[key]), (entry_path, metric, key)
                         assert (ours["num_samples"], ours["num_nan"]) == (agg["num_samples"], agg["num_nan"])
@@ -112,6 +115,8 @@ def test_predictions_files_and_truth_give_the_scored_numbers() -> None:
             assert (preds.samples is None) == (ev.samples is None)
             got = scoring.score(truth, preds.ids, preds.scores, samples=preds.samples, bootstrap_resamples=0,
                                 rules=metrics.REFERENCE_RULES)
+            if preds.samples is not None:  # a sampled predictor: the paper's codegen rule
+                got = scoring.mean_of_samples(got)
             want = [r for r in published.score_evaluation(ev, bootstrap_resamples=0) if r.metric != "ranking_spearman"]
             assert [(r.metric, r.value, r.num_points, r.coverage) for r in got] == \
                    [(r.metric, r.value, r.num_points, r.coverage) for r in want], ev.key
@@ -199,16 +204,22 @@ def test_rescored_rows_are_compared_on_their_published_predictions(client, setti
         return resp.json()
 
     direct, gvl, sampled = row("alfworld", "direct-single"), row("alfworld", "gvl"), row("alfworld", "codegen")
+
+    def compared_value(r: Any) -> float:  # a sampled row is compared on its mean prediction (codegen-avg's rule)
+        return r.details["mean_prediction"]["value"] if "mean_prediction" in r.details else r.value
+
     for a, b in ((direct, gvl), (sampled, direct)):  # both score all 100 points (codegen: 3 samples, their mean)
         got = compare(a, b)
         assert (got["dataset"], got["target"], got["rules"]) == ("qval-v1.0-alfworld@1.0", "q", "qval-v1.0")
+        assert len(got["notes"]) == (a == sampled) and (a != sampled or "codegen rule" in got["notes"][0])
         sa, sb = stored(a), stored(b)
         assert {m["metric"] for m in got["metrics"]} <= set(sa)
         for m in got["metrics"]:
             ra, rb = sa[m["metric"]], sb[m["metric"]]
             assert m["num_points"] == ra.num_points == rb.num_points == 100, m
-            assert m["rho_a"] == pytest.approx(ra.value, abs=1e-12) and m["rho_b"] == pytest.approx(rb.value, abs=1e-12)
-            assert m["difference"] == pytest.approx(ra.value - rb.value, abs=1e-12)
+            assert m["rho_a"] == pytest.approx(compared_value(ra), abs=1e-12)
+            assert m["rho_b"] == pytest.approx(compared_value(rb), abs=1e-12)
+            assert m["difference"] == pytest.approx(compared_value(ra) - compared_value(rb), abs=1e-12)
             assert m["resamples"] == 200 and m["p_value"] is not None and m["ci95"][0] < m["ci95"][1]
     swapped = compare(gvl, direct)
     assert [m["difference"] for m in swapped["metrics"]] == pytest.approx(
