@@ -76,7 +76,8 @@ class InvalidRun(bon.BestOfNError):
 
 def picker_choices() -> list[tuple[str, str]]:
     """Every picker :func:`create_run` accepts (the built-in ones, the reference policy, each registered
-    method) with a label saying which need a backbone."""
+    method) with a label saying which need a backbone.  A registered method named like a built-in picker
+    (the reference method ``random``) is that picker here: :func:`create_run` resolves the name to it."""
     from qval.methods.registry import all_methods
 
     def label(m: Any) -> str:
@@ -84,7 +85,8 @@ def picker_choices() -> list[tuple[str, str]]:
             return f"{m.name} (a finished training run's model)"
         return m.name if m.needs == "none" else f"{m.name} (needs a backbone)"
 
-    return [(p, p) for p in (*bon.BUILTIN_PICKERS, bon.REFERENCE)] + [(m.name, label(m)) for m in all_methods()]
+    builtin = (*bon.BUILTIN_PICKERS, bon.REFERENCE)
+    return [(p, p) for p in builtin] + [(m.name, label(m)) for m in all_methods() if m.name not in builtin]
 
 
 def _training_run(picker: str, dataset_slug: str, training_run: int | None) -> TrainingRun | None:

@@ -4,7 +4,8 @@ paper belong to each.
 Names, order and colours are the reference's (Okabe–Ito palette, colour-blind safe).  A
 family is stored by its slug (:attr:`Family.slug`) and shown by its name.  The site adds
 :data:`LEARNED` (value functions it trains itself, :mod:`qval.learned`); methods of our users that
-fit none of these are ``other``.  Nothing here knows about Django.
+fit none of these, and the site's reference methods (:mod:`qval.methods.reference`), are
+``other``.  Nothing here knows about Django.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ LEARNED: Family = Family("learned", "Learned", "#F0E442", ("best-of-q", "qlass",
 the reference's seven, so it comes after them (Okabe–Ito yellow)."""
 
 OTHER: Family = Family("other", "Other", "#000000", ())
-"""Methods outside the seven families."""
+"""Methods outside the seven families (users' methods and the reference methods)."""
 
 ALL: tuple[Family, ...] = (*FAMILIES, LEARNED, OTHER)
 """Every family a method on this site can have, in display order."""
@@ -48,8 +49,9 @@ _BY_SLUG: dict[str, Family] = {f.slug: f for f in ALL}
 _BY_NAME: dict[str, Family] = {f.name: f for f in ALL}
 _BY_METHOD: dict[str, Family] = {m: f for f in ALL for m in f.methods}
 
-FAMILY_SLUGS: frozenset[str] = frozenset(f.slug for f in (*FAMILIES, LEARNED))
-"""Slugs a built-in method may declare (:func:`qval.methods.registry.method`)."""
+FAMILY_SLUGS: frozenset[str] = frozenset(f.slug for f in ALL)
+"""Slugs a built-in method may declare (:func:`qval.methods.registry.method`): ``other`` is the reference
+methods' (:mod:`qval.methods.reference`)."""
 
 CHOICES: list[tuple[str, str]] = [(f.slug, f.name) for f in ALL]
 """``(slug, name)`` pairs, e.g. for a Django ``choices``."""

@@ -2,7 +2,7 @@
 # `make up`: install, pick the database and broker, migrate, load the bundled datasets and
 # start the web server, the Celery workers (scoring, gpu, datasets) and Celery beat in the background on
 # http://127.0.0.1:8000; then queue builds of the ALFWorld and MiniWoB datasets when they are not
-# loaded yet (FrozenLake, a few seconds, is built inline).
+# loaded yet (FrozenLake, a few seconds, is built inline) and the reference rows of the loaded ones.
 #
 # Without DATABASE_URL: the local PostgreSQL and Redis on loopback (started if installed
 # but down). Where neither is available: an embedded SQLite file and an in-process worker.
@@ -52,6 +52,9 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   echo $! > var/run/datasets-worker.pid
   $PY manage.py build_dataset alfworld alfworld-all-types miniwob --queue --if-missing --workers-stopped
 fi
+# Reference rows (random, constant, step index; FrozenLake's goal distance) on every loaded hosted dataset's
+# test split, queued on gpu (idempotent). A dataset still building queues its own when its build finishes.
+$PY manage.py seed_reference_rows
 nohup .venv/bin/gunicorn qval_site.wsgi -b 127.0.0.1:8000 -w 2 --timeout 120 \
   > var/log/web.log 2>&1 &
 echo $! > var/run/web.pid

@@ -32,7 +32,7 @@ import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -88,7 +88,10 @@ def _target_for(spec: MethodSpec, target: str) -> str:
 
 
 def check_backbone(spec: MethodSpec, backbone: str) -> None:
-    """Refuse a backbone the method cannot use: LLM methods take a ``QVAL_BACKBONES`` name."""
+    """Refuse a backbone the method cannot use: LLM methods take a ``QVAL_BACKBONES`` name, a method that needs
+    none (``needs="none"``) takes any or none."""
+    if spec.needs == "none":
+        return
     if not backbone.strip():
         raise SubmissionRejected("backbone", f"{spec.name} needs a backbone ({spec.needs})")
     if spec.needs in LLM_NEEDS and backbone not in settings.QVAL_BACKBONES:
@@ -132,6 +135,43 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
     return sub
 
 
+REFERENCE_SPLIT = "test"
+"""The split the reference rows are run on: the one the boards rank."""
+REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
+
+
+def queue_reference_rows(datasets: Iterable[Dataset] | None = None) -> list[Submission]:
+    """Queue the reference rows: a baseline run of every reference method (:mod:`qval.methods.reference`) that
+    applies to the dataset's environment, on its test split, for each of :data:`REFERENCE_TARGETS`; return the
+    runs queued.
+
+    ``datasets``: the hosted datasets to seed (default: the newest version of each hosted dataset).  A dataset
+    without a test split is skipped, and so is a (method, target) that already has a baseline run on it that did
+    not fail: calling this again queues nothing new, and a failed run is queued again.  The dataset's row is
+    locked meanwhile, so two callers (``make up`` and a build finishing) never queue the same run twice.
+    """
+    from qval.methods.reference import methods_for
+
+    if datasets is None:
+        newest: dict[str, Dataset] = {}
+        for ds in Dataset.objects.filter(hosted=True).order_by("slug", "-created_at"):
+            newest.setdefault(ds.slug, ds)
+        datasets = newest.values()
+    queued: list[Submission] = []
+    for ds in datasets:
+        if not ds.hosted or not ds.states.filter(split=REFERENCE_SPLIT).exists():
+            continue
+        with transaction.atomic():
+            Dataset.objects.select_for_update().get(pk=ds.pk)
+            existing = set(Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT)
+                           .exclude(state=Submission.FAILED).values_list("method_name", "target"))
+            for name in methods_for(ds.environment.slug):
+                for target in REFERENCE_TARGETS:
+                    if (name, target) not in existing:
+                        queued.append(launch_baseline(BaselineRequest(name, "", ds.key, REFERENCE_SPLIT, target)))
+    return queued
+
+
 # -- running -----------------------------------------------------------------------------
 @contextmanager
 def served_backbone(name: str, spec: MethodSpec, vllm: Any) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -140,7 +180,7 @@ def served_backbone(name: str, spec: MethodSpec, vllm: Any) -> Iterator[tuple[st
     ``vllm``: the worker's :class:`qval.vllm.VLLMManager` (kind ``vllm`` entries).
     """
     if spec.needs not in LLM_NEEDS:
-        yield name, {}, {"backbone": name, "backbone_kind": "encoder"}
+        yield name, {}, {"backbone": name, "backbone_kind": "none" if spec.needs == "none" else "encoder"}
         return
     from qval.methods.llm import checkpoint_identity
     from qval.vllm import ServeSpec

@@ -5,7 +5,9 @@
   :class:`~leaderboard.models.DatasetBuild` goes ``queued`` → ``running`` (stage, done/total
   saved at most once a second and at every stage's start and end) → ``finished`` with the loaded
   dataset's key and fingerprint, or ``failed`` with the reason.  The builder checkpoints into a
-  stable work folder, so a build queued again after an interruption resumes.
+  stable work folder, so a build queued again after an interruption resumes.  A build that loaded
+  its dataset then queues the dataset's reference rows (:func:`submissions.baselines.queue_reference_rows`):
+  a dataset that ``make up`` left building gets them once it is ready.
 * ``reap_stalled_builds`` (sent every minute by Celery beat) fails running builds without
   progress for ``QVAL_BUILD_STALL_S`` (their worker died) and queued ones never started.
 * When a worker consuming ``datasets`` starts, the builds it was running when it died are failed
@@ -24,6 +26,7 @@ from celery.signals import celeryd_after_setup
 
 from leaderboard import building
 from leaderboard.models import DatasetBuild
+from submissions.baselines import queue_reference_rows
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,13 @@ def build_dataset(self, build_id: int) -> str:  # type: ignore[no-untyped-def]
     building.finish(b.pk, built)
     log.info("dataset build %s: %s %s at %s", b.pk, "loaded" if built.created else "already had",
              built.dataset.manifest.key, built.path)
+    if built.loaded is not None:
+        try:
+            queued = queue_reference_rows([built.loaded])
+        except Exception:  # noqa: BLE001 - the build is done; `manage.py seed_reference_rows` queues them later
+            log.exception("dataset build %s: queueing the reference rows of %s failed", b.pk, built.loaded.key)
+        else:
+            log.info("dataset build %s: %d reference run(s) queued on %s", b.pk, len(queued), built.loaded.key)
     return DatasetBuild.FINISHED
 
 

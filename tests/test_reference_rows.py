@@ -1,0 +1,164 @@
+"""Reference rows: the reference methods (``qval/methods/reference.py``) on FrozenLake, ``manage.py
+seed_reference_rows`` (idempotent), their runs on the board with the *baseline* badge and source *verified*,
+and a dataset build that queues its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from scipy.stats import spearmanr
+
+from qval import build, schema
+from qval.methods.reference import NAMES, goal_distance, methods_for, uniform
+from qval.methods.registry import MethodError, get_method
+from qval.methods.run import run_method
+from qval.scoring import Truth, score
+
+LEGEND = "FrozenLake: you are @. Reach the goal G without falling into a hole H (S start, F frozen ice)."
+
+
+def spearman_on(ds: schema.Dataset, split: str, target: str, scores: dict[str, float]) -> float:
+    labels = ds.labels_for(target)
+    ids = ds.point_ids(split, target)
+    return float(spearmanr([scores[i] for i in ids], [labels[i] for i in ids])[0])
+
+
+def test_the_reference_methods_are_registered_without_a_model_in_family_other() -> None:
+    for name in NAMES:
+        spec = get_method(name)
+        assert (spec.family, spec.needs, spec.modality) == ("other", "none", "text")
+        assert spec.supports("q") and spec.supports("v")
+    assert methods_for("frozenlake") == ("random", "constant", "step-index", "goal-distance")
+    assert methods_for("alfworld") == methods_for("miniwob") == ("random", "constant", "step-index")
+    assert "distance heuristic" in get_method("goal-distance").description
+    assert "not negated" in get_method("step-index").description
+
+
+def test_the_best_of_n_pickers_name_random_once() -> None:
+    from best_of_n.services import picker_choices
+
+    values = [value for value, _ in picker_choices()]
+    assert len(values) == len(set(values)) and {"random", "goal-distance", "step-index"} <= set(values)
+
+
+def test_goal_distance_reads_the_map_and_the_cell_under_the_agent() -> None:
+    def obs(*rows: str) -> str:
+        return "\n".join([LEGEND, *rows])
+
+    state = obs("S@FF", "FHFH", "FFFH", "HFFG")
+    assert goal_distance(state) == -5.0  # (0,1) → (3,3): 3 down, 2 right, around the hole at (1,1)
+    assert goal_distance(obs("SF@F", "FHFH", "FFFH", "HFFG"), before=state) == -4.0
+    assert goal_distance(obs("SFFF", "F@FH", "FFFH", "HFFG"), before=state) == -16.0  # into the hole: below all
+    assert goal_distance(state, before=state) == -5.0  # a move into the edge: the agent stays on ice
+    near = obs("SFFF", "FHFH", "FFFH", "HF@G")
+    assert goal_distance(obs("SFFF", "FHFH", "FFFH", "HFF@"), before=near) == 0.0  # onto the goal
+    assert goal_distance(obs("SFFF", "FHFH", "FFFH", "HFF@")) == 0.0  # no G left: the agent stands on it
+    with pytest.raises(MethodError, match="not a FrozenLake observation"):
+        goal_distance("You are in the middle of a room.")
+
+
+def test_reference_methods_on_frozenlake(frozenlake: schema.Dataset) -> None:
+    dev = frozenlake.states_in("dev")
+    for target in ("q", "v"):
+        distance = run_method("goal-distance", frozenlake, "dev", target, "")
+        assert distance.num_nan == 0 and spearman_on(frozenlake, "dev", target, distance.scores) > 0.9
+        steps = run_method("step-index", frozenlake, "dev", target, "")
+        assert spearman_on(frozenlake, "dev", target, steps.scores) > 0.5
+        assert sorted(set(steps.scores.values())) == sorted({float(s.step) for s in dev})
+    # Target Q scores every candidate of goal-distance and random (their ranking metrics), one point otherwise.
+    candidates = sum(len(s.candidates) for s in dev)
+    assert len(run_method("goal-distance", frozenlake, "dev", "q", "").scores) == candidates
+    assert len(run_method("step-index", frozenlake, "dev", "q", "").scores) == len(dev)
+
+    first = run_method("random", frozenlake, "dev", "q", "", seed=3).scores
+    assert run_method("random", frozenlake, "dev", "q", "", seed=3).scores == first  # seeded
+    assert run_method("random", frozenlake, "dev", "q", "", seed=4).scores != first
+    assert all(0.0 <= v < 1.0 for v in first.values()) and len(set(first.values())) == len(first)
+    some = next(iter(first))
+    assert first[some] == uniform(3, some)  # a point's score depends on the seed and its id only
+
+    constant = run_method("constant", frozenlake, "dev", "v", "").scores
+    assert set(constant.values()) == {0.0}
+    ids = frozenlake.point_ids("dev", "v")
+    labels = frozenlake.labels_for("v")
+    truth = Truth(point_ids=ids, point_labels=np.array([labels[i] for i in ids]))
+    rho = next(r for r in score(truth, ids, np.array([constant[i] for i in ids])) if r.metric == "spearman")
+    assert rho.value is None  # undefined, not a failure
+
+    elsewhere = dataclasses.replace(frozenlake, manifest=dataclasses.replace(frozenlake.manifest, environment="alfworld"))
+    with pytest.raises(MethodError, match="reads FrozenLake maps"):
+        run_method("goal-distance", elsewhere, "dev", "q", "")
+
+
+# -- on the site ---------------------------------------------------------------------------------
+def reference_runs(ds):  # type: ignore[no-untyped-def]
+    from submissions.models import Submission
+
+    return Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds)
+
+
+def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> None:  # type: ignore[no-untyped-def]
+    from submissions.baselines import run_baseline
+    from submissions.models import Submission
+
+    call_command("seed_reference_rows")
+    runs = list(reference_runs(loaded))
+    pairs = sorted((s.method_name, s.target) for s in runs)
+    assert pairs == sorted((m, t) for m in methods_for("frozenlake") for t in ("q", "v"))
+    assert {(s.split, s.source, s.state, s.user) for s in runs} == {("test", "baseline", "queued", None)}
+    call_command("seed_reference_rows")
+    call_command("seed_reference_rows", loaded.key)
+    assert reference_runs(loaded).count() == len(runs)  # one run per method × target
+
+    for sub in runs:
+        assert run_baseline(sub.pk, None, "here@vm", vllm=None) == Submission.FINISHED, sub.method_name
+    const = reference_runs(loaded).get(method_name="constant", target="q")
+    assert const.results.get(metric="spearman").value is None and const.config["backbone_kind"] == "none"
+    assert const.method.family == "other"
+
+    for target in ("q", "v"):
+        board = client.get(f"/boards/{loaded.key}:{target}:text/", {"format": "json"}).json()
+        rows = {r["method"]: r for r in board["rows"]}
+        assert set(rows) == {"random", "step-index", "goal-distance"}  # constant: no ρ, counted unranked
+        assert board["unranked"] == 1
+        assert all(r["source"] == "verified" and r["baseline"] is True for r in rows.values())
+        assert board["rows"][0]["method"] == "goal-distance" and rows["goal-distance"]["value"] > 0.9
+        assert not math.isnan(rows["random"]["value"]) and abs(rows["random"]["value"]) < 0.5
+    page = client.get("/methods/goal-distance/").content.decode()
+    assert 'id="builtin"' in page and "distance heuristic" in page and "open book" in page
+
+    # A failed run is queued again; the others are left alone.
+    reference_runs(loaded).filter(method_name="random", target="v").update(state=Submission.FAILED)
+    call_command("seed_reference_rows")
+    assert reference_runs(loaded).count() == len(runs) + 1
+    assert reference_runs(loaded).filter(method_name="random", target="v", state=Submission.QUEUED).count() == 1
+
+
+@pytest.fixture
+def tiny_lake(monkeypatch):  # type: ignore[no-untyped-def]
+    """Builder ``tiny-lake``: a few FrozenLake trajectories split between dev and a public test split."""
+    def tiny():  # type: ignore[no-untyped-def]
+        env, spec = build.BUILDERS["frozenlake"]()
+        return env, dataclasses.replace(spec, slug="frozenlake-tiny", version="0", num_trajectories=6,
+                                        max_states_per_trajectory=2, splits=("dev", "test"), split_by="task",
+                                        split_cycle=None, secret_test=False, end_images=False)
+
+    monkeypatch.setitem(build.BUILDERS, "tiny-lake", tiny)
+
+
+def test_a_finished_dataset_build_queues_its_reference_rows(db, tiny_lake, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from leaderboard.models import Dataset, DatasetBuild
+    from workers.builds import build_dataset
+
+    settings.QVAL_DATASETS_DIR = tmp_path / "datasets"
+    record = DatasetBuild.objects.create(name="tiny-lake")
+    assert build_dataset.apply(args=[record.pk]).get() == "finished"
+    ds = Dataset.objects.get(slug="frozenlake-tiny")
+    assert ds.states.filter(split="test").exists()
+    assert sorted(reference_runs(ds).values_list("method_name", "target")) == sorted(
+        (m, t) for m in methods_for("frozenlake") for t in ("q", "v"))
