@@ -6,8 +6,13 @@ aggregate starts from the same rows: the leaderboard's finished submissions
 per method, dataset, backbone, split and target, so a method that submitted many times
 counts once per evaluation.  The statistics are :mod:`qval.compare`'s.
 
-What the pages and the API show of one :class:`Selection` (:func:`summary`, :func:`critical_difference_of`)
-is kept per results version (:func:`board.evaluations.derived`), as the board is: computed once per
+The critical difference (:func:`critical_difference_of`) reads the evaluations itself, for one
+:class:`CDChoice`: by default the QVal v1.0 paper's numbers (source *reported*), one evaluation per
+environment and backbone, and only the methods that have a value on every chosen evaluation (the others
+are named with the evaluations they miss).
+
+What the pages and the API show of one :class:`Selection` or :class:`CDChoice` (:func:`summary`,
+:func:`critical_difference_of`) is kept per results version (:func:`board.evaluations.derived`), as the board is: computed once per
 process after a result changes, then read from memory.
 """
 
@@ -15,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from qval import compare, metric_registry
 
-from . import evaluations
+from . import boards, evaluations
 from .exports import BoardRow, leaderboard_rows
 
 METRICS = {name: metric_registry.get(name).label for name in metric_registry.COMPARABLE}
@@ -232,24 +237,146 @@ def summary(selection: Selection) -> Summary:
 
 # -- critical difference ---------------------------------------------------------------
 
+CD_SOURCES: tuple[str, ...] = tuple(boards.SOURCES)
+"""Sources the critical difference may compare (:data:`board.boards.SOURCES`: verified, self-reported,
+reported, re-scored)."""
+CD_DEFAULT_SOURCES: tuple[str, ...] = (boards.REPORTED,)
+"""The default: the numbers of the QVal v1.0 paper, methods x (environment, backbone) evaluations."""
+MODALITIES = ("text", "image")
+
+
+@dataclass(frozen=True)
+class CDChoice:
+    """What a critical-difference diagram compares: the :class:`Selection` (split, target, metric), one
+    modality, the sources whose rows count, and optionally the methods, environments (slugs) and backbones
+    to keep (empty: all).  Tuples are sorted, so one choice has one memo key."""
+
+    selection: Selection = Selection()
+    modality: str = "text"
+    sources: tuple[str, ...] = CD_DEFAULT_SOURCES
+    methods: tuple[str, ...] = ()
+    environments: tuple[str, ...] = ()
+    backbones: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for the API: the selection's fields, then the filters as lists."""
+        return {**vars(self.selection), "modality": self.modality, "source": list(self.sources),
+                "method": list(self.methods), "environment": list(self.environments), "backbone": list(self.backbones)}
+
+
+class QueryParams(Protocol):
+    """Query parameters with repeated keys (Django's ``QueryDict``, DRF's ``request.query_params``)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The last value of ``key``, or ``default``."""
+
+    def getlist(self, key: str) -> list[str]:
+        """Every value of ``key``."""
+
+
+def read_cd_choice(params: QueryParams) -> CDChoice:
+    """The :class:`CDChoice` of query parameters: ``split``, ``target``, ``metric`` (:func:`read_selection`),
+    ``modality`` (default text) and the repeatable ``source`` (default :data:`CD_DEFAULT_SOURCES`),
+    ``method``, ``environment`` and ``backbone``.  An unknown split, target, metric, modality or source
+    raises :class:`InvalidSelection`; an unknown method, environment or backbone just matches nothing."""
+    selection = read_selection(params)
+    modality = params.get("modality") or "text"
+    if modality not in MODALITIES:
+        raise InvalidSelection("modality", f"unknown modality {modality!r}; choose one of {', '.join(MODALITIES)}")
+
+    def many(key: str) -> tuple[str, ...]:
+        return tuple(sorted({v for v in params.getlist(key) if v}))
+
+    sources = many("source") or CD_DEFAULT_SOURCES
+    for source in sources:
+        if source not in CD_SOURCES:
+            raise InvalidSelection("source", f"unknown source {source!r}; choose among {', '.join(CD_SOURCES)}")
+    return CDChoice(selection, modality, sources, many("method"), many("environment"), many("backbone"))
+
+
+def cd_evaluation(e: evaluations.Evaluation, source: str) -> str:
+    """The evaluation a row counts for in the critical difference: an imported row's environment (with
+    *re-scored* marked, so reported and re-scored numbers stay apart), else its dataset, then its backbone
+    (``ALFWorld / Qwen3.5 9B``, ``frozenlake-8x8@1.2 / b1``)."""
+    if source == boards.REPORTED:
+        where = e.environment
+    elif source == boards.RESCORED:
+        where = f"{e.environment} ({boards.SOURCES[source][0]})"
+    else:
+        where = e.dataset
+    return f"{where} / {_backbone_label(e.backbone or None)}"
+
+
+def cd_entries(choice: CDChoice, rows: list[evaluations.Evaluation]) -> list[Entry]:
+    """The best value of ``choice``'s metric per (method, :func:`cd_evaluation`) among ``rows`` of its split,
+    target, modality, sources, environments and backbones (ties to the newest).  Every method's entries,
+    including those ``choice.methods`` leaves out: :func:`critical_difference` says which were chosen."""
+    s = choice.selection
+    runs = boards.platform_runs()
+    best: dict[tuple[str, str], tuple[float, int, evaluations.Evaluation]] = {}
+    for e in rows:
+        if (e.split, e.target, e.modality) != (s.split, s.target, choice.modality):
+            continue
+        if (choice.environments and e.environment_slug not in choice.environments) or (
+                choice.backbones and e.backbone not in choice.backbones):
+            continue
+        source = boards.source_of(e, runs)
+        value = e.value(s.metric)
+        if source not in choice.sources or value is None:
+            continue
+        key = (e.method, cd_evaluation(e, source))
+        if key not in best or (value, e.submission_id) > best[key][:2]:
+            best[key] = (value, e.submission_id, e)
+    return [Entry(method, best[(method, ev)][2].family_name, best[(method, ev)][2].environment, ev, None,
+                  best[(method, ev)][0], best[(method, ev)][1]) for method, ev in sorted(best)]
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A chosen method the critical difference leaves out: the chosen evaluations it has no value on."""
+
+    method: str
+    missing: tuple[str, ...]
+    of: int
+    """How many evaluations were chosen."""
+
+    @property
+    def reason(self) -> str:
+        """``missing on ALFWorld / Qwen3.5 9B (1 of 24 evaluations)``, at most :data:`NAMED_MISSING` named."""
+        if len(self.missing) == self.of:
+            return f"no value on any of the {self.of} chosen evaluations"
+        named = ", ".join(self.missing[:NAMED_MISSING])
+        more = f" and {len(self.missing) - NAMED_MISSING} more" if len(self.missing) > NAMED_MISSING else ""
+        return f"missing on {named}{more} ({len(self.missing)} of {self.of} evaluations)"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for the API."""
+        return {"method": self.method, "reason": self.reason, "missing": list(self.missing)}
+
+
+NAMED_MISSING = 3
+"""Missing evaluations a :attr:`LeftOut.reason` names before it counts the rest."""
+
 
 @dataclass(frozen=True)
 class CriticalDifferenceTable:
     """The evaluations x methods matrix of the metric and, when defined, its Friedman test
     and Nemenyi critical difference (:func:`qval.compare.friedman_nemenyi`).
 
-    ``matrix[i][j]``: method ``j``'s value on evaluation ``i`` (``None`` when it has none;
-    such rows are left out of the test).  ``result`` is ``None`` and ``reason`` says why
-    when there are fewer than 3 methods or fewer than 2 evaluations every method has.
+    ``methods`` are the chosen methods with a value on every evaluation, ``matrix[i][j]`` method ``j``'s
+    value on evaluation ``i``; ``left_out`` the chosen methods that miss one or more evaluations.
+    ``result`` is ``None`` and ``reason`` says why when fewer than 3 methods or fewer than 2
+    evaluations are left.
     """
 
     evaluations: tuple[str, ...]
     methods: tuple[str, ...]
-    matrix: tuple[tuple[float | None, ...], ...]
+    matrix: tuple[tuple[float, ...], ...]
     result: compare.CriticalDifference | None
     reason: str | None
+    left_out: tuple[LeftOut, ...] = ()
 
-    def rows(self) -> list[tuple[str, tuple[float | None, ...]]]:
+    def rows(self) -> list[tuple[str, tuple[float, ...]]]:
         """``(evaluation, values per method)`` of every row of the matrix."""
         return list(zip(self.evaluations, self.matrix))
 
@@ -274,6 +401,7 @@ class CriticalDifferenceTable:
             "methods": list(self.methods),
             "evaluations": list(self.evaluations),
             "matrix": [list(row) for row in self.matrix],
+            "left_out": [m.as_dict() for m in self.left_out],
             "reason": self.reason,
             "critical_difference": None
             if r is None
@@ -292,37 +420,64 @@ class CriticalDifferenceTable:
         }
 
 
-def critical_difference(entries: list[Entry], alpha: float = ALPHA) -> CriticalDifferenceTable:
-    """Build the evaluations (dataset x backbone) x methods matrix of ``entries`` and run
-    the Friedman test and Nemenyi critical difference at ``alpha`` when there is enough."""
-    methods = tuple(sorted({e.method for e in entries}))
-    evaluations = sorted({(e.dataset, e.backbone or "") for e in entries})
-    column = {m: j for j, m in enumerate(methods)}
-    row = {ev: i for i, ev in enumerate(evaluations)}
-    matrix: list[list[float | None]] = [[None] * len(methods) for _ in evaluations]
+def critical_difference(entries: list[Entry], alpha: float = ALPHA, methods: tuple[str, ...] = ()) -> CriticalDifferenceTable:
+    """The critical difference of ``methods`` (all of ``entries``' when empty) over the evaluations
+    (``Entry.dataset``) on which any of them has a value.
+
+    Only a method with a value on every one of those evaluations is compared; the others are
+    :class:`LeftOut` with the evaluations they miss.  The Friedman test and Nemenyi critical difference
+    at ``alpha`` run when at least 3 methods and 2 evaluations are left.
+    """
+    chosen = methods or tuple(sorted({e.method for e in entries}))
+    values: dict[str, dict[str, float]] = {m: {} for m in chosen}
     for e in entries:
-        matrix[row[(e.dataset, e.backbone or "")]][column[e.method]] = e.value
-    names = tuple(f"{d} / {_backbone_label(b or None)}" for d, b in evaluations)
-    frozen = tuple(tuple(r) for r in matrix)
-    complete = sum(all(v is not None for v in r) for r in matrix)
+        if e.method in values:
+            values[e.method][e.dataset] = e.value
+    names = tuple(sorted({ev for have in values.values() for ev in have}))
+    kept = tuple(m for m in chosen if names and len(values[m]) == len(names))
+    left_out = tuple(LeftOut(m, tuple(ev for ev in names if ev not in values[m]), len(names))
+                     for m in chosen if m not in kept)
+    matrix = tuple(tuple(values[m][ev] for m in kept) for ev in names)
     reason = None
-    if len(methods) < 3:
-        reason = (
-            f"the Friedman test needs at least 3 methods with a value on this split and target; "
-            f"{len(methods)} found ({', '.join(methods) or 'none'})"
-        )
-    elif complete < 2:
-        reason = (
-            f"the Friedman test needs at least 2 evaluations (dataset × backbone) on which all "
-            f"{len(methods)} methods have a value; {complete} of the {len(evaluations)} evaluations have"
-        )
+    if len(kept) < 3:
+        reason = (f"the Friedman test needs at least 3 methods with a value on every chosen evaluation; "
+                  f"{len(kept)} found ({', '.join(kept) or 'none'})")
+    elif len(names) < 2:
+        reason = f"the Friedman test needs at least 2 evaluations; {len(names)} chosen"
     if reason is not None:
-        return CriticalDifferenceTable(names, methods, frozen, None, reason)
-    values = np.array([[np.nan if v is None else v for v in r] for r in matrix], dtype=np.float64)
-    return CriticalDifferenceTable(names, methods, frozen, compare.friedman_nemenyi(values, methods, alpha=alpha), None)
+        return CriticalDifferenceTable(names, kept, matrix, None, reason, left_out)
+    result = compare.friedman_nemenyi(np.array(matrix, dtype=np.float64), kept, alpha=alpha)
+    return CriticalDifferenceTable(names, kept, matrix, result, None, left_out)
 
 
-def critical_difference_of(selection: Selection) -> CriticalDifferenceTable:
-    """:func:`critical_difference` of ``selection``'s :func:`best_rows`, kept until the results version
-    changes."""
-    return evaluations.derived(("critical-difference", selection), lambda _: critical_difference(best_rows(selection)))
+def critical_difference_of(choice: CDChoice) -> CriticalDifferenceTable:
+    """:func:`critical_difference` of ``choice``'s methods over its :func:`cd_entries`, kept until the results
+    version changes."""
+    return evaluations.derived(("critical-difference", choice),
+                               lambda rows: critical_difference(cd_entries(choice, rows), methods=choice.methods))
+
+
+@dataclass(frozen=True)
+class CDOptions:
+    """What the critical-difference form offers for a split, target, modality and sources: the methods,
+    environments (slug, name) and backbones that have a value of the metric there."""
+
+    methods: tuple[str, ...]
+    environments: tuple[tuple[str, str], ...]
+    backbones: tuple[str, ...]
+
+
+def cd_options(choice: CDChoice) -> CDOptions:
+    """The :class:`CDOptions` of ``choice`` (its filters of methods, environments and backbones aside),
+    kept until the results version changes."""
+    broad = CDChoice(choice.selection, choice.modality, choice.sources)
+
+    def make(rows: list[evaluations.Evaluation]) -> CDOptions:
+        s, runs = broad.selection, boards.platform_runs()
+        held = [e for e in rows if (e.split, e.target, e.modality) == (s.split, s.target, broad.modality)
+                and e.value(s.metric) is not None and boards.source_of(e, runs) in broad.sources]
+        return CDOptions(tuple(sorted({e.method for e in held})),
+                         tuple(sorted({(e.environment_slug, e.environment) for e in held})),
+                         tuple(sorted({e.backbone for e in held if e.backbone})))
+
+    return evaluations.derived(("critical-difference-options", broad), make)

@@ -215,6 +215,12 @@ def _index() -> _Index:
     return evaluations.derived(("boards", "index"), _Index)
 
 
+def platform_runs() -> frozenset[int]:
+    """The ids of the finished submissions the platform ran (what :func:`source_of` calls *verified*) in
+    the current results version."""
+    return _index().platform_runs
+
+
 def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool = False) -> Board:
     """The board of ``slice_`` ranked by ``metric`` (best per entry unless ``all_submissions``), kept per
     results version.  ``ValueError`` naming the choices for a metric not in :data:`METRICS`."""

@@ -17,6 +17,7 @@ uploader but ranked nowhere.
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class Evaluation:
     rules: str
     submitted_by: str
     date: Any
+    """When the result was made: a submission's finish time; a reported row's paper date."""
     scores: Mapping[str, Score] = field(default_factory=dict)
 
     @property
@@ -119,7 +121,7 @@ def _load() -> list[Evaluation]:
         .values_list(
             "id", "method__name", "method__family", "dataset__environment__name", "dataset__environment__slug",
             "dataset__slug", "dataset__version", "split", "target", "modality", "backbone__name", "source", "rules",
-            "user__username", "finished_at",
+            "user__username", "finished_at", "provenance__paper_date",
         )
     )
     scores: dict[int, dict[str, Score]] = {}
@@ -134,14 +136,23 @@ def _load() -> list[Evaluation]:
     rows = []
     sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
     for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,
-         rules, username, finished) in subs:
+         rules, username, finished, paper_date) in subs:
         rows.append(Evaluation(
             submission_id=sid, method=method or "", family=family or families.OTHER.slug, environment=env,
             environment_slug=env_slug, dataset=f"{ds_slug}@{ds_version}", split=split, target=target,
             modality=modality, backbone=backbone or "", source=source, rules=rules,
-            submitted_by=username or sources.get(source, source), date=finished, scores=scores.get(sid, {}),
+            submitted_by=username or sources.get(source, source), date=(_published(paper_date) if source == "reported" else None) or finished,
+            scores=scores.get(sid, {}),
         ))
     return rows
+
+
+def _published(day: object) -> datetime.datetime | None:
+    """The date a reported row shows, its paper's (``provenance.paper_date``, an ISO date), as midnight UTC
+    so that it sorts among the other rows' times; ``None`` for a row without one."""
+    if not isinstance(day, str):
+        return None
+    return datetime.datetime.combine(datetime.date.fromisoformat(day), datetime.time(), datetime.timezone.utc)
 
 
 def current() -> tuple[tuple[str, int], list[Evaluation]]:

@@ -21,6 +21,10 @@ from qval import metric_registry
 from . import evaluations
 
 
+NOT_REPORTED = "not reported"
+"""What a reported row shows for a metric its authors did not report (the paper gives ρ alone)."""
+
+
 @dataclass(frozen=True)
 class BoardCell:
     """One metric column of a board row: the registry entry, the value, and the p-value and 95%
@@ -31,10 +35,14 @@ class BoardCell:
     value: float | None
     p_value: float | None = None
     ci: tuple[float, float] | None = None
+    not_reported: bool = False
+    """The row is a number the authors report and this metric is not among theirs (not a failed score)."""
 
     @property
     def text(self) -> str:
-        """The value with the metric's precision, ``None`` as ``—``."""
+        """The value with the metric's precision; without one, ``not reported`` (:attr:`not_reported`) or ``—``."""
+        if self.value is None and self.not_reported:
+            return NOT_REPORTED
         return self.spec.format(self.value)
 
 
@@ -72,8 +80,9 @@ class BoardRow:
                 continue
             score = self.scores.get(spec.name)
             ci = (score.ci_low, score.ci_high) if score and score.ci_low is not None and score.ci_high is not None else None
-            out.append(BoardCell(spec, score.value if score else None,
-                                 score.p_value if score and spec.board_p else None, ci if spec.board_ci else None))
+            value = score.value if score else None
+            out.append(BoardCell(spec, value, score.p_value if score and spec.board_p else None,
+                                 ci if spec.board_ci else None, not_reported=value is None and self.source == "reported"))
         return out
 
     def metric_fields(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from qval import families, ladder, metric_registry, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
-from . import aggregates, charts, evaluations, figures
+from . import aggregates, boards, charts, evaluations, figures
 from leaderboard import exports as downloads
 from leaderboard.exports import (
     DATASET_FORMATS,
@@ -126,24 +126,35 @@ def _family_plot(selection: aggregates.Selection) -> str:
     return charts.family_plot(list(families), selection.metric_label) if families else ""
 
 
-def _diagram(selection: aggregates.Selection) -> str:
-    """The critical-difference diagram of ``selection`` (read afresh, as :func:`_family_plot`)."""
-    result = aggregates.critical_difference_of(selection).result
+def _diagram(choice: aggregates.CDChoice) -> str:
+    """The critical-difference diagram of ``choice`` (read afresh, as :func:`_family_plot`)."""
+    result = aggregates.critical_difference_of(choice).result
     return charts.critical_difference_diagram(result) if result else ""
 
 
 def critical_difference(request: HttpRequest) -> HttpResponse:
-    """Friedman test, average ranks and the Nemenyi critical-difference diagram of the
-    methods over the evaluations (``?split=&target=&metric=``), kept per results version."""
-    selection, context = _selection_context(request)
-    if selection is None:
+    """Friedman test, average ranks and the Nemenyi critical-difference diagram of the methods that cover
+    every chosen evaluation (``?split=&target=&metric=&modality=`` and repeatable ``source``, ``method``,
+    ``environment``, ``backbone``; by default the QVal v1.0 paper's numbers), the methods left out and
+    why; kept per results version."""
+    context: dict[str, object] = {
+        "choices": {"split": aggregates.SPLITS, "target": aggregates.TARGETS, "metric": list(aggregates.METRICS),
+                    "modality": aggregates.MODALITIES},
+        "values": {k: request.GET.get(k, "") for k in ("split", "target", "metric", "modality")},
+        "sources": boards.SOURCES,
+    }
+    try:
+        choice = aggregates.read_cd_choice(request.GET)
+    except aggregates.InvalidSelection as exc:
+        context["error"] = exc.message
         return render(request, "leaderboard/critical_difference.html", context, status=400)
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
-    table = aggregates.critical_difference_of(selection)
     context.update(
-        results_version=version,
-        table=table,
-        diagram=evaluations.derived(("critical-difference-diagram", selection), lambda _: _diagram(selection)),
+        results_version=version, choice=choice, selection=choice.selection,
+        values={**vars(choice.selection), "modality": choice.modality},
+        options=aggregates.cd_options(choice),
+        table=aggregates.critical_difference_of(choice),
+        diagram=evaluations.derived(("critical-difference-diagram", choice), lambda _: _diagram(choice)),
     )
     return render(request, "leaderboard/critical_difference.html", context)
 

@@ -21,6 +21,7 @@ Django.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import math
@@ -53,6 +54,15 @@ ENVIRONMENTS: dict[str, str] = {
 
 METRIC_TYPES: dict[str, str] = {"global": "spearman", "state-local": "ranking_spearman"}
 """The site's ``metric_type`` and our metric name."""
+
+PAPER: dict[str, str] = {
+    "title": "QVal: Cheaply Evaluating Dense Supervision Signals for Long-Horizon LLM Agents",
+    "arxiv": "2606.32034v1",
+    "date": "2026-06-30",
+    "date_source": "arXiv submission date of version 1 (2606.32034v1); the paper text itself carries no date",
+}
+"""The paper the reported numbers are from, written into ``reported.json`` by :func:`convert_reported`
+(the website's data names no paper date)."""
 
 SUMMARY_ENTRIES: dict[str, str] = {
     "direct": "direct-single",
@@ -104,6 +114,7 @@ def convert_reported(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "provenance": {"repository": SITE_REPOSITORY, "commit": SITE_COMMIT, "file": SITE_FILE},
         "columns": ["environment", "backbone", "method", "family", "target", "modality", "metric", "value", "std"],
+        "paper": dict(PAPER),
         "environments": raw["meta"]["env_stats"],
         "records": records,
     }
@@ -258,6 +269,40 @@ def paper_environments() -> tuple[dict[str, Any], dict[str, PaperEnvironment]]:
         except TypeError as exc:
             raise PublishedDataError(f"{ENVIRONMENTS_FILE.name}: environment {name!r}: {exc}") from None
     return data["provenance"], out
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper the reported numbers come from (``paper`` of ``reported.json``)."""
+
+    title: str
+    arxiv: str
+    date: datetime.date
+    date_source: str
+
+
+def paper(path: Path = REPORTED_FILE) -> Paper:
+    """The :class:`Paper` of the reported-results file; :class:`PublishedDataError` when it has none or its
+    date is not an ISO date."""
+    data = _read(path).get("paper")
+    try:
+        return Paper(title=data["title"], arxiv=data["arxiv"], date=datetime.date.fromisoformat(data["date"]),
+                     date_source=data["date_source"])
+    except (TypeError, KeyError, ValueError) as exc:
+        raise PublishedDataError(f"{path.name}: no usable paper entry ({exc!r})") from None
+
+
+def reported_points(environment: str, metric: str) -> tuple[int, str]:
+    """How many points a reported number of ``environment`` (the paper's name) was computed over, and
+    where that count comes from: for the global ρ the website's per-environment ``num_points``
+    (``meta.env_stats``), for the state-local ranking ρ the paper's ranking points (states with ranked
+    candidates, Table 2).  The authors report one count per environment, not one per number."""
+    env = paper_environments()[1][environment]
+    if metric == METRIC_TYPES["state-local"]:
+        return env.ranking_points, "paper, Appendix A Table 2: ranking_points"
+    if env.website_points is None:
+        raise PublishedDataError(f"{REPORTED_FILE.name}: no point count for environment {environment!r}")
+    return env.website_points, "website data meta.env_stats: num_points"
 
 
 def rescored_files() -> list[Path]:

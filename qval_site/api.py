@@ -9,7 +9,8 @@
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
 ``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=&page=&page_size=
 ``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric= means over backbones, families
-``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric= Friedman + Nemenyi
+``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric=&modality=&source=&method=&environment=&backbone=
+                                                   Friedman + Nemenyi
 ``GET  /api/v1/compare/``                          ?a=<id>&b=<id> paired bootstrap of A vs B
 """
 
@@ -307,21 +308,33 @@ class LeaderboardAggregate(APIView):
                             lambda: {**vars(selection), **aggregates.summary(selection).as_dict()})
 
 
+_CD_PARAMETERS = [
+    *_SELECTION_PARAMETERS,
+    OpenApiParameter("modality", str, enum=list(aggregates.MODALITIES), description="default text"),
+    OpenApiParameter("source", str, enum=list(aggregates.CD_SOURCES), many=True,
+                     description="repeatable; default reported (the QVal v1.0 paper's numbers)"),
+    OpenApiParameter("method", str, many=True, description="repeatable; default every method"),
+    OpenApiParameter("environment", str, many=True, description="environment slug, repeatable; default all"),
+    OpenApiParameter("backbone", str, many=True, description="repeatable; default all"),
+]
+
+
 class LeaderboardCriticalDifference(APIView):
     """Friedman test, average ranks and Nemenyi critical difference (alpha 0.05) of the
-    methods over the evaluations (dataset x backbone); ``reason`` says why when there are
-    too few methods or evaluations."""
+    methods that have a value on every chosen evaluation (environment or dataset x backbone;
+    by default the QVal v1.0 paper's numbers); ``left_out`` names the other methods and the
+    evaluations they miss, ``reason`` says why there is no test when too few are left."""
 
     permission_classes = [AllowAny]
 
-    @extend_schema(parameters=_SELECTION_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=_CD_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         try:
-            selection = aggregates.read_selection(request.query_params)
+            choice = aggregates.read_cd_choice(request.query_params)
         except aggregates.InvalidSelection as exc:
             return _selection_error(exc)
-        return _per_version(request, ("api-critical-difference", selection),
-                            lambda: {**vars(selection), **aggregates.critical_difference_of(selection).as_dict()})
+        return _per_version(request, ("api-critical-difference", choice),
+                            lambda: {**choice.as_dict(), **aggregates.critical_difference_of(choice).as_dict()})
 
 
 class Compare(APIView):

@@ -1,6 +1,7 @@
 """Import the published QVal v1.0 results (:mod:`qval.published`) into the database.
 
-Reported numbers become *reported* submissions, the stored predictions *re-scored*
+Reported numbers become *reported* submissions (with the point counts the authors give per
+environment, :func:`qval.published.reported_points`, and the paper's date in their provenance), the stored predictions *re-scored*
 submissions (scored here under the reference rules, their per-point predictions kept as a
 predictions file on the row, so that two of them can be compared as ours are); both sit on
 datasets of their own (``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*, ``hosted=False``: no
@@ -27,6 +28,9 @@ from qval import families, metrics, published
 from .models import Result, Submission
 
 DATASET_VERSION = "1.0"
+REPORTED_LAYOUT = 2
+"""What a reported row holds, part of the digest an import compares (2: points from the authors'
+metadata, the paper's date in the provenance)."""
 RESCORED_LAYOUT = 3
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
 older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
@@ -118,7 +122,9 @@ def _unchanged(keys: list[str], digest: str) -> bool:
 
 def _reported(report: ImportReport) -> None:
     provenance, records = published.reported()
-    provenance = dict(provenance, data_sha256=published.digest(published.REPORTED_FILE))
+    paper = published.paper()
+    provenance = dict(provenance, data_sha256=f"{published.digest(published.REPORTED_FILE)}:{REPORTED_LAYOUT}",
+                      paper=paper.arxiv, paper_date=paper.date.isoformat())
     groups: dict[tuple[str, str, str, str, str], list[published.ReportedResult]] = {}
     for r in records:
         groups.setdefault((r.environment, r.backbone, r.method, r.target, r.modality), []).append(r)
@@ -128,9 +134,12 @@ def _reported(report: ImportReport) -> None:
         report.reported = len(keys)
         return
     for (env, backbone, method, target, modality), group in groups.items():
-        rows = [{"metric": r.metric, "value": r.value, "p_value": None, "num_points": 0, "num_dropped": 0,
-                 "coverage": 1.0, "insufficient": False, "details": {"std": r.std, "record": r.index}}
-                for r in group]
+        rows = []
+        for r in group:
+            points, points_from = published.reported_points(env, r.metric)
+            rows.append({"metric": r.metric, "value": r.value, "p_value": None, "num_points": points,
+                         "num_dropped": 0, "coverage": 1.0, "insufficient": False,
+                         "details": {"std": r.std, "record": r.index, "num_points_from": points_from}})
         _upsert(keys[(env, backbone, method, target, modality)], dataset=datasets[env], method=method,
                 backbone=backbone, target=target, modality=modality, source="reported", rules=metrics.REFERENCE_RULES,
                 provenance=dict(provenance, records=[r.index for r in group]), rows=rows)

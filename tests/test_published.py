@@ -250,9 +250,10 @@ def test_rescored_rows_are_compared_on_their_published_predictions(client, setti
         assert resp.status_code == 400 and says in resp.content.decode(), resp.content
 
     # Friedman/Nemenyi use each row's stored value: re-scored rows count as evaluations of their own.
-    table = client.get("/api/v1/leaderboard/critical-difference/?split=test&target=q&metric=spearman").json()
-    evaluation = f"qval-v1.0-alfworld@1.0 (rescored) / {direct.backbone_name}"
-    assert sum("(rescored)" in e for e in table["evaluations"]) == 4  # one backbone per environment
+    table = client.get("/api/v1/leaderboard/critical-difference/?split=test&target=q&metric=spearman"
+                       "&source=rescored&source=reported").json()
+    evaluation = f"ALFWorld (re-scored) / {direct.backbone_name}"
+    assert sum("(re-scored)" in e for e in table["evaluations"]) == 4  # one backbone per environment
     cell = table["matrix"][table["evaluations"].index(evaluation)][table["methods"].index("direct-single")]
     assert cell == stored(direct)["spearman"].value
 
@@ -494,3 +495,37 @@ def test_a_rolled_back_write_never_gives_its_version_to_a_later_one() -> None:
         pass
     Method.objects.create(name="kept", family="other")
     assert evaluations.version() != rolled_back
+
+
+@pytest.mark.django_db
+def test_reported_rows_show_the_authors_points_and_date_and_what_they_do_not_report(client) -> None:  # type: ignore[no-untyped-def]
+    """A reported row's points are the authors' count for its environment (ρ: the website data's
+    ``num_points``; state-local ρ: the paper's ranking points), its date is the paper's (kept in the
+    converted data file with where it comes from), and a metric they do not publish reads *not reported*
+    with a legend of its own, never *n/a*."""
+    paper = published.paper()
+    assert (paper.arxiv, paper.date.isoformat()) == ("2606.32034v1", "2026-06-30") and paper.date_source
+    raw = json.loads(published.REPORTED_FILE.read_text())
+    _, envs = published.paper_environments()
+    _import()
+    rows = client.get("/leaderboard/?source=reported&format=json").json()["rows"]
+    assert len(rows) == 578
+    for row in rows:
+        env = row["environment"]
+        want = raw["environments"][env]["num_points"] if row["spearman"] is not None else envs[env].ranking_points
+        assert row["num_points"] == want > 0 and row["date"].startswith("2026-06-30"), row
+        assert row["kendall_tau"] is None
+    assert {r["num_points"] for r in rows if r["spearman"] is not None} == {106, 239, 94, 118}
+    page = re.sub(r"\s+", " ", client.get("/leaderboard/", {"source": "reported", "q": "gvl"}).content.decode())
+    tau_cells = re.findall(r'data-metric="kendall_tau">(.*?)</td>', page)
+    assert tau_cells and all("not reported" in c for c in tau_cells)
+    assert 'id="not-reported-note"' in page and "2026-06-30" in page
+    # Our own rows keep n/a for an undefined τ; re-scored rows keep their import date and scored points.
+    rescored = client.get("/leaderboard/?source=rescored&format=json").json()["rows"]
+    assert rescored and not any(r["date"].startswith("2026-06-30") for r in rescored)
+    # The method page's results table and a board of the paper's numbers say the same.
+    method = client.get("/methods/gvl/").content.decode()
+    assert "not reported" in method and 'id="not-reported-note"' in method
+    board = client.get("/boards/qval-v1.0-alfworld@1.0:q:text/", {"format": "json"}).json()["rows"]
+    paper_rows = [r for r in board if r["source"] == "reported"]
+    assert paper_rows and all(r["num_points"] == 106 and r["date"].startswith("2026-06-30") for r in paper_rows)

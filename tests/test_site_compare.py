@@ -256,7 +256,8 @@ def test_aggregate_means_are_t_intervals_over_backbones(client, board) -> None:
 
 
 def test_critical_difference_matches_scipy_ranks(client, board) -> None:
-    body = client.get("/api/v1/leaderboard/critical-difference/", {"split": "dev", "metric": "spearman"}).json()
+    own = {"split": "dev", "source": "self-reported"}  # uploaded files; the default is the paper's numbers
+    body = client.get("/api/v1/leaderboard/critical-difference/", {**own, "metric": "spearman"}).json()
     methods = sorted(NOISE)
     assert body["methods"] == methods and body["reason"] is None
     assert body["evaluations"] == [f"{KEY} / {b}" for b in BACKBONES]
@@ -273,7 +274,7 @@ def test_critical_difference_matches_scipy_ranks(client, board) -> None:
     assert cd["alpha"] == 0.05 and cd["num_evaluations"] == n
     assert cd["cd"] == pytest.approx(q * math.sqrt(k * (k + 1) / (6 * n)), abs=1e-9)
     assert [r["method"] for r in cd["ranking"]] == [methods[i] for i in np.argsort(ranks, kind="stable")]
-    page = client.get("/leaderboard/critical-difference/", {"split": "dev"})
+    page = client.get("/leaderboard/critical-difference/", own)
     text = page_text(page)
     assert page.status_code == 200 and 'id="cd-diagram"' in text and f"CD = {cd['cd']:.4f}" in text
     assert "vendor/plotly.min.js" in text and "cdn.plot.ly" not in text
@@ -286,18 +287,21 @@ def test_critical_difference_says_why_it_cannot_be_computed(client, api, loaded,
     rng = np.random.default_rng(1)
     for method in ("one", "two"):
         submit(api, ids, labels + rng.normal(0, 0.5, len(ids)), method_name=method, backbone="b1")
-    body = client.get("/api/v1/leaderboard/critical-difference/", {"split": "dev"}).json()
+    own = {"split": "dev", "source": "self-reported"}
+    body = client.get("/api/v1/leaderboard/critical-difference/", own).json()
     assert body["critical_difference"] is None
-    assert body["reason"] == "the Friedman test needs at least 3 methods with a value on this split and target; 2 found (one, two)"
+    assert body["reason"] == ("the Friedman test needs at least 3 methods with a value on every chosen evaluation; "
+                              "2 found (one, two)")
     submit(api, ids, labels + rng.normal(0, 0.5, len(ids)), method_name="three", backbone="b1")
     submit(api, ids, labels, method_name="one", backbone="b2")
-    body = client.get("/api/v1/leaderboard/critical-difference/", {"split": "dev"}).json()
-    assert body["reason"] == ("the Friedman test needs at least 2 evaluations (dataset × backbone) on which all "
-                              "3 methods have a value; 1 of the 2 evaluations have")
-    assert body["matrix"][1][1:] == [None, None]
-    page = client.get("/leaderboard/critical-difference/", {"split": "dev"})
-    assert page.status_code == 200 and "1 of the 2 evaluations have" in page_text(page)
-    empty = client.get("/leaderboard/critical-difference/", {"split": "test"})
+    body = client.get("/api/v1/leaderboard/critical-difference/", own).json()
+    assert body["reason"] == "the Friedman test needs at least 3 methods with a value on every chosen evaluation; 1 found (one)"
+    assert body["methods"] == ["one"] and body["evaluations"] == [f"{KEY} / b1", f"{KEY} / b2"]
+    assert [(m["method"], m["reason"]) for m in body["left_out"]] == [
+        (m, f"missing on {KEY} / b2 (1 of 2 evaluations)") for m in ("three", "two")]
+    page = client.get("/leaderboard/critical-difference/", own)
+    assert page.status_code == 200 and f"missing on {KEY} / b2 (1 of 2 evaluations)" in page_text(page)
+    empty = client.get("/leaderboard/critical-difference/", {"split": "test", "source": "self-reported"})
     assert empty.status_code == 200 and "0 found (none)" in page_text(empty)
 
 
@@ -350,19 +354,20 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     def get() -> dict[str, str]:
         out = {}
         for name, url in urls.items():
-            resp = client.get(url if "?" in url else f"{url}?split=dev")
+            resp = client.get(url if "?" in url else f"{url}?split=dev&source=self-reported")
             assert resp.status_code == 200, (url, resp.content[:300])
             out[name] = page_text(resp)
         return out
 
     first = get()
     selection = aggregates.Selection(split="dev")
-    kept = aggregates.summary(selection), aggregates.critical_difference_of(selection)
+    choice = aggregates.CDChoice(selection, sources=("self-reported",))
+    kept = aggregates.summary(selection), aggregates.critical_difference_of(choice)
     version = evaluations.version()
-    for fragment in ("aggregate", "critical-difference"):
-        assert cache.get(make_template_fragment_key(fragment, [version, "dev", "q", "spearman"])) is not None
+    assert cache.get(make_template_fragment_key("aggregate", [version, "dev", "q", "spearman"])) is not None
+    assert cache.get(make_template_fragment_key("critical-difference", [version, choice])) is not None
     assert get() == first  # served from the memo ...
-    assert (aggregates.summary(selection), aggregates.critical_difference_of(selection)) == kept
+    assert (aggregates.summary(selection), aggregates.critical_difference_of(choice)) == kept
     assert aggregates.summary(selection) is kept[0]  # ... not recomputed
     assert 'data-method="m-new"' not in first["aggregate"] + first["cd"]
 
@@ -374,7 +379,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     assert second["export"].count(",m-new,") == 2 and "m-new" not in first["export"]
     api_aggregate = client.get(urls["api-aggregate"], {"split": "dev"}).json()
     assert {m["method"] for m in api_aggregate["methods"]} == {"m-a", "m-b", "m-c", "m-new"}
-    api_cd = client.get(urls["api-cd"], {"split": "dev"}).json()
+    api_cd = client.get(urls["api-cd"], {"split": "dev", "source": "self-reported"}).json()
     assert api_cd["critical_difference"]["ranking"][0]["method"] == "m-new"
 
     # A changed result: its new value replaces the old one.
@@ -515,7 +520,7 @@ def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, sessio
     base = live_server.url
     # The board's rows are the user's own: only they may compare them.
     page.context.add_cookies([{"name": "sessionid", "value": session_cookie, "url": base}])
-    page.goto(base + "/leaderboard/critical-difference/?split=dev")
+    page.goto(base + "/leaderboard/critical-difference/?split=dev&source=self-reported")
     page.wait_for_selector("#cd-diagram .main-svg")
     assert page.locator("#cd-diagram .shapelayer path").count() > 2 * len(NOISE)  # elbows, cliques, CD bar
     shot(page, "20-critical-difference")
