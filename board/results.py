@@ -41,13 +41,14 @@ def public_results() -> QuerySet[Submission]:
     return on_board().exclude(split__in=sorted(PUBLIC_SPLITS))
 
 
-def result_lines(sub: Submission) -> list[ResultLine]:
-    """The registry's metrics stored for ``sub``, in the registry's order."""
+def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
+    """The registry's metrics stored for ``sub``, in the registry's order, less those that say nothing
+    unless its labels have both signs (``both_signs``, :func:`qval.metric_registry.shown`)."""
     stored = {r.metric: r for r in Result.objects.filter(submission=sub)}
     lines = []
     for spec in metric_registry.METRICS:
         r = stored.get(spec.name)
-        if r is None:
+        if r is None or not metric_registry.shown(spec.name, both_signs):
             continue
         ci = r.details.get("ci95") if isinstance(r.details, dict) else None
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
@@ -63,8 +64,12 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
         source = REPORTED if sub.source == Submission.SOURCE_REPORTED else RESCORED
     else:
         source = VERIFIED if Submission.objects.filter(Submission.platform_run(), pk=sub.pk).exists() else SELF_REPORTED
+    both_signs = sub.dataset.labels_have_both_signs(sub.target)
+    lines = result_lines(sub, both_signs)
     context = {
-        "sub": sub, "lines": result_lines(sub), "own": own,
+        "sub": sub, "lines": lines, "own": own,
+        "one_sign_note": "" if both_signs or len(lines) == Result.objects.filter(submission=sub).count()
+        else metric_registry.ONE_SIGN_NOTE,
         "submitter": sub.user.get_username() if sub.user else AUTHORS,
         "source": SOURCES[source], "baseline": sub.source == Submission.SOURCE_BASELINE,
         "board_key": Slice(sub.dataset.key, sub.target, sub.modality).key,

@@ -154,10 +154,7 @@ def columns(family: str) -> tuple[Column, ...]:
         published = Dataset.objects.select_related("environment").filter(hosted=False)
         return tuple(Column(d.slug, d.environment.name, d.key)
                      for d in sorted(published, key=lambda d: (d.environment.name, d.slug)))
-    newest: dict[str, Dataset] = {}
-    for d in Dataset.objects.filter(hosted=True).order_by("slug", "-created_at"):
-        newest.setdefault(d.slug, d)
-    return tuple(Column(d.slug, d.name, d.key) for d in sorted(newest.values(), key=lambda d: (d.name, d.slug)))
+    return tuple(Column(d.slug, d.name, d.key) for d in sorted(Dataset.newest_hosted(), key=lambda d: (d.name, d.slug)))
 
 
 def default_sort(metric: MetricSpec) -> str:

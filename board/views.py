@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urlencode
 
@@ -14,7 +15,7 @@ from django.shortcuts import render
 from qval import families, ladder, metric_registry, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
-from . import aggregates, boards, charts, evaluations, figures
+from . import aggregates, boards, charts, evaluations, figures, markdown
 from leaderboard import exports as downloads
 from leaderboard.exports import (
     DATASET_FORMATS,
@@ -27,7 +28,7 @@ from leaderboard.exports import (
 
 from . import exports
 from .exports import FILTER_KEYS, leaderboard_rows
-from leaderboard.models import Candidate, Dataset, DatasetBuild, Environment, Label, Method, State
+from leaderboard.models import Candidate, Dataset, Environment, Label, Method, State
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -160,13 +161,8 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
 
 
 def dataset_list(request: HttpRequest) -> HttpResponse:
-    """All dataset versions, and the recent builds with their progress (reloads while one is active)."""
-    builds = list(DatasetBuild.objects.all()[:15])
-    return render(request, "leaderboard/datasets.html", {
-        "datasets": Dataset.objects.select_related("environment"),
-        "builds": builds,
-        "building": any(b.is_active for b in builds),
-    })
+    """All dataset versions (their builds are on the status page, :mod:`workers.selectors`)."""
+    return render(request, "leaderboard/datasets.html", {"datasets": Dataset.objects.select_related("environment")})
 
 
 def _dataset_by_key(key: str) -> Dataset:
@@ -224,6 +220,24 @@ def _public_label_values(ds: Dataset) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def provenance_rows(config: object, prefix: str = "") -> list[tuple[str, str]]:
+    """A dataset's build configuration (``manifest["config"]``) as ``(setting, value)`` rows: nested
+    settings flattened to dotted names (``collection.seed``), lists of plain values joined by commas,
+    anything else printed as JSON."""
+    if isinstance(config, dict) and config:
+        rows: list[tuple[str, str]] = []
+        for key, value in config.items():
+            rows += provenance_rows(value, f"{prefix}.{key}" if prefix else str(key))
+        return rows
+    if not prefix:
+        return []
+    if isinstance(config, str):
+        return [(prefix, config)]
+    if isinstance(config, list) and all(isinstance(v, (str, int, float, bool)) for v in config):
+        return [(prefix, ", ".join(json.dumps(v) if not isinstance(v, str) else v for v in config))]
+    return [(prefix, json.dumps(config))]
+
+
 def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
     """Description, provenance, schema, counts, label histograms (public splits), examples,
     dataset card and download links of one dataset."""
@@ -232,7 +246,7 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
         return _published_dataset_detail(request, ds)
     counts = _split_counts(ds)
     try:
-        card = downloads.card_body(downloads.dataset_card(ds))
+        card = markdown.render(downloads.card_body(downloads.dataset_card(ds)))
     except ImportError:  # qval.export not available
         card = ""
     return render(
@@ -246,6 +260,7 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
             "histograms": charts.label_histograms(_public_label_values(ds)),
             "has_images": any(c["images"] for c in counts),
             "card": card,
+            "provenance": provenance_rows(ds.manifest.get("config", {})),
             "labelset": getattr(ds, "labelset", None),
             "columns": DOWNLOAD_COLUMNS,
             "formats": list(DOWNLOAD_FORMATS),

@@ -104,6 +104,31 @@ class Dataset(models.Model):
                 for t in sorted(table)]
         return {"splits": splits, "rows": rows}
 
+    def labels_have_both_signs(self, target: str) -> bool:
+        """Whether some label of ``target`` is positive and some negative (:func:`qval.metrics.both_signs`);
+        sign agreement is shown only then.  A hosted dataset answers from its public splits (a hidden
+        split's labels never decide what a page shows), an authors' dataset from the labels of its
+        environment's published re-scoring file (``True`` where there is none: nothing is hidden)."""
+        from qval import metrics, published
+        from qval.schema import PUBLIC_SPLITS
+
+        if not self.hosted:
+            try:
+                return metrics.both_signs(published.truth(self.environment.slug, target).point_labels)
+            except published.PublishedDataError:
+                return True
+        labels = Label.objects.filter(labelset__dataset=self, split__in=sorted(PUBLIC_SPLITS), target=target)
+        return labels.filter(value__gt=0).exists() and labels.filter(value__lt=0).exists()
+
+    @classmethod
+    def newest_hosted(cls) -> list["Dataset"]:
+        """The newest version (latest created) of each hosted dataset, by slug: what takes submissions. The
+        authors' datasets of the imported QVal v1.0 results are not hosted (no inputs or labels here)."""
+        newest: dict[str, Dataset] = {}
+        for d in cls.objects.filter(hosted=True).select_related("environment").order_by("slug", "-created_at"):
+            newest.setdefault(d.slug, d)
+        return list(newest.values())
+
     @classmethod
     def lookup(cls, key: str) -> "Dataset | None":
         """The dataset named ``slug@version``, or the newest version of ``slug``."""

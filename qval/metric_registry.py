@@ -54,7 +54,9 @@ class MetricSpec:
     ``bootstrap``: one sentence each for the *How we score* page; ``comparable``: whether the
     aggregates, plots and critical difference may summarise it (a correlation in [-1, 1]);
     ``board``: whether the leaderboard (page, CSV/JSON export, API) shows it as a column, with
-    ``board_ci`` its 95% interval and ``board_p`` its significance marks.
+    ``board_ci`` its 95% interval and ``board_p`` its significance marks.  ``needs_both_signs``: the
+    metric says nothing unless some labels are positive and some negative (sign agreement: otherwise
+    it only counts the scores' signs), so pages do not show it for a dataset without (:func:`shown`).
 
     ``function`` and ``resampler`` name (``"module:attribute"``) what computes it, by ``kind``:
 
@@ -88,6 +90,7 @@ class MetricSpec:
     board_ci: bool = False
     board_p: bool = False
     constant_undefined: bool = False
+    needs_both_signs: bool = False
     bootstrap_max_work: int = DEFAULT_BOOTSTRAP_MAX_WORK
 
     def __post_init__(self) -> None:
@@ -130,7 +133,8 @@ BUILTIN: tuple[MetricSpec, ...] = (
                constant_undefined=True),
     MetricSpec("sign_agreement", "Sign agreement", "sign", True, 3, "point",
                "Fraction of points whose score has the label's sign; binomial test against 0.5.", _SCIPY,
-               function="qval.metrics:sign_agreement", resampler="qval.metrics:sign_agreement_resampler"),
+               function="qval.metrics:sign_agreement", resampler="qval.metrics:sign_agreement_resampler",
+               needs_both_signs=True),
     MetricSpec("ranking_spearman", "Spearman ρ (state-local)", "state-local ρ", True, 3, "ranking",
                "Spearman between the candidates' Q labels and scores within each state, "
                "mean and sample std over the valid states.",
@@ -150,6 +154,20 @@ BUILTIN: tuple[MetricSpec, ...] = (
 """The built-in metrics, in the order they are reported."""
 
 _registry: dict[str, MetricSpec] = {m.name: m for m in BUILTIN}
+
+
+ONE_SIGN_NOTE: str = ("Sign agreement is not shown: no label of this dataset is negative (or none is positive), so "
+                      "it would only count the scores that have the labels' sign (random scores can reach 1, a "
+                      "perfect ranking 0).")
+"""Why a page leaves out the metrics :func:`shown` refuses on a dataset whose labels lack one of the signs."""
+
+
+def shown(name: str, both_signs: bool) -> bool:
+    """Whether a page shows metric ``name`` for a dataset whose labels have both signs (``both_signs``,
+    :func:`qval.metrics.both_signs`) or not; a name no longer registered (a stored row of a plugin's
+    metric) is shown."""
+    spec = _registry.get(name)
+    return both_signs or spec is None or not spec.needs_both_signs
 
 
 def register(spec: MetricSpec) -> MetricSpec:

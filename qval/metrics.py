@@ -186,6 +186,14 @@ def sign_agreement(x: FloatArray, y: FloatArray) -> tuple[float, float]:
     return agree / x.size, float(stats.binomtest(agree, x.size, 0.5).pvalue)
 
 
+def both_signs(labels: ArrayLike) -> bool:
+    """Whether some label is positive and some negative (NaN ignored).  Without both, sign agreement
+    measures nothing: with labels that are all positive or zero, any positive score agrees with every
+    positive label (:func:`qval.metric_registry.shown`)."""
+    values = np.asarray(labels, dtype=float)
+    return bool(np.any(values > 0) and np.any(values < 0))
+
+
 def kendall_tau(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]:
     """:func:`scipy.stats.kendalltau` (tau-b) and its two-sided p-value."""
     result = stats.kendalltau(x, y)

@@ -3,8 +3,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularJSONAPIView
 
+from accounts import views as account_views
 from best_of_n import views as bon_views
 from board import boards, paper_figures, results, tables
 from board import views as lb
@@ -13,7 +14,7 @@ from submissions import views as sv
 from workers import api as wapi
 from workers import views as wv
 
-from . import api, health
+from . import api, api_docs, health
 from .converters import NameConverter
 
 register_converter(NameConverter, "name")
@@ -53,6 +54,7 @@ urlpatterns = [
     path("submissions/<int:pk>/status/", sv.status, name="submission-status"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/token/", account_views.token, name="api-token"),
     # Sign-up with email confirmation, email management (django-allauth).
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
@@ -74,5 +76,7 @@ urlpatterns = [
     path("api/v1/jobs/<int:pk>/archive", wapi.JobArchive.as_view(), name="api-job-archive"),
     path("api/v1/jobs/<int:pk>/heartbeat", wapi.JobHeartbeat.as_view(), name="api-job-heartbeat"),
     path("api/v1/jobs/<int:pk>/result", wapi.JobResult.as_view(), name="api-job-result"),
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),  # YAML, or JSON by the Accept header
+    path("api/v1/schema.json", SpectacularJSONAPIView.as_view(), name="api-schema-json"),
+    path("api/docs/", api_docs.docs, name="api-docs"),
 ]

@@ -43,6 +43,7 @@ from django.db.models import Q, QuerySet
 
 from accounts import throttling
 from leaderboard.loading import truth_for
+from qval import metric_registry
 from qval import predictions as qpred
 from qval.compare import paired_bootstraps
 from qval.metrics import POINT_METRICS, REFERENCE_RULES
@@ -231,7 +232,7 @@ def _version(sub: Submission) -> str:
 
 def _cache_key(a: Submission, b: Submission) -> str:
     version = hashlib.sha256(f"{_version(a)}|{_version(b)}".encode()).hexdigest()[:32]
-    return f"qval:compare:v5:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
+    return f"qval:compare:v6:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
 
 
 def comparison_for(a: Submission, b: Submission, client: str) -> dict[str, Any]:
@@ -300,7 +301,9 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
     value = disclose_value if hidden else (lambda x: x)
     p_value = disclose_p_value if hidden else (lambda x: x)
     rows = []
-    compared = [m for m in METRICS if not (hidden and m in WITHHELD_ON_HIDDEN)]  # sign agreement: never on hidden
+    both_signs = a.dataset.labels_have_both_signs(a.target)
+    meaningful = [m for m in METRICS if metric_registry.shown(m, both_signs)]  # sign agreement: labels of both signs
+    compared = [m for m in meaningful if not (hidden and m in WITHHELD_ON_HIDDEN)]  # sign agreement: never on hidden
     results = paired_bootstraps(truth.point_labels, scores_a, scores_b, metric_names=compared, resamples=resamples,
                                 seed=SEED, level=LEVEL, rules=a.rules)
     for metric, pc in results.items():
@@ -335,4 +338,5 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
         "resamples": resamples,
         "seed": SEED,
         "metrics": rows,
+        "note": metric_registry.ONE_SIGN_NOTE if len(meaningful) < len(METRICS) else "",
     }

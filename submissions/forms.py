@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.utils.safestring import mark_safe
 
 from leaderboard.models import MODALITY_CHOICES, TARGET_CHOICES, Dataset
 
@@ -15,8 +16,10 @@ class UploadForm(forms.Form):
     kind = forms.ChoiceField(
         choices=[("file", "predictions file"), ("container", "method container (image archive)")], initial="file",
         required=False,  # forms posted before containers existed send no kind: a file
-        help_text="A method container is a `docker save`/`podman save` archive (tar or tar.gz) that reads /input "
-        "and writes /output/predictions.jsonl; a GPU worker runs it in a sandbox.",
+        help_text=mark_safe(  # our own markup, no user input
+            "A method container is a <code>docker save</code> or <code>podman save</code> archive (tar or tar.gz) "
+            "that reads <code>/input</code> and writes <code>/output/predictions.jsonl</code>; a GPU worker runs it "
+            "in a sandbox."),
     )
     dataset = forms.ChoiceField()
     split = forms.ChoiceField(choices=[("dev", "dev (labels public, unlimited)"), ("test", "test (hidden labels, daily quota)")])
@@ -37,11 +40,13 @@ class UploadForm(forms.Form):
     open_weights = forms.NullBooleanField(
         required=False, label="Open weights",
         widget=forms.Select(choices=[("unknown", "not said"), ("true", "yes"), ("false", "no")]))
-    file = forms.FileField(allow_empty_file=True, help_text="CSV, JSONL or Parquet with id,score columns, or the QVal reference JSON; or the image archive.")
+    file = forms.FileField(allow_empty_file=True, help_text=mark_safe(
+        "CSV, JSONL or Parquet with <code>id,score</code> columns, or the QVal reference JSON; or the image archive."))
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in Dataset.objects.all()]
+        # Only what takes submissions: the newest version of each hosted dataset.
+        self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in Dataset.newest_hosted()]
 
     def card(self) -> MethodCard:
         """The method card of the valid form."""

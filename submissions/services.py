@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
@@ -33,6 +32,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from accounts.access import has_verified_email
 from leaderboard.loading import split_index
 from leaderboard.models import MODALITY_CHOICES, Dataset
 from qval import containers as qc
@@ -176,11 +176,6 @@ def scoring_work_refusal(user, rows: int = 0) -> str | None:  # type: ignore[no-
     return (f"scoring work limit reached: your files read in the last hour have {used:,} prediction rows "
             f"(ids x samples){asking}; the limit is {limit:,} rows per account per hour "
             f"(QVAL_SCORING_WORK_PER_HOUR){when}")
-
-
-def has_verified_email(user) -> bool:  # type: ignore[no-untyped-def]
-    """Whether ``user`` confirmed an email address (django-allauth), as hidden splits require."""
-    return EmailAddress.objects.filter(user=user, verified=True).exists()
 
 
 def storage_used(user) -> int:  # type: ignore[no-untyped-def]

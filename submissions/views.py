@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts import throttling
+from accounts.access import has_verified_email
+from qval import metric_registry
 from qval.schema import PUBLIC_SPLITS
 
 from . import comparison
@@ -15,7 +18,13 @@ from .models import Submission
 from .selectors import visible_to
 from .serializers import submission_payload
 from .uploads import too_large
-from .services import SubmissionRejected, SubmissionRequest, create_container_submissions, create_submission
+from .services import (
+    SubmissionRejected,
+    SubmissionRequest,
+    create_container_submissions,
+    create_submission,
+    quota_used,
+)
 
 
 @login_required
@@ -44,7 +53,10 @@ def upload(request: HttpRequest) -> HttpResponse:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
             return redirect("submission", pk=sub.pk)
-    return render(request, "submissions/upload.html", {"form": form})
+    limit = settings.QVAL_TEST_QUOTA_PER_DAY
+    quota = {"limit": limit, "left": max(limit - quota_used(request.user), 0),
+             "verified": has_verified_email(request.user)}
+    return render(request, "submissions/upload.html", {"form": form, "quota": quota})
 
 
 @login_required
@@ -59,13 +71,16 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One submission: timeline, results or the exact validation problems."""
     sub = get_object_or_404(Submission.objects.select_related("dataset__environment").filter(visible_to(request.user)), pk=pk)
     data = submission_payload(sub)
+    both_signs = sub.dataset.labels_have_both_signs(sub.target)
+    results = [r for r in data["results"] if metric_registry.shown(r["metric"], both_signs)]  # sign agreement
     sampled = [
         {**r, "sample_values": list(zip(r["details"]["samples"]["sample_numbers"], r["details"]["samples"]["values"]))}
-        for r in data["results"]
+        for r in results
         if "values" in r["details"].get("samples", {})  # per-sample values exist on public splits only
     ]
     others = comparison.candidates(sub, request.user) if sub.state == Submission.FINISHED else Submission.objects.none()
-    context = {"sub": sub, "data": data, "results": data["results"], "sampled": sampled, "others": others,
+    context = {"sub": sub, "data": data, "results": results, "sampled": sampled, "others": others,
+               "one_sign_note": metric_registry.ONE_SIGN_NOTE if len(results) < len(data["results"]) else "",
                "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
                "hidden": sub.split not in PUBLIC_SPLITS}  # its rows were disclosed (submissions.lifecycle.finish)
     return render(request, "submissions/detail.html", context)

@@ -99,7 +99,8 @@ def test_the_command_builds_records_and_lists_the_dataset(db, datasets_dir, tiny
         assert sorted(p.name for p in (folder / "images").iterdir()) == frozenlake.image_names()
     assert not any((datasets_dir / ".work").iterdir())  # the checkpoint is gone
     page = client.get("/datasets/").content.decode()
-    assert key in page and 'data-status="finished"' in page and "location.reload" not in page
+    assert key in page and "data-status" not in page and "location.reload" not in page  # builds: on /status/
+    assert 'data-status="finished"' in client.get("/status/").content.decode()
     # A second run loads nothing new and keeps the files.
     call_command("build_dataset", "tiny")
     assert f"already loaded {key}" in capsys.readouterr().out
@@ -126,8 +127,10 @@ def test_queue_if_missing_and_no_duplicates(db, datasets_dir, tiny, client, caps
     assert f"alfworld: queued build #{queued.pk}" in out
     assert out.count(f"build #{queued.pk} is already queued") == 2
     assert len(sent) == 1 and queued.status == "queued"
-    page = client.get("/datasets/").content.decode()
-    assert 'data-status="queued"' in page and "location.reload" in page  # reloads while building
+    page = client.get("/datasets/").content.decode()  # no build queue there, and no reload while building
+    assert "data-status" not in page and "location.reload" not in page and 'href="/status/#builds"' in page
+    status = client.get("/status/").content.decode()
+    assert 'data-status="queued"' in status and "location.reload" not in status
     assert client.get("/api/v1/builds/", {"name": "alfworld"}).json()[0]["status"] == "queued"
     with pytest.raises(Exception, match="unknown dataset 'nope'"):
         call_command("build_dataset", "nope", "--queue")
@@ -199,7 +202,7 @@ def test_a_failing_build_ends_failed_with_its_reason(db, datasets_dir, monkeypat
     boom.refresh_from_db()
     assert boom.status == "failed" and boom.error == "RuntimeError: the environment exploded"
     assert boom.stage == "collect" and boom.finished_at is not None
-    page = client.get("/datasets/").content.decode()
+    page = client.get("/status/").content.decode()
     assert "the environment exploded" in page and 'data-status="failed"' in page
     # A final build is not run again (a redelivered message).
     assert build_dataset.apply(args=[boom.pk]).get() == "failed"

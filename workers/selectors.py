@@ -1,5 +1,5 @@
 """Reads for the public status page: queues and their depth, jobs in progress, workers and their
-heartbeats, recent failures that were the platform's fault. Nothing here names a user or shows
+heartbeats, recent failures that were the platform's fault, recent dataset builds. Nothing here names a user or shows
 a file, a log or a label."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
+from leaderboard.models import DatasetBuild
 from submissions.models import Submission
 
 from .models import WorkerHeartbeat
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 QUEUES = ("scoring", "gpu", "datasets")
 RECENT_FAILURES = 20
+RECENT_BUILDS = 15
 
 
 def queue_depths() -> dict[str, int | None]:
@@ -73,4 +75,10 @@ def status() -> dict[str, Any]:
         "running": running,
         "workers": workers,
         "recent_failures": failures,
+        "builds": [
+            {"id": b.pk, "name": b.name, "status": b.status, "stage": b.stage, "done": b.done, "total": b.total,
+             "percent": b.percent, "started": b.started_at, "finished": b.finished_at, "dataset": b.dataset_key,
+             "error": b.error}
+            for b in DatasetBuild.objects.all()[:RECENT_BUILDS]
+        ],
     }
