@@ -164,7 +164,8 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
         "Per family", barmode="overlay", grid={"rows": 1, "columns": 2, "pattern": "independent"},
         xaxis={"domain": [0, 0.48], "title": {"text": _label(global_metric)}, "tickangle": -45},
         xaxis2={"domain": [0.52, 1], "title": {"text": _label("ranking_spearman")}, "tickangle": -45},
-        yaxis={"range": [-1, 1], "title": {"text": "ρ"}}, yaxis2={"range": [-1, 1], "anchor": "x2"},
+        yaxis={"range": [-1, 1], "title": {"text": _label(global_metric)}},
+        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label("ranking_spearman")}},
     )
     return fig
 

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from qval import metric_registry
+from qval import consistency, metric_registry
 from qval.schema import PUBLIC_SPLITS
 from submissions.models import Result, Submission
 
@@ -74,5 +74,7 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
         "source": SOURCES[source], "baseline": sub.source == Submission.SOURCE_BASELINE,
         "board_key": Slice(sub.dataset.key, sub.target, sub.modality).key,
         "comparable": own or sub.source != Submission.SOURCE_USER,  # submissions.comparison's public rows
+        "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))
+                         if sub.source == Submission.SOURCE_RESCORED else None),
     }
     return render(request, "leaderboard/result.html", context)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -12,10 +13,11 @@ from django.db.models import Count
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from qval import consistency as qconsistency
 from qval import families, ladder, metric_registry, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
-from . import aggregates, boards, charts, evaluations, figures, markdown
+from . import aggregates, boards, charts, consistency, evaluations, figures, markdown
 from leaderboard import exports as downloads
 from leaderboard.exports import (
     DATASET_FORMATS,
@@ -275,10 +277,14 @@ def _published_dataset_detail(request: HttpRequest, ds: Dataset) -> HttpResponse
     paper = next((e for e in environments.values() if published.ENVIRONMENTS[e.name] == ds.environment.slug), None)
     sources = dict(ds.submissions.filter(state="finished").order_by().values("source")
                    .annotate(n=Count("pk")).values_list("source", "n"))
+    summary = (ds.submissions.filter(source="rescored").order_by("pk")
+               .values_list("provenance__file", flat=True).first())
     return render(request, "leaderboard/published_dataset.html", {
         "ds": ds, "paper": paper, "provenance": provenance, "sources": sources,
+        "label_source": qconsistency.label_sources()[1].get(summary or ""),
         "reference": {"repository": published.REFERENCE_REPOSITORY, "commit": published.REFERENCE_COMMIT},
         "website": {"repository": published.SITE_REPOSITORY, "commit": published.SITE_COMMIT},
+        "publication": published.paper(), **consistency.errata_context(paper.name if paper else None),
     })
 
 
@@ -450,6 +456,14 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 
 
+def environment_modalities(datasets: list[Dataset], result_modalities: list[str]) -> list[tuple[str, int, bool]]:
+    """An environment's modalities, each as ``(modality, results in it, whether a dataset of it has it)``: those of
+    its datasets and those of the results it holds (the authors' image results on datasets not hosted here too)."""
+    declared = {m for ds in datasets for m in (ds.modalities or [])}
+    counts = Counter(result_modalities)
+    return [(m, counts[m], m in declared) for m in figures.MODALITIES if m in declared or counts[m]]
+
+
 def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """An environment: its datasets, every result on it, and the figures restricted to it."""
     env = Environment.objects.filter(slug=slug).first()
@@ -460,7 +474,9 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
         fig_name = "heatmap"
     version = evaluations.version()
     rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
-    extra = {"results_version": version, "environment": env, "datasets": list(env.datasets.all()), "results": rows[:RESULTS_SHOWN],
+    datasets = list(env.datasets.all())
+    extra = {"results_version": version, "environment": env, "datasets": datasets, "results": rows[:RESULTS_SHOWN],
+             "modalities": environment_modalities(datasets, [r.modality for r in rows]),
              "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}

@@ -20,8 +20,8 @@ ENVIRONMENTS = {
     },
     "alfworld": {
         "name": "ALFWorld",
-        "description": "Text-based household tasks (TextWorld engine) aligned with the ALFRED embodied benchmark: "
-                       "find, pick up and place objects by typed commands.",
+        "description": "Household tasks aligned with the ALFRED embodied benchmark: find, pick up and place "
+                       "objects by typed commands (TextWorld engine); observed as text or as rendered images.",
         "url": "https://alfworld.github.io/",
     },
     "miniwob": {

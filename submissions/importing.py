@@ -37,7 +37,7 @@ older layout are rewritten (2: the row keeps its predictions file; 3: a sampled 
 mean of its per-sample values, the paper's ``codegen`` rule)."""
 ENVIRONMENT_INFO = {
     "FrozenLake": "Gymnasium FrozenLake 8×8.",
-    "ALFWorld": "Text household tasks (ALFWorld).",
+    "ALFWorld": "Household tasks (ALFWorld), observed as text or as rendered images.",
     "OpenApps": "Web apps (OpenApps); its data is not hosted here.",
     "TerminalBench": "Terminal tasks (TerminalBench lite); its data is not hosted here.",
 }

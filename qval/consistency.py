@@ -1,0 +1,161 @@
+"""Re-scored against reported: cell by cell (environment, backbone, method, target), the number the
+authors report, the number we re-score from their stored predictions, the difference, and why the two
+differ where they do.
+
+The reasons are computed, not written per cell (:func:`table`):
+
+* **labels** -- the summary file was labelled by another policy than the paper's table for that slice
+  (``data/qval-v1.0/label-sources.json``, :func:`label_sources`; all TerminalBench rows);
+* **predictions** -- the labels are the paper's (other methods of the same summary file, target and
+  metric agree with the paper to three decimals), so this method's stored predictions are not the ones
+  its reported number was computed from;
+* **small** -- within :data:`TOLERANCE` but not to three decimals;
+* **equal** -- equal to the paper's three decimals (a ``codegen`` row says it follows the paper's
+  codegen rule, the mean of the per-sample correlations);
+* **unexplained** -- none of the above (the tests check that no cell is).
+
+Nothing here knows about Django.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qval.published import DATA_DIR, PublishedDataError, ReportedResult
+
+LABEL_SOURCES_FILE: Path = DATA_DIR / "label-sources.json"
+
+TOLERANCE: float = 0.01
+"""A re-scored and a reported number further apart than this must have a reason other than *small*."""
+ROUNDING: float = 0.0005
+"""The paper prints three decimals: closer than this the two numbers are the same."""
+
+REASONS: dict[str, str] = {
+    "equal": "the same to the paper's three decimals",
+    "small": "within 0.01, not to three decimals",
+    "labels": "labelled by another policy than the paper's table",
+    "predictions": "other predictions than the paper's, on the paper's labels",
+    "unreported": "no reported number for this cell",
+    "unexplained": "no known reason",
+}
+"""Each reason code and its short name."""
+
+
+@dataclass(frozen=True)
+class LabelSource:
+    """Who labelled one reference summary file, and the labelling of the paper's table for its slice."""
+
+    file: str
+    tag: str
+    labelling: str
+    paper_labelling: str
+    same_as_paper: bool
+    evidence: str = ""
+
+
+def label_sources(path: Path = LABEL_SOURCES_FILE) -> tuple[dict[str, Any], dict[str, LabelSource]]:
+    """The provenance and, by summary file (a re-scored row's ``provenance['file']``), its :class:`LabelSource`."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data["provenance"], {f: LabelSource(file=f, **entry) for f, entry in data["summaries"].items()}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise PublishedDataError(f"{path}: cannot read ({exc!r})") from exc
+
+
+@dataclass(frozen=True)
+class RescoredValue:
+    """One re-scored number: its slice, metric, value, the summary file it comes from and, on the
+    site, the row that holds it (``ref``, a submission id)."""
+
+    environment: str
+    backbone: str
+    method: str
+    target: str
+    modality: str
+    metric: str
+    value: float | None
+    file: str
+    ref: int | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of the consistency table."""
+
+    environment: str
+    backbone: str
+    method: str
+    target: str
+    metric: str
+    reported: float | None
+    rescored: float | None
+    file: str
+    label_source: LabelSource | None
+    reason: str
+    why: str
+    ref: int | None = None
+
+    @property
+    def difference(self) -> float | None:
+        """Re-scored minus reported (``None`` when either is missing)."""
+        if self.reported is None or self.rescored is None:
+            return None
+        return self.rescored - self.reported
+
+
+def _close(a: float | None, b: float | None, within: float) -> bool:
+    return a is not None and b is not None and abs(a - b) <= within + 1e-12
+
+
+def _why(reason: str, r: RescoredValue, source: LabelSource | None, witnesses: Sequence[str]) -> str:
+    if reason == "labels" and source is not None:
+        return (f"the summary's labels come from {source.labelling}; the paper's table uses {source.paper_labelling}"
+                + (f" ({source.evidence})" if source.evidence else ""))
+    if reason == "predictions":
+        return (f"on the same labels {len(witnesses)} other method(s) of this summary agree with the paper to three "
+                f"decimals ({', '.join(witnesses)}), so the labels are the paper's; the predictions stored for "
+                f"{r.method} are not the ones its reported number was computed from")
+    if reason == "equal" and r.method == "codegen":
+        return "re-scored by the paper's codegen rule: the mean of the 16 per-sample correlations"
+    if reason == "unreported":
+        return "the authors publish no number for this method, backbone, target and modality"
+    return REASONS[reason]
+
+
+def table(reported: Iterable[ReportedResult], rescored: Iterable[RescoredValue],
+          sources: dict[str, LabelSource] | None = None) -> list[Cell]:
+    """The consistency table: one :class:`Cell` per re-scored value, joined with the reported number of
+    the same environment, backbone, method, target, modality and metric, in the order of ``rescored``;
+    ``sources`` defaults to :func:`label_sources`."""
+    if sources is None:
+        sources = label_sources()[1]
+    by_key = {(r.environment, r.backbone, r.method, r.target, r.modality, r.metric): r.value for r in reported}
+    values = list(rescored)
+    pairs = [(r, by_key.get((r.environment, r.backbone, r.method, r.target, r.modality, r.metric))) for r in values]
+    agreeing: dict[tuple[str, str, str], list[str]] = {}
+    for r, rep in pairs:
+        if _close(r.value, rep, ROUNDING):
+            agreeing.setdefault((r.file, r.target, r.metric), []).append(r.method)
+    cells = []
+    for r, rep in pairs:
+        source = sources.get(r.file)
+        witnesses = [m for m in agreeing.get((r.file, r.target, r.metric), []) if m != r.method]
+        if rep is None:
+            reason = "unreported"
+        elif _close(r.value, rep, ROUNDING):
+            reason = "equal"
+        elif source is not None and not source.same_as_paper:
+            reason = "labels"
+        elif _close(r.value, rep, TOLERANCE):
+            reason = "small"
+        elif r.value is not None and witnesses:
+            reason = "predictions"
+        else:
+            reason = "unexplained"
+        cells.append(Cell(r.environment, r.backbone, r.method, r.target, r.metric, rep, r.value, r.file, source,
+                          reason, _why(reason, r, source, witnesses), r.ref))
+    return cells
