@@ -2,9 +2,10 @@
 
 Shared by the pages (:mod:`board.views`) and the API (:mod:`qval_site.api`).  Every
 aggregate starts from the same rows: the leaderboard's finished submissions
-(:func:`board.exports.leaderboard_rows`) reduced by :func:`best_rows` to the best one
-per method, dataset, backbone, split and target, so a method that submitted many times
-counts once per evaluation.  The statistics are :mod:`qval.compare`'s.
+(:func:`board.exports.leaderboard_rows`) of one source -- the QVal v1.0 authors' reported numbers
+unless the reader picks re-scored, verified, self-reported or *any* (:data:`board.boards.VIEWS`) --
+reduced by :func:`best_rows` to the best one per method, dataset, backbone, split and target, so a
+method that submitted many times counts once per evaluation.  The statistics are :mod:`qval.compare`'s.
 
 The critical difference (:func:`critical_difference_of`) reads the evaluations itself, for one
 :class:`CDChoice`: by default the QVal v1.0 paper's numbers (source *reported*), one evaluation per
@@ -48,11 +49,19 @@ class InvalidSelection(ValueError):
 
 @dataclass(frozen=True)
 class Selection:
-    """Which leaderboard rows an aggregate uses: split, target, and the metric to summarise."""
+    """Which leaderboard rows an aggregate uses: split, target, source (one of :data:`board.boards.VIEWS`,
+    by default the authors' reported numbers) and the metric to summarise.  The critical difference keeps
+    its own sources (:attr:`CDChoice.sources`) and leaves this one at its default."""
 
     split: str = "test"
     target: str = "q"
     metric: str = "spearman"
+    source: str = boards.DEFAULT_VIEW
+
+    @property
+    def source_caption(self) -> str:
+        """Which rows the aggregates show, in words (the page says it)."""
+        return boards.view_caption(self.source)
 
     @property
     def metric_label(self) -> str:
@@ -60,15 +69,21 @@ class Selection:
         return METRICS[self.metric]
 
 
-def read_selection(params: Mapping[str, str]) -> Selection:
-    """The :class:`Selection` of query parameters ``split``, ``target`` and ``metric``.
+SELECTION_KEYS = ("split", "target", "metric", "source")
+"""The query parameters of a :class:`Selection`."""
 
-    Missing or empty parameters take the defaults (test, q, spearman); any other value
+
+def read_selection(params: Mapping[str, str], keys: tuple[str, ...] = SELECTION_KEYS) -> Selection:
+    """The :class:`Selection` of query parameters ``split``, ``target``, ``metric`` and ``source`` (only
+    those of ``keys`` are read).
+
+    Missing or empty parameters take the defaults (test, q, spearman, reported); any other value
     raises :class:`InvalidSelection` naming the allowed ones.
     """
     default = Selection()
-    chosen = {key: params.get(key) or getattr(default, key) for key in ("split", "target", "metric")}
-    for key, allowed in (("split", SPLITS), ("target", TARGETS), ("metric", tuple(METRICS))):
+    chosen = {key: params.get(key) or getattr(default, key) for key in keys}
+    choices = {"split": SPLITS, "target": TARGETS, "metric": tuple(METRICS), "source": tuple(boards.VIEWS)}
+    for key, allowed in ((k, choices[k]) for k in keys):
         if chosen[key] not in allowed:
             raise InvalidSelection(key, f"unknown {key} {chosen[key]!r}; choose one of {', '.join(allowed)}")
     return Selection(**chosen)
@@ -88,15 +103,16 @@ class Entry:
 
 
 def best_rows(selection: Selection) -> list[Entry]:
-    """The best finished submission per (method, evaluation, backbone) on the selection's split
-    and target, by the selection's metric; submissions without a value of it are left out.
-    The evaluation is :func:`evaluation_label` (dataset, modality, imported source).
+    """The best finished submission per (method, evaluation, backbone) on the selection's split,
+    target and source (:func:`board.boards.of_source`), by the selection's metric; submissions without
+    a value of it are left out.  The evaluation is :func:`evaluation_label` (dataset, modality, imported
+    source).
 
     Ties go to the newest submission.  Ordered by method, dataset and backbone.
     """
-    rows: list[BoardRow] = leaderboard_rows(
-        {"split": selection.split, "target": selection.target}, sort=f"-{selection.metric}"
-    )
+    rows: list[BoardRow] = boards.of_source(
+        leaderboard_rows({"split": selection.split, "target": selection.target}, sort=f"-{selection.metric}"),
+        selection.source)
     best: dict[tuple[str, str, str], Entry] = {}
     for row in rows:  # sorted by the metric, best first; rows without a value come last
         value = getattr(row, selection.metric)
@@ -279,7 +295,7 @@ def read_cd_choice(params: QueryParams) -> CDChoice:
     ``modality`` (default text) and the repeatable ``source`` (default :data:`CD_DEFAULT_SOURCES`),
     ``method``, ``environment`` and ``backbone``.  An unknown split, target, metric, modality or source
     raises :class:`InvalidSelection`; an unknown method, environment or backbone just matches nothing."""
-    selection = read_selection(params)
+    selection = read_selection(params, ("split", "target", "metric"))
     modality = params.get("modality") or "text"
     if modality not in MODALITIES:
         raise InvalidSelection("modality", f"unknown modality {modality!r}; choose one of {', '.join(MODALITIES)}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -134,13 +134,57 @@ class Board:
     unranked: int
 
 
-def source_of(e: Evaluation, platform_runs: frozenset[int]) -> str:
+ANY = "any"
+VIEWS: dict[str, tuple[str, str]] = {
+    REPORTED: ("reported", "the numbers reported by the authors of QVal v1.0, as the paper prints them"),
+    RESCORED: ("re-scored", "the QVal v1.0 authors' published predictions, re-scored by us"),
+    VERIFIED: ("verified", "rows the platform ran: built-in baselines, method containers, training runs"),
+    SELF_REPORTED: ("self-reported", "uploaded predictions files, scored here"),
+    ANY: ("any", "every source pooled: the authors' numbers and ours together"),
+}
+"""The sources a figure or an aggregate shows one at a time (``?source=``): key -> (label, what it holds);
+:data:`ANY` pools them all, only when a reader picks it."""
+DEFAULT_VIEW = REPORTED
+"""What figures and aggregates show unless the reader picks another source: the paper's numbers."""
+
+
+class Sourced(Protocol):
+    """A row with a source: an :class:`~board.evaluations.Evaluation` or a board export row."""
+
+    @property
+    def submission_id(self) -> int:
+        """The submission's id."""
+
+    @property
+    def source(self) -> str:
+        """:attr:`submissions.models.Submission.source` (``user``, ``baseline``, ``rescored``, ``reported``)."""
+
+
+def view_caption(source: str) -> str:
+    """How a figure or aggregate page names the source ``source`` (a key of :data:`VIEWS`) it shows."""
+    label, holds = VIEWS[source]
+    return f"{label} ({holds})"
+
+
+def source_of(e: Sourced, platform_runs: frozenset[int]) -> str:
     """The source badge of ``e`` (a key of :data:`SOURCES`)."""
     if e.source == "reported":
         return REPORTED
     if e.source == "rescored":
         return RESCORED
     return VERIFIED if e.submission_id in platform_runs else SELF_REPORTED
+
+
+S = TypeVar("S", bound=Sourced)
+
+
+def of_source(rows: Iterable[S], source: str) -> list[S]:
+    """The rows of ``rows`` whose :func:`source_of` is ``source`` (a key of :data:`VIEWS`; every row for
+    :data:`ANY`), judged against the current results version's platform runs."""
+    if source == ANY:
+        return list(rows)
+    runs = platform_runs()
+    return [e for e in rows if source_of(e, runs) == source]
 
 
 def submitter(e: Evaluation) -> str:

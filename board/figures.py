@@ -20,16 +20,19 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
 from qval import compare, families, metric_registry
 
+from . import boards
 from .aggregates import InvalidSelection
 from .charts import plain
 from .evaluations import FILTER_KEYS, Evaluation, best, derived, select
+from .exports import csv_text
 
 SPLITS = ("dev", "test")
 TARGETS = ("q", "v")
 MODALITIES = ("text", "image")
-SOURCES = ("reported", "rescored", "baseline", "user")
 HEATMAP_BY = ("environment", "backbone")
 
 
@@ -44,14 +47,25 @@ class Filters:
     modality: str = ""
     family: str = ""
     backbone: str = ""
-    source: str = ""
+    source: str = boards.DEFAULT_VIEW
     method: str = ""
     metric: str = "spearman"
     by: str = "environment"
 
     def evaluation_filters(self) -> dict[str, str]:
-        """The filters :func:`board.evaluations.select` applies."""
-        return {key: getattr(self, key) for key in FILTER_KEYS}
+        """The filters :func:`board.evaluations.select` applies (all but the source, which
+        :func:`board.boards.of_source` does: see :meth:`select`)."""
+        return {key: getattr(self, key) for key in FILTER_KEYS if key != "source"}
+
+    def select(self, rows: Sequence[Evaluation]) -> list[Evaluation]:
+        """The evaluations of ``rows`` these filters keep: :meth:`evaluation_filters`, then one source
+        (:data:`board.boards.VIEWS`; all of them only for ``any``)."""
+        return boards.of_source(select(self.evaluation_filters(), rows), self.source)
+
+    @property
+    def source_caption(self) -> str:
+        """Which rows a figure of these filters shows, in words (a figure page says it above the figure)."""
+        return boards.view_caption(self.source)
 
     def query(self) -> dict[str, str]:
         """The non-default filters, for a permalink."""
@@ -67,7 +81,7 @@ def read_filters(params: Mapping[str, str], **fixed: str) -> Filters:
     values.update({k: v for k, v in fixed.items() if v})
     allowed: dict[str, Sequence[str]] = {
         "split": ("", *SPLITS), "target": ("", *TARGETS), "modality": ("", *MODALITIES),
-        "source": ("", *SOURCES), "metric": metric_registry.COMPARABLE, "by": HEATMAP_BY,
+        "source": tuple(boards.VIEWS), "metric": metric_registry.COMPARABLE, "by": HEATMAP_BY,
         "family": ("", *(slug for slug, _ in families.CHOICES)),
     }
     if values["split"] == "all":
@@ -345,9 +359,64 @@ def build(name: str, f: Filters) -> Figure:
     page asked for again costs only the check that nothing changed.
     """
     _, builder = FIGURES[name]
-    return derived(("figure", name, f), lambda rows: builder(select(f.evaluation_filters(), rows), f))
+    return derived(("figure", name, f), lambda rows: builder(f.select(rows), f))
+
+
+OPENING_ORDER = (boards.REPORTED, boards.VERIFIED, boards.RESCORED, boards.SELF_REPORTED)
+"""The sources a page restricted to one method or environment tries, in order, to open on."""
+
+
+def opening_source(fixed: Mapping[str, str]) -> str:
+    """The source a figure restricted to ``fixed`` (a method or environment page) opens on: the first of
+    :data:`OPENING_ORDER` with an evaluation there, so a user's method page does not open on an empty
+    figure; :data:`board.boards.DEFAULT_VIEW` where none has one.  Kept per results version."""
+
+    def make(rows: list[Evaluation]) -> str:
+        held = select(fixed, rows)
+        return next((s for s in OPENING_ORDER if boards.of_source(held, s)), boards.DEFAULT_VIEW)
+
+    return derived(("figure-opening-source", tuple(sorted(fixed.items()))), make)
 
 
 def payload(fig: Figure, f: Filters) -> dict[str, Any]:
     """The data behind a figure, as the JSON download and the figure API return it."""
-    return {"figure": fig.name, "title": fig.title, "filters": f.query(), "columns": fig.columns, "rows": fig.rows}
+    return {"figure": fig.name, "title": fig.title, "source": f.source, "filters": f.query(), "columns": fig.columns,
+            "rows": fig.rows}
+
+
+# -- what every figure page shares ------------------------------------------------------------
+
+FORMATS = ("csv", "json", "plotly")
+"""``?format=`` of a figure page: the data behind it as CSV or JSON downloads, or the Plotly figure the
+page draws (fetched by its script)."""
+
+
+def options() -> dict[str, list[tuple[str, str]]]:
+    """The choices of the figure filters (values present in the evaluations), kept per results version."""
+    return derived("figure-options", _options_of)
+
+
+def _options_of(rows: list[Evaluation]) -> dict[str, list[tuple[str, str]]]:
+    return {
+        "environment": sorted({(e.environment_slug, e.environment) for e in rows}),
+        "backbone": [(b, b) for b in sorted({e.backbone for e in rows if e.backbone})],
+        "split": [("all", "all splits"), ("dev", "dev"), ("test", "test")],
+        "target": [("q", "Q"), ("v", "V")],
+        "modality": [(m, m) for m in MODALITIES],
+        "family": list(families.CHOICES),
+        "source": [(s, label) for s, (label, _) in boards.VIEWS.items()],
+        "metric": [(m, metric_registry.get(m).label) for m in metric_registry.COMPARABLE],
+    }
+
+
+def response(request: HttpRequest, name: str, fig: Figure, f: Filters) -> HttpResponse:
+    """The figure's data as a CSV or JSON download, or its Plotly traces and layout (``?format=``)."""
+    fmt = request.GET.get("format")
+    if fmt == "plotly":
+        return HttpResponse(fig.plotly_bytes, content_type="application/json")
+    if fmt == "csv":
+        answer = HttpResponse(csv_text(fig.columns, fig.rows), content_type="text/csv; charset=utf-8")
+    else:
+        answer = JsonResponse(payload(fig, f), json_dumps_params={"ensure_ascii": False})
+    answer["Content-Disposition"] = f'attachment; filename="qval-{name}.{fmt}"'
+    return answer

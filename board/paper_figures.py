@@ -2,9 +2,10 @@
 
 Each view opens on the slice the paper plots and says which it is; the filters change it.
 
-* **One source at a time.**  The default is the authors' reported numbers; a reader picks another
-  source (re-scored, our baselines, users' uploads) to see the same figure over those rows.  Rows of
-  two sources are never pooled.
+* **One source at a time** (:data:`board.boards.VIEWS`).  The default is the authors' reported numbers;
+  a reader picks another source (re-scored, verified: the platform's own runs, self-reported: users'
+  uploads) to see the same figure over those rows.  Rows of two sources are pooled only when the reader
+  picks *any*.
 * **The paper's slice per family** (:data:`PAPER_SLICE`): target Q, text for the LLM methods, image
   for the pre-trained ones, target V for the embedding methods (the only target the paper has for
   them).  Choosing a target or a modality applies it to every family instead.
@@ -36,7 +37,7 @@ from django.shortcuts import render
 
 from qval import compare, families, metric_registry, relabelled
 
-from . import aggregates, evaluations, figures, views
+from . import aggregates, boards, evaluations, figures
 from .charts import plain
 from .evaluations import Evaluation, best
 
@@ -52,11 +53,6 @@ STATE_LOCAL: tuple[str, ...] = ("ranking", "Δbelief", "sdpo", "sdpo-gt")
 
 ENVIRONMENT_ORDER: tuple[str, ...] = ("frozenlake", "alfworld", "openapps", "terminalbench")
 """The paper's environments from simpler closed-action to open-ended (Fig. 3); others follow alphabetically."""
-
-SOURCE_NAMES: dict[str, str] = {"reported": "reported by the authors",
-                                "rescored": "re-scored by us from the authors' predictions",
-                                "baseline": "our baselines", "user": "users' submissions"}
-"""How a page names the source it shows."""
 
 LOCAL_METRIC = "ranking_spearman"
 
@@ -399,19 +395,16 @@ PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
 )}
 """The paper's figures by URL name."""
 
-DEFAULTS: dict[str, str] = {"source": "reported"}
-"""Filters a paper view starts from (besides :class:`board.figures.Filters`' own): the authors' rows."""
-
-
 def read(spec: PaperFigure, params: Mapping[str, str]) -> figures.Filters:
-    """The filters of a paper view: its defaults, then the query parameters it offers, then its fixed ones."""
-    chosen = {**DEFAULTS, **{k: v for k, v in params.items() if k in spec.offers and v}}
+    """The filters of a paper view: :class:`board.figures.Filters`' defaults (the authors' reported rows),
+    then the query parameters it offers, then its fixed ones."""
+    chosen = {k: v for k, v in params.items() if k in spec.offers and v}
     return figures.read_filters(chosen, **spec.fixed)
 
 
 def describe(spec: PaperFigure, f: figures.Filters) -> str:
     """The slice a view shows, in words (the page says it above the figure)."""
-    parts = [f"source: {SOURCE_NAMES.get(f.source, f.source)}", f"split {f.split or 'any'}"]
+    parts = [f"source {f.source_caption}", f"split {f.split or 'any'}"]
     if spec.name in ("fig2", "fig3"):
         parts.append(f"target {f.target.upper()} for every family" if f.target
                      else "target Q (V for the embedding methods, the only target the paper gives them)")
@@ -438,8 +431,17 @@ def build(spec: PaperFigure, f: figures.Filters) -> figures.Figure:
     selection = {k: v for k, v in f.evaluation_filters().items() if k not in ("target", "modality", "family")}
     if f.family and spec.name in ("fig4-left", "fig4-right"):
         selection["family"] = f.family
-    return evaluations.derived(("paper-figure", spec.name, f),
-                               lambda rows: spec.builder(evaluations.select(selection, rows), f))
+    return evaluations.derived(
+        ("paper-figure", spec.name, f),
+        lambda rows: spec.builder(boards.of_source(evaluations.select(selection, rows), f.source), f))
+
+
+def home_figure() -> tuple[figures.Figure, str]:
+    """Figure 2's default view (the authors' reported rows, the paper's slice per family), the home page's
+    figure, and the slice it shows in words (:func:`describe`)."""
+    spec = PAPER_FIGURES["fig2"]
+    f = read(spec, {})
+    return build(spec, f), describe(spec, f)
 
 
 def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
@@ -448,7 +450,7 @@ def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
     spec = PAPER_FIGURES.get(name)
     if spec is None:
         raise Http404(f"no paper figure {name!r}")
-    options = {k: v for k, v in views._figure_options().items() if k in spec.offers}
+    options = {k: v for k, v in figures.options().items() if k in spec.offers}
     if "metric" in options:
         options["metric"] = [(m, label) for m, label in options["metric"] if m != LOCAL_METRIC]
     context: dict[str, Any] = {"paper_figures": PAPER_FIGURES, "spec": spec, "name": name, "options": options,
@@ -456,12 +458,12 @@ def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
     try:
         f = read(spec, request.GET)
     except aggregates.InvalidSelection as exc:
-        if request.GET.get("format") in views.FIGURE_FORMATS:
+        if request.GET.get("format") in figures.FORMATS:
             return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
         context["error"] = exc.message
         return render(request, "leaderboard/paper_figure.html", context, status=400)
     fig = build(spec, f)
-    if request.GET.get("format") in views.FIGURE_FORMATS:
-        return views._figure_response(request, name, fig, f)
+    if request.GET.get("format") in figures.FORMATS:
+        return figures.response(request, name, fig, f)
     context.update(filters=f, values={k: getattr(f, k) for k in spec.offers}, fig=fig, slice=describe(spec, f))
     return render(request, "leaderboard/paper_figure.html", context)

@@ -14,10 +14,10 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.shortcuts import render
 
 from qval import consistency as qconsistency
-from qval import families, ladder, metric_registry, metrics, published
+from qval import families, ladder, metrics, published
 from qval.schema import PUBLIC_SPLITS
 
-from . import aggregates, boards, charts, consistency, evaluations, figures, markdown
+from . import aggregates, boards, charts, consistency, evaluations, figures, markdown, paper_figures
 from leaderboard import exports as downloads
 from leaderboard.exports import (
     DATASET_FORMATS,
@@ -31,6 +31,7 @@ from leaderboard.exports import (
 from . import exports
 from .exports import FILTER_KEYS, leaderboard_rows
 from leaderboard.models import Candidate, Dataset, Environment, Label, Method, State
+from submissions.models import Submission
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -39,10 +40,11 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """What QVal measures, the per-family figure of the board (its data fetched from the figure page,
-    ``?format=plotly``), and where to start."""
-    fig = figures.build("per-family", figures.Filters())
-    return render(request, "home.html", {"datasets": Dataset.objects.select_related("environment"), "fig": fig})
+    """What QVal measures, the paper's Figure 2 over the authors' reported rows (its data fetched from the
+    paper figure's page, ``?format=plotly``), and where to start."""
+    fig, shows = paper_figures.home_figure()
+    return render(request, "home.html",
+                  {"datasets": Dataset.objects.select_related("environment"), "fig": fig, "slice": shows})
 
 
 def how_we_score(request: HttpRequest) -> HttpResponse:
@@ -80,7 +82,7 @@ def board(request: HttpRequest) -> HttpResponse:
         "target": [("q", "Q"), ("v", "V")],
         "modality": [("text", "text"), ("image", "image")],
         "family": Method.FAMILIES,
-        "source": [(s, s) for s in figures.SOURCES],
+        "source": [(s, s) for s, _ in Submission.SOURCES],
     }
     return render(
         request,
@@ -94,8 +96,9 @@ def board(request: HttpRequest) -> HttpResponse:
 def _selection_context(request: HttpRequest) -> tuple[aggregates.Selection | None, dict[str, object]]:
     """The aggregate pages' selection (or the error) and the choices of their form."""
     context: dict[str, object] = {
-        "choices": {"split": aggregates.SPLITS, "target": aggregates.TARGETS, "metric": list(aggregates.METRICS)},
-        "values": {k: request.GET.get(k, "") for k in ("split", "target", "metric")},
+        "choices": {"split": aggregates.SPLITS, "target": aggregates.TARGETS, "metric": list(aggregates.METRICS),
+                    "source": list(boards.VIEWS)},
+        "values": {k: request.GET.get(k, "") for k in aggregates.SELECTION_KEYS},
     }
     try:
         selection = aggregates.read_selection(request.GET)
@@ -108,7 +111,8 @@ def _selection_context(request: HttpRequest) -> tuple[aggregates.Selection | Non
 
 def aggregate(request: HttpRequest) -> HttpResponse:
     """Per method and environment the mean over backbones with a 95% CI; per family the
-    distribution over evaluations (``?split=&target=&metric=``), kept per results version."""
+    distribution over evaluations (``?split=&target=&metric=&source=``; by default the authors' reported
+    numbers), kept per results version."""
     selection, context = _selection_context(request)
     if selection is None:
         return render(request, "leaderboard/aggregate.html", context, status=400)
@@ -359,43 +363,6 @@ def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
 # -- figures, method and environment pages --------------------------------------------------
 
 
-def _figure_options() -> dict[str, list[tuple[str, str]]]:
-    """The choices of the figure filters (values present in the evaluations), kept per results version."""
-    return evaluations.derived("figure-options", _options_of)
-
-
-def _options_of(rows: list[evaluations.Evaluation]) -> dict[str, list[tuple[str, str]]]:
-    """The figure filters' choices for ``rows``."""
-    return {
-        "environment": sorted({(e.environment_slug, e.environment) for e in rows}),
-        "backbone": [(b, b) for b in sorted({e.backbone for e in rows if e.backbone})],
-        "split": [("all", "all splits"), ("dev", "dev"), ("test", "test")],
-        "target": [("q", "Q"), ("v", "V")],
-        "modality": [(m, m) for m in figures.MODALITIES],
-        "family": list(Method.FAMILIES),
-        "source": [(s, s) for s in figures.SOURCES],
-        "metric": [(m, metric_registry.get(m).label) for m in metric_registry.COMPARABLE],
-    }
-
-
-FIGURE_FORMATS = ("csv", "json", "plotly")
-"""``?format=`` of a figure page: the data behind it as CSV or JSON downloads, or the Plotly figure the
-page draws (fetched by its script)."""
-
-
-def _figure_response(request: HttpRequest, name: str, fig: figures.Figure, f: figures.Filters) -> HttpResponse:
-    """The figure's data as a CSV or JSON download, or its Plotly traces and layout (``?format=``)."""
-    fmt = request.GET.get("format")
-    if fmt == "plotly":
-        return HttpResponse(fig.plotly_bytes, content_type="application/json")
-    if fmt == "csv":
-        response = HttpResponse(exports.csv_text(fig.columns, fig.rows), content_type="text/csv; charset=utf-8")
-    else:
-        response = JsonResponse(figures.payload(fig, f), json_dumps_params={"ensure_ascii": False})
-    response["Content-Disposition"] = f'attachment; filename="qval-{name}.{fmt}"'
-    return response
-
-
 def figure(request: HttpRequest, name: str) -> HttpResponse:
     """A figure page (:data:`board.figures.FIGURES`) with its filters, permalink and
     data downloads (``?format=csv|json``)."""
@@ -406,18 +373,19 @@ def figure(request: HttpRequest, name: str) -> HttpResponse:
 
 def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], template: str,
                  extra: dict[str, object]) -> HttpResponse:
-    context: dict[str, object] = {"figures": figures.FIGURES, "name": name, "options": _figure_options(),
+    context: dict[str, object] = {"figures": figures.FIGURES, "name": name, "options": figures.options(),
                                   "values": {k: request.GET.get(k, "") for k in vars(figures.Filters())}, **extra}
+    opening = figures.opening_source(fixed) if fixed else boards.DEFAULT_VIEW
     try:
-        f = figures.read_filters(request.GET, **fixed)
+        f = figures.read_filters({"source": opening, **{k: v for k, v in request.GET.items() if v}}, **fixed)
     except aggregates.InvalidSelection as exc:
-        if request.GET.get("format") in FIGURE_FORMATS:
+        if request.GET.get("format") in figures.FORMATS:
             return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
         context["error"] = exc.message
         return render(request, template, context, status=400)
     fig = figures.build(name, f)
-    if request.GET.get("format") in FIGURE_FORMATS:
-        return _figure_response(request, name, fig, f)
+    if request.GET.get("format") in figures.FORMATS:
+        return figures.response(request, name, fig, f)
     context.update(filters=f, values=vars(f), fig=fig, title=figures.FIGURES[name][0])
     return render(request, template, context)
 

@@ -8,7 +8,7 @@
                                                    ``kind=container`` of a method container archive
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
 ``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=&page=&page_size=
-``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric= means over backbones, families
+``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric=&source= means over backbones, families
 ``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric=&modality=&source=&method=&environment=&backbone=
                                                    Friedman + Nemenyi
 ``GET  /api/v1/compare/``                          ?a=<id>&b=<id> paired bootstrap of A vs B
@@ -32,7 +32,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import throttling
-from board import aggregates, evaluations, figures
+from board import aggregates, boards, evaluations, figures
 from board.exports import FILTER_KEYS, leaderboard_rows
 from leaderboard.exports import DATASET_FORMATS, SPLIT_FORMATS
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
@@ -278,6 +278,11 @@ _SELECTION_PARAMETERS = [
 ]
 
 
+_SOURCE_PARAMETER = OpenApiParameter(
+    "source", str, enum=list(boards.VIEWS),
+    description="default reported (the QVal v1.0 authors' numbers); any pools every source")
+
+
 def _per_version(request: Request, key: tuple[object, ...], make: Callable[[], dict[str, Any]]) -> HttpResponse:
     """The answer ``make()`` (built from values kept per results version), itself kept until the version
     changes: as JSON its bytes, rendered once; the browsable API (a browser) renders it each time."""
@@ -298,7 +303,7 @@ class LeaderboardAggregate(APIView):
 
     permission_classes = [AllowAny]
 
-    @extend_schema(parameters=_SELECTION_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[*_SELECTION_PARAMETERS, _SOURCE_PARAMETER], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         try:
             selection = aggregates.read_selection(request.query_params)
@@ -369,7 +374,7 @@ class FigureData(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(
-        parameters=[OpenApiParameter(k, str) for k in vars(figures.Filters())],
+        parameters=[_SOURCE_PARAMETER if k == "source" else OpenApiParameter(k, str) for k in vars(figures.Filters())],
         responses=inline_serializer("FigureRows", {"rows": serializers.ListField(child=serializers.DictField())}),
     )
     def get(self, request: Request, name: str) -> Response:

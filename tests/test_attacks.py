@@ -1145,8 +1145,8 @@ class TestNamesAndInjection:
         lists = [f"/leaderboard/?{q}" for q in ("", "sort=date", "sort=-date", "sort=method", "sort=-method",
                                                   "split=dev", urlencode({"q": name}), urlencode({"method": name}))]
         pages = [*lists, method_url, method_url + "?figure=heatmap&split=dev", "/environments/frozenlake/?split=dev",
-                 f"/compare/?a={mine['id']}&b={other['id']}", "/leaderboard/aggregate/?split=dev",
-                 "/leaderboard/critical-difference/?split=dev"]
+                 f"/compare/?a={mine['id']}&b={other['id']}", "/leaderboard/aggregate/?split=dev&source=self-reported",
+                 "/leaderboard/critical-difference/?split=dev&source=self-reported"]
         for url in pages:
             resp = client.get(url)
             assert resp.status_code == 200, (url, resp.status_code)
@@ -1158,8 +1158,9 @@ class TestNamesAndInjection:
         assert f"<h1>Method {shown}</h1>" in client.get(method_url).content.decode()
 
         drawn = escape(name, quote=False)  # as Plotly must receive it: it reads &, < and > as markup
-        figures_ = [f"/figures/{f}/?split=dev&format=plotly" for f in ("per-family", "per-environment", "heatmap")]
-        figures_ += ["/figures/heatmap/?split=dev&by=backbone&format=plotly",  # the home page fetches per-family
+        own = "split=dev&source=self-reported"  # uploaded files: the figures default to the paper's numbers
+        figures_ = [f"/figures/{f}/?{own}&format=plotly" for f in ("per-family", "per-environment", "heatmap")]
+        figures_ += [f"/figures/heatmap/?{own}&by=backbone&format=plotly",
                      method_url + "?split=dev&format=plotly", method_url + "?figure=per-family&split=dev&format=plotly"]
         for url in figures_:
             resp = client.get(url)
@@ -1173,7 +1174,7 @@ class TestNamesAndInjection:
         assert [r["submission_id"] for r in api_rows] == [mine["id"]] and api_rows[0]["method"] == name
         exported = client.get("/leaderboard/", {"split": "dev", "format": "json"}).json()["rows"]
         assert name in {r["method"] for r in exported}
-        for url in ("/leaderboard/?split=dev&format=csv", "/figures/per-family/?split=dev&format=csv"):
+        for url in ("/leaderboard/?split=dev&format=csv", f"/figures/per-family/?{own}&format=csv"):
             assert name in _csv_cells(client.get(url).content), url
 
     @pytest.mark.parametrize("name,where", [("a\u202eb", "U+202E (RIGHT-TO-LEFT OVERRIDE) at character 2"),
@@ -1195,8 +1196,9 @@ class TestNamesAndInjection:
         sub = upload(api, csv_bytes(ids, -labels), split="dev", method_name=FORMULA, backbone="@SUM(A1)")
         finish(sub["id"])
         downloads = ["/leaderboard/?format=csv", "/leaderboard/?split=dev&format=csv",
-                     "/figures/per-family/?split=dev&format=csv", "/figures/per-environment/?split=dev&format=csv",
-                     "/figures/heatmap/?split=dev&by=backbone&format=csv",
+                     "/figures/per-family/?split=dev&source=self-reported&format=csv",
+                     "/figures/per-environment/?split=dev&source=self-reported&format=csv",
+                     "/figures/heatmap/?split=dev&source=self-reported&by=backbone&format=csv",
                      reverse("method", args=[FORMULA]) + "?split=dev&format=csv"]
         for url in downloads:
             resp = client.get(url)
@@ -1259,7 +1261,7 @@ class TestNamesAndInjection:
         assert 'id="open-book"' in page and "labels follow from the observations" in page
         exported = client.get("/leaderboard/", {"split": "test", "format": "json"}).json()["rows"]
         assert [r["submission_id"] for r in exported] == [boxed.pk]
-        figure = client.get("/figures/per-family/", {"split": "test", "format": "json"}).json()["rows"]
+        figure = client.get("/figures/per-family/", {"split": "test", "source": "any", "format": "json"}).json()["rows"]
         assert {r["submission_id"] for r in figure} == {boxed.pk}
         dataset_page = client.get(f"/datasets/{KEY}/").content.decode()
         assert 'id="open-book"' in dataset_page and "labels follow from the observations" in dataset_page

@@ -233,7 +233,8 @@ def test_hidden_labels_never_reach_a_user(client, api, user, loaded, frozenlake)
                 f"/submissions/{bad['id']}/", f"/submissions/{ok['id']}/status/", "/submissions/",
                 "/api/v1/datasets/", "/api/v1/leaderboard/", f"/api/v1/submissions/{ok['id']}/",
                 f"/api/v1/submissions/{bad['id']}/", "/leaderboard/aggregate/", "/leaderboard/critical-difference/",
-                "/api/v1/leaderboard/aggregate/", "/api/v1/leaderboard/critical-difference/"]:
+                "/api/v1/leaderboard/aggregate/", "/api/v1/leaderboard/critical-difference/",
+                "/leaderboard/aggregate/?source=self-reported", "/api/v1/leaderboard/aggregate/?source=any"]:
         resp = client.get(url)
         assert resp.status_code == 200, url
         bodies.append(resp.content.decode())
@@ -255,7 +256,7 @@ def test_pages_walk(client, user, api, loaded, frozenlake) -> None:
                         ("/leaderboard/", "walker"), ("/leaderboard/?split=test", "No finished submission"),
                         ("/leaderboard/?sort=-kendall_tau&family=other", "walker"),
                         ("/how-we-score/", "Per-state ranking Spearman"),
-                        ("/leaderboard/aggregate/?split=dev", "walker"),
+                        ("/leaderboard/aggregate/?split=dev&source=self-reported", "walker"),
                         ("/leaderboard/critical-difference/?split=dev", "at least 3 methods"),
                         ("/compare/", "Compare two submissions")]:
         resp = client.get(url)

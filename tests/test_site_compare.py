@@ -189,7 +189,8 @@ def test_test_split_comparisons_never_reveal_test_labels(client, api, user, load
     bodies = []
     for url, params in [("/api/v1/compare/", {"a": a, "b": b}), ("/compare/", {"a": a, "b": b}),
                         ("/compare/", {"a": c, "b": a}), ("/compare/", {"a": a}),
-                        ("/leaderboard/aggregate/", {}), ("/api/v1/leaderboard/aggregate/", {}),
+                        ("/leaderboard/aggregate/", {"source": "self-reported"}),
+                        ("/api/v1/leaderboard/aggregate/", {"source": "self-reported"}),
                         ("/leaderboard/critical-difference/", {}), ("/api/v1/leaderboard/critical-difference/", {}),
                         ("/leaderboard/", {})]:
         resp = client.get(url, params)
@@ -232,8 +233,9 @@ def board(api, loaded, frozenlake) -> dict[tuple[str, str], float]:  # type: ign
 
 
 def test_aggregate_means_are_t_intervals_over_backbones(client, board) -> None:
-    body = client.get("/api/v1/leaderboard/aggregate/", {"split": "dev", "target": "q", "metric": "spearman"}).json()
-    assert (body["split"], body["target"], body["metric"]) == ("dev", "q", "spearman")
+    own = {"split": "dev", "target": "q", "metric": "spearman", "source": "self-reported"}  # default: the paper's
+    body = client.get("/api/v1/leaderboard/aggregate/", own).json()
+    assert (body["split"], body["target"], body["metric"], body["source"]) == ("dev", "q", "spearman", "self-reported")
     rows = {m["method"]: m for m in body["methods"]}
     assert set(rows) == set(NOISE)
     for method in NOISE:
@@ -360,11 +362,11 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
         return out
 
     first = get()
-    selection = aggregates.Selection(split="dev")
-    choice = aggregates.CDChoice(selection, sources=("self-reported",))
+    selection = aggregates.Selection(split="dev", source="self-reported")
+    choice = aggregates.CDChoice(aggregates.Selection(split="dev"), sources=("self-reported",))
     kept = aggregates.summary(selection), aggregates.critical_difference_of(choice)
     version = evaluations.version()
-    assert cache.get(make_template_fragment_key("aggregate", [version, "dev", "q", "spearman"])) is not None
+    assert cache.get(make_template_fragment_key("aggregate", [version, "dev", "q", "spearman", "self-reported"])) is not None
     assert cache.get(make_template_fragment_key("critical-difference", [version, choice])) is not None
     assert get() == first  # served from the memo ...
     assert (aggregates.summary(selection), aggregates.critical_difference_of(choice)) == kept
@@ -377,7 +379,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     second = get()
     assert 'data-method="m-new"' in second["aggregate"] and 'data-method="m-new"' in second["cd"]
     assert second["export"].count(",m-new,") == 2 and "m-new" not in first["export"]
-    api_aggregate = client.get(urls["api-aggregate"], {"split": "dev"}).json()
+    api_aggregate = client.get(urls["api-aggregate"], {"split": "dev", "source": "self-reported"}).json()
     assert {m["method"] for m in api_aggregate["methods"]} == {"m-a", "m-b", "m-c", "m-new"}
     api_cd = client.get(urls["api-cd"], {"split": "dev", "source": "self-reported"}).json()
     assert api_cd["critical_difference"]["ranking"][0]["method"] == "m-new"
@@ -387,13 +389,14 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     third = get()
     assert "-0.4321" in third["cd"] and "0.9000" not in third["cd"].split('id="matrix"')[1]
     assert third["export"].count(",-0.4321,") == 2 and ",0.9," not in third["export"]
-    means = {m["method"]: m for m in client.get(urls["api-aggregate"], {"split": "dev"}).json()["methods"]}
+    means = {m["method"]: m for m in client.get(urls["api-aggregate"],
+                                                 {"split": "dev", "source": "self-reported"}).json()["methods"]}
     assert means["m-new"]["mean"] == pytest.approx(-0.4321)
     assert evaluations.version() != version
 
 
 def test_pages_render_and_link_to_each_other(client, user, api, board) -> None:
-    page = client.get("/leaderboard/aggregate/", {"split": "dev"})
+    page = client.get("/leaderboard/aggregate/", {"split": "dev", "source": "self-reported"})
     text = page_text(page)
     assert page.status_code == 200 and 'id="family-plot"' in text and "vendor/plotly.min.js" in text
     for method in NOISE:
@@ -527,7 +530,7 @@ def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, sessio
     page.wait_for_selector("#cd-diagram .main-svg")
     assert page.locator("#cd-diagram .shapelayer path").count() > 2 * len(NOISE)  # elbows, cliques, CD bar
     shot(page, "20-critical-difference")
-    page.goto(base + "/leaderboard/aggregate/?split=dev")
+    page.goto(base + "/leaderboard/aggregate/?split=dev&source=self-reported")
     page.wait_for_selector("#family-plot .main-svg")
     assert page.locator("#family-plot .boxlayer .trace").count() == len(FAMILIES)
     shot(page, "21-aggregate")
