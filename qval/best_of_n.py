@@ -166,13 +166,16 @@ class Setting:
 
 
 # -- environments ------------------------------------------------------------------------
-def environment(name: str, secret: str | None) -> tuple[Environment, build.DatasetSpec]:
+def environment(name: str, secret: str | None, *,
+                builder: Callable[[], tuple[Environment, build.DatasetSpec]] | None = None
+                ) -> tuple[Environment, build.DatasetSpec]:
     """The environment and spec of dataset ``name`` (:data:`ENVIRONMENTS`) with its Best-of-N tasks drawn from
     ``secret`` (the maintainer's test-split secret; module docstring): at each test position, the first draw
-    whose instance is none of the dataset's tasks' (train, dev and the secret test split)."""
+    whose instance is none of the dataset's tasks' (train, dev and the secret test split).  ``builder`` stands in
+    for ``qval.build.BUILDERS[name]`` (the same environment with fewer tasks, where every reset costs seconds)."""
     if name not in ENVIRONMENTS:
         raise BestOfNError(f"unknown environment {name!r}; expected one of {', '.join(ENVIRONMENTS)}")
-    env, spec = build.BUILDERS[name]()
+    env, spec = (builder or build.BUILDERS[name])()
     if not spec.secret_test:
         raise BestOfNError(f"{spec.slug}@{spec.version}: its test split is public, so Best-of-N has no secret tasks")
     if not secret:

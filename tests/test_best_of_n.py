@@ -151,9 +151,10 @@ def played(env, spec, name: str, episodes: int, pickers: tuple[str, ...]) -> lis
     return [e for picker in pickers for e in bon.run_episodes(env, setting, bon.BUILTIN_PICKERS[picker])]
 
 
-def scored_environment(name: str, secret: str):  # type: ignore[no-untyped-def]
-    """The environment the dataset is built from: its test tasks drawn from ``secret``."""
-    env, spec = build.BUILDERS[name]()
+def scored_environment(name: str, secret: str, builder=None):  # type: ignore[no-untyped-def]
+    """The environment the dataset is built from (``builder``'s, by default ``BUILDERS[name]``'s): its test tasks
+    drawn from ``secret``."""
+    env, spec = (builder or build.BUILDERS[name])()
     build.hide_test_tasks(env, spec, secret)
     return env, spec
 
@@ -207,16 +208,26 @@ def instances(env, tasks) -> set[str]:  # type: ignore[no-untyped-def]
     return shown
 
 
+def small_miniwob():  # type: ignore[no-untyped-def]
+    """``miniwob@1.2``'s environment and spec with 3 of its 16 seeds per task: its 6 tasks, the same split by task
+    and the same secret test draws at 6 test positions (every instance costs a browser reset)."""
+    from qval.envs.miniwob import MiniWoB
+
+    env, spec = build.BUILDERS["miniwob"]()
+    env.close()
+    return MiniWoB(task_names=build.MINIWOB_TASKS, seeds=range(3), horizon=12), spec
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.timeout(1800)  # about 200 browser resets: 7-12 min on the loaded 2-core machine
 def test_miniwob_episodes_show_no_state_of_the_dataset(test_split_secret: str) -> None:
     """Best-of-N's MiniWoB instances show no goal of the dataset's secret test tasks (enter-text-2 has only 100
     goals: redrawn until none is a dataset goal), and an observation opens with its goal, so none is one of the
-    dataset's.  Only the secret test positions are read back here (a browser reset each: the train and dev goals
-    are public, and :func:`qval.best_of_n.environment` itself checks every split); episodes are not played (a
-    restore is a reset and a replay per candidate: minutes per episode on 2 cores)."""
-    env, spec = bon.environment("miniwob", test_split_secret)
+    dataset's.  On ``miniwob@1.2`` with 3 seeds per task (:func:`small_miniwob`: the same code path, 6 test
+    positions instead of 32; each instance is a browser reset).  Only the secret test positions are read back
+    here (the train and dev goals are public, and :func:`qval.best_of_n.environment` itself checks every split);
+    episodes are not played (a restore is a reset and a replay per candidate: minutes per episode on 2 cores)."""
+    env, spec = bon.environment("miniwob", test_split_secret, builder=small_miniwob)
     try:
         tasks = bon.episode_tasks(env)
         mine = instances(env, tasks)
@@ -224,12 +235,12 @@ def test_miniwob_episodes_show_no_state_of_the_dataset(test_split_secret: str) -
         first = env.observation()
     finally:
         env.close()
-    scored, _ = scored_environment("miniwob", test_split_secret)
+    scored, _ = scored_environment("miniwob", test_split_secret, small_miniwob)
     try:
         hidden = bon.episode_tasks(scored)  # the dataset's secret test positions
         dataset = instances(scored, hidden)
     finally:
         scored.close()
-    assert len(tasks) == len(hidden) == 32 and len(mine) > 16 and len(dataset) > 16
+    assert len(tasks) == len(hidden) == 6 and len(mine) > 3 and len(dataset) > 3
     assert not mine & dataset
     assert first.startswith("Goal: ") and first.partition("\n\n")[0][len("Goal: "):] in mine
