@@ -15,9 +15,11 @@ its Best-of-N gain over the base policy, with the rank correlation across picker
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +40,8 @@ from qval import best_of_n as bon
 from qval import families, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
+
+log = logging.getLogger(__name__)
 
 DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
 ALIGNMENT_METRICS = ("spearman", "ranking_spearman")
@@ -138,6 +142,50 @@ def create_run(environment: str, picker: str, *, n: int, num_episodes: int, seed
         raise InvalidRun("seed", f"the seed must be from 0 to {SEED_LIMIT - 1}, got {seed}")
     return BestOfNRun.objects.create(environment=environment, dataset_slug=bon.DATASET_SLUGS[environment], picker=picker,
                                      backbone=backbone, training_run=trained, n=n, seed=seed, num_episodes=num_episodes)
+
+
+REFERENCE_PICKERS: tuple[str, ...] = ("base", "oracle", "random")
+"""The built-in pickers of the reference runs: the actor's own choice, the labels' choice and chance."""
+REFERENCE_N = 2
+REFERENCE_EPISODES = 20
+"""The reference runs' setting: the actor's action and one other per step, 20 episodes (seed 0). Small on
+purpose: they share the ``gpu`` queue with every other job, the oracle rolls each candidate out, and an
+ALFWorld or MiniWoB step costs seconds; enough to fill the pages and show the gap between the pickers."""
+
+
+def queue_reference_runs(datasets: Iterable[Dataset]) -> list[BestOfNRun]:
+    """Queue the Best-of-N reference rows: a run of each of :data:`REFERENCE_PICKERS` at :data:`REFERENCE_N`
+    with :data:`REFERENCE_EPISODES` episodes, seed 0, in the environment of each of ``datasets`` that the track
+    plays (:data:`qval.best_of_n.DATASET_SLUGS`); return the runs queued (each sent to ``gpu`` once the
+    transaction commits).
+
+    Nothing is queued without the test-split secret (``QVAL_TEST_SPLIT_SECRET``: the episodes' tasks are
+    drawn from it), and the reason is logged.  A picker that already has such a run that did not fail is
+    skipped, so calling this again queues nothing new and a failed run is queued again; the dataset's row is
+    locked meanwhile, so two callers never queue the same run twice.
+    """
+    environments = {slug: env for env, slug in bon.DATASET_SLUGS.items()}
+    played = [ds for ds in datasets if ds.slug in environments]
+    if not played:
+        return []
+    if not settings.QVAL_TEST_SPLIT_SECRET:
+        log.warning("no Best-of-N reference runs queued on %s: QVAL_TEST_SPLIT_SECRET is not set, and the "
+                    "episodes' tasks are drawn from it", ", ".join(ds.key for ds in played))
+        return []
+    queued: list[BestOfNRun] = []
+    for ds in played:
+        environment = environments[ds.slug]
+        with transaction.atomic():
+            Dataset.objects.select_for_update().get(pk=ds.pk)
+            existing = set(BestOfNRun.objects.filter(environment=environment, n=REFERENCE_N, seed=0,
+                                                     num_episodes=REFERENCE_EPISODES, backbone="")
+                           .exclude(status=BestOfNRun.FAILED).values_list("picker", flat=True))
+            for picker in REFERENCE_PICKERS:
+                if picker not in existing:
+                    run = enqueue(create_run(environment, picker, n=REFERENCE_N, num_episodes=REFERENCE_EPISODES))
+                    log.info("reference Best-of-N run %s queued: %s on %s", run.pk, picker, environment)
+                    queued.append(run)
+    return queued
 
 
 def start(run_id: int, worker: str) -> BestOfNRun | None:

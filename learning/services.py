@@ -20,6 +20,7 @@ import math
 import re
 import time
 from datetime import datetime
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -87,6 +88,9 @@ FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|https?://[^#\s
 SEED_LIMIT = 2**31
 """Seeds are from 0 to ``SEED_LIMIT - 1``."""
 
+DEFAULT_FEATURISER = "hashed"
+"""The featuriser of a run that names none (:func:`create_run`), the reference runs' included."""
+
 TRAIN_TASK = "learning.tasks.train_learned"
 """The Celery task that runs a training run (queue ``gpu``), sent by name: its module imports this one."""
 
@@ -113,7 +117,7 @@ def check_param(name: str, value: Any, default: Any) -> Any:
     return value
 
 
-def create_run(method: str, dataset: Dataset, *, featuriser: str = "hashed", seed: int = 0,
+def create_run(method: str, dataset: Dataset, *, featuriser: str = DEFAULT_FEATURISER, seed: int = 0,
                params: dict[str, Any] | None = None) -> TrainingRun:
     """A queued run; bad arguments are an :class:`InvalidRun` naming the field and what was expected.
 
@@ -149,6 +153,34 @@ def enqueue(run: TrainingRun) -> TrainingRun:
     a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
     heartbeat.send_run(run, current_app.signature(TRAIN_TASK))
     return run
+
+
+def queue_reference_runs(datasets: Iterable[Dataset]) -> list[TrainingRun]:
+    """Queue the Learned family's reference rows: one training run of every learned method
+    (:data:`qval.learned.methods.METHODS`) with :func:`create_run`'s defaults (featuriser
+    :data:`DEFAULT_FEATURISER`, the method's default parameters, seed 0) on each of ``datasets`` that has a train
+    split here; return the runs queued (each sent to ``gpu`` once the transaction commits).
+
+    A method that already has such a run on the dataset that did not fail is skipped, so calling this again
+    queues nothing new and a failed run is queued again.  The dataset's row is locked meanwhile, as
+    :func:`submissions.baselines.queue_reference_rows` does, so two callers never queue the same run twice.
+    A finished run publishes its dev and test scores (:func:`publish`): verified rows on the boards.
+    """
+    queued: list[TrainingRun] = []
+    trainable = selectors.trainable_datasets()
+    for ds in datasets:
+        if not trainable.filter(pk=ds.pk).exists():
+            continue
+        with transaction.atomic():
+            Dataset.objects.select_for_update().get(pk=ds.pk)
+            existing = set(TrainingRun.objects.filter(dataset=ds, featuriser=DEFAULT_FEATURISER, seed=0, params={})
+                           .exclude(status=TrainingRun.FAILED).values_list("method", flat=True))
+            for method in lm.METHODS:
+                if method not in existing:
+                    run = enqueue(create_run(method, ds))
+                    log.info("reference training run %s queued: %s on %s", run.pk, method, ds.key)
+                    queued.append(run)
+    return queued
 
 
 class Recorder:

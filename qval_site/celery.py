@@ -13,6 +13,7 @@ TASK_MODULES = (
     "workers.builds",  # dataset builds (queue datasets)
     "best_of_n.tasks",  # Best-of-N runs (queue gpu)
     "learning.tasks",  # training runs of the Learned family (queue gpu)
+    "qval_site.tasks",  # seeding a built dataset's reference rows (queue scoring)
 )
 """Every module that defines tasks: a worker imports them as it starts. A service sends a task of its own
 app by name (``current_app.signature(NAME)``), so the task module may import the service."""

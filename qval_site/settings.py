@@ -416,6 +416,7 @@ CELERY_TASK_ROUTES = {
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},
     "workers.builds.reap_stalled_builds": {"queue": "scoring"},
+    "qval_site.tasks.seed_reference_rows": {"queue": "scoring"},
     # Best-of-N runs play episodes with a method's backbone: `celery -A qval_site worker -Q gpu`.
     "workers.best_of_n.play_best_of_n": {"queue": "gpu"},
 }

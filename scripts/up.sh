@@ -52,8 +52,9 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   echo $! > var/run/datasets-worker.pid
   $PY manage.py build_dataset alfworld alfworld-all-types miniwob --queue --if-missing --workers-stopped
 fi
-# Reference rows (random, constant, step index; FrozenLake's goal distance) on every loaded hosted dataset's
-# test split, queued on gpu (idempotent). A dataset still building queues its own when its build finishes.
+# Reference rows on every loaded hosted dataset, queued on gpu (idempotent): random, constant, step index and
+# FrozenLake's goal distance on the test split, the three learned methods trained on the train split, and
+# Best-of-N runs of the base, oracle and random pickers. A dataset still building gets its own when its build finishes.
 $PY manage.py seed_reference_rows
 nohup .venv/bin/gunicorn qval_site.wsgi -b 127.0.0.1:8000 -w 2 --timeout 120 \
   > var/log/web.log 2>&1 &

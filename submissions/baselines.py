@@ -140,23 +140,17 @@ REFERENCE_SPLIT = "test"
 REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
 
 
-def queue_reference_rows(datasets: Iterable[Dataset] | None = None) -> list[Submission]:
+def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     """Queue the reference rows: a baseline run of every reference method (:mod:`qval.methods.reference`) that
     applies to the dataset's environment, on its test split, for each of :data:`REFERENCE_TARGETS`; return the
-    runs queued.
+    runs queued.  :func:`qval_site.reference_rows.seed_reference_rows` calls it with the hosted datasets to seed.
 
-    ``datasets``: the hosted datasets to seed (default: the newest version of each hosted dataset).  A dataset
-    without a test split is skipped, and so is a (method, target) that already has a baseline run on it that did
-    not fail: calling this again queues nothing new, and a failed run is queued again.  The dataset's row is
-    locked meanwhile, so two callers (``make up`` and a build finishing) never queue the same run twice.
+    A dataset without a test split is skipped, and so is a (method, target) that already has a baseline run on
+    it that did not fail: calling this again queues nothing new, and a failed run is queued again.  The dataset's
+    row is locked meanwhile, so two callers (``make up`` and a build finishing) never queue the same run twice.
     """
     from qval.methods.reference import methods_for
 
-    if datasets is None:
-        newest: dict[str, Dataset] = {}
-        for ds in Dataset.objects.filter(hosted=True).order_by("slug", "-created_at"):
-            newest.setdefault(ds.slug, ds)
-        datasets = newest.values()
     queued: list[Submission] = []
     for ds in datasets:
         if not ds.hosted or not ds.states.filter(split=REFERENCE_SPLIT).exists():

@@ -1,6 +1,7 @@
 """Reference rows: the reference methods (``qval/methods/reference.py``) on FrozenLake, ``manage.py
 seed_reference_rows`` (idempotent), their runs on the board with the *baseline* badge and source *verified*,
-and a dataset build that queues its own."""
+the learned methods' training runs and the built-in pickers' Best-of-N runs it queues too, and a dataset build
+that seeds its own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 from scipy.stats import spearmanr
+
+from .conftest import broker_messages, clear_queue
 
 from qval import build, schema
 from qval.methods.reference import NAMES, goal_distance, methods_for, uniform
@@ -151,14 +154,104 @@ def tiny_lake(monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setitem(build.BUILDERS, "tiny-lake", tiny)
 
 
-def test_a_finished_dataset_build_queues_its_reference_rows(db, tiny_lake, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_dataset_build_seeds_its_reference_rows(db, tiny_lake, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from leaderboard.models import Dataset, DatasetBuild
-    from workers.builds import build_dataset
+    from learning.models import TrainingRun
+    from qval_site.tasks import seed_reference_rows_of
+    from workers.builds import SEED_TASK, build_dataset
 
     settings.QVAL_DATASETS_DIR = tmp_path / "datasets"
+    clear_queue("scoring")
     record = DatasetBuild.objects.create(name="tiny-lake")
     assert build_dataset.apply(args=[record.pk]).get() == "finished"
     ds = Dataset.objects.get(slug="frozenlake-tiny")
     assert ds.states.filter(split="test").exists()
+    sent = broker_messages("scoring")
+    assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in sent] == [(SEED_TASK, f"([{ds.pk}],)")]
+
+    assert seed_reference_rows_of.apply(args=[[ds.pk]]).get() == 2 * len(methods_for("frozenlake"))
     assert sorted(reference_runs(ds).values_list("method_name", "target")) == sorted(
         (m, t) for m in methods_for("frozenlake") for t in ("q", "v"))
+    assert not TrainingRun.objects.exists()  # no train split: nothing to train on
+
+
+# -- learned methods and Best-of-N ---------------------------------------------------------------
+def seeded_state(ds):  # type: ignore[no-untyped-def]
+    """Every reference run on ``ds`` and the Best-of-N runs, as comparable tuples."""
+    from best_of_n.models import BestOfNRun
+    from learning.models import TrainingRun
+
+    training = sorted((r.method, r.dataset_id, r.featuriser, r.seed, r.params, r.status)
+                      for r in TrainingRun.objects.all())
+    best_of_n = sorted((r.environment, r.dataset_slug, r.picker, r.n, r.num_episodes, r.seed, r.backbone,
+                        r.training_run_id, r.status) for r in BestOfNRun.objects.all())
+    return sorted(reference_runs(ds).values_list("pk", flat=True)), training, best_of_n
+
+
+def test_seeding_queues_a_training_run_per_learned_method_and_best_of_n_runs_once(  # type: ignore[no-untyped-def]
+        loaded, settings, caplog, django_capture_on_commit_callbacks) -> None:
+    from best_of_n.models import BestOfNRun
+    from best_of_n.services import REFERENCE_EPISODES, REFERENCE_N
+    from learning.models import TrainingRun
+    from qval import best_of_n as bon
+    from qval.learned.methods import METHODS
+
+    secret = settings.QVAL_TEST_SPLIT_SECRET
+    settings.QVAL_TEST_SPLIT_SECRET = ""
+    clear_queue("gpu")
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_reference_rows")
+    assert not BestOfNRun.objects.exists()
+    assert "no Best-of-N reference runs queued on frozenlake-8x8" in caplog.text
+    assert "QVAL_TEST_SPLIT_SECRET is not set" in caplog.text
+
+    settings.QVAL_TEST_SPLIT_SECRET = secret
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_reference_rows")
+    baselines, training, best_of_n = seeded_state(loaded)
+    assert len(baselines) == 2 * len(methods_for("frozenlake"))
+    assert set(METHODS) == {"best-of-q", "qlass", "amc-value"}
+    assert training == sorted((m, loaded.pk, "hashed", 0, {}, "queued") for m in METHODS)  # create_run's defaults
+    assert loaded.slug == bon.DATASET_SLUGS["frozenlake"] and (REFERENCE_N, REFERENCE_EPISODES) == (2, 20)
+    assert best_of_n == sorted(("frozenlake", loaded.slug, p, 2, 20, 0, "", None, "queued")
+                               for p in ("base", "oracle", "random"))
+    sent = sorted((m["headers"]["task"], m["headers"]["argsrepr"]) for m in broker_messages("gpu"))
+    assert sent == sorted([("workers.tasks.run_baseline_submission", f"[{pk}, 1]") for pk in baselines]
+                          + [("learning.tasks.train_learned", f"({r.pk},)") for r in TrainingRun.objects.all()]
+                          + [("workers.best_of_n.play_best_of_n", f"({r.pk},)") for r in BestOfNRun.objects.all()])
+
+    before = seeded_state(loaded)
+    call_command("seed_reference_rows")
+    call_command("seed_reference_rows", loaded.key)
+    assert seeded_state(loaded) == before  # nothing new
+
+    # A failed run is queued again; a run with other settings does not stand in for the reference one.
+    TrainingRun.objects.filter(method="qlass").update(status=TrainingRun.FAILED)
+    BestOfNRun.objects.filter(picker="oracle").update(status=BestOfNRun.FAILED)
+    BestOfNRun.objects.create(environment="frozenlake", dataset_slug=loaded.slug, picker="random", n=3,
+                              num_episodes=20)
+    call_command("seed_reference_rows")
+    assert TrainingRun.objects.filter(method="qlass", status=TrainingRun.QUEUED).count() == 1
+    assert BestOfNRun.objects.filter(picker="oracle", status=BestOfNRun.QUEUED).count() == 1
+    assert BestOfNRun.objects.filter(picker="random").count() == 2
+    assert TrainingRun.objects.count() == len(METHODS) + 1 and BestOfNRun.objects.count() == 3 + 1 + 1
+
+
+def test_a_seeded_training_run_finishes_and_its_rows_are_verified_on_the_board(  # type: ignore[no-untyped-def]
+        loaded, client, data_dir: Path, settings) -> None:
+    from learning.models import TrainingRun
+    from learning.services import run_training
+    from qval_site.reference_rows import seed_reference_rows
+
+    settings.QVAL_DATA_DIR = data_dir
+    seeded = seed_reference_rows()
+    run = next(r for r in seeded.training_runs if r.method == "best-of-q")
+    run = run_training(run.pk, "in-process")
+    assert run.status == TrainingRun.FINISHED, run.error
+    assert run.params == {} and run.featuriser == "hashed"
+    for target in ("q", "v"):
+        board = client.get(f"/boards/{loaded.key}:{target}:text/", {"format": "json"}).json()
+        rows = [r for r in board["rows"] if r["method"] == "best-of-q"]
+        assert len(rows) == 1 and rows[0]["source"] == "verified", rows
+        assert rows[0]["submission_id"] in set(run.submissions.filter(split="test").values_list("pk", flat=True))
+    assert "best-of-q" in client.get("/learned/").content.decode()

@@ -6,8 +6,9 @@
   saved at most once a second and at every stage's start and end) → ``finished`` with the loaded
   dataset's key and fingerprint, or ``failed`` with the reason.  The builder checkpoints into a
   stable work folder, so a build queued again after an interruption resumes.  A build that loaded
-  its dataset then queues the dataset's reference rows (:func:`submissions.baselines.queue_reference_rows`):
-  a dataset that ``make up`` left building gets them once it is ready.
+  its dataset then sends :data:`SEED_TASK` (queue ``scoring``, by name: the seeding sits in ``qval_site``,
+  above this app) for it: a dataset that ``make up`` left building gets its reference rows (baselines,
+  learned methods' training runs, Best-of-N runs) once it is ready.
 * ``reap_stalled_builds`` (sent every minute by Celery beat) fails running builds without
   progress for ``QVAL_BUILD_STALL_S`` (their worker died) and queued ones never started.
 * When a worker consuming ``datasets`` starts, the builds it was running when it died are failed
@@ -21,14 +22,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
+from celery import current_app, shared_task
 from celery.signals import celeryd_after_setup
 
 from leaderboard import building
 from leaderboard.models import DatasetBuild
-from submissions.baselines import queue_reference_rows
 
 log = logging.getLogger(__name__)
+
+SEED_TASK = "qval_site.tasks.seed_reference_rows"
+"""The task (:mod:`qval_site.tasks`) that queues the reference rows of the datasets whose ids it is given
+(:func:`qval_site.reference_rows.seed_reference_rows`), sent by name."""
 
 
 @shared_task(bind=True, name="workers.builds.build_dataset", acks_late=True)
@@ -51,11 +55,11 @@ def build_dataset(self, build_id: int) -> str:  # type: ignore[no-untyped-def]
              built.dataset.manifest.key, built.path)
     if built.loaded is not None:
         try:
-            queued = queue_reference_rows([built.loaded])
+            current_app.signature(SEED_TASK).delay([built.loaded.pk])
         except Exception:  # noqa: BLE001 - the build is done; `manage.py seed_reference_rows` queues them later
-            log.exception("dataset build %s: queueing the reference rows of %s failed", b.pk, built.loaded.key)
+            log.exception("dataset build %s: sending the seeding of %s's reference rows failed", b.pk, built.loaded.key)
         else:
-            log.info("dataset build %s: %d reference run(s) queued on %s", b.pk, len(queued), built.loaded.key)
+            log.info("dataset build %s: reference rows of %s sent to be queued", b.pk, built.loaded.key)
     return DatasetBuild.FINISHED
 
 
