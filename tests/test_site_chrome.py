@@ -61,7 +61,7 @@ def test_the_current_page_is_marked_in_the_nav(client, path: str, link: str) -> 
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_phone_nav_is_one_line_with_a_menu_and_dark_mode_follows_the_system(live_server, page) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_phone_nav_is_one_line_with_a_menu_and_dark_mode_follows_the_system(live_server, staff, page) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     page.set_viewport_size({"width": 390, "height": 800})
     page.goto(live_server.url + "/boards/")
     header = page.locator("header").bounding_box()
@@ -79,6 +79,13 @@ def test_phone_nav_is_one_line_with_a_menu_and_dark_mode_follows_the_system(live
     page.set_viewport_size({"width": 1280, "height": 800})
     assert page.locator("nav >> text=Leaderboard").is_visible() and not page.locator("text=Menu").is_visible()
     assert page.locator("header").bounding_box()["height"] < ONE_LINE  # one line there too (signed out)
+    page.goto(live_server.url + "/accounts/login/")
+    page.fill("#id_username", staff.username)
+    page.fill("#id_password", "correct-horse-battery")
+    page.click("main button[type=submit]")
+    page.wait_for_selector("text=My submissions")
+    assert page.locator("header").bounding_box()["height"] < ONE_LINE  # and signed in
+    page.goto(live_server.url + "/boards/")
     # Dark mode follows the system setting.
     light = page.evaluate("getComputedStyle(document.body).backgroundColor")
     page.emulate_media(color_scheme="dark")
