@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularJSONAPIView
 
 from accounts import views as account_views
 from best_of_n import views as bon_views
-from board import boards, consistency, paper_figures, results, tables
+from board import boards, consistency, findings, paper_figures, results, tables
 from board import views as lb
 from learning import views as lv
 from submissions import views as sv
@@ -44,6 +44,7 @@ urlpatterns = [
     path("best-of-n/runs/<int:pk>/episodes/<int:index>/", bon_views.episode_detail, name="best-of-n-episode"),
     path("how-we-score/", lb.how_we_score, name="how-we-score"),
     path("published/consistency/", consistency.consistency_page, name="published-consistency"),
+    path("published/findings/", findings.findings_page, name="published-findings"),
     path("status/", wv.status, name="status"),
     path("datasets/", lb.dataset_list, name="datasets"),
     path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),

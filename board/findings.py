@@ -1,0 +1,67 @@
+"""The findings page of the published QVal v1.0 results (``/published/findings/``): each headline claim of
+the paper and its website next to the view that supports it, with the verdict :mod:`qval.findings`
+computes from the authors' reported rows as the site draws them (the paper figures' default views)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from qval import findings as qfindings
+
+from . import boards, evaluations, paper_figures
+from .evaluations import Evaluation
+
+REPORTED_METRICS = ("spearman", "ranking_spearman")
+"""The metrics the authors report."""
+
+
+def _reported_rows(rows: Sequence[Evaluation]) -> list[dict[str, Any]]:
+    """One row per reported number: method, family, environment, backbone, target, modality, metric, value."""
+    return [{"method": e.method, "family": e.family, "environment": e.environment, "backbone": e.backbone,
+             "target": e.target, "modality": e.modality, "metric": metric, "value": e.value(metric)}
+            for e in boards.of_source(rows, boards.REPORTED) for metric in REPORTED_METRICS
+            if e.value(metric) is not None]
+
+
+def view_rows(name: str) -> list[dict[str, Any]]:
+    """The rows of the view ``name`` (:data:`qval.findings.VIEWS`): the paper figure's rows under its
+    parameters (the authors' reported rows), or the reported rows themselves."""
+    view = qfindings.VIEWS[name]
+    if view.figure is None:
+        return evaluations.derived(("findings-reported",), _reported_rows)
+    spec = paper_figures.PAPER_FIGURES[view.figure]
+    return paper_figures.build(spec, paper_figures.read(spec, view.params)).rows
+
+
+def view_url(name: str) -> str:
+    """Where a reader sees the view ``name``: the paper figure page with its parameters, or the board of
+    reported rows."""
+    view = qfindings.VIEWS[name]
+    if view.figure is None:
+        return f"{reverse('leaderboard')}?{urlencode({'source': boards.REPORTED})}"
+    url = reverse("paper-figure", args=[view.figure])
+    return f"{url}?{urlencode(dict(view.params))}" if view.params else url
+
+
+def current_findings() -> list[qfindings.Finding]:
+    """Every claim with its verdict over the current results (:func:`qval.findings.findings`)."""
+    return qfindings.findings({name: view_rows(name) for name in qfindings.VIEWS})
+
+
+def findings_page(request: HttpRequest) -> HttpResponse:
+    """Each claim, where it is made, its verdict with the numbers, and a link to the view behind it."""
+    provenance, _ = qfindings.claims()
+    found = current_findings()
+    counts = Counter(f.verdict for f in found)
+    return render(request, "leaderboard/findings.html", {
+        "findings": [(f, view_url(f.claim.view), qfindings.VIEWS[f.claim.view].caption) for f in found],
+        "counts": [(code, label, counts[code]) for code, label in qfindings.VERDICTS.items() if counts[code]],
+        "provenance": provenance,
+    })
