@@ -84,6 +84,7 @@ PAGES = [
     "/tables/published/?format=csv",
     "/results/{a}/",
     "/published/consistency/",
+    "/published/findings/",
     "/figures/paper/fig2/",
     "/figures/paper/fig3/",
     "/api/docs/",
