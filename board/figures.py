@@ -23,6 +23,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from qval import compare, families, metric_registry
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import printed_digits
 
 from . import boards
 from .aggregates import InvalidSelection
@@ -134,8 +136,9 @@ def _label(metric: str) -> str:
 
 
 def _hover(e: Evaluation, value: float) -> str:
+    digits = printed_digits(e.split not in PUBLIC_SPLITS)  # a hidden split's values were disclosed rounded
     return (f"{plain(e.method)} ({e.family_name})<br>{plain(e.environment)} · {plain(e.backbone or 'no backbone')}<br>"
-            f"target {e.target.upper()} · {e.modality} · {e.source}<br>value {value:.4f} · #{e.submission_id}")
+            f"target {e.target.upper()} · {e.modality} · {e.source}<br>value {value:.{digits}f} · #{e.submission_id}")
 
 
 def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:

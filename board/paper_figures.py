@@ -36,6 +36,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from qval import compare, families, metric_registry, relabelled
+from qval.schema import PUBLIC_SPLITS
+from qval.scoring import printed_digits
 
 from . import aggregates, boards, evaluations, figures
 from .charts import plain
@@ -149,7 +151,8 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
                     xs.append(plain(m))
                     ys.append(v)
                     texts.append(f"{plain(m)} · {plain(e.environment)} · {plain(e.backbone or 'no backbone')}"
-                                 f"<br>{e.target.upper()} · {e.modality} · {_label(metric)} {v:.4f}")
+                                 f"<br>{e.target.upper()} · {e.modality} · {_label(metric)} "
+                                 f"{v:.{printed_digits(e.split not in PUBLIC_SPLITS)}f}")
                     fig.rows.append({"method": m, "family": fam.name, "environment": e.environment,
                                      "backbone": e.backbone, "target": e.target, "modality": e.modality,
                                      "metric": metric, "value": v})

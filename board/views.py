@@ -16,6 +16,7 @@ from django.shortcuts import render
 from qval import consistency as qconsistency
 from qval import families, ladder, metrics, published
 from qval.schema import PUBLIC_SPLITS
+from qval.scoring import printed_digits
 
 from . import aggregates, boards, charts, consistency, evaluations, figures, markdown, paper_figures
 from leaderboard import exports as downloads
@@ -120,6 +121,7 @@ def aggregate(request: HttpRequest) -> HttpResponse:
     summary = aggregates.summary(selection)
     context.update(
         results_version=version,
+        digits=printed_digits(selection.split not in PUBLIC_SPLITS),
         means=summary.means,
         families=summary.families,
         family_plot=evaluations.derived(("family-plot", selection), lambda _: _family_plot(selection)),
@@ -158,6 +160,7 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
     context.update(
         results_version=version, choice=choice, selection=choice.selection,
+        digits=printed_digits(choice.selection.split not in PUBLIC_SPLITS),
         values={**vars(choice.selection), "modality": choice.modality},
         options=aggregates.cd_options(choice),
         table=aggregates.critical_difference_of(choice),

@@ -41,6 +41,8 @@ DISCLOSED_DIGITS = 3
 """Decimals of every number disclosed about a hidden split: what the leaderboard shows."""
 DISCLOSED_P_DIGITS = 2
 """Significant digits of a p-value disclosed about a hidden split (enough for the stars)."""
+PUBLIC_DIGITS = 4
+"""Decimals a page prints of a number computed on public labels (train, dev), which is stored unrounded."""
 DISCLOSED_DETAILS = frozenset({"ci95", "significance", "samples", "num_states", "withheld"})
 """The ``details`` keys that may be disclosed about a hidden split (:func:`disclose`): ``ci95`` and
 ``significance`` of a global correlation, ``samples`` only as ``{"aggregation", "num_samples"}``,
@@ -489,6 +491,13 @@ def disclose_value(value: float | None, digits: int = DISCLOSED_DIGITS) -> float
 def disclose_p_value(value: float | None) -> float | None:
     """A p-value computed on a hidden split, as disclosed (:data:`DISCLOSED_P_DIGITS` significant digits)."""
     return None if value is None else float(f"{float(value):.{DISCLOSED_P_DIGITS}g}")
+
+
+def printed_digits(hidden: bool) -> int:
+    """Decimals a page prints of a value computed on a ``hidden`` split's labels or on public ones: a hidden
+    split's were rounded to :data:`DISCLOSED_DIGITS` when disclosed, so more would print zeros that were never
+    computed (0.731 as 0.7310); a public split's keep :data:`PUBLIC_DIGITS`."""
+    return DISCLOSED_DIGITS if hidden else PUBLIC_DIGITS
 
 
 def disclose(rows: Sequence[MetricRow], *, hidden: bool) -> list[MetricRow]:

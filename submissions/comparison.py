@@ -100,9 +100,9 @@ def _private_reason(pk: int, user: AbstractBaseUser | AnonymousUser) -> str:
             "(reported or re-scored) and the platform's baselines; a signed-in user may also compare their own")
 
 
-def _hidden(sub: Submission) -> bool:
+def on_hidden_labels(sub: Submission) -> bool:
     """Whether ``sub`` is on labels we keep hidden: a hidden split of a dataset we host (a
-    published dataset's labels are the authors' public data)."""
+    published dataset's labels are the authors' public data), so its comparisons are rounded as disclosed."""
     return sub.dataset.hosted and sub.split not in PUBLIC_SPLITS
 
 
@@ -134,7 +134,7 @@ def _one(name: str, raw: str | None, user: AbstractBaseUser | AnonymousUser) -> 
     if sub.score_withheld:
         return (f"submission {pk} did not beat its account's best on the hidden {sub.split} split: under the "
                 "Ladder its own score is shown to nobody, so it cannot be compared")
-    if _hidden(sub):
+    if on_hidden_labels(sub):
         partial = sub.results.filter(metric__in=METRICS).exclude(coverage=1.0, num_dropped=0).first()
         if partial is not None:
             return (f"submission {pk} does not score every point of the hidden {sub.split} split "
@@ -297,7 +297,7 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
     resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
     truth = truth_for(a.dataset, a.split, a.target)
     scores_a, scores_b = _scores(a, truth), _scores(b, truth)
-    hidden = _hidden(a)
+    hidden = on_hidden_labels(a)
     value = disclose_value if hidden else (lambda x: x)
     p_value = disclose_p_value if hidden else (lambda x: x)
     rows = []

@@ -11,6 +11,7 @@ from accounts import throttling
 from accounts.access import has_verified_email
 from qval import metric_registry
 from qval.schema import PUBLIC_SPLITS
+from qval.scoring import printed_digits
 
 from . import comparison
 from .forms import UploadForm
@@ -79,10 +80,11 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
         if "values" in r["details"].get("samples", {})  # per-sample values exist on public splits only
     ]
     others = comparison.candidates(sub, request.user) if sub.state == Submission.FINISHED else Submission.objects.none()
+    hidden = sub.split not in PUBLIC_SPLITS  # its rows were disclosed (submissions.lifecycle.finish)
     context = {"sub": sub, "data": data, "results": results, "sampled": sampled, "others": others,
                "one_sign_note": metric_registry.ONE_SIGN_NOTE if len(results) < len(data["results"]) else "",
                "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
-               "hidden": sub.split not in PUBLIC_SPLITS}  # its rows were disclosed (submissions.lifecycle.finish)
+               "hidden": hidden, "digits": printed_digits(hidden)}
     return render(request, "submissions/detail.html", context)
 
 
@@ -104,6 +106,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         try:
             sub_a, sub_b = comparison.resolve_pair(request.GET, request.user)
             context["result"] = comparison.comparison_for(sub_a, sub_b, throttling.client_address(request))
+            context["digits"] = printed_digits(comparison.on_hidden_labels(sub_a))
         except comparison.ComparisonError as exc:
             sub_a = exc.a
             context["errors"] = exc.errors

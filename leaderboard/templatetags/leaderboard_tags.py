@@ -19,6 +19,16 @@ def board_metrics() -> list[metric_registry.MetricSpec]:
 
 
 @register.filter
+def metric_label(name: str) -> str:
+    """The registry's label of metric ``name`` (``kendall_tau`` reads *Kendall τ-b*); a name no longer
+    registered (a stored row of a removed plugin's metric) as it is."""
+    try:
+        return metric_registry.get(name).label
+    except KeyError:
+        return name
+
+
+@register.filter
 def get_item(mapping: dict[str, Any], key: str) -> Any:
     """``mapping[key]`` in a template."""
     return mapping.get(key)
