@@ -9,7 +9,7 @@ from collections import Counter
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from qval import consistency, errata, published
+from qval import consistency, errata, paper_tau, published
 from submissions.models import Result, Submission
 
 from .results import public_results
@@ -31,6 +31,12 @@ def rescored_values() -> list[consistency.RescoredValue]:
         method=r.submission.method_name, target=r.submission.target, modality=r.submission.modality,
         metric=r.metric, value=r.value, file=str(r.submission.provenance.get("file", "")), ref=r.submission_id,
     ) for r in results]
+
+
+def published_numbers_context() -> dict[str, object]:
+    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template."""
+    counts = paper_tau.published_numbers()
+    return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
 
 
 def errata_context(environment: str | None = None) -> dict[str, object]:

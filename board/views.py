@@ -54,7 +54,8 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
         request,
         "leaderboard/scoring.html",
         {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
-         "ladder_resamples": ladder.RESAMPLES, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS},
+         "ladder_resamples": ladder.RESAMPLES, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS,
+         **consistency.published_numbers_context()},
     )
 
 
@@ -292,6 +293,7 @@ def _published_dataset_detail(request: HttpRequest, ds: Dataset) -> HttpResponse
         "reference": {"repository": published.REFERENCE_REPOSITORY, "commit": published.REFERENCE_COMMIT},
         "website": {"repository": published.SITE_REPOSITORY, "commit": published.SITE_COMMIT},
         "publication": published.paper(), **consistency.errata_context(paper.name if paper else None),
+        **consistency.published_numbers_context(),
     })
 
 

@@ -1,7 +1,9 @@
 """Import the published QVal v1.0 results (:mod:`qval.published`) into the database.
 
 Reported numbers become *reported* submissions (with the point counts the authors give per
-environment, :func:`qval.published.reported_points`, and the paper's date in their provenance), the stored predictions *re-scored*
+environment, :func:`qval.published.reported_points`, and the paper's date in their provenance; the
+Kendall τ the paper prints for a row, :mod:`qval.paper_tau`, is its ``kendall_tau`` result, or for a
+state-local row the ``kendall_tau`` entry of its ``ranking_spearman`` details), the stored predictions *re-scored*
 submissions (scored here under the reference rules, their per-point predictions kept as a
 predictions file on the row, so that two of them can be compared as ours are); both sit on
 datasets of their own (``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*, ``hosted=False``: no
@@ -23,14 +25,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from leaderboard.models import Backbone, Dataset, Environment, Method
-from qval import families, metrics, published
+from qval import families, metrics, paper_tau, published
 
 from .models import Result, Submission
 
 DATASET_VERSION = "1.0"
-REPORTED_LAYOUT = 2
+REPORTED_LAYOUT = 3
 """What a reported row holds, part of the digest an import compares (2: points from the authors'
-metadata, the paper's date in the provenance)."""
+metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`qval.paper_tau`)."""
 RESCORED_LAYOUT = 3
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
 older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
@@ -120,11 +122,29 @@ def _unchanged(keys: list[str], digest: str) -> bool:
     return Submission.objects.filter(import_key__in=keys, provenance__data_sha256=digest).count() == len(keys)
 
 
+def _tau_rows(r: published.ReportedResult, row: dict[str, Any], cell: paper_tau.TauCell | None) -> list[dict[str, Any]]:
+    """The result rows of reported record ``r`` (its ρ ``row``) with the paper's printed τ ``cell``: a global τ
+    is a ``kendall_tau`` row of its own (no p-value: the paper prints stars, kept in the details), a
+    state-local τ (mean ± std over states) goes into the ρ row's details, as the metric has no row of its own."""
+    if cell is None:
+        return [row]
+    printed = {"value": cell.value, "std": cell.std, "min": cell.low, "max": cell.high, "stars": cell.stars,
+               "table": cell.table, "line": cell.line}
+    if cell.metric != published.METRIC_TYPES["global"]:
+        row["details"]["kendall_tau"] = printed
+        return [row]
+    details = {"std": cell.std, "record": r.index, "num_points_from": row["details"]["num_points_from"],
+               "paper": {k: printed[k] for k in ("table", "line", "stars", "min", "max")}}
+    return [row, dict(row, metric="kendall_tau", value=cell.value, details=details)]
+
+
 def _reported(report: ImportReport) -> None:
     provenance, records = published.reported()
+    taus = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c for c in paper_tau.tau_cells()[1]}
     paper = published.paper()
-    provenance = dict(provenance, data_sha256=f"{published.digest(published.REPORTED_FILE)}:{REPORTED_LAYOUT}",
-                      paper=paper.arxiv, paper_date=paper.date.isoformat())
+    digest = f"{published.digest(published.REPORTED_FILE)}:{published.digest(paper_tau.TAU_FILE)}:{REPORTED_LAYOUT}"
+    provenance = dict(provenance, data_sha256=digest, paper=paper.arxiv, paper_date=paper.date.isoformat(),
+                      tau_file=paper_tau.TAU_FILE.name)
     groups: dict[tuple[str, str, str, str, str], list[published.ReportedResult]] = {}
     for r in records:
         groups.setdefault((r.environment, r.backbone, r.method, r.target, r.modality), []).append(r)
@@ -137,9 +157,10 @@ def _reported(report: ImportReport) -> None:
         rows = []
         for r in group:
             points, points_from = published.reported_points(env, r.metric)
-            rows.append({"metric": r.metric, "value": r.value, "p_value": None, "num_points": points,
-                         "num_dropped": 0, "coverage": 1.0, "insufficient": False,
-                         "details": {"std": r.std, "record": r.index, "num_points_from": points_from}})
+            row = {"metric": r.metric, "value": r.value, "p_value": None, "num_points": points,
+                   "num_dropped": 0, "coverage": 1.0, "insufficient": False,
+                   "details": {"std": r.std, "record": r.index, "num_points_from": points_from}}
+            rows.extend(_tau_rows(r, row, taus.get((env, target, modality, method, backbone, r.metric))))
         _upsert(keys[(env, backbone, method, target, modality)], dataset=datasets[env], method=method,
                 backbone=backbone, target=target, modality=modality, source="reported", rules=metrics.REFERENCE_RULES,
                 provenance=dict(provenance, records=[r.index for r in group]), rows=rows)

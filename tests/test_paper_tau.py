@@ -1,0 +1,152 @@
+"""The Kendall τ of the paper's appendix tables (:mod:`qval.paper_tau`): the data file is the conversion of
+the paper's text, each τ belongs to exactly one reported row, the import puts it on the row (API and pages),
+and the count of published numbers the site states is the count of its data files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qval import errata, paper_tau, published, relabelled
+
+PAPER_TEXT = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "qval-paper.txt"
+
+
+@pytest.fixture(scope="module")
+def paper_text() -> str:
+    if not PAPER_TEXT.is_file():
+        pytest.skip(f"paper text not found at {PAPER_TEXT}")
+    return PAPER_TEXT.read_text(encoding="utf-8")
+
+
+def _key(c: Any) -> tuple[str, ...]:
+    return (c.environment, c.target, c.modality, c.method, c.backbone)
+
+
+def test_tau_file_is_the_conversion_of_the_paper_text(paper_text: str) -> None:
+    _, records = published.reported()
+    assert json.loads(paper_tau.TAU_FILE.read_text(encoding="utf-8")) == paper_tau.convert_tau(paper_text, records)
+    provenance, cells = paper_tau.tau_cells()
+    assert provenance["reading"] and provenance["not_read"]
+    # Every parsed cell matches exactly one reported row (of its metric), and no row gets two.
+    by_key: dict[tuple[str, ...], list[published.ReportedResult]] = {}
+    for r in records:
+        by_key.setdefault(_key(r), []).append(r)
+    assert all(len(by_key[_key(c)]) == 1 and by_key[_key(c)][0].metric == c.metric for c in cells)
+    assert len({_key(c) for c in cells}) == len(cells) == 505
+    assert {t.number for t in paper_tau.TABLES} == set(range(5, 19)) - {6}
+    global_rows = [r for r in records if r.metric == "spearman"]
+    assert (len(global_rows), sum(c.metric == "spearman" for c in cells)) == (472, 467)
+    assert sum(c.metric == "ranking_spearman" for c in cells) == 38
+    # The reading is right: every printed ρ next to a τ equals the authors' number, but for the errata's cells.
+    wrong = {(c.table, c.method, c.backbone) for c in paper_tau.rho_disagreements(cells, records)}
+    assert wrong == {(e.table, e.method, e.backbone) for e in errata.errata()[1]}
+    assert sum(c.rho is not None for c in cells) == 505 - sum(c.low is not None for c in cells)
+    # The same reading as the errata's for the ρ lines of Tables 7 and 13.
+    for table in errata.TABLES:
+        theirs = errata.paper_cells(paper_text, table)
+        ours = {(c.method, c.backbone): c.rho for c in cells if c.table == table.number and c.rho is not None}
+        assert ours and all(theirs[k] == v for k, v in ours.items())
+
+
+@pytest.mark.parametrize(("table", "method", "backbone", "printed"), [
+    (5, "gvl", "Gemma4 26B-A4B", "0.166*"),
+    (5, "codegen", "Gemma4 26B-A4B", "-0.268 \\pm 0.051"),
+    (5, "codegen-avg", "Qwen3.5 122B-A10B", "-0.246"),
+    (9, "codegen-avg", "Gemma4 26B-A4B", "0.380***"),
+    (12, "codegen-avg", "Gemma4 26B-A4B", "-0.192^*"),
+    (13, "eureka", "Qwen3.5 9B", "0.875***"),
+    (14, "vip", "Self", "0.015"),
+    (18, "vlm-rm", "SigLIP", "-0.297***"),
+    (10, "sdpo", "Gemma4 26B-A4B", "-0.129 ± 0.631"),
+])
+def test_spot_values_are_the_printed_ones(paper_text: str, table: int, method: str, backbone: str,
+                                          printed: str) -> None:
+    _, cells = paper_tau.tau_cells()
+    (cell,) = [c for c in cells if (c.table, c.method, c.backbone) == (table, method, backbone)]
+    line = paper_text.splitlines()[cell.line - 1]
+    assert printed in line.split("\t")
+    assert cell.value == float(re.match(r"-?\d+\.\d+", printed).group())  # type: ignore[union-attr]
+    assert cell.stars == printed.count("*") * "*"
+    if method == "codegen":
+        assert (cell.std, cell.low, cell.high) == (0.051, -0.345, -0.184)
+
+
+def test_lines_the_reading_refuses(paper_text: str) -> None:
+    """A table whose printed lines are not the expected ones is refused, not read into wrong rows."""
+    _, records = published.reported()
+    broken = paper_text.replace("\nsdpo-gt\tρ\t0.072", "\nsdpo\tρ\t0.072", 1)
+    with pytest.raises(published.PublishedDataError, match="Table 5"):
+        paper_tau.paper_tau(broken, records)
+    with pytest.raises(published.PublishedDataError, match="reported rows"):
+        paper_tau.paper_tau(paper_text, [r for r in records if r.method != "vip"])
+
+
+def test_published_numbers_are_the_count_of_the_data_files() -> None:
+    reported = json.loads(published.REPORTED_FILE.read_text(encoding="utf-8"))["records"]
+    tau = json.loads(paper_tau.TAU_FILE.read_text(encoding="utf-8"))
+    table6 = json.loads(relabelled.TABLE6_FILE.read_text(encoding="utf-8"))["records"]
+    errata_cells = json.loads(errata.ERRATA_FILE.read_text(encoding="utf-8"))["errata"]
+    col = {name: i for i, name in enumerate(tau["columns"])}
+    want = (len(reported) + sum(r[-1] is not None for r in reported)
+            + len(tau["cells"]) + sum((c[col["std"]] is not None) + (c[col["low"]] is not None)
+                                      + (c[col["high"]] is not None) for c in tau["cells"])
+            + sum(sum(v is not None for k, v in r.items() if k not in ("method", "backbone") and not k.endswith("stars"))
+                  for r in table6)
+            + len(errata_cells))
+    assert sum(n.count for n in paper_tau.published_numbers()) == want == 1549
+
+
+def _import() -> Any:
+    from submissions.importing import import_results
+
+    return import_results(resamples=0)
+
+
+@pytest.mark.django_db
+def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  # type: ignore[no-untyped-def]
+    from submissions.models import Result
+
+    _import()
+    _, cells = paper_tau.tau_cells()
+    taus = Result.objects.filter(submission__source="reported", metric="kendall_tau")
+    assert taus.count() == 467 and all(r.p_value is None and r.details["paper"]["table"] for r in taus)
+    local = Result.objects.filter(submission__source="reported", metric="ranking_spearman",
+                                  details__has_key="kendall_tau")
+    assert local.count() == 38
+    by_key = {(c.environment, c.target, c.modality, c.method, c.backbone): c.value for c in cells
+              if c.metric == "spearman"}
+    rows = client.get("/leaderboard/?source=reported&format=json").json()["rows"]
+    assert len(rows) == 578
+    assert all(r["kendall_tau"] is None for r in rows if r["spearman"] is None)  # state-local rows
+    with_tau = [r for r in rows if r["kendall_tau"] is not None]
+    assert len(with_tau) == 467 and {r["kendall_tau"] for r in with_tau} <= set(by_key.values())
+    api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "eureka", "page_size": 50}).json()
+    got = [r for r in api["results"] if r.get("kendall_tau") is not None]
+    assert got and len(got) == len(api["results"])
+    assert 0.875 in {r["kendall_tau"] for r in got}  # Table 13, FrozenLake Q text, Qwen3.5 9B
+    # A reported row's own page shows its τ.
+    row = taus.get(submission__method_name="eureka", submission__backbone_name="Qwen3.5 9B",
+                   submission__target="q", submission__modality="text", submission__dataset__slug="qval-v1.0-frozenlake")
+    assert row.value == 0.875 and row.details["paper"]["table"] == 13
+    assert "0.875" in client.get(f"/results/{row.submission_id}/").content.decode()
+    # Importing again keeps the rows (the τ file is part of the digest), and the pages say how many numbers.
+    assert _import().results == 0
+    # A database imported under the previous layout (ρ alone) gets the τ on its next import.
+    from submissions.importing import REPORTED_LAYOUT
+    from submissions.models import Submission
+
+    reported = Submission.objects.filter(source="reported")
+    for sub in reported:
+        sub.provenance["data_sha256"] = f"{published.digest(published.REPORTED_FILE)}:{REPORTED_LAYOUT - 1}"
+        sub.save(update_fields=["provenance"])
+    taus.delete()
+    assert _import().results == 578 + 467 and taus.count() == 467
+    total = str(sum(n.count for n in paper_tau.published_numbers()))
+    for url in ("/how-we-score/", "/datasets/qval-v1.0-frozenlake@1.0/"):
+        page = client.get(url).content.decode()
+        assert f'<strong id="published-numbers-total">{total}</strong>' in page, url
