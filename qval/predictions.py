@@ -1079,9 +1079,13 @@ def _check_parquet_size(parquet: pq.ParquetFile, names: list[str]) -> None:
     """Refuse a file whose columns would inflate past :data:`MAX_PARQUET_UNCOMPRESSED_BYTES`."""
     meta = parquet.metadata
     wanted = {i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in names}
-    size = sum(
-        meta.row_group(g).column(c).total_uncompressed_size for g in range(meta.num_row_groups) for c in wanted
-    )
+    size = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_columns != meta.num_columns:  # damaged metadata: pyarrow may abort the process on it
+            _fail("parse", f"the Parquet file could not be read: row group {g} has {group.num_columns} columns, "
+                           f"its schema {meta.num_columns}")
+        size += sum(group.column(c).total_uncompressed_size for c in wanted)
     if size > MAX_PARQUET_UNCOMPRESSED_BYTES:
         _fail(
             "too_large",
