@@ -251,7 +251,8 @@ def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:
-    """Score dev and test with the trained model and enter each (target q and v) as a finished submission."""
+    """Score dev and test with the trained model and enter each (target q and v) as a finished submission: the
+    platform's own run, so a *baseline* row (verified, on the boards with that badge)."""
     user = get_user_model().objects.get_or_create(username=PLATFORM_USER)[0]
     Method.objects.update_or_create(name=run.method, defaults={
         "family": "learned", "description": lm.METHODS[run.method]["description"]})
@@ -265,7 +266,8 @@ def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[
             writer.writerow(["id", "score"])
             writer.writerows((i, repr(v)) for i, v in scores.items())
             name = f"{run.method}-{split}-{target}.csv"
-            sub = Submission(user=user, kind=Submission.KIND_FILE, dataset=run.dataset, split=split, target=target,
+            sub = Submission(user=user, kind=Submission.KIND_FILE, source=Submission.SOURCE_BASELINE,  # the platform's run
+                             dataset=run.dataset, split=split, target=target,
                              method_name=run.method, backbone_name="", modality="text", filename=name,
                              file_format="csv", state=Submission.QUEUED, queued_at=timezone.now(),
                              size_bytes=len(buf.getvalue().encode()))

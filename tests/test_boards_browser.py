@@ -74,16 +74,20 @@ def method_container_results(username: str, ds) -> tuple[int, int, int]:  # type
 def fresh_site(live_server, celery_worker_process, loaded) -> dict[str, object]:  # type: ignore[no-untyped-def]
     """What ``make up`` leaves: the published results imported, the reference rows of the hosted dataset run;
     what the walk needs from the database, read before the browser starts."""
+    from learning.services import run_training
     from qval import published
-    from submissions.baselines import queue_reference_rows, run_baseline
+    from qval_site.reference_rows import seed_reference_rows
+    from submissions.baselines import run_baseline
     from submissions.importing import import_results
     from submissions.models import Submission
 
     import_results(resamples=2)
-    queued = queue_reference_rows()
-    assert queued
-    for sub in queued:
+    seeded = seed_reference_rows()  # what make up runs: baselines, training runs, Best-of-N runs
+    assert seeded.baselines and len(seeded.training_runs) == 3 and len(seeded.best_of_n_runs) == 3
+    for sub in seeded.baselines:
         assert run_baseline(sub.pk, None, "walk@vm", vllm=None) == Submission.FINISHED, sub.method_name
+    for run in seeded.training_runs:  # the gpu worker's job, here in-process; Best-of-N's runs stay queued
+        assert run_training(run.pk, "walk@vm").status == "finished", run.method
     return {"url": live_server.url, "dataset": loaded,
             "reported_points": published.reported_points("FrozenLake", "spearman")[0]}
 
@@ -219,6 +223,14 @@ def test_a_fresh_site_walked_at_1280_and_390_px(fresh_site, frozenlake, tmp_path
     taus = page.locator("#leaderboard td[data-metric=kendall_tau]").all_inner_texts()
     assert taus and set(taus) - {"not reported"}  # the paper's τ, where its table prints one
     assert page.locator("#not-reported-note").is_visible()
+
+    # The Learned and Best-of-N pages show the runs the same seeding step queued (no empty page on a fresh site).
+    visit(page, "/learned/", "14-learned")
+    learned = page.locator("#training-runs tbody tr").all_inner_texts()
+    assert len(learned) == 3 and all("finished" in row for row in learned), learned
+    visit(page, "/best-of-n/", "15-best-of-n")
+    pickers = page.locator("#runs tbody tr").all_inner_texts()
+    assert len(pickers) == 3 and all(any(p in row for p in ("base", "oracle", "random")) for row in pickers), pickers
 
     # The same pages on a phone: nothing wider than the screen, the navigation one line.
     visited += [f"/figures/{FIGURES[0]}/", "/submit/"]

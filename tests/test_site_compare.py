@@ -539,6 +539,7 @@ def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, sessio
     page.locator("#leaderboard tbody tr").nth(1).locator("input[name=b]").check()
     page.click("#compare-pick button[type=submit]")
     page.wait_for_selector("#comparison")
-    assert page.locator("#comparison tbody tr").count() == 4
+    # ρ, τ and r: sign agreement is left out on FrozenLake, whose labels have no negative sign
+    assert page.locator("#comparison tbody tr").count() == 3
     shot(page, "22-compare")
     assert not errors, errors
