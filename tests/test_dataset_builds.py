@@ -131,6 +131,7 @@ def test_queue_if_missing_and_no_duplicates(db, datasets_dir, tiny, client, caps
     assert "data-status" not in page and "location.reload" not in page and 'href="/status/#builds"' in page
     status = client.get("/status/").content.decode()
     assert 'data-status="queued"' in status and "location.reload" not in status
+    assert "<title>Status · QVal Leaderboard</title>" in status and status.count('id="dataset-builds"') == 1
     assert client.get("/api/v1/builds/", {"name": "alfworld"}).json()[0]["status"] == "queued"
     with pytest.raises(Exception, match="unknown dataset 'nope'"):
         call_command("build_dataset", "nope", "--queue")
