@@ -167,6 +167,14 @@ def _family(row: Row) -> str:
     return families.get(str(row["family"])).slug
 
 
+def _fig2_points_by_family(views: Views) -> dict[str, list[float]]:
+    """Figure 2's points (environment × backbone values of each family's methods) by family slug."""
+    by_family: dict[str, list[float]] = {}
+    for r in views["fig2"]:
+        by_family.setdefault(_family(r), []).append(float(r["value"]))
+    return by_family
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
@@ -319,9 +327,7 @@ def clusters_by_family(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
 
 def code_widest_spread(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
     """Standard deviation of every family's Fig. 2 points (environment × backbone values of its methods)."""
-    by_family: dict[str, list[float]] = {}
-    for r in views["fig2"]:
-        by_family.setdefault(_family(r), []).append(float(r["value"]))
+    by_family = _fig2_points_by_family(views)
     spread = sorted(((_std(vs), fam) for fam, vs in by_family.items()), reverse=True)
     numbers: list[tuple[str, Any]] = [(f"{families.get(fam).name}: std of points", s) for s, fam in spread]
     code = dict((fam, s) for s, fam in spread).get("code")
@@ -338,9 +344,7 @@ def code_widest_spread(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
 
 def direct_ranking_best_overall(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
     """Family means over every Fig. 2 point: are Direct and Ranking the two highest?"""
-    by_family: dict[str, list[float]] = {}
-    for r in views["fig2"]:
-        by_family.setdefault(_family(r), []).append(float(r["value"]))
+    by_family = _fig2_points_by_family(views)
     order = sorted(by_family, key=lambda fam: -_mean(by_family[fam]))
     numbers: list[tuple[str, Any]] = [(f"{families.get(fam).name}: mean of points", _mean(by_family[fam]))
                                       for fam in order]
