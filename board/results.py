@@ -19,8 +19,16 @@ from qval import consistency, metric_registry
 from qval.schema import PUBLIC_SPLITS
 from submissions.models import Result, Submission
 
-from .boards import AUTHORS, REPORTED, RESCORED, SELF_REPORTED, SOURCES, VERIFIED, Slice
+from .boards import AUTHORS, SOURCES, Slice, platform_runs, source_of
 from .evaluations import on_board
+
+
+@dataclass(frozen=True)
+class SourcedRow:
+    """A submission as :func:`board.boards.source_of` reads it."""
+
+    submission_id: int
+    source: str
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,7 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
     """The permalink of one public test result (404 for any other submission, whoever asks)."""
     sub = get_object_or_404(public_results().select_related("dataset__environment", "method", "backbone", "user"), pk=pk)
     own = request.user.is_authenticated and sub.user_id == request.user.pk
-    if sub.source in Submission.IMPORTED_SOURCES:
-        source = REPORTED if sub.source == Submission.SOURCE_REPORTED else RESCORED
-    else:
-        source = VERIFIED if Submission.objects.filter(Submission.platform_run(), pk=sub.pk).exists() else SELF_REPORTED
+    source = source_of(SourcedRow(sub.pk, sub.source), platform_runs())  # the boards' badge
     both_signs = sub.dataset.labels_have_both_signs(sub.target)
     lines = result_lines(sub, both_signs)
     context = {
