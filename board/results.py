@@ -76,7 +76,7 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
         "one_sign_note": "" if both_signs or len(lines) == Result.objects.filter(submission=sub).count()
         else metric_registry.ONE_SIGN_NOTE,
         "submitter": sub.user.get_username() if sub.user else AUTHORS,
-        "source": SOURCES[source], "baseline": sub.source == Submission.SOURCE_BASELINE,
+        "source": SOURCES[source], "source_key": source, "baseline": sub.source == Submission.SOURCE_BASELINE,
         "board_key": Slice(sub.dataset.key, sub.target, sub.modality).key,
         "comparable": own or sub.source != Submission.SOURCE_USER,  # submissions.comparison's public rows
         "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))

@@ -41,7 +41,7 @@ def test_a_public_test_result_has_a_permalink_anyone_reads(client, loaded, user)
     assert "Scores each action by &lt;b&gt;look-ahead&lt;/b&gt;." in text  # escaped, never markup
     assert 'href="https://example.org/paper"' in text and "<dd>yes</dd>" in text
     assert "your submission's page" not in text  # an anonymous reader is not its owner
-    assert '">verified</span>' in text  # a container the platform ran: the boards' badge
+    assert 'badge-src-verified" title="run by the platform' in text  # a container the platform ran: the boards' badge
     # The board links each row to its permalink.
     board = client.get(f"/boards/{loaded.key}:q:text/").content.decode()
     assert f'href="/results/{sub.pk}/"' in board
