@@ -107,3 +107,21 @@ def test_the_upload_form_offers_the_card_and_stores_the_choice(client, user, loa
     sub = Submission.objects.get(method_name="formed")
     assert (sub.public, sub.description, sub.paper_url, sub.open_weights) == (
         False, "From the form.", "https://example.org/p", None)
+
+
+def test_a_permalink_discloses_no_more_than_the_board(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
+    """The permalink is a new channel on hidden-split results: a submission whose score the Ladder withholds (it
+    did not climb) has none, one a later climb replaced has none, and a page shows the stored (disclosed) numbers
+    only -- no label-dependent counts, no per-sample or per-state values."""
+    best = container_row(loaded, user, "laddered", 0.7)
+    withheld = container_row(loaded, user, "laddered", 0.2)
+    Submission.objects.filter(pk=withheld.pk).update(ladder_climbed=False)
+    replaced = container_row(loaded, user, "laddered", 0.5)
+    Submission.objects.filter(pk=best.pk).update(ladder_climbed=True, ladder_against=replaced)
+    Submission.objects.filter(pk=replaced.pk).update(ladder_climbed=True)
+    assert client.get(f"/results/{withheld.pk}/").status_code == 404
+    assert client.get(f"/results/{replaced.pk}/").status_code == 404
+    text = client.get(f"/results/{best.pk}/").content.decode()
+    assert "0.700" in text and "[0.650, 0.750]" in text and "0.2" not in text.split("Results", 1)[1].split("</table>")[0]
+    for leak in ("valid states", "skipped", "sample_values", "per_state", "num_pairs"):
+        assert leak not in text, leak
