@@ -2,7 +2,8 @@
 
 ``qval evaluate FILE --dataset DIR|SLUG --split dev``   score against public labels, no server
                                                           needed for a dataset directory
-``qval submit FILE --dataset SLUG --split test --target q --method NAME``
+``qval submit FILE --dataset SLUG --split test --target q --method NAME --description TEXT [--private]``
+                                                          (a public test result needs its method card's description)
 ``qval status ID [--wait]``
 ``qval download SLUG --split dev [--format parquet|jsonl|csv|images|card|zip] [--out PATH]``
 ``qval run-container IMAGE --dataset DIR|SLUG --split dev [--backbone MODEL_DIR]``  run a method container (image or saved archive)
@@ -169,7 +170,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     server, token = _server(args), _token()
     headers = {"Authorization": f"Token {token}"}
     data = {"dataset": args.dataset, "split": args.split, "target": args.target, "method_name": args.method,
-            "backbone": args.backbone or "", "modality": args.modality}
+            "backbone": args.backbone or "", "modality": args.modality, "public": "false" if args.private else "true",
+            "description": args.description or "", "paper_url": args.paper_url or "", "code_url": args.code_url or ""}
+    if args.open_weights is not None:
+        data["open_weights"] = "true" if args.open_weights == "yes" else "false"
     try:
         with open(args.file, "rb") as fh:
             sub = _request("POST", f"{server}/api/v1/submissions/", headers=headers, data=data,
@@ -415,8 +419,16 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--split", required=True, choices=schema.SPLITS)
     sm.add_argument("--target", required=True, choices=schema.TARGETS)
     sm.add_argument("--method", required=True)
-    sm.add_argument("--backbone")
+    sm.add_argument("--backbone", help="the model the method uses (empty or 'none': no model)")
     sm.add_argument("--modality", default="text", choices=["text", "image"])
+    card = sm.add_argument_group("method card", "shown on the boards and the result's public page; a public test-split "
+                                                "result needs --description")
+    card.add_argument("--description", help="what the method is and how it scores, in a sentence or two")
+    card.add_argument("--paper-url", help="the paper (http(s), optional)")
+    card.add_argument("--code-url", help="the code (http(s), optional)")
+    card.add_argument("--open-weights", choices=["yes", "no"], help="whether the backbone's weights are open")
+    card.add_argument("--private", action="store_true",
+                      help="only you see the result (no board, figure or permalink); default public")
     sm.add_argument("--no-wait", action="store_true", help="print the submission id and return")
     sm.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     sm.set_defaults(func=cmd_submit)

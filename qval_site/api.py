@@ -7,6 +7,7 @@
 ``POST /api/v1/submissions/``                      multipart upload of a predictions file, or with
                                                    ``kind=container`` of a method container archive
 ``GET  /api/v1/submissions/<id>/``                 state, error, problems and results
+``PATCH /api/v1/submissions/<id>/``                the owner changes its method card or visibility (``public``)
 ``GET  /api/v1/leaderboard/``                      ?dataset=<key>&split=&target=&sort=&page=&page_size=
 ``GET  /api/v1/leaderboard/aggregate/``            ?split=&target=&metric=&source= means over backbones, families
 ``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric=&modality=&source=&method=&environment=&backbone=
@@ -47,6 +48,7 @@ from submissions.services import (
     MethodCard,
     SubmissionRejected,
     SubmissionRequest,
+    change_card,
     container_requests,
     create_container_submissions,
     create_submission,
@@ -225,8 +227,19 @@ class SubmissionCreate(APIView):
         return Response({"submissions": [submission_payload(s) for s in subs]}, status=status.HTTP_201_CREATED)
 
 
+class CardChange(serializers.Serializer):
+    """The method-card fields a PATCH changes (those it leaves out stay)."""
+
+    public = serializers.BooleanField(required=False, help_text="false: the row is its owner's only")
+    description = serializers.CharField(required=False, allow_blank=True, help_text="method card")
+    paper_url = serializers.CharField(required=False, allow_blank=True, help_text="method card, http(s)")
+    code_url = serializers.CharField(required=False, allow_blank=True, help_text="method card, http(s)")
+    open_weights = serializers.BooleanField(required=False, allow_null=True, help_text="method card")
+
+
 class SubmissionDetail(APIView):
-    """One of the caller's submissions, or a baseline run (with its config and progress)."""
+    """One of the caller's submissions, or a baseline run (with its config and progress); PATCH: its owner
+    changes its method card or makes it public or private (:func:`submissions.services.change_card`)."""
 
     permission_classes = [IsAuthenticated]
 
@@ -236,6 +249,22 @@ class SubmissionDetail(APIView):
         if sub is None:
             return Response({"errors": {"id": [f"no submission {pk} of yours and no baseline run {pk}"]}},
                             status=status.HTTP_404_NOT_FOUND)
+        return Response(submission_payload(sub))
+
+    @extend_schema(request=CardChange, responses=OpenApiTypes.OBJECT)
+    def patch(self, request: Request, pk: int) -> Response:
+        ser = CardChange(data=request.data, partial=True)
+        fixed = sorted(set(request.data) - set(ser.fields))
+        if fixed:  # what was scored (dataset, method, backbone, ...) stays as it was
+            return Response({"errors": {name: [f"{name} cannot be changed; a card changes "
+                                                f"{', '.join(ser.fields)}"] for name in fixed}},
+                            status=status.HTTP_400_BAD_REQUEST)
+        if not ser.is_valid():
+            return Response({"errors": ser.errors}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            sub = change_card(request.user, pk, **ser.validated_data)
+        except SubmissionRejected as exc:
+            return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
         return Response(submission_payload(sub))
 
 

@@ -54,6 +54,7 @@ urlpatterns = [
     path("submissions/", sv.mine, name="my-submissions"),
     path("submissions/<int:pk>/", sv.detail, name="submission"),
     path("submissions/<int:pk>/status/", sv.status, name="submission-status"),
+    path("submissions/<int:pk>/card/", sv.card, name="submission-card"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/token/", account_views.token, name="api-token"),

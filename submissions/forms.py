@@ -1,4 +1,4 @@
-"""The form of the upload page (sign-up is django-allauth's)."""
+"""The forms of the upload page and of a submission's method card (sign-up is django-allauth's)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,43 @@ from django.utils.safestring import mark_safe
 
 from leaderboard.models import MODALITY_CHOICES, TARGET_CHOICES, Dataset
 
+from .models import Submission
 from .services import MethodCard
 
 
-class UploadForm(forms.Form):
+class CardFields(forms.Form):
+    """The method card's fields and who sees the result, as the upload form and the card form of a submission's
+    page both ask them."""
+
+    visibility = forms.ChoiceField(
+        choices=[("public", "public: on the boards, with a permalink anyone can read"),
+                 ("private", "private: only you see it")],
+        initial="public", required=False, widget=forms.RadioSelect,
+        help_text="Dev results are never on a public board, whichever you choose. You can change it later on the "
+                  "submission's page.")
+    description = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=5000,
+        help_text="Method card: what the method is and how it scores, shown on the boards and the result's public "
+                  "page; required for a public test-split result.")
+    paper_url = forms.URLField(max_length=300, required=False, assume_scheme="https", label="Paper URL")
+    code_url = forms.URLField(max_length=300, required=False, assume_scheme="https", label="Code URL")
+    open_weights = forms.NullBooleanField(
+        required=False, label="Open weights",
+        widget=forms.Select(choices=[("unknown", "not said"), ("true", "yes"), ("false", "no")]))
+
+    def card(self) -> MethodCard:
+        """The method card of the valid form."""
+        data = self.cleaned_data
+        return MethodCard(public=data.get("visibility") != "private", description=data.get("description", ""),
+                          paper_url=data.get("paper_url", ""), code_url=data.get("code_url", ""),
+                          open_weights=data.get("open_weights"))
+
+
+class UploadForm(CardFields):
     """A predictions file, or a method container archive, for one dataset split and target."""
 
+    field_order = ["kind", "dataset", "split", "target", "method_name", "backbone", "modality", "visibility",
+                   "description", "paper_url", "code_url", "open_weights", "file"]
     kind = forms.ChoiceField(
         choices=[("file", "predictions file"), ("container", "method container (image archive)")], initial="file",
         required=False,  # forms posted before containers existed send no kind: a file
@@ -25,21 +56,9 @@ class UploadForm(forms.Form):
     split = forms.ChoiceField(choices=[("dev", "dev (labels public, unlimited)"), ("test", "test (hidden labels, daily quota)")])
     target = forms.ChoiceField(choices=TARGET_CHOICES)
     method_name = forms.CharField(max_length=100)
-    backbone = forms.CharField(max_length=100, required=False)
+    backbone = forms.CharField(max_length=100, required=False,
+                               help_text="The model your method uses; leave it empty (or write none) when it uses none.")
     modality = forms.ChoiceField(choices=MODALITY_CHOICES, initial="text")
-    visibility = forms.ChoiceField(
-        choices=[("public", "public: on the boards, with a permalink anyone can read"),
-                 ("private", "private: only you see it")],
-        initial="public", required=False, widget=forms.RadioSelect,
-        help_text="Dev results are never on a public board, whichever you choose.")
-    description = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=5000,
-        help_text="Method card: what the method is and how it scores (shown on the result's public page).")
-    paper_url = forms.URLField(max_length=300, required=False, assume_scheme="https", label="Paper URL")
-    code_url = forms.URLField(max_length=300, required=False, assume_scheme="https", label="Code URL")
-    open_weights = forms.NullBooleanField(
-        required=False, label="Open weights",
-        widget=forms.Select(choices=[("unknown", "not said"), ("true", "yes"), ("false", "no")]))
     file = forms.FileField(allow_empty_file=True, help_text=mark_safe(
         "CSV, JSONL or Parquet with <code>id,score</code> columns, or the QVal reference JSON; or the image archive."))
 
@@ -48,9 +67,13 @@ class UploadForm(forms.Form):
         # Only what takes submissions: the newest version of each hosted dataset.
         self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in Dataset.newest_hosted()]
 
-    def card(self) -> MethodCard:
-        """The method card of the valid form."""
-        data = self.cleaned_data
-        return MethodCard(public=data.get("visibility") != "private", description=data.get("description", ""),
-                          paper_url=data.get("paper_url", ""), code_url=data.get("code_url", ""),
-                          open_weights=data.get("open_weights"))
+
+class CardForm(CardFields):
+    """A submission's method card and visibility, changed by its owner on the submission's page."""
+
+    @classmethod
+    def of(cls, sub: Submission) -> CardForm:
+        """The unbound form holding ``sub``'s card."""
+        return cls(initial={"visibility": "public" if sub.public else "private", "description": sub.description,
+                            "paper_url": sub.paper_url, "code_url": sub.code_url,
+                            "open_weights": {True: "true", False: "false"}.get(sub.open_weights, "unknown")})

@@ -9,7 +9,8 @@ from .models import Submission
 
 
 def submission_payload(sub: Submission) -> dict[str, Any]:
-    """State, timeline, error, problems, coverage and results of a submission (no labels).
+    """State, timeline, error, problems, coverage and results of a submission (no labels), with its visibility
+    (``public``) and method ``card``.
 
     ``ladder``: its step on its account's ladder of a hidden split (:func:`submissions.ladder.outcome`,
     ``None`` off a ladder); a submission that did not climb has no ``results``: its score is withheld.
@@ -25,6 +26,9 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "family": sub.method.family if sub.method else None,
         "backbone": sub.backbone_name or None,
         "modality": sub.modality,
+        "public": sub.public,
+        "card": {"description": sub.description, "paper_url": sub.paper_url or None, "code_url": sub.code_url or None,
+                 "open_weights": sub.open_weights},
         "filename": sub.filename,
         "format": sub.file_format,
         "sha256": sub.sha256,

@@ -15,6 +15,7 @@ its own. Each is sent and run through :mod:`submissions.lifecycle`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -77,12 +78,24 @@ CARD_DESCRIPTION_MAX = 5000
 """The longest method-card description, in characters."""
 
 
-def check_card(card: MethodCard) -> None:
-    """Refuse (:class:`SubmissionRejected`) a description over :data:`CARD_DESCRIPTION_MAX` characters or a
-    paper/code URL that is not an ``http(s)`` address of at most 300 characters."""
+def check_card(card: MethodCard, split: str) -> None:
+    """Refuse (:class:`SubmissionRejected`, naming the field) a method card that a result on ``split`` cannot have.
+
+    Any card: a description over :data:`CARD_DESCRIPTION_MAX` characters, or a paper/code URL that is not an
+    ``http(s)`` address of at most 300 characters.  A *public* result on a hidden split (the test split, the one the
+    boards rank and the permalinks show) must also describe its method: its card is what a reader of the board
+    gets.  Its display name is the request's method name (:func:`check_method_name`) and its backbone the request's
+    backbone, where empty (or ``none``) says the method uses no model.  A dev result, or a private one, needs no
+    description: nobody else sees it.
+    """
     if len(card.description) > CARD_DESCRIPTION_MAX:
         raise SubmissionRejected(
             "description", f"description is {len(card.description)} characters; the limit is {CARD_DESCRIPTION_MAX}")
+    if card.public and split not in PUBLIC_SPLITS and not card.description.strip():
+        raise SubmissionRejected(
+            "description", f"description is required for a public {split}-split result: its method card is shown on "
+            "the boards and its public page, so say in a sentence or two what the method is and how it scores "
+            "(paper and code URLs are optional); or make the result private")
     for name in ("paper_url", "code_url"):
         url = getattr(card, name).strip()
         if not url:
@@ -93,6 +106,41 @@ def check_card(card: MethodCard) -> None:
             raise SubmissionRejected(name, f"{name} {url[:80]!r} is not an http(s) address") from None
         if len(url) > 300:
             raise SubmissionRejected(name, f"{name} is {len(url)} characters long; the limit is 300")
+
+
+def card_of(sub: Submission) -> MethodCard:
+    """The method card ``sub`` holds now."""
+    return MethodCard(public=sub.public, description=sub.description, paper_url=sub.paper_url,
+                      code_url=sub.code_url, open_weights=sub.open_weights)
+
+
+def change_card(user, pk: int, **changes: object) -> Submission:  # type: ignore[no-untyped-def]
+    """Set the fields ``changes`` names of the method card of ``user``'s submission ``pk`` (``public``,
+    ``description``, ``paper_url``, ``code_url``, ``open_weights``; the others stay) and return it.
+
+    Only the submission's owner may (another account's, a baseline run or an imported row answers as unknown:
+    :class:`SubmissionRejected` on ``id`` with 404), and only once it has ended, so that no worker writes it
+    meanwhile.  The whole new card is checked as an upload's is (:func:`check_card`): making a test result public
+    needs its description.  Saving a finished row bumps the results version, so the boards, figures, aggregates
+    and their caches read the change at once (:mod:`board.evaluations`).
+    """
+    with transaction.atomic():
+        sub = (Submission.objects.select_for_update()
+               .filter(pk=pk, user_id=getattr(user, "pk", None), source=Submission.SOURCE_USER).first())
+        if sub is None:
+            raise SubmissionRejected("id", f"no submission {pk} of yours", status=404)
+        if not sub.is_final:
+            raise SubmissionRejected(
+                "id", f"submission {pk} is {sub.state}: its card can be changed once it has finished or failed",
+                status=409)
+        card = dataclasses.replace(card_of(sub), **changes)  # type: ignore[arg-type]
+        check_card(card, sub.split)
+        fields = card.fields()
+        for name, value in fields.items():
+            setattr(sub, name, value)
+        sub.save(update_fields=list(fields))
+    log.info("submission %s: card changed (%s); public=%s", pk, ", ".join(sorted(changes)), sub.public)
+    return sub
 
 
 @dataclass(frozen=True)
@@ -238,7 +286,7 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
             "link we emailed you at sign-up (or add an address under /accounts/email/); the dev split needs no "
             "verification", status=403)
     check_method_name(req.method_name)
-    check_card(req.card)
+    check_card(req.card, req.split)
     if req.split == "test" and (newer := dataset.superseded_test_split()) is not None:
         raise SubmissionRejected(
             "split",

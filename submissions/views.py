@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from accounts import throttling
 from accounts.access import has_verified_email
@@ -14,7 +16,7 @@ from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
 from . import comparison
-from .forms import UploadForm
+from .forms import CardForm, UploadForm
 from .models import Submission
 from .selectors import visible_to
 from .serializers import submission_payload
@@ -22,6 +24,7 @@ from .uploads import too_large
 from .services import (
     SubmissionRejected,
     SubmissionRequest,
+    change_card,
     create_container_submissions,
     create_submission,
     quota_used,
@@ -68,8 +71,9 @@ def mine(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """One submission: timeline, results or the exact validation problems."""
+def detail(request: HttpRequest, pk: int, card_form: CardForm | None = None, status: int = 200) -> HttpResponse:
+    """One submission: timeline, results or the exact validation problems; to its owner, once it has ended, the
+    form that changes its method card and visibility (``card_form``: a refused one, shown with its errors)."""
     sub = get_object_or_404(Submission.objects.select_related("dataset__environment").filter(visible_to(request.user)), pk=pk)
     data = submission_payload(sub)
     both_signs = sub.dataset.labels_have_both_signs(sub.target)
@@ -84,8 +88,31 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {"sub": sub, "data": data, "results": results, "sampled": sampled, "others": others,
                "one_sign_note": metric_registry.ONE_SIGN_NOTE if len(results) < len(data["results"]) else "",
                "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
-               "hidden": hidden, "digits": printed_digits(hidden)}
-    return render(request, "submissions/detail.html", context)
+               "hidden": hidden, "digits": printed_digits(hidden),
+               "card_form": (card_form or CardForm.of(sub)) if sub.user_id == request.user.pk and sub.is_final
+               and sub.source == Submission.SOURCE_USER else None}
+    return render(request, "submissions/detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def card(request: HttpRequest, pk: int) -> HttpResponse:
+    """Its owner changes a submission's method card and visibility (:func:`submissions.services.change_card`);
+    anyone else gets 404, as for the page."""
+    form = CardForm(request.POST)
+    if form.is_valid():
+        try:
+            sub = change_card(request.user, pk, **vars(form.card()))
+        except SubmissionRejected as exc:
+            if exc.status == 404:
+                raise Http404(exc.message) from None
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, f"Method card saved; the result is {'public' if sub.public else 'private'}.")
+            return redirect("submission", pk=sub.pk)
+    if not Submission.objects.filter(pk=pk, user_id=request.user.pk).exists():
+        raise Http404(f"no submission {pk} of yours")
+    return detail(request, pk, card_form=form, status=400)
 
 
 def compare(request: HttpRequest) -> HttpResponse:

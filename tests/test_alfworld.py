@@ -255,7 +255,8 @@ def test_uploads_score_on_every_split(dataset: schema.Dataset, api) -> None:  # 
         assert ids, split
         body = "id,score\n" + "".join(f"{i},{dataset.q_labels[i]!r}\n" for i in ids)
         resp = api.post("/api/v1/submissions/", {"dataset": dataset.manifest.key, "split": split, "target": "q",
-                                                 "method_name": "oracle", "file": SimpleUploadedFile("p.csv", body.encode())},
+                                                 "method_name": "oracle", "description": "The labels themselves.",
+                                                 "file": SimpleUploadedFile("p.csv", body.encode())},
                         format="multipart")
         assert resp.status_code == 201, resp.content
         assert validate_upload(resp.json()["id"]) == Submission.QUEUED  # the scoring worker's two steps

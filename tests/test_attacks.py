@@ -248,7 +248,7 @@ class TestQuotaRace:
         def post() -> None:
             client = APIClient()
             client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-            data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "racer",
+            data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "racer", "description": "Races.",
                     "file": SimpleUploadedFile("p.csv", body)}
             barrier.wait()
             try:
@@ -324,7 +324,7 @@ class TestUnverifiedAccounts:
                                                  "password1": "correct-horse-9x", "password2": "correct-horse-9x"})
         assert resp.status_code == 302
         ids, labels = actor_points(frozenlake, "test")
-        data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "m"}
+        data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "m", "description": "Mallory's."}
         refused = client.post("/api/v1/submissions/", {**data, "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels))})
         assert refused.status_code == 403 and "verify your email address" in json.dumps(refused.json())
         dev_ids, dev_labels = actor_points(frozenlake, "dev")

@@ -74,6 +74,7 @@ def test_newcomer_path(live_server, celery_worker_process, loaded, frozenlake, t
     page.click("text=Submit predictions for this dataset")
     page.select_option("#id_split", "test")
     page.fill("#id_method_name", "browser-oracle")
+    page.fill("#id_description", "The labels themselves, to see the page of a perfect score.")
     page.set_input_files("#id_file", str(preds))
     shot(page, "04-upload")
     page.click("#upload-form button[type=submit]")

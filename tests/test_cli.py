@@ -138,7 +138,8 @@ def test_cli_against_a_live_site(live_server, celery_worker_process, loaded, fro
     test_ids, test_labels = _points(frozenlake, "test")
     noisy = test_labels + np.random.default_rng(1).normal(0, 0.1, len(test_labels))
     code, out, err = _run(capsys, "submit", str(_write(tmp_path / "t.csv", test_ids, noisy)), "--dataset", KEY,
-                          "--split", "test", "--target", "q", "--method", "cli-noisy", "--timeout", "120")
+                          "--split", "test", "--target", "q", "--method", "cli-noisy", "--timeout", "120",
+                          "--description", "Noisy labels, for the CLI test.", "--open-weights", "yes")
     assert code == 0, err
     assert "received" in err and "finished" in err
     line = next(x for x in out.splitlines() if x.startswith("spearman"))
@@ -149,7 +150,7 @@ def test_cli_against_a_live_site(live_server, celery_worker_process, loaded, fro
 
     # The quota (1 a day here) is spent: the next test-split upload is refused.
     code, _, err = _run(capsys, "submit", str(tmp_path / "t.csv"), "--dataset", KEY, "--split", "test",
-                        "--target", "q", "--method", "again")
+                        "--target", "q", "--method", "again", "--private")
     assert code == 1 and "429" in err and "quota" in err
 
     # A file that fails validation ends failed, with its problems printed; exit status 1.

@@ -92,7 +92,7 @@ def submit(api, archive: Path, name: str = "kit.tar", status: int = 201, **field
     """POST a container archive (answered ``received``), run the real inspection task on it in-process
     as the gpu worker would, and return the body with the submissions as the API then shows them."""
     data = {"kind": "container", "dataset": "frozenlake-8x8", "split": "dev", "target": "q",
-            "method_name": "manhattan", "backbone": "none", **fields}
+            "method_name": "manhattan", "backbone": "none", "description": "Manhattan distance to the goal.", **fields}
     data["file"] = SimpleUploadedFile(name, archive.read_bytes())
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == status, resp.content

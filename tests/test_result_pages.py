@@ -125,3 +125,120 @@ def test_a_permalink_discloses_no_more_than_the_board(client, loaded, user) -> N
     assert "0.700" in text and "[0.650, 0.750]" in text and "0.2" not in text.split("Results", 1)[1].split("</table>")[0]
     for leak in ("valid states", "skipped", "sample_values", "per_state", "num_pairs"):
         assert leak not in text, leak
+
+
+def test_a_public_test_result_needs_a_description_and_says_so_from_the_form_and_the_api(  # type: ignore[no-untyped-def]
+        client, api, user, loaded, frozenlake) -> None:
+    """The card rule (submissions.services.check_card): one error, on the description field, whichever way the
+    upload comes; a private test result, or a dev one, needs none."""
+    ids, labels = actor_points(frozenlake, "test")
+
+    def post(**fields: object):  # type: ignore[no-untyped-def]
+        data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "bare",
+                "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels)), **fields}
+        return api.post("/api/v1/submissions/", data, format="multipart")
+
+    for blank in ("", "   \n "):
+        refused = post(description=blank)
+        assert refused.status_code == 400, refused.content
+        assert list(refused.json()["errors"]) == ["description"]
+        assert "required for a public test-split result" in refused.json()["errors"]["description"][0]
+    client.force_login(user)
+    form = client.post("/submit/", {"kind": "file", "dataset": KEY, "split": "test", "target": "q",
+                                    "method_name": "bare", "modality": "text", "visibility": "public",
+                                    "open_weights": "unknown", "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels))})
+    assert form.status_code == 200
+    assert list(form.context["form"].errors) == ["description"]
+    assert "required for a public test-split result" in form.context["form"].errors["description"][0]
+    assert Submission.objects.count() == 0
+    private = post(public="false")
+    assert private.status_code == 201, private.content
+    dev_ids, dev_labels = actor_points(frozenlake, "dev")
+    dev = post(split="dev", file=SimpleUploadedFile("p.csv", csv_bytes(dev_ids, dev_labels)))
+    assert dev.status_code == 201, dev.content
+    carded = post(description="Its labels.", backbone="none")
+    assert carded.status_code == 201, carded.content
+    assert carded.json()["public"] is True and carded.json()["card"]["description"] == "Its labels."
+
+
+def board_ids(client, ds) -> list[int]:  # type: ignore[no-untyped-def]
+    """The submission ids on the board of ``ds`` (target Q, text), every submission shown."""
+    rows = client.get(f"/boards/{ds.key}:q:text/", {"format": "json", "all": "1"}).json()["rows"]
+    return [r["submission_id"] for r in rows]
+
+
+def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # type: ignore[no-untyped-def]
+        client, loaded, user, staff) -> None:
+    sub = container_row(loaded, user, "switched", 0.6, public=False, description="")
+    owner = Client(enforce_csrf_checks=True)
+    owner.force_login(user)
+    page = owner.get(f"/submissions/{sub.pk}/").content.decode()
+    assert 'id="card-form"' in page and "<strong>Private</strong>" in page
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None
+    url = f"/submissions/{sub.pk}/card/"
+    assert owner.post(url, {"visibility": "public", "description": "Looks ahead."}).status_code == 403  # no CSRF token
+    # Public without a description: refused on the field, nothing changes.
+    refused = owner.post(url, {"csrfmiddlewaretoken": token.group(1), "visibility": "public", "description": " ",
+                               "open_weights": "unknown"})
+    assert refused.status_code == 400
+    assert "required for a public test-split result" in refused.context["card_form"].errors["description"][0]
+    sub.refresh_from_db()
+    assert not sub.public and client.get(f"/results/{sub.pk}/").status_code == 404
+    assert sub.pk not in board_ids(client, loaded)  # read before the switch: the board's caches hold this
+    # With one: public at once, on the board (its cached export too) and with an anonymous permalink.
+    saved = owner.post(url, {"csrfmiddlewaretoken": token.group(1), "visibility": "public",
+                             "description": "Looks one step ahead.", "code_url": "https://example.org/code",
+                             "open_weights": "false"})
+    assert saved.status_code == 302 and saved["Location"] == f"/submissions/{sub.pk}/"
+    sub.refresh_from_db()
+    assert (sub.public, sub.description, sub.code_url, sub.open_weights) == (
+        True, "Looks one step ahead.", "https://example.org/code", False)
+    assert sub.pk in board_ids(client, loaded)
+    permalink = client.get(f"/results/{sub.pk}/").content.decode()
+    assert "Looks one step ahead." in permalink and 'href="https://example.org/code"' in permalink
+    assert "its public page" in owner.get(f"/submissions/{sub.pk}/").content.decode()
+    # Another account, or nobody, cannot change it: 404 as for the page, a login for an anonymous visitor.
+    other = Client()
+    other.force_login(staff)
+    assert other.post(url, {"visibility": "private", "description": "x"}).status_code == 404
+    assert Client().post(url, {"visibility": "private"}).status_code == 302
+    sub.refresh_from_db()
+    assert sub.public
+    # Private again: off the board, the leaderboard API and the permalink.
+    owner.post(url, {"csrfmiddlewaretoken": token.group(1), "visibility": "private", "description": "Looks one step ahead."})
+    assert sub.pk not in board_ids(client, loaded)
+    assert client.get(f"/results/{sub.pk}/").status_code == 404
+    api_rows = client.get("/api/v1/leaderboard/", {"dataset": loaded.key, "split": "test"}).json()["results"]
+    assert "switched" not in {r["method"] for r in api_rows}
+    assert owner.get(f"/submissions/{sub.pk}/").status_code == 200  # still its owner's
+
+
+def test_the_owner_changes_the_card_through_the_api(api, client, loaded, user, staff) -> None:  # type: ignore[no-untyped-def]
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    sub = container_row(loaded, user, "patched", 0.4, description="First words.")
+    url = f"/api/v1/submissions/{sub.pk}/"
+    resp = api.patch(url, {"paper_url": "https://example.org/paper-2", "open_weights": None}, format="json")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["card"] == {"description": "First words.", "paper_url": "https://example.org/paper-2",
+                                   "code_url": None, "open_weights": None}
+    for change, field in [({"description": ""}, "description"), ({"paper_url": "javascript:x"}, "paper_url"),
+                          ({"backbone": "other"}, "backbone")]:
+        refused = api.patch(url, change, format="json")
+        assert refused.status_code == 400 and field in refused.json()["errors"], refused.content
+    assert api.patch(url, {"public": False}, format="json").json()["public"] is False
+    assert sub.pk not in board_ids(client, loaded) and client.get(f"/results/{sub.pk}/").status_code == 404
+    assert api.patch(url, {"public": True}, format="json").json()["public"] is True
+    assert sub.pk in board_ids(client, loaded) and client.get(f"/results/{sub.pk}/").status_code == 200
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    assert other.patch(url, {"public": False}, format="json").status_code == 404
+    assert APIClient().patch(url, {"public": False}, format="json").status_code in (401, 403)
+    sub.refresh_from_db()
+    assert sub.public
+    running = container_row(loaded, user, "running", 0.1)
+    Submission.objects.filter(pk=running.pk).update(state=Submission.SCORING)
+    busy = api.patch(f"/api/v1/submissions/{running.pk}/", {"public": False}, format="json")
+    assert busy.status_code == 409 and "once it has finished" in busy.json()["errors"]["id"][0]

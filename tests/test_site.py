@@ -35,7 +35,8 @@ def csv_bytes(ids: list[str], scores: list[float] | np.ndarray) -> bytes:
 def upload(api, content: bytes, name: str = "preds.csv", **fields) -> dict:  # type: ignore[no-untyped-def]
     """POST a predictions file (answered ``received``), run the real validation task on it in-process
     (as ``finish`` runs the scoring task) and return the submission as the API then shows it."""
-    data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "oracle", **fields}
+    data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "oracle",
+            "description": "A method of the tests.", **fields}  # a public test result needs its card's description
     data["file"] = SimpleUploadedFile(name, content)
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == 201, resp.content
@@ -198,7 +199,8 @@ def test_test_split_quota(api, loaded, frozenlake, settings) -> None:
     good = csv_bytes(ids, labels)
     upload(api, good)
     upload(api, b"", name="bad.csv")  # a user-caused failure counts
-    data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "m", "file": SimpleUploadedFile("p.csv", good)}
+    data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "m", "description": "Its labels.",
+            "file": SimpleUploadedFile("p.csv", good)}
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == 429 and "quota" in json.dumps(resp.json())
     # A failure through our fault does not count; the dev split is unlimited.
