@@ -77,6 +77,9 @@ class BaselineRequest:
     target: str = ""
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
+    modality: str = ""
+    """The board it enters (empty: the method's own modality); another one only for a reference method, which
+    reads no rendering of a state (:func:`qval.methods.reference.modalities_for`)."""
 
 
 def _target_for(spec: MethodSpec, target: str) -> str:
@@ -104,7 +107,8 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
     """Create a queued baseline submission for ``req`` and send it to a ``gpu`` worker.
 
     Raises :class:`~submissions.services.SubmissionRejected` (field and reason) for an unknown
-    method, dataset or split, a target the method does not score, or an unusable backbone.
+    method, dataset or split, a modality the dataset does not offer or the method does not read, a target the
+    method does not score, or an unusable backbone.
     """
     try:
         spec = get_method(req.method)
@@ -116,13 +120,23 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
         raise SubmissionRejected("split", f"dataset {dataset.key} has no split {req.split!r}; choose one of {sorted(splits)}")
     if spec.modality == "image" and "image" not in dataset.modalities:
         raise SubmissionRejected("dataset", f"{spec.name} needs images; dataset {dataset.key} has {dataset.modalities}")
+    modality = req.modality or spec.modality
+    if modality != spec.modality:
+        from qval.methods.reference import modalities_for
+
+        try:
+            allowed = modalities_for(spec.name, dataset.modalities or ["text"])
+        except MethodError:
+            raise SubmissionRejected("modality", f"{spec.name} reads {spec.modality} inputs, not {modality}") from None
+        if modality not in allowed:
+            raise SubmissionRejected("modality", f"dataset {dataset.key} offers {', '.join(allowed)}, not {modality}")
     target = _target_for(spec, req.target)
     check_backbone(spec, req.backbone)
     now = timezone.now()
     with transaction.atomic():
         sub = Submission.objects.create(
             user=user, source=Submission.SOURCE_BASELINE, kind=Submission.KIND_BASELINE, dataset=dataset,
-            split=req.split, target=target, method_name=spec.name, backbone_name=req.backbone, modality=spec.modality,
+            split=req.split, target=target, method_name=spec.name, backbone_name=req.backbone, modality=modality,
             filename=f"{spec.name}.jsonl", file_format="baseline",
             config={"method": spec.name, "method_version": spec.version, "family": spec.family,
                     "backbone": req.backbone, "seed": req.seed, "options": dict(req.options),
@@ -142,14 +156,16 @@ REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
 
 def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     """Queue the reference rows: a baseline run of every reference method (:mod:`qval.methods.reference`) that
-    applies to the dataset's environment, on its test split, for each of :data:`REFERENCE_TARGETS`; return the
-    runs queued.  :func:`qval_site.reference_rows.seed_reference_rows` calls it with the hosted datasets to seed.
+    applies to the dataset's environment, on its test split, for each of :data:`REFERENCE_TARGETS` and each
+    modality the dataset offers (:func:`qval.methods.reference.modalities_for`: FrozenLake's image boards get
+    rows too); return the runs queued.  :func:`qval_site.reference_rows.seed_reference_rows` calls it with the
+    hosted datasets to seed.
 
-    A dataset without a test split is skipped, and so is a (method, target) that already has a baseline run on
-    it that did not fail: calling this again queues nothing new, and a failed run is queued again.  The dataset's
+    A dataset without a test split is skipped, and so is a (method, target, modality) that already has a
+    baseline run on it that did not fail: calling this again queues nothing new, and a failed run is queued again.  The dataset's
     row is locked meanwhile, so two callers (``make up`` and a build finishing) never queue the same run twice.
     """
-    from qval.methods.reference import methods_for
+    from qval.methods.reference import methods_for, modalities_for
 
     queued: list[Submission] = []
     for ds in datasets:
@@ -158,11 +174,13 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
         with transaction.atomic():
             Dataset.objects.select_for_update().get(pk=ds.pk)
             existing = set(Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT)
-                           .exclude(state=Submission.FAILED).values_list("method_name", "target"))
+                           .exclude(state=Submission.FAILED).values_list("method_name", "target", "modality"))
             for name in methods_for(ds.environment.slug):
-                for target in REFERENCE_TARGETS:
-                    if (name, target) not in existing:
-                        queued.append(launch_baseline(BaselineRequest(name, "", ds.key, REFERENCE_SPLIT, target)))
+                for modality in modalities_for(name, ds.modalities or ["text"]):
+                    for target in REFERENCE_TARGETS:
+                        if (name, target, modality) not in existing:
+                            queued.append(launch_baseline(
+                                BaselineRequest(name, "", ds.key, REFERENCE_SPLIT, target, modality=modality)))
     return queued
 
 

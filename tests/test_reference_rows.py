@@ -110,17 +110,18 @@ def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> N
     from submissions.models import Submission
 
     call_command("seed_reference_rows")
-    runs = list(reference_runs(loaded))
+    seeded = reference_runs(loaded).count()
+    runs = list(reference_runs(loaded).filter(modality="text"))  # the image boards': the next test
     pairs = sorted((s.method_name, s.target) for s in runs)
     assert pairs == sorted((m, t) for m in methods_for("frozenlake") for t in ("q", "v"))
     assert {(s.split, s.source, s.state, s.user) for s in runs} == {("test", "baseline", "queued", None)}
     call_command("seed_reference_rows")
     call_command("seed_reference_rows", loaded.key)
-    assert reference_runs(loaded).count() == len(runs)  # one run per method × target
+    assert reference_runs(loaded).count() == seeded == 2 * len(runs)  # one run per method × target × modality
 
     for sub in runs:
         assert run_baseline(sub.pk, None, "here@vm", vllm=None) == Submission.FINISHED, sub.method_name
-    const = reference_runs(loaded).get(method_name="constant", target="q")
+    const = reference_runs(loaded).get(method_name="constant", target="q", modality="text")
     assert const.results.get(metric="spearman").value is None and const.config["backbone_kind"] == "none"
     assert const.method.family == "other"
 
@@ -136,10 +137,10 @@ def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> N
     assert 'id="builtin"' in page and "distance heuristic" in page and "open book" in page
 
     # A failed run is queued again; the others are left alone.
-    reference_runs(loaded).filter(method_name="random", target="v").update(state=Submission.FAILED)
+    reference_runs(loaded).filter(method_name="random", target="v", modality="text").update(state=Submission.FAILED)
     call_command("seed_reference_rows")
-    assert reference_runs(loaded).count() == len(runs) + 1
-    assert reference_runs(loaded).filter(method_name="random", target="v", state=Submission.QUEUED).count() == 1
+    assert reference_runs(loaded).count() == seeded + 1
+    assert reference_runs(loaded).filter(method_name="random", target="v", state=Submission.QUEUED).count() == 2
 
 
 @pytest.fixture
@@ -169,9 +170,10 @@ def test_a_finished_dataset_build_seeds_its_reference_rows(db, tiny_lake, settin
     sent = broker_messages("scoring")
     assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in sent] == [(SEED_TASK, f"([{ds.pk}],)")]
 
-    assert seed_reference_rows_of.apply(args=[[ds.pk]]).get() == 2 * len(methods_for("frozenlake"))
-    assert sorted(reference_runs(ds).values_list("method_name", "target")) == sorted(
-        (m, t) for m in methods_for("frozenlake") for t in ("q", "v"))
+    modalities = ds.modalities
+    assert seed_reference_rows_of.apply(args=[[ds.pk]]).get() == 2 * len(methods_for("frozenlake")) * len(modalities)
+    assert sorted(reference_runs(ds).values_list("method_name", "target", "modality")) == sorted(
+        (m, t, modality) for m in methods_for("frozenlake") for t in ("q", "v") for modality in modalities)
     assert not TrainingRun.objects.exists()  # no train split: nothing to train on
 
 
@@ -209,7 +211,7 @@ def test_seeding_queues_a_training_run_per_learned_method_and_best_of_n_runs_onc
     with django_capture_on_commit_callbacks(execute=True):
         call_command("seed_reference_rows")
     baselines, training, best_of_n = seeded_state(loaded)
-    assert len(baselines) == 2 * len(methods_for("frozenlake"))
+    assert len(baselines) == 2 * len(methods_for("frozenlake")) * len(loaded.modalities)
     assert set(METHODS) == {"best-of-q", "qlass", "amc-value"}
     assert training == sorted((m, loaded.pk, "hashed", 0, {}, "queued") for m in METHODS)  # create_run's defaults
     assert loaded.slug == bon.DATASET_SLUGS["frozenlake"] and (REFERENCE_N, REFERENCE_EPISODES) == (2, 20)
@@ -255,3 +257,38 @@ def test_a_seeded_training_run_finishes_and_its_rows_are_verified_on_the_board( 
         assert len(rows) == 1 and rows[0]["source"] == "verified", rows
         assert rows[0]["submission_id"] in set(run.submissions.filter(split="test").values_list("pk", flat=True))
     assert "best-of-q" in client.get("/learned/").content.decode()
+
+
+def test_a_dataset_with_images_gets_reference_rows_on_its_image_boards(loaded, client) -> None:  # type: ignore[no-untyped-def]
+    """FrozenLake offers text and image: the reference methods score the state, not how it is shown, so each
+    has a run on both modalities' boards (the same scores); the learned methods read the text and stay there."""
+    from submissions.baselines import BaselineRequest, launch_baseline, run_baseline
+    from submissions.models import Submission
+    from submissions.services import SubmissionRejected
+
+    assert loaded.modalities == ["text", "image"]
+    call_command("seed_reference_rows")
+    runs = list(reference_runs(loaded))
+    assert sorted((s.method_name, s.target, s.modality) for s in runs) == sorted(
+        (m, t, modality) for m in methods_for("frozenlake") for t in ("q", "v") for modality in ("text", "image"))
+    call_command("seed_reference_rows")
+    assert reference_runs(loaded).count() == len(runs)  # idempotent per modality too
+    for sub in runs:
+        if sub.target == "q":
+            assert run_baseline(sub.pk, None, "here@vm", vllm=None) == Submission.FINISHED, sub.method_name
+    boards = {}
+    for modality in ("text", "image"):
+        board = client.get(f"/boards/{loaded.key}:q:{modality}/", {"format": "json"}).json()
+        boards[modality] = {r["method"]: r["value"] for r in board["rows"]}
+        assert board["unranked"] == 1  # constant
+        assert all(r["source"] == "verified" and r["baseline"] is True for r in board["rows"])
+    assert set(boards["image"]) == {"random", "step-index", "goal-distance"}
+    assert boards["image"] == pytest.approx(boards["text"])  # the same state, the same scores
+    # Only a reference method may enter a board of another modality than its own, and only one the dataset offers.
+    with pytest.raises(SubmissionRejected, match="reads text inputs, not image") as exc:
+        launch_baseline(BaselineRequest("direct-single", "b", loaded.key, "test", "q", modality="image"))
+    assert exc.value.field == "modality"
+    loaded.modalities = ["text"]
+    loaded.save(update_fields=["modalities"])
+    with pytest.raises(SubmissionRejected, match="offers text, not image"):
+        launch_baseline(BaselineRequest("random", "", loaded.key, "test", "q", modality="image"))

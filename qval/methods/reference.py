@@ -17,12 +17,16 @@ None of them needs a backbone (``needs="none"``); all are family ``other``.
   every reachable cell.  This is a distance heuristic that FrozenLake's open-book observations allow
   (the whole map is in the text), not a learned or prompted signal.
 
-Every method reads the split's observations only, never a label.  Django-free.
+Every method reads the split's observations only, never a label.  None reads how a state is shown -- text or
+image -- only what the state is (its id, its step, the map it holds): a run stands for every modality a dataset
+offers (:func:`modalities_for`), so a dataset with images gets the same reference rows on its image boards.
+(``goal-distance`` takes the map from the text observation; the image shows that same map.)  Django-free.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from qval import schema
 from qval.methods.context import points_of
@@ -44,6 +48,15 @@ _CELLS = frozenset("SFHG@")
 def methods_for(environment: str) -> tuple[str, ...]:
     """The reference methods that apply to a dataset of ``environment`` (in :data:`NAMES` order)."""
     return tuple(n for n in NAMES if environment in ENVIRONMENTS.get(n, (environment,)))
+
+
+def modalities_for(name: str, offered: Sequence[str]) -> tuple[str, ...]:
+    """The modalities of ``offered`` (a dataset's, in its order) whose boards reference method ``name`` has a row
+    on: all of them, since no reference method reads how a state is shown; :class:`MethodError` for a name that
+    is not a reference method."""
+    if name not in NAMES:
+        raise MethodError(f"{name!r} is not a reference method; they are {', '.join(NAMES)}")
+    return tuple(offered)
 
 
 def _scored_ids(ctx: MethodContext, per_candidate: bool) -> list[tuple[str, schema.State, schema.Candidate | None]]:

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         seeded = seed_reference_rows(chosen)
         for sub in seeded.baselines:
             self.stdout.write(f"baseline {sub.pk} queued: {sub.method_name} on {sub.dataset.key}/{sub.split} "
-                              f"(target {sub.target})")
+                              f"(target {sub.target}, {sub.modality})")
         for run in seeded.training_runs:
             self.stdout.write(f"training run {run.pk} queued: {run.method} on {run.dataset.key}")
         for bon_run in seeded.best_of_n_runs:
