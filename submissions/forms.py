@@ -71,6 +71,10 @@ class UploadForm(CardFields):
 class CardForm(CardFields):
     """A submission's method card and visibility, changed by its owner on the submission's page."""
 
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.fields["visibility"].help_text = "Dev results are never on a public board, whichever you choose."
+
     @classmethod
     def of(cls, sub: Submission) -> CardForm:
         """The unbound form holding ``sub``'s card."""

@@ -4,9 +4,10 @@ The site starts as ``make up`` leaves it: FrozenLake loaded, the QVal v1.0 resul
 of the hosted dataset queued and run (here in-process, as ``tests/test_reference_rows.py`` runs them). A newcomer
 signs up, confirms the address and uploads a dev file; their method container's results (a public one twice, a
 private one) are then in the database as a worker leaves them. The walk checks the default board, the dev file
-kept off every public board and figure, the anonymous permalink, the private result, best-per-method, the
-critical-difference diagram and the reported rows, no page wider than 1280 px (a wide table scrolls inside
-itself), then every page again at 390 px. Screenshots go to ``test-artifacts/boards/``.
+kept off every public board and figure, the anonymous permalink, the private result (which its owner then makes
+public on its page), best-per-method, the critical-difference diagram and the reported rows, no page wider than
+1280 px (a wide table scrolls inside itself), then every page again at 390 px. Screenshots go to
+``test-artifacts/boards/``.
 """
 
 from __future__ import annotations
@@ -125,8 +126,9 @@ def test_a_fresh_site_walked_at_1280_and_390_px(fresh_site, frozenlake, tmp_path
     assert "test split" in page.inner_text(".lead")
     ranks = page.locator("#board tbody tr[data-rank] td.rank").all_inner_texts()
     assert ranks and ranks[0].startswith("1")
-    # Reference rows on each hosted text board: the platform's runs, badged baseline and verified.
-    for key in (k for k in hosted if k.endswith(":text")):
+    # Reference rows on each hosted board, the image ones included: the platform's runs, baseline and verified.
+    assert any(k.endswith(":image") for k in hosted)
+    for key in hosted:
         rows = json_at(anon, f"{base}/boards/{key}/?format=json")["rows"]
         assert rows and all(r["baseline"] and r["source"] == "verified" for r in rows), key
     baseline_rows = page.locator("#board tr[data-source=verified]:has(.badge-baseline)")
@@ -199,6 +201,16 @@ def test_a_fresh_site_walked_at_1280_and_390_px(fresh_site, frozenlake, tmp_path
     visit(page, f"/submissions/{private}/", "10-private-own-page")
     assert "walk-secret" in page.inner_text("main")
     assert page.goto(f"{base}/results/{private}/").status == 404
+    # Its owner makes it public on its page, editing the card: on the board now, and readable by anyone.
+    page.goto(f"{base}/submissions/{private}/")
+    page.fill("#id_description", "Looks three steps ahead.")
+    page.check("#card-form input[name=visibility][value=public]")
+    page.click("#card-form button[type=submit]")
+    page.wait_for_selector("#visibility >> text=its public page")
+    shot(page, "10b-made-public")
+    assert anon.goto(f"{base}/results/{private}/").status == 200
+    assert "Looks three steps ahead." in anon.inner_text("#method-card")
+    assert "walk-secret" in anon.goto(base + board).text()
 
     # The critical-difference diagram draws for the QVal v1.0 results as the page opens.
     visit(page, "/leaderboard/critical-difference/", "11-critical-difference")

@@ -167,6 +167,17 @@ def board_ids(client, ds) -> list[int]:  # type: ignore[no-untyped-def]
     return [r["submission_id"] for r in rows]
 
 
+def shown_elsewhere(client, method: str) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+    """Whether ``method`` is in the figures' and the aggregates' numbers (every source pooled) and the
+    leaderboard API's test rows."""
+    figure = client.get("/figures/per-environment/", {"format": "json", "source": "any", "split": "test"}).json()
+    means = client.get("/api/v1/leaderboard/aggregate/", {"split": "test", "source": "any"}).json()
+    rows = client.get("/api/v1/leaderboard/", {"split": "test"}).json()["results"]
+    return {"figure": method in {r["method"] for r in figure["rows"]},
+            "aggregate": method in {m["method"] for m in means["methods"]},
+            "leaderboard": method in {r["method"] for r in rows}}
+
+
 def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # type: ignore[no-untyped-def]
         client, loaded, user, staff) -> None:
     sub = container_row(loaded, user, "switched", 0.6, public=False, description="")
@@ -186,6 +197,7 @@ def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # 
     sub.refresh_from_db()
     assert not sub.public and client.get(f"/results/{sub.pk}/").status_code == 404
     assert sub.pk not in board_ids(client, loaded)  # read before the switch: the board's caches hold this
+    assert shown_elsewhere(client, "switched") == {"figure": False, "aggregate": False, "leaderboard": False}
     # With one: public at once, on the board (its cached export too) and with an anonymous permalink.
     saved = owner.post(url, {"csrfmiddlewaretoken": token.group(1), "visibility": "public",
                              "description": "Looks one step ahead.", "code_url": "https://example.org/code",
@@ -195,6 +207,7 @@ def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # 
     assert (sub.public, sub.description, sub.code_url, sub.open_weights) == (
         True, "Looks one step ahead.", "https://example.org/code", False)
     assert sub.pk in board_ids(client, loaded)
+    assert shown_elsewhere(client, "switched") == {"figure": True, "aggregate": True, "leaderboard": True}
     permalink = client.get(f"/results/{sub.pk}/").content.decode()
     assert "Looks one step ahead." in permalink and 'href="https://example.org/code"' in permalink
     assert "its public page" in owner.get(f"/submissions/{sub.pk}/").content.decode()
@@ -209,8 +222,7 @@ def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # 
     owner.post(url, {"csrfmiddlewaretoken": token.group(1), "visibility": "private", "description": "Looks one step ahead."})
     assert sub.pk not in board_ids(client, loaded)
     assert client.get(f"/results/{sub.pk}/").status_code == 404
-    api_rows = client.get("/api/v1/leaderboard/", {"dataset": loaded.key, "split": "test"}).json()["results"]
-    assert "switched" not in {r["method"] for r in api_rows}
+    assert shown_elsewhere(client, "switched") == {"figure": False, "aggregate": False, "leaderboard": False}
     assert owner.get(f"/submissions/{sub.pk}/").status_code == 200  # still its owner's
 
 
