@@ -286,7 +286,6 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
             "link we emailed you at sign-up (or add an address under /accounts/email/); the dev split needs no "
             "verification", status=403)
     check_method_name(req.method_name)
-    check_card(req.card, req.split)
     if req.split == "test" and (newer := dataset.superseded_test_split()) is not None:
         raise SubmissionRejected(
             "split",
@@ -304,6 +303,7 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
                 "use the dev split (unlimited) or try again later",
                 status=429,
             )
+    check_card(req.card, req.split)  # last: a request refused for its split or quota asks for no description
     return dataset
 
 
