@@ -106,6 +106,9 @@ def card(request: HttpRequest, pk: int) -> HttpResponse:
         except SubmissionRejected as exc:
             if exc.status == 404:
                 raise Http404(exc.message) from None
+            if exc.status == 409:  # not ended yet: its page shows no card form to show the error in
+                messages.error(request, exc.message)
+                return redirect("submission", pk=pk)
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
             messages.success(request, f"Method card saved; the result is {'public' if sub.public else 'private'}.")

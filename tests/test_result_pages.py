@@ -185,6 +185,7 @@ def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # 
     owner.force_login(user)
     page = owner.get(f"/submissions/{sub.pk}/").content.decode()
     assert 'id="card-form"' in page and "<strong>Private</strong>" in page
+    assert "badge-private" in owner.get("/submissions/").content.decode()  # My submissions says so
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
     assert token is not None
     url = f"/submissions/{sub.pk}/card/"
@@ -211,6 +212,7 @@ def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # 
     permalink = client.get(f"/results/{sub.pk}/").content.decode()
     assert "Looks one step ahead." in permalink and 'href="https://example.org/code"' in permalink
     assert "its public page" in owner.get(f"/submissions/{sub.pk}/").content.decode()
+    assert "badge-private" not in owner.get("/submissions/").content.decode()
     # Another account, or nobody, cannot change it: 404 as for the page, a login for an anonymous visitor.
     other = Client()
     other.force_login(staff)
@@ -224,6 +226,14 @@ def test_the_owner_switches_a_result_between_public_and_private_on_its_page(  # 
     assert client.get(f"/results/{sub.pk}/").status_code == 404
     assert shown_elsewhere(client, "switched") == {"figure": False, "aggregate": False, "leaderboard": False}
     assert owner.get(f"/submissions/{sub.pk}/").status_code == 200  # still its owner's
+    # A submission still running has no card form; a post to it is told why on its page.
+    running = container_row(loaded, user, "still-running", 0.1)
+    Submission.objects.filter(pk=running.pk).update(state=Submission.SCORING)
+    assert 'id="card-form"' not in owner.get(f"/submissions/{running.pk}/").content.decode()
+    busy = owner.post(f"/submissions/{running.pk}/card/", {"csrfmiddlewaretoken": token.group(1),
+                                                           "visibility": "private"}, follow=True)
+    assert "its card can be changed once it has finished or failed" in busy.content.decode()
+    assert Submission.objects.get(pk=running.pk).public
 
 
 def test_the_owner_changes_the_card_through_the_api(api, client, loaded, user, staff) -> None:  # type: ignore[no-untyped-def]
