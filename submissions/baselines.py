@@ -162,8 +162,9 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     hosted datasets to seed.
 
     A dataset without a test split is skipped, and so is a (method, target, modality) that already has a
-    baseline run on it that did not fail: calling this again queues nothing new, and a failed run is queued again.  The dataset's
-    row is locked meanwhile, so two callers (``make up`` and a build finishing) never queue the same run twice.
+    baseline run on it that did not fail: calling this again queues nothing new, and a failed run is queued
+    again.  The dataset's row is locked meanwhile, so two callers (``make up`` and a build finishing) never queue
+    the same run twice.
     """
     from qval.methods.reference import methods_for, modalities_for
 
