@@ -433,6 +433,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     builtin = builtin_method(name)
     extra = {"results_version": version, "method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
              "builtin": builtin, "paper_settings": method_paper_settings(name, builtin),
+             "paper_source": paper_settings.method_source(name),
              "num_results": len(rows), "all_results": "?" + urlencode({"method": name}), "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 

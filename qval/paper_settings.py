@@ -1,11 +1,14 @@
-"""The QVal paper's method and decoding settings: Table 3 (each method's hyperparameters, Appendix C.10)
-and Table 4 (each backbone's sampling settings, Appendix D, with the paragraph above it that sets what
-all runs share), so a method page can show the paper's settings next to the site's own.
+"""The QVal paper's facts about its methods: Table 1 (each method's family and source), Table 3 (each method's
+hyperparameters, Appendix C.10) and Table 4 (each backbone's sampling settings, Appendix D, with the paragraph
+above it that sets what all runs share), so a method page can show where the method comes from and the paper's
+settings next to the site's own.
 
 The settings are project data (``data/qval-v1.0/settings.json``, with its provenance): :func:`convert_settings`
 made it once from the paper's text (``qval-paper.txt``, a PDF extraction) and the tests check the file still
 equals it.  The reading:
 
+* Table 1 prints a line per method group, each method as ``■ <code>name</code> (source)``; the extraction
+  garbles ``liv-l2`` as ``liv-12`` (:data:`GARBLED`).
 * Table 3 prints one hyperparameter a line, ``method <tab> hyperparameter <tab> value``; a method cell may
   name several methods (``liv-cos, liv-l2``) or end in ``*`` (``vlm-sor*``: every method of the table whose
   name starts so); ``<code>`` tags and TeX dollars are dropped from the printed text.
@@ -47,6 +50,9 @@ SITE_PARAMS: dict[str, str] = {
 """A setting as the paper names it and the built-in method parameter that is the same setting
 (:mod:`qval.methods`); a setting not here has no counterpart on the site."""
 
+GARBLED: dict[str, str] = {"liv-12": "liv-l2"}
+"""Method names the PDF extraction garbles in Table 1, and the names they stand for."""
+
 _TABLE4_COLUMNS: dict[str, str] = {"Temp.": "temperature", "Top-p": "top_p", "Top-k": "top_k",
                                    "Maxtokens": "max_tokens", "Codegenmaxtokens": "codegen_max_tokens"}
 """Table 4's printed column headers (spaces removed) and the keys of ``settings.json``."""
@@ -84,6 +90,25 @@ def _backbone(model: str) -> str:
     if len(found) != 1:
         raise PublishedDataError(f"Table 4: model {model!r} is none of the backbones {', '.join(BACKBONES)}")
     return found[0]
+
+
+def _table1(paper_text: str) -> list[dict[str, Any]]:
+    caption = paper_text.find("\nTable 1:")
+    header = paper_text.find("\nMethod group\t", caption)
+    if caption < 0 or header < 0:
+        raise PublishedDataError("the paper text has no Table 1 with a 'Method group' header")
+    first = _line_of(paper_text, header + 1) + 1
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(paper_text[header + 1:].splitlines()[1:]):
+        if not line.strip():
+            break
+        group, _, methods = line.partition("\t")
+        found = re.findall(r"■ <code>([^<]+)</code> \(([^)]+)\)", methods)
+        if not found or len(found) != methods.count("■") or len(found) != methods.count("<code>"):
+            raise PublishedDataError(f"Table 1, line {first + i}: cannot read the methods of {group!r}")
+        rows += [{"method": GARBLED.get(name, name), "printed": name, "group": group, "source": source,
+                  "line": first + i} for name, source in found]
+    return rows
 
 
 def _table3(paper_text: str) -> list[dict[str, Any]]:
@@ -150,13 +175,16 @@ def convert_settings(paper_text: str) -> dict[str, Any]:
     return {
         "provenance": {
             "paper": f"{PAPER['title']} (arXiv {PAPER['arxiv']})",
-            "where": "Appendix C.10, Table 3 (method-specific hyperparameters); Appendix D, Table 4 (LLM sampling "
-                     "settings) and the paragraph above it (what every run shares)",
-            "reading": "Table 3: one hyperparameter a line; a method cell naming several methods is split at commas "
+            "where": "Section 3, Table 1 (methods and their sources); Appendix C.10, Table 3 (method-specific "
+                     "hyperparameters); Appendix D, Table 4 (LLM sampling settings) and the paragraph above it (what "
+                     "every run shares)",
+            "reading": "Table 1: a line per method group, each method '■ name (source)'; 'liv-12' read as liv-l2 "
+                       "(garbled by the extraction). Table 3: one hyperparameter a line; a method cell naming several methods is split at commas "
                        "and 'vlm-sor*' stands for every method of the table starting 'vlm-sor'; <code> tags and TeX "
                        "dollars dropped. Table 4: each checkpoint matched to the backbone name of the authors' data "
                        "by its letters and digits. 'line' is the 1-based line of qval-paper.txt",
         },
+        "sources": _table1(paper_text),
         "methods": _table3(paper_text),
         "decoding": _table4(paper_text),
     }
@@ -180,10 +208,26 @@ def settings_data(path: Path = SETTINGS_FILE) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise PublishedDataError(f"{path}: cannot read ({exc!r})") from exc
     decoding = data.get("decoding")
-    if not isinstance(data.get("methods"), list) or not isinstance(decoding, dict) \
-            or not {"all_runs", "models"} <= set(decoding):
-        raise PublishedDataError(f"{path}: expected 'methods' and 'decoding' with 'all_runs' and 'models'")
+    if not isinstance(data.get("sources"), list) or not isinstance(data.get("methods"), list) \
+            or not isinstance(decoding, dict) or not {"all_runs", "models"} <= set(decoding):
+        raise PublishedDataError(f"{path}: expected 'sources', 'methods' and 'decoding' with 'all_runs' and 'models'")
     return data
+
+
+@dataclass(frozen=True)
+class PaperSource:
+    """Where the paper says a method comes from (Table 1): its group there, the source as printed (a citation,
+    *Baseline* or *Extension*), and the line."""
+
+    group: str
+    source: str
+    where: str
+
+
+def method_source(method: str, path: Path = SETTINGS_FILE) -> PaperSource | None:
+    """The paper's Table 1 entry of ``method``; ``None`` for a method the paper does not cover."""
+    row = next((r for r in settings_data(path)["sources"] if r["method"] == method), None)
+    return None if row is None else PaperSource(row["group"], row["source"], f"Table 1, line {row['line']}")
 
 
 def _per_backbone(models: list[dict[str, Any]], key: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qval import paper_settings
+from qval import families, paper_settings
 from qval.published import PublishedDataError
 
 PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "qval-paper.txt"
@@ -39,6 +39,11 @@ def _table4_row(text: str, model: str) -> list[str]:
 def test_settings_file_is_the_conversion_of_the_paper_text(paper_text: str) -> None:
     data = paper_settings.convert_settings(paper_text)
     assert json.loads(paper_settings.SETTINGS_FILE.read_text(encoding="utf-8")) == data
+    sources = {r["method"]: r for r in data["sources"]}
+    assert set(sources) == {m for f in families.FAMILIES for m in f.methods}  # Table 1 covers the 21 methods
+    for r in data["sources"]:  # each method is printed with its source on the line it names
+        assert f"■ <code>{r['printed']}</code> ({r['source']})" in paper_text.splitlines()[r["line"] - 1], r
+    assert (sources["liv-l2"]["printed"], sources["vip"]["source"]) == ("liv-12", "Ma et al., 2022")
     assert "Table 3" in data["provenance"]["where"] and "Table 4" in data["provenance"]["where"]
     lines = paper_text.splitlines()
     for row in data["methods"]:  # each row is the line it names
@@ -61,8 +66,12 @@ def test_settings_file_is_the_conversion_of_the_paper_text(paper_text: str) -> N
 
 
 def test_a_text_without_the_tables_is_refused(paper_text: str) -> None:
-    with pytest.raises(PublishedDataError, match="Table 3"):
+    with pytest.raises(PublishedDataError, match="Table 1"):
         paper_settings.convert_settings("no tables here")
+    with pytest.raises(PublishedDataError, match="Table 3"):
+        paper_settings.convert_settings(paper_text.replace("\nTable 3:", "\nTable three:"))
+    with pytest.raises(PublishedDataError, match="Table 1, line 110"):
+        paper_settings.convert_settings(paper_text.replace("<code>verifier</code> (Kwok", "verifier (Kwok"))
     with pytest.raises(PublishedDataError, match="Table 4: columns"):
         paper_settings.convert_settings(paper_text.replace("Model\tTemp.", "Model\tHeat"))
     with pytest.raises(PublishedDataError, match="none of the backbones"):
@@ -95,7 +104,10 @@ def test_method_pages_show_the_papers_settings_next_to_ours(db, client, paper_te
     for name, family in (("eureka", "code"), ("direct-single", "direct"), ("vlm-sor-softmax", "embedding"),
                          ("my-method", "other")):
         Method.objects.create(name=name, family=family)
-    eureka = _settings_table(client.get("/methods/eureka/").content.decode())
+    page = client.get("/methods/eureka/").content.decode()
+    source = re.search(r"■ <code>eureka</code> \(([^)]+)\)", paper_text)
+    assert source and f"source <strong>{source.group(1)}</strong>" in page  # Table 1
+    eureka = _settings_table(page)
     assert eureka["search iterations"][1] == _table3_value(paper_text, "eureka", "search iterations")
     assert eureka["search iterations"][2] == str(get_method("eureka").params["iterations"])  # ours, next to it
     assert eureka["judge held-out points"][1] == _table3_value(paper_text, "eureka", "judge held-out points")
@@ -112,4 +124,5 @@ def test_method_pages_show_the_papers_settings_next_to_ours(db, client, paper_te
     assert embedding == {"τ": ("τ", _table3_value(paper_text, "vlm-sor-softmax", "τ"),
                                  str(get_method("vlm-sor-softmax").params["tau"]), embedding["τ"][3]),
                          "negative goals": ("negative goals", "3 per env", "—", embedding["negative goals"][3])}
-    assert 'id="paper-settings"' not in client.get("/methods/my-method/").content.decode()
+    mine = client.get("/methods/my-method/").content.decode()
+    assert 'id="paper-settings"' not in mine and 'id="paper-source"' not in mine
