@@ -249,7 +249,7 @@ def method_settings(method: str, path: Path = SETTINGS_FILE) -> list[PaperSettin
     if families.of_method(method).slug not in LLM_FAMILIES:
         return out
     shared, models = data["decoding"]["all_runs"], data["decoding"]["models"]
-    table4 = "Table 4, lines " + ", ".join(str(m["line"]) for m in models)
+    table4 = f"Table 4, lines {min(m['line'] for m in models)}–{max(m['line'] for m in models)}"
     code = families.of_method(method).slug == CODE_FAMILY
     tokens = "codegen_max_tokens" if code else "max_tokens"
     decoding = [

@@ -120,6 +120,9 @@ def test_method_pages_show_the_papers_settings_next_to_ours(db, client, paper_te
     assert f"{qwen_temperature} (Qwen3.5 9B" in direct["temperature"][1]
     assert direct["temperature"][2] == str(get_method("direct-single").params["temperature"])
     assert direct["max tokens"][1] == _table4_row(paper_text, "qwen/qwen3.5-9b")[3]
+    lines = paper_text.splitlines()
+    first, last = (int(n) for n in re.fullmatch(r"Table 4, lines (\d+)–(\d+)", direct["max tokens"][3]).groups())  # type: ignore[union-attr]
+    assert lines[first - 1].startswith("google/gemma-4-31b-it\t") and lines[last - 1].startswith("qwen/qwen3.5-122b")
     embedding = _settings_table(client.get("/methods/vlm-sor-softmax/").content.decode())
     assert embedding == {"τ": ("τ", _table3_value(paper_text, "vlm-sor-softmax", "τ"),
                                  str(get_method("vlm-sor-softmax").params["tau"]), embedding["τ"][3]),
