@@ -39,6 +39,13 @@ class Score:
     ci_low: float | None = None
     ci_high: float | None = None
     std: float | None = None
+    tau: float | None = None
+    """Of a state-local ρ: the state-local Kendall τ the paper prints beside it (mean over states, with
+    ``tau_std``), a reported row's ``details.kendall_tau``; the site computes none."""
+    tau_std: float | None = None
+    printed_marks: str = ""
+    """The significance marks the paper prints beside this number (a reported row's ``details.paper.stars``;
+    the paper gives marks, never a p-value)."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +134,13 @@ def _load() -> list[Evaluation]:
     scores: dict[int, dict[str, Score]] = {}
     names = [m.name for m in metric_registry.METRICS]
     results = Result.objects.filter(submission__in=on_board(), metric__in=names).values_list(
-        "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std"
+        "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std",
+        "details__kendall_tau__value", "details__kendall_tau__std", "details__paper__stars",
     )
-    for sid, metric, value, p_value, num_points, ci, std in results:
+    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks in results:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
-        scores.setdefault(sid, {})[metric] = Score(value, p_value, num_points, low, high,
-                                                   std if isinstance(std, (int, float)) else None)
+        scores.setdefault(sid, {})[metric] = Score(value, p_value, num_points, low, high, _number(std),
+                                                   _number(tau), _number(tau_std), marks if isinstance(marks, str) else "")
     rows = []
     sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
     for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,
@@ -145,6 +153,11 @@ def _load() -> list[Evaluation]:
             scores=scores.get(sid, {}),
         ))
     return rows
+
+
+def _number(value: object) -> float | None:
+    """A number read from a result's details, ``None`` for anything else (absent, null, text)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _published(day: object) -> datetime.datetime | None:

@@ -323,12 +323,13 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     """Paper Fig. 5: TerminalBench Q text, each method × backbone under the first labelling backbone (x,
     the selected source's rows) against Table 6's Claude Opus 4.7 labels (y)."""
     fig = figures.Figure("fig5", "Figure 5: labelling backbones",
-                         ["method", "family", "backbone", "metric", "first_labels", "opus_labels"])
+                         ["method", "family", "backbone", "metric", "first_labels", "opus_labels", "opus_marks"])
     metric = metric_of("", f)
     if metric not in ("spearman", "kendall_tau"):
         metric = "spearman"
     _, table = relabelled.table6()
     opus = {(r.method, r.backbone): getattr(r, metric) for r in table if not f.backbone or r.backbone == f.backbone}
+    marks = {(r.method, r.backbone): getattr(r, f"{metric}_stars") for r in table}  # as Table 6 prints them
     chosen = [e for e in rows if e.target == "q" and e.modality == "text" and e.method not in STATE_LOCAL]
     first = per_backbone(chosen, figures.Filters(**{**vars(f), "metric": metric}))
     family = _families(chosen)
@@ -340,7 +341,7 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
         fam = family[method]
         points.setdefault(fam.slug, []).append((method, backbone, x, y))
         fig.rows.append({"method": method, "family": fam.name, "backbone": backbone, "metric": metric,
-                         "first_labels": x, "opus_labels": y})
+                         "first_labels": x, "opus_labels": y, "opus_marks": marks[(method, backbone)]})
     for fam in families.ALL:
         mine = points.get(fam.slug)
         if mine:
@@ -348,7 +349,8 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
                 "type": "scatter", "mode": "markers", "name": fam.name, "marker": {"color": fam.colour, "size": 9},
                 "x": [p[2] for p in mine], "y": [p[3] for p in mine],
                 "text": [f"{plain(p[0])} · {plain(p[1])}" for p in mine],
-                "hovertemplate": "%{text}<br>first %{x:.3f} · Opus 4.7 %{y:.3f}<extra></extra>",
+                "customdata": [marks[(p[0], p[1])] for p in mine],
+                "hovertemplate": "%{text}<br>first %{x:.3f} · Opus 4.7 %{y:.3f}%{customdata}<extra></extra>",
                 "meta": {"kind": "points"},
             })
     fig.traces.append(_diagonal())

@@ -14,7 +14,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.shortcuts import render
 
 from qval import consistency as qconsistency
-from qval import families, ladder, metrics, published
+from qval import families, ladder, metrics, paper_settings, published
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
@@ -413,6 +413,13 @@ def builtin_method(name: str) -> dict[str, object] | None:
             "prompt_version": context.PROMPT_VERSION, "prompt_hash": context.prompt_hash()}
 
 
+def method_paper_settings(name: str, builtin: dict[str, object] | None) -> list[tuple[paper_settings.PaperSetting, object]]:
+    """The paper's settings of method ``name`` (:func:`qval.paper_settings.method_settings`), each with the
+    built-in method's value of the same setting (``None`` where it has no such parameter or is no built-in)."""
+    params = builtin["spec"].params if builtin else {}  # type: ignore[attr-defined]
+    return [(s, params.get(s.site_param) if s.site_param else None) for s in paper_settings.method_settings(name)]
+
+
 def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     """A method: its family and reference, every result, and the figures restricted to it."""
     method = Method.objects.filter(name=name).first()
@@ -423,8 +430,10 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
         fig_name = "per-environment"
     version = evaluations.version()  # before the rows: the results table's cached fragment is never older than its key
     rows = exports.leaderboard_rows({"method": name}, "-spearman")
+    builtin = builtin_method(name)
     extra = {"results_version": version, "method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
-             "builtin": builtin_method(name),
+             "builtin": builtin, "paper_settings": method_paper_settings(name, builtin),
+             "paper_source": paper_settings.method_source(name),
              "num_results": len(rows), "all_results": "?" + urlencode({"method": name}), "fixed": "method", "fixed_value": name}
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 

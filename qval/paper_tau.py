@@ -114,8 +114,10 @@ class TauCell:
     1-based), the row it belongs to, the metric of that row (``spearman``: a global τ;
     ``ranking_spearman``: a state-local τ, mean ± ``std`` over states), the value, its ``std`` (state-local
     rows, codegen), ``low``/``high`` (codegen's [min, max] over its samples), the significance ``stars``
-    printed next to it, and ``rho`` the ρ printed on the same method's ρ line (``None`` for codegen, whose
-    ρ line is not read here)."""
+    printed next to it, ``rho`` the ρ printed on the same method's ρ line (the line above ``line``; ``None``
+    for codegen, whose ρ line is not read here) and ``rho_stars`` the significance stars printed next to that
+    ρ (``None`` with ``rho``).  The paper prints no p-value, only these marks: ``*`` p < .10, ``**`` p < .01,
+    ``***`` p < .001 (Appendix E)."""
 
     table: int
     line: int
@@ -131,6 +133,7 @@ class TauCell:
     high: float | None
     stars: str
     rho: float | None
+    rho_stars: str | None = None
 
 
 def _section(paper_text: str, number: int) -> tuple[int, list[str]]:
@@ -191,7 +194,7 @@ def paper_tau(paper_text: str, records: Sequence[ReportedResult]) -> list[TauCel
                     continue
                 value, stars, std = read
                 r = _row(by_key, table, method, column, where)
-                low = high = rho = None
+                low = high = rho = rho_stars = None
                 if kind == CODEGEN_TAU:
                     bounds = _RANGE.match(extra[k])
                     if bounds is None:
@@ -199,9 +202,9 @@ def paper_tau(paper_text: str, records: Sequence[ReportedResult]) -> list[TauCel
                     low, high = float(bounds.group(1)), float(bounds.group(2))
                 else:
                     printed = _number(extra[k]) if k < len(extra) else None
-                    rho = printed[0] if printed is not None else None
+                    rho, rho_stars = (printed[0], printed[1]) if printed is not None else (None, None)
                 cells.append(TauCell(table.number, first + tau_line, r.environment, r.target, r.modality, r.method,
-                                     r.backbone, r.metric, value, std, low, high, stars, rho))
+                                     r.backbone, r.metric, value, std, low, high, stars, rho, rho_stars))
     return cells
 
 
@@ -216,7 +219,9 @@ def convert_tau(paper_text: str, records: Sequence[ReportedResult]) -> dict[str,
                        "is ignored); printed labels read as qval.paper_tau.TABLES says: the line labelled "
                        "'codegen-avg' holds codegen's τ and the labels after it slip by one; a cell is matched to "
                        "the reported row of its environment, target, modality, method and backbone; 'line' is the "
-                       "1-based line of qval-paper.txt that prints the τ",
+                       "1-based line of qval-paper.txt that prints the τ (the line above prints the ρ); 'stars' and "
+                       "'rho_stars' are the significance marks printed next to the τ and the ρ (* p < .10, "
+                       "** p < .01, *** p < .001; the paper prints no p-value)",
             "not_read": "Table 13's Δ belief τ line (it repeats the ranking ρ line); Table 6 (qval.relabelled)",
         },
         "columns": list(TauCell.__dataclass_fields__),

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from leaderboard.models import Backbone, Dataset, Environment, Method
-from qval import families, metrics, paper_tau, published
+from qval import errata, families, metrics, paper_tau, published
 
 from .models import Result, Submission
 
@@ -125,9 +125,13 @@ def _unchanged(keys: list[str], digest: str) -> bool:
 def _tau_rows(r: published.ReportedResult, row: dict[str, Any], cell: paper_tau.TauCell | None) -> list[dict[str, Any]]:
     """The result rows of reported record ``r`` (its ρ ``row``) with the paper's printed τ ``cell``: a global τ
     is a ``kendall_tau`` row of its own (no p-value: the paper prints stars, kept in the details), a
-    state-local τ (mean ± std over states) goes into the ρ row's details, as the metric has no row of its own."""
+    state-local τ (mean ± std over states) goes into the ρ row's details, as the metric has no row of its own.
+    The stars printed next to the ρ go into the ρ row's ``details.paper`` with their table and line, unless the
+    printed ρ is not the authors' number (the errata's cells: the stars are another number's)."""
     if cell is None:
         return [row]
+    if cell.rho is not None and cell.rho_stars is not None and abs(cell.rho - r.value) <= errata.ROUNDING + 1e-9:
+        row["details"]["paper"] = {"table": cell.table, "line": cell.line - 1, "stars": cell.rho_stars}
     printed = {"value": cell.value, "std": cell.std, "min": cell.low, "max": cell.high, "stars": cell.stars,
                "table": cell.table, "line": cell.line}
     if cell.metric != published.METRIC_TYPES["global"]:

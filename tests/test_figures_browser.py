@@ -1,7 +1,8 @@
 """The figure pages in a real Chromium (Debian's), driven by Playwright, over the imported
 QVal v1.0 results: what Plotly draws equals what the database holds for the filters, a
-changed filter is reproduced by its permalink, and the downloaded data equals the API's.
-A screenshot of every page is saved under ``test-artifacts/figures/``."""
+changed filter is reproduced by its permalink, and the downloaded data equals the API's; the published
+findings and consistency pages show what :mod:`qval.findings` and :mod:`qval.consistency` compute, on a
+desktop and a phone.  A screenshot of every page is saved under ``test-artifacts/figures/``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ def imported(transactional_db) -> dict[tuple[str, str], tuple[int, int]]:  # typ
 
     import_results(resamples=0)
     return {key: _expected(*key) for key in FIGURE_SOURCES}
+
+
+@pytest.fixture
+def published(imported) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What the findings and consistency pages should show over the imported rows, computed before the
+    browser starts: each claim's verdict and numbers, and each consistency cell's numbers and reason."""
+    from board.consistency import rescored_values
+    from board.findings import current_findings
+    from qval import consistency, published as qpublished
+
+    cells = consistency.table(qpublished.reported()[1], rescored_values())
+    return {
+        "findings": {f.claim.id: (f.verdict, f.verdict_label, dict(f.shown_numbers)) for f in current_findings()},
+        "cells": {f"{c.environment}:{c.backbone}:{c.method}:{c.target}": (c.reported, c.rescored, c.difference, c.why)
+                  for c in cells},
+    }
 
 
 @pytest.fixture
@@ -150,3 +167,48 @@ def test_figure_pages(live_server, imported, page) -> None:  # type: ignore[no-u
         page.goto(base + url)
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 390, url
     page.screenshot(path=str(ARTIFACTS / "leaderboard-phone.png"), full_page=True)
+
+
+CLAIMS = """() => [...document.querySelectorAll('section.finding')].map(s => ({
+  id: s.dataset.claim, verdict: s.dataset.verdict, badge: s.querySelector('h2 .badge').innerText.trim(),
+  visible: s.querySelector('h2').getBoundingClientRect().width > 0,
+  numbers: Object.fromEntries([...s.querySelectorAll('table.finding-numbers tr')].map(
+    tr => [...tr.cells].map(td => td.innerText.trim())))}))"""
+
+CELLS = """() => [...document.querySelectorAll('#consistency-table tbody tr[data-cell]')].map(
+  tr => [tr.dataset.cell, ...[...tr.cells].slice(5).map(td => td.innerText.trim())])"""
+
+
+def _number(text: str) -> float | None:
+    """A number as the consistency table prints it (three decimals, ``—`` for none)."""
+    return None if text == "—" else float(text)
+
+
+def test_findings_and_consistency_pages(live_server, published, page) -> None:  # type: ignore[no-untyped-def]
+    """Every claim with its verdict and numbers, and every consistency cell with its reported, re-scored and
+    difference and the reason, as computed from the imported rows; the pages keep a desktop's and a phone's width."""
+    base = live_server.url
+    for width, height in ((1280, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{base}/published/findings/")
+        shown = page.evaluate(CLAIMS)
+        assert {c["id"]: (c["verdict"], c["badge"], c["numbers"]) for c in shown} == published["findings"]
+        assert all(c["visible"] for c in shown) and len(shown) == len(published["findings"]) > 0
+        contradicted = [c for c in shown if c["verdict"] == "contradicted"]
+        assert contradicted, "the data contradicts at least one claim (the website's 'best in every environment')"
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width, ("findings", width)
+        page.screenshot(path=str(ARTIFACTS / f"findings-{width}.png"), full_page=True)
+
+        page.goto(f"{base}/published/consistency/")
+        rows = page.evaluate(CELLS)
+        assert len(rows) == len(published["cells"]) > 0
+        for key, reported, rescored, difference, why in rows:
+            want = published["cells"][key]
+            for got, value in zip((reported, rescored, difference), want[:3]):
+                assert _number(got) == (None if value is None else pytest.approx(value, abs=5.01e-4)), (key, got, value)
+            assert why == want[3], key
+        differing = [r for r in rows if r[3] != "—" and abs(float(r[3])) > 0.01]
+        assert differing and page.locator("#consistency-table").is_visible()
+        assert f"{len(rows)} cells; {len(differing)} differ by more than 0.01" in page.inner_text("#consistency-summary")
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width, ("consistency", width)
+        page.screenshot(path=str(ARTIFACTS / f"consistency-{width}.png"), full_page=True)

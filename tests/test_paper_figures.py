@@ -124,6 +124,10 @@ def test_each_paper_figure_reproduces_the_paper_by_default(client) -> None:  # t
     assert "Opus 4.7" in page and "TerminalBench" in page
     points = {(x, y) for t in fig["data"] if t["meta"]["kind"] == "points" for x, y in zip(t["x"], t["y"])}
     assert len(points) == 54 and (0.1113, 0.111) in points  # direct-16 · Qwen3.5 35B-A3B under both labels
+    printed = {(r.method, r.backbone): r.spearman_stars for r in relabelled.table6()[1]}  # Table 6's marks
+    rows = client.get("/figures/paper/fig5/?format=json").json()["rows"]
+    assert len(rows) == 54 and all(r["opus_marks"] == printed[r["method"], r["backbone"]] for r in rows)
+    assert {r["opus_marks"] for r in rows} == {"", "*", "**", "***"}
 
     for name in FIGURES:  # every point and interval inside [−1, 1]
         _, fig = _get(client, f"/figures/paper/{name}/")

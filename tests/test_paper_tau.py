@@ -150,3 +150,82 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
     for url in ("/how-we-score/", "/datasets/qval-v1.0-frozenlake@1.0/"):
         page = client.get(url).content.decode()
         assert f'<strong id="published-numbers-total">{total}</strong>' in page, url
+
+
+@pytest.mark.django_db
+def test_the_state_local_tau_is_shown_where_the_global_tau_is(client) -> None:  # type: ignore[no-untyped-def]
+    from submissions.models import Result
+
+    _import()
+    local = {_key(c): c for c in paper_tau.tau_cells()[1] if c.metric == "ranking_spearman"}
+    assert len(local) == 38
+    rows = client.get("/leaderboard/?source=reported&format=json").json()["rows"]
+    shown = {(r["environment"], r["target"], r["modality"], r["method"], r["backbone"]):
+             (r["ranking_kendall_tau"], r["ranking_kendall_tau_std"]) for r in rows if r["ranking_kendall_tau"] is not None}
+    assert shown == {k: (c.value, c.std) for k, c in local.items()}
+    assert all(r["ranking_kendall_tau"] is None for r in rows if r["ranking_spearman"] is None)  # global rows have none
+    assert "ranking_kendall_tau_std" in client.get("/leaderboard/?source=reported&format=csv").content.decode().splitlines()[0]
+    api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "sdpo", "environment": "frozenlake"}).json()
+    assert sorted(r["ranking_kendall_tau"] for r in api["results"] if r["ranking_kendall_tau"] is not None) \
+        == sorted(c.value for k, c in local.items() if k[0] == "FrozenLake" and k[3] == "sdpo")  # one printed '—'
+    # The board's τ column shows it marked state-local (not "not reported"), and so does the row's own page.
+    cell = next(c for c in local.values() if c.environment == "TerminalBench" and c.method == "Δbelief")
+    board = client.get("/leaderboard/", {"source": "reported", "method": "Δbelief", "environment": "terminalbench",
+                                         "backbone": cell.backbone}).content.decode()
+    tau_cells = re.findall(r'<td class="num" data-metric="kendall_tau">(.*?)</td>', board, re.S)
+    assert tau_cells and all(f"{cell.value:.3f} (state-local)" in c for c in tau_cells), tau_cells
+    row = Result.objects.get(submission__source="reported", metric="ranking_spearman", submission__method_name="Δbelief",
+                             submission__backbone_name=cell.backbone, submission__dataset__slug="qval-v1.0-terminalbench")
+    page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", client.get(f"/results/{row.submission_id}/").content.decode()))
+    assert f"Kendall τ (state-local, printed in the paper) {cell.value:.3f} ± {cell.std:.3f} " \
+           f"(Table {cell.table}, line {cell.line})" in page
+
+
+def test_the_marks_beside_each_rho_are_the_printed_ones(paper_text: str) -> None:
+    """The paper prints no p-value, only significance marks (its Appendix E legend); those beside each ρ are read
+    from the ρ line above the τ, in the τ's column."""
+    assert "Significance markers: * $p < .10$, ** $p < .01$, *** $p < .001$" in paper_text
+    # Every "p = …" or "p < …" of the text is a decoding setting (top-p) or that legend: no p-value is printed.
+    found = [paper_text[m.start() - 12:m.end()] for m in re.finditer(r"\bp\s*[=<≤]\s*0?\.\d+", paper_text)]
+    assert len(found) == 5 and all(any(k in f for k in ("top-}p=", "with $p = ", "* $p < .")) for f in found), found
+    lines = paper_text.splitlines()
+    _, cells = paper_tau.tau_cells()
+    read = [c for c in cells if c.rho is not None]
+    assert all(c.rho_stars is not None for c in read) and all(c.rho_stars is None for c in cells if c.rho is None)
+    assert sum(bool(c.rho_stars) for c in read) > 250
+    for c in read:
+        rho_line = lines[c.line - 2].split("\t")
+        assert rho_line[1] == "ρ" and lines[c.line - 1].split("\t")[1] == "τ", c
+        printed = {"".join(m.groups()) for x in rho_line[2:] if (m := re.match(r"\$?(-?\d+\.\d+)\^?(\**)", x.strip()))}
+        assert f"{c.rho:.3f}{c.rho_stars}" in printed, c
+
+
+@pytest.mark.django_db
+def test_the_printed_marks_are_shown_beside_reported_numbers(client) -> None:  # type: ignore[no-untyped-def]
+    from submissions.models import Result
+
+    _import()
+    _, cells = paper_tau.tau_cells()
+    cell = next(c for c in cells if (c.table, c.method, c.backbone) == (13, "eureka", "Qwen3.5 9B"))
+    assert cell.rho_stars and cell.stars == "***"
+    rho = Result.objects.get(submission__source="reported", metric="spearman", submission__method_name="eureka",
+                             submission__backbone_name="Qwen3.5 9B", submission__target="q",
+                             submission__modality="text", submission__dataset__slug="qval-v1.0-frozenlake")
+    assert rho.p_value is None and rho.details["paper"] == {"table": 13, "line": cell.line - 1, "stars": cell.rho_stars}
+    # The errata's cells keep no marks: those the paper prints belong to its other number.
+    for e in errata.errata()[1]:
+        wrong = Result.objects.get(submission__source="reported", metric="spearman", submission__method_name=e.method,
+                                   submission__backbone_name=e.backbone, submission__target=e.target,
+                                   submission__modality=e.modality,
+                                   submission__dataset__environment__name=e.environment)
+        assert "paper" not in wrong.details, e
+    api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "eureka", "environment": "frozenlake",
+                                              "backbone": "Qwen3.5 9B", "target": "q", "modality": "text"}).json()
+    (row,) = api["results"]
+    assert (row["spearman_p"], row["spearman_marks"], row["kendall_tau_marks"]) == (None, cell.rho_stars, cell.stars)
+    board = client.get("/leaderboard/", {"source": "reported", "method": "eureka", "environment": "frozenlake",
+                                         "backbone": "Qwen3.5 9B", "target": "q", "modality": "text"}).content.decode()
+    assert re.search(rf'data-metric="spearman">{rho.value:.3f}{re.escape(cell.rho_stars)}</td>', board)
+    assert re.search(rf'data-metric="kendall_tau">{cell.value:.3f}\*\*\*</td>', board)
+    page = client.get(f"/results/{rho.submission_id}/").content.decode()
+    assert f"{rho.value:.3f}{cell.rho_stars}" in page and 'id="printed-marks"' in page
