@@ -537,6 +537,11 @@ class Terminal(Environment):
         """The playable instance of ``task`` (default: the current one)."""
         return self._instance(task or self.task)
 
+    @property
+    def app_dir(self) -> Path:
+        """The host folder mounted at ``/app``: the current state."""
+        return self._app
+
     def run_tests(self) -> bool:
         """Whether the current task's tests pass on the current ``/app`` (the state is left as it was)."""
         files = self._pack()
