@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qval import build, labelling, schema
+from qval import build, labelling, published, schema
 from qval.envs.terminal import KINDS, SUBMIT, TASK_DIR, TaskFileError, Terminal, load_tasks, parse_task
 from tests.conftest import REPO, cached_build
 
@@ -235,4 +235,17 @@ def test_a_small_build_has_the_split_layout_and_labels_that_follow_the_solution(
         assert all(q <= best + 1e-12 for q in by_action.values())  # every other path needs at least as many steps
         assert state.observation.startswith("Task: ")
     assert clean >= 3
-    assert small.manifest.environment == "terminal" and small.manifest.labelling["horizon"] == 9
+    assert small.manifest.environment == "terminalbench" and small.manifest.labelling["horizon"] == 9
+
+
+@pytest.mark.django_db
+def test_the_small_build_loads_under_the_published_rows_environment(small: schema.Dataset) -> None:
+    from leaderboard.loading import load_dataset
+    from leaderboard.models import Label
+
+    dataset, created = load_dataset(small)
+    assert created and dataset.environment.slug == published.ENVIRONMENTS["TerminalBench"]
+    assert dataset.environment.name == "TerminalBench"
+    assert dataset.states.count() == len(small.states)
+    assert Label.objects.filter(labelset__dataset=dataset, target="q").count() == len(small.q_labels)
+    assert load_dataset(small) == (dataset, False)

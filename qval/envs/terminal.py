@@ -88,7 +88,7 @@ KINDS: tuple[str, ...] = ("files", "git", "python", "archives", "permissions", "
 SUBMIT = "submit"
 """The action that runs the task's tests and ends the episode."""
 
-COMMAND_TIMEOUT_S = 5
+COMMAND_TIMEOUT_S = 3
 """A command still running after this many seconds is killed."""
 
 TEST_TIMEOUT_S = 20
@@ -342,7 +342,7 @@ class Terminal(Environment):
     default the longest solution plus its submit plus 4.
     """
 
-    name = "terminal"
+    name = "terminalbench"
     reference_policy = "scripted solution: the next solution step not yet run, then submit (no repair step)"
 
     def __init__(
