@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
     fl_env, fl_spec = build.frozenlake_8x8()
     fl_spec = replace(fl_spec, num_trajectories=args.frozenlake_trajectories,
-                      max_states_per_trajectory=args.states_per_trajectory, modalities=("text",))  # labels only
+                      max_states_per_trajectory=args.states_per_trajectory, modalities=("text",),
+                      end_images=False, secret_test=False)  # labels only, public maps
     fl_points = sampled_turns(fl_env, fl_spec)
     fl_replay = [(t, as_replay(turn)) for t, turn in fl_points]
     fl_maps = fl_env.map_seeds  # type: ignore[attr-defined]
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _, alf_spec = build.alfworld_text()
     alf_spec = replace(alf_spec, num_trajectories=args.alfworld_trajectories,
-                       max_states_per_trajectory=args.states_per_trajectory)
+                       max_states_per_trajectory=args.states_per_trajectory, secret_test=False)
     scenes = choose_scenes(args.alfworld_scenes, seed=0)
     alf_points = sampled_turns(ALFWorld(scenes), alf_spec)
     report("alfworld", alf_points, {

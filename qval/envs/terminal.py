@@ -409,7 +409,6 @@ class Terminal(Environment):
             "observation": f"instruction, then every command with its output (at most {OUTPUT_CHARS} characters)",
             "candidates": "reference action, the solution step after it, near misses, harmful and neutral "
                           "commands of the task file, submit",
-            "restore": "tar of /app" if self.restore_mode == "direct" else "replay",
         }
 
     def _reset(self, task: str) -> None:
