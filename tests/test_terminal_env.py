@@ -4,6 +4,7 @@ by hand one step from success, restore equals replay, every scripted solution so
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import hashlib
 import subprocess
 import time
@@ -187,25 +188,50 @@ def test_restore_equals_replay_and_is_faster(engine, terminal_image) -> None:  #
 
 
 @pytest.mark.slow
-def test_every_scripted_solution_solves_its_task_and_the_initial_state_does_not(env: Terminal) -> None:
-    for task in env.tasks:
-        initially, reward = solve(env, task)
+def test_every_scripted_solution_solves_its_task_and_the_initial_state_does_not(engine, terminal_image) -> None:  # type: ignore[no-untyped-def]
+    """Two environments in two threads (the time is spent waiting for containers)."""
+    tasks = list(load_tasks())
+
+    def solve_all(part: list[str]) -> list[tuple[str, bool, float, str]]:
+        env = Terminal(part, engine=engine)
+        try:
+            return [(task, *solve(env, task), env.observation()) for task in part]
+        finally:
+            env.close()
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = [r for part in pool.map(solve_all, (tasks[0::2], tasks[1::2])) for r in part]
+    assert sorted(task for task, *_ in results) == sorted(tasks)
+    for task, initially, reward, observation in results:
         assert not initially, f"{task}: the tests pass before any command"
-        assert reward == 1.0 and env.history[-1] == SUBMIT, (task, env.observation())
+        assert reward == 1.0 and observation.endswith("$ submit\ntests passed"), (task, observation)
 
 
 @pytest.mark.slow
-def test_the_secret_test_positions_are_solvable_with_drawn_parameters(env: Terminal) -> None:
-    """The tasks the full build's secret test split plays (task j with j mod 3 = 2), with drawn parameter values."""
+def test_the_secret_test_positions_are_solvable_with_drawn_parameters(engine, terminal_image) -> None:  # type: ignore[no-untyped-def]
+    """The tasks the full build's secret test split plays (task j with j mod 3 = 2), with drawn parameter values
+    (two environments in two threads, each solving half of them)."""
+    envs = [Terminal(engine=engine), Terminal(engine=engine)]
     _, spec = build.terminalbench_lite()
-    test_tasks = spec.hidden_tasks(env)
+    test_tasks = spec.hidden_tasks(envs[0])
     assert len(test_tasks) == 10
-    env.hide_tasks({task: 1000 + j for j, task in enumerate(test_tasks)})
-    hidden = [t for t in env.tasks if t in env.hidden]
-    public = {template.instance().instruction for template in env.templates.values()}
-    assert sum(env.task_spec(t).instruction not in public for t in hidden) >= 5  # a draw may repeat the public values
-    for task in hidden:
-        assert solve(env, task)[1] == 1.0, (task, env.observation())
+    for env in envs:
+        env.hide_tasks({task: 1000 + j for j, task in enumerate(test_tasks)})
+    hidden = [t for t in envs[0].tasks if t in envs[0].hidden]
+    public = {template.instance().instruction for template in envs[0].templates.values()}
+    assert sum(envs[0].task_spec(t).instruction not in public for t in hidden) >= 5  # a draw may repeat the public values
+
+    def solve_part(env: Terminal, part: list[str]) -> list[tuple[str, float, str]]:
+        try:
+            return [(task, solve(env, task)[1], env.observation()) for task in part]
+        finally:
+            env.close()
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = [r for part in pool.map(solve_part, envs, (hidden[0::2], hidden[1::2])) for r in part]
+    assert len(results) == 10
+    for task, reward, observation in results:
+        assert reward == 1.0, (task, observation)
 
 
 @pytest.fixture(scope="module")
