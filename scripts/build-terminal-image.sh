@@ -48,6 +48,7 @@ printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/app:/bin/bas
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 ldconfig -r "$root"
 rm -rf "$root"/usr/share/{doc,man,locale,lintian,info}
+rm -rf "$root"/usr/share/git-core/templates/hooks                 # sample hooks: 60 KB in every new repository
 
 quiet=(); [ "$engine" = podman ] && quiet=(--quiet)
 tar -C "$root" --numeric-owner -c . | "$engine" import "${quiet[@]}" \
