@@ -122,6 +122,11 @@ def test_commands_run_sandboxed_with_their_output_and_status(env: Terminal) -> N
     assert "$ head -3 orders.csv\nhead: cannot open 'orders.csv' for reading: No such file or directory\n" \
            "[exit status 1]" in observation
     assert env.filesystem()["prices.txt"][:2] == ("file", 0o644)
+    env.reset("services-pidfile")
+    started = time.monotonic()
+    env.step("python3 worker.py")  # runs forever: killed, and what it printed by then (timing) is not shown
+    assert time.monotonic() - started < 15
+    assert env.observation().endswith("$ python3 worker.py\n[killed: still running after 3 s]")
 
 
 def test_one_step_from_success_the_solution_step_is_worth_gamma_and_harm_zero(env: Terminal) -> None:

@@ -16,7 +16,8 @@
   ``--pull=never``, no network, read-only root filesystem, a 64 MiB ``/tmp``, memory, CPU and pids
   limits, user 65534, all capabilities dropped, no-new-privileges) and the host folder of the
   episode mounted at ``/app`` (the working directory).  A command is ``bash -c`` with stderr folded
-  into stdout; it is killed after :data:`COMMAND_TIMEOUT_S` s.  Git identities and dates are fixed
+  into stdout; it is killed after :data:`COMMAND_TIMEOUT_S` s (its output is then not shown: how much
+  it printed depends on timing).  Git identities and dates are fixed
   (:data:`SHELL_ENV`), so commits hash the same on every run.
 * **State.**  The contents of ``/app`` after the commands so far (paths, modes, contents); processes
   do not outlive their command (each command has a container of its own), so a "service" task is
@@ -66,6 +67,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 import tomllib
 import uuid
 from dataclasses import dataclass
@@ -313,6 +315,7 @@ class Sandbox:
         )
         self.runs += 1
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
+        started = time.monotonic()
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   env=env, timeout=timeout_s + 30, check=False, cwd=app.parent)
@@ -320,7 +323,7 @@ class Sandbox:
             self.engine.call("rm", "-f", "-t", "0", name)
             return Ran(None, "")
         output = proc.stdout.decode(errors="replace")
-        if proc.returncode == 255 and "timeout" in output[-300:].lower():
+        if proc.returncode == 255 and time.monotonic() - started >= timeout_s:  # podman's --timeout killed it
             return Ran(None, output)
         if proc.returncode == 125:  # podman itself failed: never a command's doing
             raise RuntimeError(f"podman could not run the command: {output.strip()[-500:]}")
@@ -442,8 +445,8 @@ class Terminal(Environment):
             return (1.0 if passed else 0.0), True
         ran = self.sandbox.run(self._app, action, COMMAND_TIMEOUT_S)
         shown = _clip(ran.output.rstrip("\n"))
-        if ran.status is None:
-            shown += f"\n[killed: still running after {COMMAND_TIMEOUT_S} s]"
+        if ran.status is None:  # how much it printed before it was killed depends on timing: not shown
+            shown = f"[killed: still running after {COMMAND_TIMEOUT_S} s]"
         elif ran.status != 0:
             shown += f"\n[exit status {ran.status}]"
         self._outputs.append(shown.strip("\n"))
