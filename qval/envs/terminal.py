@@ -51,6 +51,11 @@
   the tasks), which the restore-equals-replay test checks; labelling rollouts share most of their
   steps (a candidate's next state is its rollout's first step, the reference's rollout is the
   state's V rollout), so this saves most container runs.
+* **Determinism.**  The listing commands of the task files sort what they print (``find … | sort``,
+  archives made with ``tar --sort=name``), so observations do not depend on a filesystem's directory
+  order; what still does is the order of the error messages of a recursive command that fails on
+  several entries (``chmod -R`` in permissions-private-tree): identical on one machine, possibly not
+  on another filesystem.
 
 Django-free.
 """
