@@ -19,6 +19,12 @@ Usage::
 
     python benchmarks/labelling.py                       # FrozenLake + ALFWorld (~2 min)
     python benchmarks/labelling.py --alfworld-scenes 3 --alfworld-trajectories 3   # quick
+    python benchmarks/labelling.py --terminal-tasks 6    # and TerminalBench-lite (podman; ~6 min)
+
+TerminalBench-lite has three modes: ``replay`` (every restore replays the commands in fresh
+containers, no kept steps), ``restore`` (unpack the tar of ``/app``, no kept steps) and ``kept``
+(restore, and a step already taken from the same history is unpacked instead of run, as the
+builder does).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from qval import build, labelling  # noqa: E402
 from qval.envs.alfworld import ALFWorld, choose_scenes  # noqa: E402
 from qval.envs.base import Environment, Snapshot  # noqa: E402
 from qval.envs.frozenlake import FrozenLake  # noqa: E402
+from qval.envs.terminal import Terminal, load_tasks  # noqa: E402
 
 
 def sampled_turns(env: Environment, spec: build.DatasetSpec) -> list[tuple[build.Trajectory, build.Turn]]:
@@ -73,8 +80,9 @@ def report(
     for mode, (seconds, _) in results.items():
         print(f"{name:<11} {mode:<8} {len(points):>6} {candidates:>6} {seconds:9.2f} "
               f"{len(points) / seconds:9.2f} {candidates / seconds:9.2f} {base / seconds:8.1f}x", flush=True)
-    if results["restore"][1] != results["replay"][1]:
-        raise SystemExit(f"{name}: restore and replay gave different labels")
+    for mode, (_, labels) in results.items():
+        if labels != results["replay"][1]:
+            raise SystemExit(f"{name}: {mode} and replay gave different labels")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alfworld-scenes", type=int, default=6)
     parser.add_argument("--alfworld-trajectories", type=int, default=6)
     parser.add_argument("--states-per-trajectory", type=int, default=5)
+    parser.add_argument("--terminal-tasks", type=int, default=0,
+                        help="TerminalBench-lite tasks (one per kind first; 0: skip, needs podman)")
+    parser.add_argument("--terminal-trajectories-per-task", type=int, default=1)
     args = parser.parse_args(argv)
 
     header = f"{'env':<11} {'restore':<8} {'points':>6} {'cands':>6} {'seconds':>9} {'points/s':>9} {'cands/s':>9} {'vs replay':>9}"
@@ -91,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
     fl_env, fl_spec = build.frozenlake_8x8()
     fl_spec = replace(fl_spec, num_trajectories=args.frozenlake_trajectories,
-                      max_states_per_trajectory=args.states_per_trajectory, modalities=("text",))  # labels only
+                      max_states_per_trajectory=args.states_per_trajectory, modalities=("text",),
+                      end_images=False, secret_test=False)  # labels only, public maps
     fl_points = sampled_turns(fl_env, fl_spec)
     fl_replay = [(t, as_replay(turn)) for t, turn in fl_points]
     fl_maps = fl_env.map_seeds  # type: ignore[attr-defined]
@@ -102,13 +114,39 @@ def main(argv: list[str] | None = None) -> int:
 
     _, alf_spec = build.alfworld_text()
     alf_spec = replace(alf_spec, num_trajectories=args.alfworld_trajectories,
-                       max_states_per_trajectory=args.states_per_trajectory)
+                       max_states_per_trajectory=args.states_per_trajectory, secret_test=False)
     scenes = choose_scenes(args.alfworld_scenes, seed=0)
     alf_points = sampled_turns(ALFWorld(scenes), alf_spec)
     report("alfworld", alf_points, {
         "replay": lambda: label_all(ALFWorld(scenes, restore_mode="replay"), alf_points, alf_spec),
         "restore": lambda: label_all(ALFWorld(scenes, restore_mode="direct"), alf_points, alf_spec),
     })
+
+    if args.terminal_tasks:
+        by_kind: dict[str, list[str]] = {}
+        for task_id, template in load_tasks().items():
+            by_kind.setdefault(template.kind, []).append(task_id)
+        ordered = [task for group in zip(*by_kind.values()) for task in group]  # one of each kind, then again
+        tasks = ordered[:args.terminal_tasks]
+        _, tb_spec = build.terminalbench_lite()
+        tb_spec = replace(tb_spec, num_trajectories=len(tasks) * args.terminal_trajectories_per_task,
+                          secret_test=False, max_states_per_trajectory=min(args.states_per_trajectory, 3))
+        collector = Terminal(tasks)
+        tb_points = sampled_turns(collector, tb_spec)
+        collector.close()
+
+        def terminal(mode: str, kept_steps: int) -> tuple[float, list[labelling.StateLabels]]:
+            env = Terminal(tasks, restore_mode=mode, kept_steps=kept_steps)
+            try:
+                return label_all(env, tb_points, tb_spec)
+            finally:
+                env.close()
+
+        report("terminal", tb_points, {
+            "replay": lambda: terminal("replay", 0),
+            "restore": lambda: terminal("direct", 0),
+            "kept": lambda: terminal("direct", 512),
+        })
     print("\npoints = dataset states (each: next states and Q of its candidates, and V); "
           "vs replay = replay seconds / seconds, same run")
     return 0

@@ -30,6 +30,13 @@ ENVIRONMENTS = {
                        "(accessibility tree) and screenshots with set-of-marks element ids.",
         "url": "https://miniwob.farama.org/",
     },
+    "terminalbench": {
+        "name": "TerminalBench",
+        "description": "Shell tasks in Terminal-Bench's format (an instruction, a scripted solution, tests that decide "
+                       "success): files and text, git, Python, archives, permissions and simple services, every "
+                       "command run in a podman sandbox; hosted as TerminalBench-lite, tasks written for QVal.",
+        "url": "https://www.tbench.ai/",
+    },
 }
 
 

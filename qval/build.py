@@ -928,11 +928,59 @@ def miniwob_v1_1() -> tuple[Environment, DatasetSpec]:
     return env, spec
 
 
+TERMINAL_TRAJECTORIES_PER_TASK = 7
+"""``terminalbench-lite``: trajectories of each task (its 10 test tasks × 7 × about 2 states: about 140 test points;
+with 6, one secret gave 119)."""
+
+
+def terminalbench_lite() -> tuple[Environment, DatasetSpec]:
+    """``terminalbench-lite@1.0``: 30 shell tasks of Terminal-Bench's easy-tier kinds, every command run in a
+    podman sandbox, split by task, the test tasks' parameters drawn from the maintainer's secret."""
+    from qval.envs.terminal import KINDS, Terminal  # podman and the terminal image: needed when used
+
+    env = Terminal()
+    per_task = TERMINAL_TRAJECTORIES_PER_TASK
+    spec = DatasetSpec(
+        slug="terminalbench-lite",
+        name="TerminalBench-lite (shell tasks, text)",
+        version="1.0",
+        description=(
+            f"{len(env.tasks)} shell tasks written for QVal in Terminal-Bench's layout (an instruction, a scripted "
+            "solution, tests that decide success), of the easy tier's kinds (" + ", ".join(KINDS) + "), each "
+            "command run in a fresh podman container (scripts/build-terminal-image.sh: Debian bookworm's bash, "
+            "coreutils, git, tar, gzip, python3; no network, memory, CPU and pids limits, an unprivileged user) on "
+            f"the task's /app. {per_task * len(env.tasks)} trajectories ({per_task} per task) of at most "
+            f"{env.horizon} steps by the scripted solution with ε=0.3 random candidate commands; up to 3 states per "
+            "trajectory (not the first or last turn); candidates: the actor's command, the reference command and "
+            "2 others among the solution step after it, near misses, harmful and neutral commands and a "
+            "premature submit. Reward 1 when the task's tests pass at submit (which ends the episode). Labels: "
+            "restore the state (a tar of /app), force the candidate, follow the scripted solution (the next "
+            "solution step not yet run, then submit; no repair step) until the horizon (counted from the episode "
+            "start), γ=0.95. Observation: the instruction and every command so far with its output. Train, dev "
+            "and test hold disjoint tasks (task j goes to split j mod 3); the test tasks (ids hidden-j: the task "
+            "file of that position with parameter values, such as file names and ports, drawn from the "
+            "maintainer's secret) and the test trajectories' random draws come from the secret."
+        ),
+        modalities=("text",),
+        num_trajectories=per_task * len(env.tasks),
+        max_states_per_trajectory=3,
+        epsilon=0.3,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+        secret_test=True,
+    )
+    return env, spec
+
+
 BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
     "frozenlake": frozenlake_8x8,
     "alfworld": alfworld_text,
     "alfworld-all-types": alfworld_all_types,
     "miniwob": miniwob,
+    "terminalbench-lite": terminalbench_lite,
 }
 """Dataset name → a function returning its environment and spec."""
 
