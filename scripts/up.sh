@@ -50,7 +50,10 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   nohup .venv/bin/celery -A qval_site worker -Q datasets --concurrency 1 -n "datasets@%h" --loglevel INFO \
     > var/log/datasets-worker.log 2>&1 &
   echo $! > var/run/datasets-worker.pid
-  $PY manage.py build_dataset alfworld alfworld-all-types miniwob --queue --if-missing --workers-stopped
+  # TerminalBench-lite runs its shell commands in an image of its own (offline from Debian packages, cached).
+  scripts/build-terminal-image.sh >> var/log/terminal-image.log 2>&1 \
+    || echo "the terminal image did not build (var/log/terminal-image.log): terminalbench-lite's build will fail with that reason"
+  $PY manage.py build_dataset alfworld alfworld-all-types miniwob terminalbench-lite --queue --if-missing --workers-stopped
 fi
 # Reference rows on every loaded hosted dataset, queued on gpu (idempotent): random, constant, step index and
 # FrozenLake's goal distance on the test split, the three learned methods trained on the train split, and
