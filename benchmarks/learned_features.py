@@ -51,7 +51,8 @@ from qval.learned.data import read_inputs  # noqa: E402
 from qval.learned.features import FeatureCache, featuriser_from_spec  # noqa: E402
 from qval.metrics import ranking_spearman  # noqa: E402
 
-LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20},
+LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20,
+                          "lr": 3e-3},
             "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
             "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 500}}
 """The labeller's policy and discount (``--settings labeller``), the tabular check's settings."""
