@@ -71,6 +71,13 @@ def dataset(name: str) -> tuple[FrozenLake, build.DatasetSpec]:
     raise SystemExit(f"unknown dataset {name!r}; expected shared or unseen")
 
 
+def setting(env: FrozenLake, spec: build.DatasetSpec, folder: Path, n: int, episodes: int) -> bon.Setting:
+    """Best-of-N on the dataset's test tasks (public here: :func:`qval.best_of_n.environment` draws secret ones)."""
+    test = {s.task for s in read_inputs(folder).states_in("test")}
+    return bon.Setting(environment="frozenlake", tasks=tuple(t for t in env.tasks if t in test), epsilon=spec.epsilon,
+                       discount=spec.discount, n=n, seed=0, num_episodes=episodes)
+
+
 def measure(name: str, folder: Path, feature: str, method: str, settings: str, ns: list[int], episodes: int,
             base: dict[int, list[bon.Episode]], models: Path) -> dict[str, Any]:
     """Train, score and play one (dataset, featuriser, method); ``base``: the base picker's episodes per N."""
@@ -90,8 +97,7 @@ def measure(name: str, folder: Path, feature: str, method: str, settings: str, n
                            "within_rho": within, "train_seconds": round(trained, 1)}
     picker = bon.score_picker(lambda states: methods.score_states(model, states, "q", feats))
     for n in ns:
-        setting = bon.setting_for("frozenlake", env, spec, n=n, seed=0, num_episodes=episodes)
-        played = bon.run_episodes(env, setting, picker)
+        played = bon.run_episodes(env, setting(env, spec, folder, n, episodes), picker)
         success, gain = bon.summarise(played).success, bon.gain(played, base[n])
         out[f"n{n}"] = {"success": [success.value, success.low, success.high], "gain": [gain.value, gain.low, gain.high]}
     return out
@@ -116,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             build.build_dataset(env, spec).write(folder)
             base = {}
             for n in ns:
-                setting = bon.setting_for("frozenlake", env, spec, n=n, seed=0, num_episodes=args.episodes)
-                base[n] = bon.run_episodes(env, setting, bon.BUILTIN_PICKERS["base"])
+                base[n] = bon.run_episodes(env, setting(env, spec, folder, n, args.episodes), bon.BUILTIN_PICKERS["base"])
                 s = bon.summarise(base[n]).success
                 print(f"{name} base N={n}: success {s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", flush=True)
             for feature in args.features.split(","):
