@@ -24,7 +24,7 @@ from qval.learned.features import FeatureCache, HashedNgrams
 from qval.learned.trainers import expectile_loss, iql_q_target
 from tests.conftest import cached_build
 
-FAST = {"best-of-q": {"steps": 300, "target_every": 10}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
+FAST = {"best-of-q": {"steps": 300, "target_every": 10, "lr": 3e-3}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
 
 
 class Corridor(Environment):
