@@ -51,7 +51,8 @@ from qval.learned.data import read_inputs  # noqa: E402
 from qval.learned.features import FeatureCache, featuriser_from_spec  # noqa: E402
 from qval.metrics import ranking_spearman  # noqa: E402
 
-LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20},
+LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20,
+                          "lr": 3e-3},
             "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
             "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 500}}
 """The labeller's policy and discount (``--settings labeller``), the tabular check's settings."""
@@ -68,6 +69,13 @@ def dataset(name: str) -> tuple[FrozenLake, build.DatasetSpec]:
         assert isinstance(env, FrozenLake)
         return env, replace(spec, version="unseen-maps")
     raise SystemExit(f"unknown dataset {name!r}; expected shared or unseen")
+
+
+def setting(env: FrozenLake, spec: build.DatasetSpec, folder: Path, n: int, episodes: int) -> bon.Setting:
+    """Best-of-N on the dataset's test tasks (public here: :func:`qval.best_of_n.environment` draws secret ones)."""
+    test = {s.task for s in read_inputs(folder).states_in("test")}
+    return bon.Setting(environment="frozenlake", tasks=tuple(t for t in env.tasks if t in test), epsilon=spec.epsilon,
+                       discount=spec.discount, n=n, seed=0, num_episodes=episodes)
 
 
 def measure(name: str, folder: Path, feature: str, method: str, settings: str, ns: list[int], episodes: int,
@@ -89,8 +97,7 @@ def measure(name: str, folder: Path, feature: str, method: str, settings: str, n
                            "within_rho": within, "train_seconds": round(trained, 1)}
     picker = bon.score_picker(lambda states: methods.score_states(model, states, "q", feats))
     for n in ns:
-        setting = bon.setting_for("frozenlake", env, spec, n=n, seed=0, num_episodes=episodes)
-        played = bon.run_episodes(env, setting, picker)
+        played = bon.run_episodes(env, setting(env, spec, folder, n, episodes), picker)
         success, gain = bon.summarise(played).success, bon.gain(played, base[n])
         out[f"n{n}"] = {"success": [success.value, success.low, success.high], "gain": [gain.value, gain.low, gain.high]}
     return out
@@ -115,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             build.build_dataset(env, spec).write(folder)
             base = {}
             for n in ns:
-                setting = bon.setting_for("frozenlake", env, spec, n=n, seed=0, num_episodes=args.episodes)
-                base[n] = bon.run_episodes(env, setting, bon.BUILTIN_PICKERS["base"])
+                base[n] = bon.run_episodes(env, setting(env, spec, folder, n, args.episodes), bon.BUILTIN_PICKERS["base"])
                 s = bon.summarise(base[n]).success
                 print(f"{name} base N={n}: success {s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", flush=True)
             for feature in args.features.split(","):

@@ -47,6 +47,7 @@ def test_runs_pages_and_alignment(client, staff) -> None:  # type: ignore[no-unt
 
     page = client.get("/best-of-n/")
     assert page.status_code == 200 and b'id="alignment-frozenlake-3"' in page.content
+    assert b'id="representation-check"' in page.content  # what the learned methods' check found (benchmarks/README)
     local = client.get("/best-of-n/?metric=ranking_spearman")
     assert local.status_code == 200 and "<strong>Spearman ρ (state-local)</strong>" in local.content.decode()
     assert "(state-local) (Q-alignment)" in local.content.decode()  # the plot's x axis title

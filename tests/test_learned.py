@@ -24,7 +24,7 @@ from qval.learned.features import FeatureCache, HashedNgrams
 from qval.learned.trainers import expectile_loss, iql_q_target
 from tests.conftest import cached_build
 
-FAST = {"best-of-q": {"steps": 300, "target_every": 10}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
+FAST = {"best-of-q": {"steps": 300, "target_every": 10, "lr": 3e-3}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
 
 
 class Corridor(Environment):
@@ -506,11 +506,13 @@ def shared_lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-TABULAR = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20},
+TABULAR = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20, "lr": 3e-3},
            "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
            "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 1000}}
 """The labeller's policy (ε = 0) and discount (0.95), so that each method's own target (Q* for QLASS's full-width
-tree and IQL's high expectile, Q of the reference policy for AMC) is what the labels hold."""
+tree and IQL's high expectile, Q of the reference policy for AMC) is what the labels hold.  Best-of-Q bootstraps
+through V, so its one-hot weights (each updated only when its (state, action) is drawn) need a larger step than the
+regressions: at lr 1e-3 its within-state ρ was 0.88 after 3000 steps, at 3e-3 0.95 (seeds 0 and 1)."""
 
 
 def test_tabular_grid_features_are_exact_one_hots() -> None:
@@ -555,7 +557,7 @@ def test_crossed_ngrams_give_each_action_its_own_view_of_the_state() -> None:
         plain.encode_pairs([here], ["move left"])
 
 
-@pytest.mark.parametrize("method", ["qlass", "amc-value"])
+@pytest.mark.parametrize("method", list(methods.METHODS))
 def test_with_exact_tabular_features_each_method_ranks_the_test_candidates(method: str, shared_lake_dir: Path,
                                                                            tmp_path: Path) -> None:
     """Trained on the train split only, with one weight per (map, cell, action): test ρ ≥ 0.95 and within-state

@@ -2,8 +2,8 @@
 
 Each trainer gathers experience from the train split (:mod:`qval.learned.experience`),
 encodes its texts once (unique texts only) through a :class:`~qval.learned.features.FeatureCache`,
-fits its networks with Adam (cosine learning-rate decay, gradient-norm clipping at 1.0) on
-minibatches drawn by a generator seeded with ``seed``, and returns a
+fits its networks with AdamW (:func:`_optimiser`: decoupled weight decay, cosine learning-rate
+decay, gradient-norm clipping at 1.0) on minibatches drawn by a generator seeded with ``seed``, and returns a
 :class:`~qval.learned.store.TrainedModel` with its loss curves.
 
 * :func:`train_best_of_q`: IQL on the re-collected train trajectories and on every train
@@ -118,7 +118,14 @@ def _net_config(field_dims: list[int], params: dict[str, Any]) -> dict[str, Any]
 
 
 def _optimiser(net: torch.nn.Module, params: dict[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
-    opt = torch.optim.Adam(net.parameters(), lr=params["lr"], weight_decay=params["weight_decay"])
+    """AdamW with ``weight_decay`` decoupled from the gradient, and a cosine decay of ``lr`` over ``steps``.
+
+    Not Adam's coupled L2 term: Adam divides it, like the loss gradient, by the running gradient scale of each
+    weight, so a weight whose input is rarely non-zero (one (state, action) column of a one-hot or hashed
+    feature) is pulled to zero between its rare updates at nearly the full learning rate.  Measured with the
+    tabular features on FrozenLake (best-of-q, 3000 steps): within-state ρ 0.78 with Adam's L2 (1e-4), 0.88
+    with AdamW or with no weight decay."""
+    opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=params["weight_decay"])
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, int(params["steps"])))
     return opt, sched
 
