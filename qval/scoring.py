@@ -198,10 +198,13 @@ class SampleTable:
         return self.given.all(axis=1)
 
     def mean_scores(self) -> np.ndarray:
-        """Per id, the mean of its non-NaN scores over the samples (NaN if it has none)."""
-        finite = ~np.isnan(self.table)
-        count = finite.sum(axis=1)
-        total = np.where(finite, self.table, 0.0).sum(axis=1)
+        """Per id, the mean of its non-NaN scores over the samples (NaN if it has none), summed in the reference's
+        order: ``numpy.nanmean`` of the samples x ids array along the samples, which adds sample after sample
+        (a sum along the ids x samples rows pairs them otherwise, and its last bit can differ, which moves ties)."""
+        by_sample = np.ascontiguousarray(self.table.T)
+        finite = ~np.isnan(by_sample)
+        count = finite.sum(axis=0)
+        total = np.where(finite, by_sample, 0.0).sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
