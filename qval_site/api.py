@@ -13,10 +13,13 @@
 ``GET  /api/v1/leaderboard/critical-difference/``  ?split=&target=&metric=&modality=&source=&method=&environment=&backbone=
                                                    Friedman + Nemenyi
 ``GET  /api/v1/compare/``                          ?a=<id>&b=<id> paired bootstrap of A vs B
+``GET  /api/v1/published/table6/``                 the paper's Table 6 (TerminalBench relabelled by a second
+                                                   labelling backbone) with its provenance
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +41,7 @@ from board.exports import FILTER_KEYS, leaderboard_rows
 from leaderboard.exports import DATASET_FORMATS, SPLIT_FORMATS
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
 from board.views import download_response
+from qval import relabelled
 from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission
@@ -394,6 +398,24 @@ class Compare(APIView):
         except comparison.ComparisonBusy as exc:
             return Response({"detail": exc.message}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": str(int(exc.retry_after) + 1)})
+
+
+class PublishedTable6(APIView):
+    """The paper's Table 6 (:mod:`qval.relabelled`): TerminalBench's 9 methods × 6 backbones relabelled by Claude
+    Opus 4.7, ρ and τ as printed (codegen: mean, std, min, max over its 16 samples) with their significance marks,
+    and the provenance of the conversion from the paper's text.  These rows are not on the boards: their labels
+    are not the ones every other TerminalBench row was scored against."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses=inline_serializer("Table6", {
+        "provenance": serializers.DictField(), "labels": serializers.CharField(),
+        "rows": serializers.ListField(child=serializers.DictField())}))
+    def get(self, request: Request) -> Response:
+        provenance, rows = relabelled.table6()
+        return Response({"provenance": provenance,
+                         "labels": "Claude Opus 4.7 (Max-Value Monte Carlo), TerminalBench, target q, text",
+                         "rows": [dataclasses.asdict(row) for row in rows]})
 
 
 class FigureData(APIView):

@@ -72,6 +72,7 @@ urlpatterns = [
          name="api-critical-difference"),
     path("api/v1/figures/<str:name>/", api.FigureData.as_view(), name="api-figure"),
     path("api/v1/compare/", api.Compare.as_view(), name="api-compare"),
+    path("api/v1/published/table6/", api.PublishedTable6.as_view(), name="api-table6"),
     path("api/v1/status/", wapi.Status.as_view(), name="api-status"),
     path("api/v1/workers/heartbeat", wapi.WorkerHeartbeatView.as_view(), name="api-worker-heartbeat"),
     path("api/v1/jobs/<int:pk>/start", wapi.JobStart.as_view(), name="api-job-start"),

@@ -43,6 +43,25 @@ def test_table6_is_the_conversion_of_the_papers_text() -> None:
         relabelled.convert_table6("no tables here")
 
 
+def test_the_api_serves_table6_with_its_provenance(client) -> None:  # type: ignore[no-untyped-def]
+    """Anonymous ``GET /api/v1/published/table6/``: the 54 printed cells (read here from the paper's text, not the
+    project's file), their marks and codegen's spread, and where they were read."""
+    if not PAPER.is_file():
+        pytest.skip(f"the paper's text is not at {PAPER}")
+    resp = client.get("/api/v1/published/table6/")
+    assert resp.status_code == 200, resp.content[:300]
+    body = resp.json()
+    assert "Table 6" in body["provenance"]["where"] and "Opus 4.7" in body["labels"]
+    paper = {(r["method"], r["backbone"]): r
+             for r in relabelled.convert_table6(PAPER.read_text(encoding="utf-8"))["records"]}
+    served = {(r["method"], r["backbone"]): r for r in body["rows"]}
+    assert served.keys() == paper.keys() and len(served) == 54
+    for key, row in paper.items():
+        assert {k: served[key][k] for k in row} == row, key
+    assert served["codegen", "Qwen3.5 9B"]["spearman_max"] == 0.215
+    assert served["verifier", "Qwen3.5 122B-A10B"]["spearman_stars"] == "**"
+
+
 def test_the_clipped_interval_stays_in_the_correlation_range() -> None:
     from board.paper_figures import clipped_interval
 
