@@ -32,6 +32,7 @@ from leaderboard.exports import (
 from . import exports
 from .exports import FILTER_KEYS, leaderboard_rows
 from leaderboard.models import Candidate, Dataset, Environment, Label, Method, State
+from leaderboard.task_table import task_table
 from submissions.models import Submission
 
 
@@ -182,9 +183,6 @@ def _dataset_by_key(key: str) -> Dataset:
     return ds
 
 
-EXAMPLES_PER_SPLIT = 3
-
-
 def _split_counts(ds: Dataset) -> list[dict[str, object]]:
     """Per split: states, candidates and the evaluation points of each target."""
     states: dict[str, int] = {}
@@ -200,24 +198,6 @@ def _split_counts(ds: Dataset) -> list[dict[str, object]]:
          "images": downloads.has_images(ds, split)}
         for split in ("train", "dev", "test") if states.get(split)
     ]
-
-
-def _examples(ds: Dataset, split: str) -> list[State]:
-    """A few states spread over the split, with their candidates (and Q labels on public splits)."""
-    ids = list(ds.states.filter(split=split).order_by("position").values_list("pk", flat=True))
-    if not ids:
-        return []
-    n = min(EXAMPLES_PER_SPLIT, len(ids))
-    picked = sorted({ids[i * (len(ids) - 1) // max(n - 1, 1)] for i in range(n)})
-    states = list(State.objects.filter(pk__in=picked).order_by("position").prefetch_related("candidates"))
-    if split in PUBLIC_SPLITS:  # never for a hidden split
-        cids = [c.external_id for st in states for c in st.candidates.all()]
-        q = dict(Label.objects.filter(labelset__dataset=ds, split=split, target="q", item_id__in=cids)
-                 .values_list("item_id", "value"))
-        for st in states:
-            for c in st.candidates.all():
-                c.q_label = q.get(c.external_id)
-    return states
 
 
 def _public_label_values(ds: Dataset) -> dict[str, dict[str, list[float]]]:
@@ -249,7 +229,8 @@ def provenance_rows(config: object, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """Description, provenance, schema, counts, label histograms (public splits), examples,
+    """Description, provenance, schema, counts, label histograms (public splits), the per-task table
+    (:func:`leaderboard.task_table.task_table`: counts per task and group, an example per public task),
     dataset card and download links of one dataset."""
     ds = _dataset_by_key(key)
     if not ds.hosted:
@@ -266,7 +247,7 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
             "ds": ds,
             "open_book": [ds.environment] if ds.environment.open_book else [],
             "counts": counts,
-            "examples": [(c["split"], c["public"], _examples(ds, str(c["split"]))) for c in counts],
+            "tasks": task_table(ds),
             "histograms": charts.label_histograms(_public_label_values(ds)),
             "has_images": any(c["images"] for c in counts),
             "card": card,

@@ -89,21 +89,6 @@ class Dataset(models.Model):
         newer = [d for d in Dataset.objects.filter(slug=self.slug).exclude(pk=self.pk) if d.secret_test]
         return max(newer, key=lambda d: d.created_at, default=None)
 
-    def task_type_counts(self) -> dict[str, object]:
-        """States per task type and split, where the states carry a task type (ALFWorld's six types):
-        ``{"splits": [split, …], "rows": [{"task_type": t, "counts": [n per split], "total": n}, …]}``,
-        no rows when no state names a type."""
-        order = [name for name, _ in SPLIT_CHOICES]
-        counts = (self.states.exclude(task_type=None).values_list("task_type", "split")
-                  .annotate(n=models.Count("pk")).order_by())
-        table: dict[str, dict[str, int]] = {}
-        for task_type, split, n in counts:
-            table.setdefault(task_type, {})[split] = n
-        splits = [s for s in order if any(s in row for row in table.values())]
-        rows = [{"task_type": t, "counts": [table[t].get(s, 0) for s in splits], "total": sum(table[t].values())}
-                for t in sorted(table)]
-        return {"splits": splits, "rows": rows}
-
     def labels_have_both_signs(self, target: str) -> bool:
         """Whether some label of ``target`` is positive and some negative (:func:`qval.metrics.both_signs`);
         sign agreement is shown only then.  A hosted dataset answers from its public splits (a hidden

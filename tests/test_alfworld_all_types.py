@@ -4,6 +4,7 @@ labels checked by hand one step from success, restore equals replay, per-type co
 from __future__ import annotations
 
 import collections
+import re
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,11 @@ def test_the_dataset_page_counts_states_per_task_type(dataset: schema.Dataset, c
         cells = [c.split("</td>")[0] for c in row.split('<td class="num">')[1:]]
         expected = [counts[task_type, split] for split in ("train", "dev", "test")]
         assert cells == [str(n) for n in expected + [sum(expected)]], task_type
+    # Each split's table of tasks: a row per task type with its states and candidates, then its tasks.
+    for split in ("train", "dev", "test"):
+        rows = html.split(f'<table class="tasks" id="tasks-{split}">', 1)[1].split("</table>", 1)[0]
+        shown = {g: (int(n), int(k)) for g, n, k in re.findall(
+            r'<tr class="task-group" data-group="([^"]+)">.*?<td class="num">(\d+)</td><td class="num">(\d+)</td>', rows)}
+        mine = [s for s in dataset.states if s.split == split]
+        assert shown == {t: (sum(s.task_type == t for s in mine), sum(len(s.candidates) for s in mine if s.task_type == t))
+                         for t in {s.task_type for s in mine}}, split

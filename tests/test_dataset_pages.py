@@ -86,11 +86,12 @@ def test_the_dataset_page(client, pictures) -> None:
     counts = {split: [int(n) for n in re.findall(r'<td class="num">(\d+)</td>', cells)] for split, cells in rows}
     assert counts == {s: [3, 9, 3, 3, 3] for s in SPLITS}  # states, candidates, Q points, ranking states, V points
     assert 'id="hist-q"' in page and 'id="hist-v"' in page and "vendor/plotly.min.js" in page
-    for s in ds.states:  # three examples per split, with their images
-        assert f"observation of {s.id} in {s.split}" in page
-        assert f'src="/datasets/{db_ds.key}/images/{s.id}.png"' in page
+    for s in ds.states:  # an example per task (here a state each) of the public splits, with its images
+        shown = s.split in schema.PUBLIC_SPLITS
+        assert (f"observation of {s.id} in {s.split}" in page) is shown
+        assert (f'src="/datasets/{db_ds.key}/images/{s.id}.png"' in page) is shown
         for c in s.candidates:
-            assert c.action in page and f"/images/{c.id}-next.png" in page
+            assert (c.action in page and f"/images/{c.id}-next.png" in page) is shown
     assert "images (zip)" in page and "?format=zip" in page and "?format=card" in page
     assert "Dataset card" in page and "cc-by-4.0" in page.lower()
     assert not leaked(page, hidden_values(ds))
@@ -212,3 +213,57 @@ def test_qval_download_images_card_and_whole_dataset(transactional_db, live_serv
     assert _zip_names((tmp_path / "pictures-0.1-test-images.zip").read_bytes()) == ds.image_names("test")
     assert (tmp_path / "pictures-0.1-README.md").read_text(encoding="utf-8").startswith("---\n")
     assert "pictures-0.1/README.md" in _zip_names((tmp_path / "pictures-0.1.zip").read_bytes())
+
+
+def _task_rows(page: str, split: str) -> dict[str, tuple[int, int]]:
+    """``{task: (states, candidates)}`` as the page's table of ``split``'s tasks shows them."""
+    table = page.split(f'id="tasks-{split}"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r'<tr data-task="([^"]+)">.*?<td class="num">(\d+)</td><td class="num">(\d+)</td></tr>', table)
+    return {task: (int(states), int(cands)) for task, states, cands in rows}
+
+
+def test_frozenlake_page_counts_per_task_and_shows_public_examples_only(client, loaded, settings) -> None:  # type: ignore[no-untyped-def]
+    from django.template.defaultfilters import floatformat
+    from django.utils.html import escape
+
+    from leaderboard.task_table import EXAMPLE_OBSERVATION_CHARS
+
+    folder = settings.QVAL_DATASETS_DIR / f"{loaded.slug}-{loaded.version}"
+    states = list(schema.read_jsonl(folder / "states.jsonl"))
+    candidates = list(schema.read_jsonl(folder / "candidates.jsonl"))
+    labels = {r["id"]: r["value"] for r in schema.read_jsonl(folder / "labels.jsonl") if r["target"] == "q"}
+    split_of = {s["id"]: s["split"] for s in states}
+    task_of = {s["id"]: s["task"] for s in states}
+    page = client.get(f"/datasets/{loaded.key}/").content.decode()
+
+    for split in ("train", "dev", "test"):  # counts per task, test included (its download has the same)
+        expected: dict[str, list[int]] = {}
+        for s in states:
+            if s["split"] == split:
+                expected.setdefault(s["task"], [0, 0])[0] += 1
+        for c in candidates:
+            if split_of[c["state_id"]] == split:
+                expected[task_of[c["state_id"]]][1] += 1
+        assert expected and _task_rows(page, split) == {t: tuple(n) for t, n in expected.items()}, split
+
+    for split in ("train", "dev"):  # one example per task: its middle state, observation, candidates and Q labels
+        folded = page.split(f'<details class="examples" id="examples-{split}">', 1)[1].split("</details>", 1)[0]
+        shown = re.findall(r'<div class="example" id="example-([^"]+)">', folded)
+        tasks = list(dict.fromkeys(s["task"] for s in states if s["split"] == split))
+        assert sorted(task_of[i] for i in shown) == sorted(tasks)
+        for sid in shown:
+            of_task = [s for s in states if s["task"] == task_of[sid]]
+            assert sid == of_task[len(of_task) // 2]["id"]
+            block = folded.split(f'id="example-{sid}"', 1)[1].split('<div class="example"', 1)[0]
+            observation = next(s["observation"] for s in states if s["id"] == sid)
+            assert escape(observation[:EXAMPLE_OBSERVATION_CHARS]) in block
+            mine = [c for c in candidates if c["state_id"] == sid]
+            assert mine
+            for c in mine:
+                assert f"<code>{c['id']}</code>" in block and escape(c["action"]) in block
+                assert f'<td class="num">{floatformat(labels[c["id"]], 3)}</td>' in block
+
+    assert 'id="examples-test"' not in page
+    for s in states:  # nothing of a test state but its counts: no observation, no example
+        if s["split"] == "test":
+            assert escape(s["observation"]) not in page and f'id="example-{s["id"]}"' not in page

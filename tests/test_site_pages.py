@@ -64,9 +64,10 @@ def test_the_card_is_html_and_the_provenance_a_table(client, pictures) -> None:
     assert sorted(rows) == [("collection.episodes", "4"), ("collection.seeds", "1, 2, 3"), ("environment.map", "8x8"),
                             ("environment.slippery", "false")]
     assert "{'" not in page and "{&#x27;" not in page  # no Python dict printed
-    for split in ("train", "dev", "test"):  # the examples fold away
+    for split in ("train", "dev"):  # the examples fold away; the test split has none
         folded = page.split(f'<details class="examples" id="examples-{split}">')[1].split("</details>")[0]
         assert "observation of" in folded and f"in {split}" in folded
+    assert 'id="examples-test"' not in page and not re.search(r"observation of \S+ in test", page)
 
 
 def test_the_datasets_page_has_no_build_queue_and_no_reload(client, pictures) -> None:
