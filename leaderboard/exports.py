@@ -39,7 +39,7 @@ DOWNLOAD_COLUMNS = [
     ("state_id", "State id: the `id` of a target-v prediction row."),
     ("split", "train, dev or test."),
     ("task", "Task / map / scene the trajectory solves; splits never share a task."),
-    ("task_type", "Kind of task where the environment has several (ALFWorld's task type), else empty."),
+    ("task_type", "Kind of task where the environment has several (ALFWorld's task type, TerminalBench-lite's task kind), else empty."),
     ("trajectory", "Trajectory number."),
     ("step", "Turn of the trajectory the state was sampled at."),
     ("observation", "Text observation of the state."),
