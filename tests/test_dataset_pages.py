@@ -267,3 +267,19 @@ def test_frozenlake_page_counts_per_task_and_shows_public_examples_only(client, 
     for s in states:  # nothing of a test state but its counts: no observation, no example
         if s["split"] == "test":
             assert escape(s["observation"]) not in page and f'id="example-{s["id"]}"' not in page
+
+
+@pytest.mark.django_db
+def test_every_dataset_page_answers(client, loaded) -> None:  # type: ignore[no-untyped-def]
+    """Every dataset the site lists — the hosted one and the QVal v1.0 published ones — has a page that renders
+    (the published ones answered 500 once: they hold no states), and the list links each."""
+    from submissions.importing import import_results
+
+    import_results(resamples=0)
+    keys = sorted({d.key for d in Dataset.objects.all()})
+    assert len(keys) >= 5  # frozenlake and the four published environments
+    listing = client.get("/datasets/").content.decode()
+    for key in keys:
+        assert f"/datasets/{key}/" in listing, key
+        resp = client.get(f"/datasets/{key}/")
+        assert resp.status_code == 200, (key, resp.status_code)
