@@ -280,3 +280,14 @@ def test_the_small_build_loads_under_the_published_rows_environment(small: schem
     assert dataset.states.count() == len(small.states)
     assert Label.objects.filter(labelset__dataset=dataset, target="q").count() == len(small.q_labels)
     assert load_dataset(small) == (dataset, False)
+
+
+@pytest.mark.slow
+def test_every_learned_method_trains_on_the_terminal_tasks(engine, small, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The platform trains the learned methods on every hosted dataset (reference rows): on the shell tasks too,
+    their continuations and trees stepping the sandbox, and they score dev and test."""
+    from tests.test_learned import train_and_score_everywhere
+
+    fast = {"best-of-q": {"steps": 60, "target_every": 10}, "qlass": {"steps": 60, "width": 2, "depth": 1},
+            "amc-value": {"steps": 60, "samples": 1}}
+    train_and_score_everywhere(SMALL_KEY, lambda: Terminal(SMALL_TASKS, engine=engine), small_spec(), tmp_path, fast)
