@@ -1,4 +1,4 @@
-"""Benchmark: labelling speed with direct restore against restore by replay, in one run.
+"""Benchmark: labelling speed with direct restore against restore by replay (MiniWoB: the new path against the old), in one run.
 
 For each environment the script collects trajectories once (the builder's actor, ε-noise),
 samples states as :func:`qval.build.sample_turns` does, and then labels the same states
@@ -11,15 +11,23 @@ the state's V-value:
 * ``replay``: every restore resets the task and replays the state's history (the generic
   :meth:`qval.envs.base.Environment.restore`).
 
-It prints points (states) and candidates labelled per second and the speed-up of
-``restore`` over ``replay`` measured in the same run, and checks that both give the same
-labels.
+It prints points (states) and candidates labelled per second and the speed-up of each mode
+over the first (``replay``; MiniWoB: ``old``) measured in the same run, and checks that all
+give the same labels (candidates, Q, V and the next states' observations).
 
 Usage::
 
     python benchmarks/labelling.py                       # FrozenLake + ALFWorld (~2 min)
     python benchmarks/labelling.py --alfworld-scenes 3 --alfworld-trajectories 3   # quick
     python benchmarks/labelling.py --terminal-tasks 6    # and TerminalBench-lite (podman; ~6 min)
+    python benchmarks/labelling.py --miniwob-trajectories 3   # and MiniWoB (Chromium; ~5 min)
+
+MiniWoB restores by replay only; it has two modes, on ``miniwob@1.2``'s spec (images and goal
+images) and its first trajectories: ``old`` (BrowserGym's chat page and a screenshot at every
+reset and step, a rollout per label and a restore per candidate's next state: the path before
+lean episodes) and ``new`` (lean episodes and shared rollouts, :mod:`qval.envs.miniwob`).  Both
+must give the same records and labels; their images are not compared (Chromium's hover repaint
+makes a few differ between two runs of the old path too, ``tests/test_miniwob.py``).
 
 TerminalBench-lite has three modes: ``replay`` (every restore replays the commands in fresh
 containers, no kept steps), ``restore`` (unpack the tar of ``/app``, no kept steps) and ``kept``
@@ -73,16 +81,22 @@ def report(
     points: list[tuple[build.Trajectory, build.Turn]],
     runs: dict[str, Callable[[], tuple[float, list[labelling.StateLabels]]]],
 ) -> None:
-    """Run each mode (``replay`` first), print its row, and check that the labels agree."""
+    """Run each mode (the first is the baseline), print its row, and check that the labels agree."""
     results = {mode: run() for mode, run in runs.items()}
-    candidates = sum(len(labels.candidates) for labels in results["replay"][1])
-    base = results["replay"][0]
+    baseline = next(iter(results))
+    candidates = sum(len(labels.candidates) for labels in results[baseline][1])
+    base = results[baseline][0]
     for mode, (seconds, _) in results.items():
         print(f"{name:<11} {mode:<8} {len(points):>6} {candidates:>6} {seconds:9.2f} "
               f"{len(points) / seconds:9.2f} {candidates / seconds:9.2f} {base / seconds:8.1f}x", flush=True)
     for mode, (_, labels) in results.items():
-        if labels != results["replay"][1]:
-            raise SystemExit(f"{name}: {mode} and replay gave different labels")
+        if [_comparable(x) for x in labels] != [_comparable(x) for x in results[baseline][1]]:
+            raise SystemExit(f"{name}: {mode} and {baseline} gave different labels")
+
+
+def _comparable(labels: labelling.StateLabels) -> tuple[object, ...]:
+    """Candidates, Q, V and the next states' observations (not images)."""
+    return labels.candidates, labels.q, labels.v, tuple(n[0] for n in labels.next)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,12 +108,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--terminal-tasks", type=int, default=0,
                         help="TerminalBench-lite tasks (one per kind first; 0: skip, needs podman)")
     parser.add_argument("--terminal-trajectories-per-task", type=int, default=1)
+    parser.add_argument("--miniwob-trajectories", type=int, default=0,
+                        help="miniwob@1.2's first trajectories (0: skip, needs Chromium)")
+    parser.add_argument("--skip-frozenlake-alfworld", action="store_true")
     args = parser.parse_args(argv)
 
-    header = f"{'env':<11} {'restore':<8} {'points':>6} {'cands':>6} {'seconds':>9} {'points/s':>9} {'cands/s':>9} {'vs replay':>9}"
+    header = f"{'env':<11} {'mode':<8} {'points':>6} {'cands':>6} {'seconds':>9} {'points/s':>9} {'cands/s':>9} {'vs first':>9}"
     print(header)
     print("-" * len(header))
 
+    if not args.skip_frozenlake_alfworld:
+        frozenlake_and_alfworld(args)
+    if args.miniwob_trajectories:
+        miniwob(args.miniwob_trajectories, args.states_per_trajectory)
+    if args.terminal_tasks:
+        terminal(args.terminal_tasks, args.terminal_trajectories_per_task, args.states_per_trajectory)
+    print("\npoints = dataset states (each: next states and Q of its candidates, and V); "
+          "vs = first mode's seconds / seconds, same run")
+    return 0
+
+
+def frozenlake_and_alfworld(args: argparse.Namespace) -> None:
+    """FrozenLake and ALFWorld rows: ``replay`` against ``restore``."""
     fl_env, fl_spec = build.frozenlake_8x8()
     fl_spec = replace(fl_spec, num_trajectories=args.frozenlake_trajectories,
                       max_states_per_trajectory=args.states_per_trajectory, modalities=("text",),
@@ -122,34 +152,56 @@ def main(argv: list[str] | None = None) -> int:
         "restore": lambda: label_all(ALFWorld(scenes, restore_mode="direct"), alf_points, alf_spec),
     })
 
-    if args.terminal_tasks:
-        by_kind: dict[str, list[str]] = {}
-        for task_id, template in load_tasks().items():
-            by_kind.setdefault(template.kind, []).append(task_id)
-        ordered = [task for group in zip(*by_kind.values()) for task in group]  # one of each kind, then again
-        tasks = ordered[:args.terminal_tasks]
-        _, tb_spec = build.terminalbench_lite()
-        tb_spec = replace(tb_spec, num_trajectories=len(tasks) * args.terminal_trajectories_per_task,
-                          secret_test=False, max_states_per_trajectory=min(args.states_per_trajectory, 3))
-        collector = Terminal(tasks)
-        tb_points = sampled_turns(collector, tb_spec)
-        collector.close()
 
-        def terminal(mode: str, kept_steps: int) -> tuple[float, list[labelling.StateLabels]]:
-            env = Terminal(tasks, restore_mode=mode, kept_steps=kept_steps)
-            try:
-                return label_all(env, tb_points, tb_spec)
-            finally:
-                env.close()
 
-        report("terminal", tb_points, {
-            "replay": lambda: terminal("replay", 0),
-            "restore": lambda: terminal("direct", 0),
-            "kept": lambda: terminal("direct", 512),
-        })
-    print("\npoints = dataset states (each: next states and Q of its candidates, and V); "
-          "vs replay = replay seconds / seconds, same run")
-    return 0
+def miniwob(trajectories: int, states_per_trajectory: int) -> None:
+    """MiniWoB rows on ``miniwob@1.2``'s spec: ``old`` against ``new`` (module docstring)."""
+    from qval.envs.miniwob import MiniWoB  # BrowserGym + Playwright: imported when used
+
+    collector, spec = build.miniwob()
+    spec = replace(spec, num_trajectories=trajectories, secret_test=False,
+                   max_states_per_trajectory=min(states_per_trajectory, spec.max_states_per_trajectory))
+    points = sampled_turns(collector, spec)
+    collector.close()
+    settings = {"task_names": collector.task_names, "seeds": collector.seeds, "horizon": collector.horizon}
+
+    def run(new: bool) -> tuple[float, list[labelling.StateLabels]]:
+        env = MiniWoB(**settings, lean=new)
+        env.deterministic = new  # old: a rollout per label
+        try:
+            return label_all(env, points, spec)
+        finally:
+            env.close()
+
+    report("miniwob", points, {"old": lambda: run(False), "new": lambda: run(True)})
+
+
+def terminal(num_tasks: int, per_task: int, states_per_trajectory: int) -> None:
+    """TerminalBench-lite rows: ``replay``, ``restore`` and ``kept`` (module docstring)."""
+    by_kind: dict[str, list[str]] = {}
+    for task_id, template in load_tasks().items():
+        by_kind.setdefault(template.kind, []).append(task_id)
+    ordered = [task for group in zip(*by_kind.values()) for task in group]  # one of each kind, then again
+    tasks = ordered[:num_tasks]
+    _, tb_spec = build.terminalbench_lite()
+    tb_spec = replace(tb_spec, num_trajectories=len(tasks) * per_task,
+                      secret_test=False, max_states_per_trajectory=min(states_per_trajectory, 3))
+    collector = Terminal(tasks)
+    tb_points = sampled_turns(collector, tb_spec)
+    collector.close()
+
+    def run(mode: str, kept_steps: int) -> tuple[float, list[labelling.StateLabels]]:
+        env = Terminal(tasks, restore_mode=mode, kept_steps=kept_steps)
+        try:
+            return label_all(env, tb_points, tb_spec)
+        finally:
+            env.close()
+
+    report("terminal", tb_points, {
+        "replay": lambda: run("replay", 0),
+        "restore": lambda: run("direct", 0),
+        "kept": lambda: run("direct", 512),
+    })
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Benchmark: which features let the learned methods rank a state's candidates, and does it pay off in Best-of-N?
 
-For each FrozenLake dataset below, each featuriser and each learned method, the script trains on the
+For each dataset below (FrozenLake and ALFWorld), each featuriser and each learned method, the script trains on the
 train split only (:func:`qval.learned.methods.train`), scores the test split and plays seeded
 Best-of-N episodes (:mod:`qval.best_of_n`, N = 2 and 4) on the test split's tasks with the model as
 picker, against the ``base`` picker (the actor's own choice) on the same episodes.  It prints one
 line per (dataset, featuriser, method): test ρ (global Spearman of target q), within-state ρ
-(:func:`qval.metrics.ranking_spearman`), and per N the success rate and the paired gain over base
-with 95% bootstrap CIs; ``--json`` also writes them to a file.
+(:func:`qval.metrics.ranking_spearman`), the same two on the train split (train ρ, train within-state ρ:
+whether the model fits the states it was trained on), and per N the success rate and the paired gain over
+base with 95% bootstrap CIs; ``--json`` also writes them to a file.
 
 Datasets (text only, public test splits, built in memory):
 
@@ -14,16 +15,21 @@ Datasets (text only, public test splits, built in memory):
   test states' maps were seen in training: the setting where exact ``tabular`` features apply.
 * ``unseen``: ``frozenlake-8x8@1.1``'s 20 maps split *by map* (test maps never seen in training),
   as the hosted dataset: features must generalise across maps (``tabular`` is not run there).
+* ``alfworld``: ``alfworld-pick-place@1.0`` (:func:`qval.build.alfworld_text_v1_0`): the hosted 1.1's
+  train and dev splits byte for byte, and 10 public test scenes (1.1's are secret), split by scene, so
+  the test scenes are unseen as on ``unseen``; its game generation and labels take minutes.
 
 Training settings: ``--settings labeller`` (default) sets each method's policy to the labeller's
-(ε = 0) and its discount to the dataset's (0.95), as the tabular check in ``tests/test_learned.py``,
-so that a method's own target is the labels' Q and the features are the only variable;
+(ε = 0: FrozenLake's optimal policy, ALFWorld's handcoded expert) and its discount to the dataset's
+(0.95), as the tabular check in ``tests/test_learned.py``, so that a method's own target is the labels' Q and the features are the only variable;
 ``--settings defaults`` uses the methods' defaults (:mod:`qval.learned.defaults`).
 
 Usage::
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --json var/learned-features.json
     python benchmarks/learned_features.py --datasets shared --features tabular --methods qlass --episodes 40
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --datasets alfworld --features hashed \
+        --settings defaults --episodes 20 --data var/lf-data   # then --features crossed: the same build
 """
 
 from __future__ import annotations
@@ -45,21 +51,30 @@ if str(ROOT) not in sys.path:
 
 from qval import best_of_n as bon  # noqa: E402
 from qval import build, schema  # noqa: E402
+from qval.envs.base import Environment  # noqa: E402
 from qval.envs.frozenlake import FrozenLake  # noqa: E402
 from qval.learned import methods  # noqa: E402
 from qval.learned.data import read_inputs  # noqa: E402
 from qval.learned.features import FeatureCache, featuriser_from_spec  # noqa: E402
+from qval.learned.store import TrainedModel  # noqa: E402
 from qval.metrics import ranking_spearman  # noqa: E402
 
 LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20,
-                          "lr": 3e-3},
+                          "lr": 3e-3, "branch_depth": 1},
             "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
-            "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 500}}
-"""The labeller's policy and discount (``--settings labeller``), the tabular check's settings."""
+            "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 1000, "branch_depth": 1}}
+"""The labeller's policy and discount (``--settings labeller``), the tabular check's settings (best-of-q's and
+amc-value's ``branch_depth`` 1 among them; amc-value's 1000 steps, as the test's)."""
 
 
-def dataset(name: str) -> tuple[FrozenLake, build.DatasetSpec]:
-    """The environment and text-only spec of ``shared`` or ``unseen`` (module docstring)."""
+ENVIRONMENT = {"shared": "frozenlake", "unseen": "frozenlake", "alfworld": "alfworld"}
+"""The environment (:data:`qval.best_of_n.ENVIRONMENTS`) each dataset setting plays."""
+
+
+def dataset(name: str) -> tuple[Environment, build.DatasetSpec]:
+    """The environment and text-only spec of ``shared``, ``unseen`` or ``alfworld`` (module docstring)."""
+    if name == "alfworld":
+        return build.alfworld_text_v1_0()  # text only, public test split
     env, spec = build.frozenlake_8x8_v1_1()
     spec = replace(spec, modalities=("text",), end_images=False, secret_test=False)
     if name == "shared":
@@ -68,20 +83,32 @@ def dataset(name: str) -> tuple[FrozenLake, build.DatasetSpec]:
     if name == "unseen":
         assert isinstance(env, FrozenLake)
         return env, replace(spec, version="unseen-maps")
-    raise SystemExit(f"unknown dataset {name!r}; expected shared or unseen")
+    raise SystemExit(f"unknown dataset {name!r}; expected shared, unseen or alfworld")
 
 
-def setting(env: FrozenLake, spec: build.DatasetSpec, folder: Path, n: int, episodes: int) -> bon.Setting:
+def setting(name: str, env: Environment, spec: build.DatasetSpec, folder: Path, n: int, episodes: int) -> bon.Setting:
     """Best-of-N on the dataset's test tasks (public here: :func:`qval.best_of_n.environment` draws secret ones)."""
     test = {s.task for s in read_inputs(folder).states_in("test")}
-    return bon.Setting(environment="frozenlake", tasks=tuple(t for t in env.tasks if t in test), epsilon=spec.epsilon,
+    return bon.Setting(environment=ENVIRONMENT[name], tasks=tuple(t for t in env.tasks if t in test), epsilon=spec.epsilon,
                        discount=spec.discount, n=n, seed=0, num_episodes=episodes)
 
 
-def measure(name: str, folder: Path, feature: str, method: str, settings: str, ns: list[int], episodes: int,
-            base: dict[int, list[bon.Episode]], models: Path) -> dict[str, Any]:
-    """Train, score and play one (dataset, featuriser, method); ``base``: the base picker's episodes per N."""
-    env, spec = dataset(name)
+def split_rhos(model: TrainedModel, ds: schema.Dataset, folder: Path, split: str, feats: FeatureCache
+               ) -> tuple[float, float | None]:
+    """``model``'s global Spearman ρ against the q labels over ``split``'s candidates, and its mean within-state ρ
+    (:func:`qval.metrics.ranking_spearman`) over ``split``'s states: on ``train``, whether the model fits the
+    states it was trained on; on ``test``, whether it generalises."""
+    q = methods.score_split(model, read_inputs(folder), split, "q", feats)
+    within = ranking_spearman([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
+                               for s in ds.states_in(split)]).mean
+    return float(spearmanr([q[i] for i in q], [ds.q_labels[i] for i in q])[0]), within
+
+
+def measure(name: str, env: Environment, spec: build.DatasetSpec, folder: Path, feature: str, method: str,
+            settings: str, ns: list[int], episodes: int, base: dict[int, list[bon.Episode]], models: Path
+            ) -> dict[str, Any]:
+    """Train, score and play one (dataset ``name`` built from ``env`` and ``spec`` into ``folder``, featuriser,
+    method); ``base``: the base picker's episodes per N."""
     featuriser = featuriser_from_spec(feature)
     started = time.monotonic()
     params = LABELLER[method] if settings == "labeller" else None
@@ -89,17 +116,18 @@ def measure(name: str, folder: Path, feature: str, method: str, settings: str, n
     trained = time.monotonic() - started
     ds = schema.Dataset.read(folder)
     feats = FeatureCache(featuriser, None, ds.manifest.fingerprint)
-    q = methods.score_split(model, read_inputs(folder), "test", "q", feats)
-    within = ranking_spearman([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
-                               for s in ds.states_in("test")]).mean
+    test_rho, within = split_rhos(model, ds, folder, "test", feats)
+    train_rho, train_within = split_rhos(model, ds, folder, "train", feats)
     out: dict[str, Any] = {"dataset": name, "features": feature, "method": method, "settings": settings,
-                           "test_rho": float(spearmanr([q[i] for i in q], [ds.q_labels[i] for i in q])[0]),
-                           "within_rho": within, "train_seconds": round(trained, 1)}
+                           "test_rho": test_rho, "within_rho": within, "train_rho": train_rho,
+                           "train_within_rho": train_within, "train_seconds": round(trained, 1)}
     picker = bon.score_picker(lambda states: methods.score_states(model, states, "q", feats))
+    started = time.monotonic()
     for n in ns:
-        played = bon.run_episodes(env, setting(env, spec, folder, n, episodes), picker)
+        played = bon.run_episodes(env, setting(name, env, spec, folder, n, episodes), picker)
         success, gain = bon.summarise(played).success, bon.gain(played, base[n])
         out[f"n{n}"] = {"success": [success.value, success.low, success.high], "gain": [gain.value, gain.low, gain.high]}
+    out["play_seconds"] = round(time.monotonic() - started, 1)
     return out
 
 
@@ -112,30 +140,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="2,4")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--data", type=Path, help="build each dataset into DATA/NAME, or read it from there if built "
+                                                  "already (one ALFWorld build for several runs); default: a temporary folder")
     args = parser.parse_args(argv)
     ns = [int(n) for n in args.n.split(",")]
     results = []
     with TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
             env, spec = dataset(name)
-            folder = Path(tmp) / name
-            build.build_dataset(env, spec).write(folder)
+            folder = (args.data or Path(tmp)) / name
+            if not (folder / "manifest.json").exists():
+                started = time.monotonic()
+                build.build_dataset(env, spec).write(folder)
+                print(f"{name} built in {time.monotonic() - started:.0f} s", flush=True)
             base = {}
             for n in ns:
-                base[n] = bon.run_episodes(env, setting(env, spec, folder, n, args.episodes), bon.BUILTIN_PICKERS["base"])
+                base[n] = bon.run_episodes(env, setting(name, env, spec, folder, n, args.episodes),
+                                           bon.BUILTIN_PICKERS["base"])
                 s = bon.summarise(base[n]).success
                 print(f"{name} base N={n}: success {s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", flush=True)
             for feature in args.features.split(","):
                 if feature.startswith("tabular") and name != "shared":
                     continue  # one-hot maps say nothing about a map never trained on
                 for method in args.methods.split(","):
-                    row = measure(name, folder, feature, method, args.settings, ns, args.episodes, base,
+                    row = measure(name, env, spec, folder, feature, method, args.settings, ns, args.episodes, base,
                                   Path(tmp) / "models")
                     results.append(row)
                     cells = "  ".join(f"N={n} {row[f'n{n}']['success'][0]:.2f} gain {row[f'n{n}']['gain'][0]:+.2f} "
                                       f"[{row[f'n{n}']['gain'][1]:+.2f}, {row[f'n{n}']['gain'][2]:+.2f}]" for n in ns)
-                    print(f"{name:<7} {feature:<8} {method:<10} rho {row['test_rho']:.3f} within "
-                          f"{row['within_rho']:.3f}  {cells}  ({row['train_seconds']:.0f} s)", flush=True)
+                    print(f"{name:<8} {feature:<8} {method:<10} rho {row['test_rho']:.3f} within "
+                          f"{row['within_rho']:.3f} train rho {row['train_rho']:.3f} within {row['train_within_rho']:.3f}"
+                          f"  {cells}  (train {row['train_seconds']:.0f} s, play {row['play_seconds']:.0f} s)", flush=True)
                     if args.json:
                         args.json.parent.mkdir(parents=True, exist_ok=True)
                         args.json.write_text(json.dumps(results, indent=1))

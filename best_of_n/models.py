@@ -7,10 +7,11 @@ The tables keep the names they had when these models were declared in :mod:`lead
 from __future__ import annotations
 
 from django.db import models
-from django.utils import timezone
+
+from jobs.runs import Run
 
 
-class BestOfNRun(models.Model):
+class BestOfNRun(Run):
     """One Best-of-N run (:mod:`qval.best_of_n`): a picker choosing among N candidates in seeded test episodes.
 
     ``picker`` is a built-in picker (``oracle``, ``random``, ``base``), the reference-policy baseline
@@ -18,16 +19,9 @@ class BestOfNRun(models.Model):
     ``training_run`` whose model scores the candidates).  ``queued`` → ``running``
     (``done`` of ``num_episodes``; every finished episode is a :class:`BestOfNEpisode`) →
     ``finished`` (``summary`` holds the success rate and mean return with their 95% CIs) or
-    ``failed`` (``error``).  While it runs it stamps ``heartbeat_at``; a run whose heartbeat stops is
-    requeued once (``attempt`` 2), then failed; a requeued run (or one queued again when its worker
-    restarts) resumes at its first missing episode. One whose message never reached the broker
-    (``sent_at`` null) is sent again by its reaper, and one not started within ``QVAL_RUN_QUEUE_S`` of
-    ``queued_at`` is failed (:mod:`jobs.heartbeat`).
+    ``failed`` (``error``), with the heartbeat, requeue and resend of every run (:class:`jobs.runs.Run`);
+    a requeued run (or one queued again when its worker restarts) resumes at its first missing episode.
     """
-
-    QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
-    STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]
-    ACTIVE = (QUEUED, RUNNING)
 
     environment = models.CharField(max_length=20, help_text="A key of qval.best_of_n.ENVIRONMENTS.")
     dataset_slug = models.SlugField(help_text="The dataset whose environment, actor and test tasks are played.")
@@ -39,22 +33,8 @@ class BestOfNRun(models.Model):
     n = models.PositiveSmallIntegerField()
     seed = models.IntegerField(default=0)
     num_episodes = models.PositiveIntegerField()
-    status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
     done = models.PositiveIntegerField(default=0)
     summary = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    worker = models.CharField(max_length=200, blank=True)
-    attempt = models.PositiveSmallIntegerField(
-        default=1, help_text="Which try this is (a run whose worker is lost is requeued once).")
-    heartbeat_at = models.DateTimeField(
-        null=True, blank=True, help_text="Last sign of life of the worker running it (status running).")
-    queued_at = models.DateTimeField(
-        default=timezone.now, help_text="When it was last queued (created, or requeued); see QVAL_RUN_QUEUE_S.")
-    sent_at = models.DateTimeField(
-        null=True, blank=True, help_text="When its message reached the broker (null: not yet; its reaper sends it again).")
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "leaderboard_bestofnrun"  # declared in leaderboard until migration best_of_n/0001
@@ -63,10 +43,6 @@ class BestOfNRun(models.Model):
 
     def __str__(self) -> str:
         return f"best-of-{self.n} #{self.pk} {self.picker} on {self.environment} ({self.status})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
 
     @property
     def percent(self) -> int:

@@ -31,6 +31,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import heartbeat
+from jobs.reference import queue_missing
 from board.evaluations import evaluations
 from best_of_n.models import BestOfNEpisode, BestOfNRun
 from leaderboard.models import Dataset
@@ -175,16 +176,18 @@ def queue_reference_runs(datasets: Iterable[Dataset]) -> list[BestOfNRun]:
     queued: list[BestOfNRun] = []
     for ds in played:
         environment = environments[ds.slug]
-        with transaction.atomic():
-            Dataset.objects.select_for_update().get(pk=ds.pk)
-            existing = set(BestOfNRun.objects.filter(environment=environment, n=REFERENCE_N, seed=0,
-                                                     num_episodes=REFERENCE_EPISODES, backbone="")
-                           .exclude(status=BestOfNRun.FAILED).values_list("picker", flat=True))
-            for picker in REFERENCE_PICKERS:
-                if picker not in existing:
-                    run = enqueue(create_run(environment, picker, n=REFERENCE_N, num_episodes=REFERENCE_EPISODES))
-                    log.info("reference Best-of-N run %s queued: %s on %s", run.pk, picker, environment)
-                    queued.append(run)
+
+        def launch(picker: str, environment: str = environment) -> BestOfNRun:
+            run = enqueue(create_run(environment, picker, n=REFERENCE_N, num_episodes=REFERENCE_EPISODES))
+            log.info("reference Best-of-N run %s queued: %s on %s", run.pk, picker, environment)
+            return run
+
+        queued += queue_missing(
+            ds, REFERENCE_PICKERS,
+            BestOfNRun.objects.filter(
+                environment=environment, n=REFERENCE_N, seed=0, num_episodes=REFERENCE_EPISODES, backbone="")
+            .exclude(status=BestOfNRun.FAILED).values_list("picker", flat=True),
+            launch)
     return queued
 
 
@@ -236,9 +239,7 @@ def _episodes_in_a_thread(run: BestOfNRun, picker: bon.Picker | None, done: set[
                                       num_episodes=run.num_episodes)
             bon.run_episodes(env, setting, picker, done=done, on_episode=results.put)
         finally:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
+            env.close()
         results.put(None)
     except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
         results.put(exc)

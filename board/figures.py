@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 
 from qval import compare, families, metric_registry
 from qval.schema import PUBLIC_SPLITS
@@ -410,6 +411,53 @@ def _options_of(rows: list[Evaluation]) -> dict[str, list[tuple[str, str]]]:
         "source": [(s, label) for s, (label, _) in boards.VIEWS.items()],
         "metric": [(m, metric_registry.get(m).label) for m in metric_registry.COMPARABLE],
     }
+
+
+@dataclass(frozen=True)
+class FilterField:
+    """One select of a figure page's filter form (``templates/leaderboard/_figure_filters.html``)."""
+
+    name: str
+    choices: list[tuple[str, str]]
+    selected: str
+    empty: str = ""
+    """The label of the option that sets no filter; empty where the field always has a value."""
+
+
+def filter_fields(options: Mapping[str, list[tuple[str, str]]], values: Mapping[str, str],
+                  empty: Callable[[str], str]) -> list[FilterField]:
+    """The selects of ``options`` with the chosen ``values`` (``split``'s empty value is ``all``) and the
+    label ``empty(name)`` of each one's no-filter option."""
+    def chosen(name: str) -> str:
+        value = values.get(name) or ""
+        return "all" if name == "split" and not value else value
+
+    return [FilterField(name, choices, chosen(name), empty(name)) for name, choices in options.items()]
+
+
+def any_value(name: str) -> str:
+    """The no-filter option of the figure pages' selects: ``any …`` except where a value is required."""
+    return "" if name in ("metric", "split", "source", "by") else f"any {name}"
+
+
+def figure_page(request: HttpRequest, name: str, template: str, context: dict[str, Any], *,
+                read: Callable[[], Filters], build: Callable[[Filters], Figure],
+                fields: Callable[[Mapping[str, str]], list[FilterField]],
+                shown: Callable[[Filters], dict[str, Any]] = lambda f: {}) -> HttpResponse:
+    """A figure page, or its data (``?format=``): the filters ``read()`` from the request, the figure
+    ``build(filters)``, the form's ``fields(values)`` and the context ``shown(filters)`` adds. Filters
+    outside their choices give the page with the reason (400), or the reason as JSON for a data format."""
+    try:
+        f = read()
+    except InvalidSelection as exc:
+        if request.GET.get("format") in FORMATS:
+            return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
+        return render(request, template, {**context, "fields": fields(request.GET), "error": exc.message},
+                      status=400)
+    fig = build(f)
+    if request.GET.get("format") in FORMATS:
+        return response(request, name, fig, f)
+    return render(request, template, {**context, **shown(f), "fields": fields(vars(f)), "filters": f, "fig": fig})
 
 
 def response(request: HttpRequest, name: str, fig: Figure, f: Filters) -> HttpResponse:

@@ -32,14 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import Http404, HttpRequest, HttpResponse
 
 from qval import compare, families, metric_registry, relabelled
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
-from . import aggregates, boards, evaluations, figures
+from . import boards, evaluations, figures
 from .charts import plain
 from .evaluations import Evaluation, best
 
@@ -458,17 +457,18 @@ def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
     options = {k: v for k, v in figures.options().items() if k in spec.offers}
     if "metric" in options:
         options["metric"] = [(m, label) for m, label in options["metric"] if m != LOCAL_METRIC]
-    context: dict[str, Any] = {"paper_figures": PAPER_FIGURES, "spec": spec, "name": name, "options": options,
-                               "values": {k: request.GET.get(k, "") for k in spec.offers}, "title": spec.title}
-    try:
-        f = read(spec, request.GET)
-    except aggregates.InvalidSelection as exc:
-        if request.GET.get("format") in figures.FORMATS:
-            return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
-        context["error"] = exc.message
-        return render(request, "leaderboard/paper_figure.html", context, status=400)
-    fig = build(spec, f)
-    if request.GET.get("format") in figures.FORMATS:
-        return figures.response(request, name, fig, f)
-    context.update(filters=f, values={k: getattr(f, k) for k in spec.offers}, fig=fig, slice=describe(spec, f))
-    return render(request, "leaderboard/paper_figure.html", context)
+    return figures.figure_page(
+        request, name, "leaderboard/paper_figure.html",
+        {"paper_figures": PAPER_FIGURES, "spec": spec, "name": name, "title": spec.title},
+        read=lambda: read(spec, request.GET), build=lambda f: build(spec, f),
+        fields=lambda values: figures.filter_fields(options, values, _paper_default),
+        shown=lambda f: {"slice": describe(spec, f)})
+
+
+def _paper_default(name: str) -> str:
+    """The no-filter option of a paper figure's select: the paper's own choice where it made one."""
+    if name in ("target", "modality"):
+        return f"the paper's {name} per family"
+    if name == "family":
+        return "the paper's families"
+    return figures.any_value(name)

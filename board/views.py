@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Count
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import consistency as qconsistency
@@ -359,21 +359,16 @@ def figure(request: HttpRequest, name: str) -> HttpResponse:
 
 def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], template: str,
                  extra: dict[str, object]) -> HttpResponse:
-    context: dict[str, object] = {"figures": figures.FIGURES, "name": name, "options": figures.options(),
-                                  "values": {k: request.GET.get(k, "") for k in vars(figures.Filters())}, **extra}
+    options = {k: v for k, v in figures.options().items() if k not in fixed}
+    if name == "heatmap":
+        options["by"] = [(by, f"× {by}") for by in figures.HEATMAP_BY]
     opening = figures.opening_source(fixed) if fixed else boards.DEFAULT_VIEW
-    try:
-        f = figures.read_filters({"source": opening, **{k: v for k, v in request.GET.items() if v}}, **fixed)
-    except aggregates.InvalidSelection as exc:
-        if request.GET.get("format") in figures.FORMATS:
-            return JsonResponse({"errors": {exc.field: [exc.message]}}, status=400)
-        context["error"] = exc.message
-        return render(request, template, context, status=400)
-    fig = figures.build(name, f)
-    if request.GET.get("format") in figures.FORMATS:
-        return figures.response(request, name, fig, f)
-    context.update(filters=f, values=vars(f), fig=fig, title=figures.FIGURES[name][0])
-    return render(request, template, context)
+    return figures.figure_page(
+        request, name, template, {"figures": figures.FIGURES, "name": name, **extra},
+        read=lambda: figures.read_filters({"source": opening, **{k: v for k, v in request.GET.items() if v}}, **fixed),
+        build=lambda f: figures.build(name, f),
+        fields=lambda values: figures.filter_fields(options, values, figures.any_value),
+        shown=lambda f: {"title": figures.FIGURES[name][0]})
 
 
 RESULTS_SHOWN = 50

@@ -15,9 +15,7 @@ both record the run in a :class:`DatasetBuild`.
 
 from __future__ import annotations
 
-import queue
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from qval import build, schema
+from qval.offthread import call_in_thread
 
 from .loading import DatasetConflict, load_dataset
 from .models import Dataset, DatasetBuild, dataset_folder
@@ -60,48 +59,11 @@ class Built:
 
 
 def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path) -> schema.Dataset:
-    """``build.build`` in a thread of its own, each progress report handled in this thread.
-
-    An environment may run an event loop in the thread it is driven from (Playwright's sync API,
-    behind MiniWoB), and Django refuses database calls in such a thread: the build gets a
-    thread and ``progress`` (which saves to the database) runs here, synchronously -- the build
-    waits for each report, and an exception ``progress`` raises (an interruption) is raised in
-    the build at that point, as if ``progress`` had run there.
-    """
-    reports: queue.Queue[tuple[tuple[int, int, str], queue.Queue[BaseException | None]] | None] = queue.Queue()
-    outcome: dict[str, Any] = {}
-
-    def relay(done: int, total: int, stage: str) -> None:
-        answer: queue.Queue[BaseException | None] = queue.Queue(maxsize=1)
-        reports.put(((done, total, stage), answer))
-        error = answer.get()
-        if error is not None:
-            raise error
-
-    def run() -> None:
-        try:
-            outcome["dataset"] = build.build(
-                name, out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET
-            )
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
-            outcome["error"] = exc
-        finally:
-            reports.put(None)
-
-    thread = threading.Thread(target=run, name=f"build-{name}", daemon=True)
-    thread.start()
-    while (report := reports.get()) is not None:
-        event, answer = report
-        try:
-            progress(*event)
-        except BaseException as exc:  # noqa: BLE001 - handed to the build, which stops with it
-            answer.put(exc)
-        else:
-            answer.put(None)
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["dataset"]
+    """``build.build`` in a thread of its own (:func:`qval.offthread.call_in_thread`: an environment may run
+    an event loop in its thread, where Django refuses database calls), each progress report saved here."""
+    return call_in_thread(
+        lambda relay: build.build(name, out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET),
+        progress, name=f"build-{name}")
 
 
 def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True) -> Built:
@@ -154,7 +116,8 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
 
 class Recorder:
     """A ``progress`` callback saving ``stage``/``done``/``total`` on a :class:`DatasetBuild`:
-    at most once every ``interval`` seconds, and always at a stage's start and end."""
+    at most once every ``interval`` seconds, and always at a stage's start and end; a new stage
+    also sets ``stage_started_at`` and ``stage_start_done`` (for :meth:`DatasetBuild.seconds_left`)."""
 
     def __init__(self, build_id: int, interval: float = 1.0, echo: Progress | None = None) -> None:
         self.build_id = build_id
@@ -169,10 +132,12 @@ class Recorder:
         now = time.monotonic()
         if stage == self._stage and 0 < done < total and now - self._last < self.interval:
             return
+        fields: dict[str, Any] = {"stage": stage[:50], "done": max(done, 0), "total": max(total, 0),
+                                  "updated_at": timezone.now()}
+        if stage != self._stage:  # a new stage: its rate (DatasetBuild.seconds_left) counts from here
+            fields.update(stage_started_at=fields["updated_at"], stage_start_done=fields["done"])
         self._stage, self._last = stage, now
-        DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(
-            stage=stage[:50], done=max(done, 0), total=max(total, 0), updated_at=timezone.now()
-        )
+        DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(**fields)
 
 
 def enqueue(name: str) -> DatasetBuild:
@@ -246,9 +211,7 @@ def is_loaded(name: str) -> bool:
     """Whether the version builder ``name`` makes now is loaded (an older version of the dataset
     does not count, so ``make up`` builds a new version such as one with a secret test split)."""
     env, spec = build.BUILDERS[name]()
-    close = getattr(env, "close", None)
-    if callable(close):
-        close()
+    env.close()
     return Dataset.objects.filter(slug=spec.slug, version=spec.version).exists()
 
 

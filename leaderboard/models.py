@@ -8,10 +8,12 @@ its ``fingerprint`` is the content hash :meth:`qval.schema.Dataset.compute_finge
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from qval import families
 
@@ -245,6 +247,9 @@ class DatasetBuild(models.Model):
     stage = models.CharField(max_length=50, blank=True)
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
+    stage_started_at = models.DateTimeField(null=True, blank=True, help_text="When the current stage began.")
+    stage_start_done = models.PositiveIntegerField(
+        default=0, help_text="'done' at the start of the current stage (a resumed build's checkpointed states).")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(null=True, blank=True, help_text="Last progress report.")
@@ -272,6 +277,33 @@ class DatasetBuild(models.Model):
             return 100
         return int(100 * self.done / self.total) if self.total else 0
 
+    def seconds_left(self, now: datetime | None = None) -> float | None:
+        """Estimated seconds until the current stage ends: its rate since it started (items done in
+        this stage per second, up to the last report) applied to the items left, less the time since
+        that report; ``None`` when not running or nothing has been done in the stage yet."""
+        if self.status != self.RUNNING or self.stage_started_at is None or self.updated_at is None:
+            return None
+        done_in_stage = self.done - self.stage_start_done
+        elapsed = (self.updated_at - self.stage_started_at).total_seconds()
+        if done_in_stage <= 0 or elapsed <= 0 or self.total <= self.done:
+            return None
+        left = (self.total - self.done) * elapsed / done_in_stage
+        since_report = ((now or timezone.now()) - self.updated_at).total_seconds()
+        return max(left - max(since_report, 0.0), 0.0)
+
+    @property
+    def time_left(self) -> str:
+        """:meth:`seconds_left` in words ("about 23 min left"), or "" without an estimate."""
+        seconds = self.seconds_left()
+        if seconds is None:
+            return ""
+        if seconds < 60:
+            return "under a minute left"
+        minutes = round(seconds / 60)
+        if minutes < 90:
+            return f"about {minutes} min left"
+        return f"about {minutes / 60:.1f} h left"
+
     def as_dict(self) -> dict[str, object]:
         """JSON-friendly form (API, status polling)."""
         def iso(t):  # type: ignore[no-untyped-def]
@@ -282,5 +314,7 @@ class DatasetBuild(models.Model):
             "total": self.total, "percent": self.percent, "created_at": iso(self.created_at),
             "started_at": iso(self.started_at), "updated_at": iso(self.updated_at),
             "finished_at": iso(self.finished_at), "dataset": self.dataset_key, "fingerprint": self.fingerprint,
-            "error": self.error, "worker": self.worker,
+            "error": self.error, "worker": self.worker, "stage_started_at": iso(self.stage_started_at),
+            "seconds_left": None if (left := self.seconds_left()) is None else round(left),
+            "time_left": self.time_left,
         }

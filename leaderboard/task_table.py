@@ -119,9 +119,14 @@ class TaskTable:
 def task_table(ds: Dataset) -> TaskTable:
     """Per split of ``ds``: states and candidates per task, grouped by ``State.task_type``; on the
     public splits one example per task with its candidates and their Q labels."""
+    return TaskTable(splits=_split_tasks(ds, _examples(ds)))
+
+
+def _split_tasks(ds: Dataset, examples: dict[tuple[str, str], Example]) -> tuple[SplitTasks, ...]:
+    """The splits of ``ds`` that have states, their tasks grouped by ``State.task_type`` (one query),
+    each task with its example from ``examples`` where there is one."""
     rows = (ds.states.order_by().values("split", "task", "task_type")
             .annotate(n_states=Count("pk", distinct=True), n_candidates=Count("candidates"), first=Min("position")))
-    examples = _examples(ds)
     splits = []
     for split, _ in SPLIT_CHOICES:
         mine = sorted((r for r in rows if r["split"] == split), key=lambda r: r["first"])
@@ -134,7 +139,7 @@ def task_table(ds: Dataset) -> TaskTable:
                         example=examples.get((split, r["task"]))))
         splits.append(SplitTasks(split=split, public=split in PUBLIC_SPLITS,
                                  groups=tuple(GroupRows(g, tuple(groups[g])) for g in sorted(groups))))
-    return TaskTable(splits=tuple(splits))
+    return tuple(splits)
 
 
 def _examples(ds: Dataset) -> dict[tuple[str, str], Example]:
@@ -159,4 +164,19 @@ def _examples(ds: Dataset) -> dict[tuple[str, str], Example]:
             candidates=tuple(ExampleCandidate(external_id=c.external_id, action=c.action, is_actor=c.is_actor,
                                               q_label=q.get(c.external_id), next_image=c.next_image)
                              for c in st.candidates.all()))
+    return out
+
+
+def split_counts(ds: Dataset) -> dict[str, dict[str, object]]:
+    """Per split of ``ds`` that has states: ``{"states": n, "tasks": distinct tasks, "task_types": {type:
+    states}}`` (``task_types`` only where the states name one, as ALFWorld all-types and TerminalBench-lite do).
+    Counts of inputs only, so the test split's are as public as its download."""
+    out: dict[str, dict[str, object]] = {}
+    for split in _split_tasks(ds, {}):
+        counts: dict[str, object] = {"states": sum(t.states for t in split.tasks),
+                                     "tasks": len({t.task for t in split.tasks})}
+        types = {g.group: g.states for g in split.groups if g.group}
+        if types:
+            counts["task_types"] = types
+        out[split.split] = counts
     return out

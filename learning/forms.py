@@ -8,6 +8,7 @@ from django import forms
 
 from leaderboard.models import Dataset
 from qval.learned import methods as lm
+from qval.learned.defaults import DEFAULT_FEATURISER
 
 from . import selectors
 
@@ -28,7 +29,7 @@ class TrainForm(forms.Form):
     method = forms.ChoiceField(choices=[(m, m) for m in lm.METHODS])
     dataset = forms.ChoiceField(help_text="Datasets hosted here with a loaded train split.")
     seed = forms.IntegerField(initial=0)
-    featuriser = forms.CharField(initial="hashed", max_length=300, required=False, help_text=(
+    featuriser = forms.CharField(initial=DEFAULT_FEATURISER, max_length=300, required=False, help_text=(
         "hashed, hashed:DIM, crossed, crossed:DIM (state × action n-grams), tabular (exact one-hot grid states: "
         "FrozenLake), http://HOST:PORT#MODEL (an /v1/embeddings server) or local:PATH (a transformers "
         "checkpoint on the gpu worker; amc-value's lora fine-tunes it)"))
@@ -53,8 +54,8 @@ class TrainForm(forms.Form):
         return self.cleaned_data
 
     def clean_featuriser(self) -> str:
-        """Blank: ``hashed``."""
-        return self.cleaned_data.get("featuriser") or "hashed"
+        """Blank: :data:`~qval.learned.defaults.DEFAULT_FEATURISER`."""
+        return self.cleaned_data.get("featuriser") or DEFAULT_FEATURISER
 
     def clean_dataset(self) -> Dataset:
         dataset = Dataset.lookup(self.cleaned_data["dataset"])

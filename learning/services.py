@@ -32,10 +32,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs import heartbeat
+from jobs.reference import queue_missing
 from leaderboard.models import Dataset, Method
 from qval.learned import methods as lm
 from qval.learned.data import read_inputs
+from qval.learned.defaults import DEFAULT_FEATURISER
 from qval.learned.features import FeatureCache, featuriser_from_spec
+from qval.offthread import call_in_thread
 from submissions import scoring
 from submissions.models import Submission
 
@@ -80,16 +83,18 @@ PARAM_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
     "lora_alpha": (lambda v: v > 0, "a positive number"),
     "lora_lr": (lambda v: v > 0, "a positive number"),
 }
-"""Allowed values of the float hyperparameters; integer ones (an integer default) must be at least 1."""
+"""Allowed values of the float hyperparameters; integer ones (an integer default) must be at least 1, or at least
+their :data:`INT_MINIMUMS` entry."""
+
+INT_MINIMUMS: dict[str, int] = {"branch_depth": 0}
+"""Integer hyperparameters whose smallest allowed value is not 1 (``branch_depth`` 0, best-of-q's and amc-value's:
+branch at the train states only)."""
 
 FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|https?://[^#\s]+#\S+|local:\S.*")
 """The featuriser specs :func:`qval.learned.features.featuriser_from_spec` accepts."""
 
 SEED_LIMIT = 2**31
 """Seeds are from 0 to ``SEED_LIMIT - 1``."""
-
-DEFAULT_FEATURISER = "hashed"
-"""The featuriser of a run that names none (:func:`create_run`), the reference runs' included."""
 
 TRAIN_TASK = "learning.tasks.train_learned"
 """The Celery task that runs a training run (queue ``gpu``), sent by name: its module imports this one."""
@@ -105,8 +110,9 @@ def check_param(name: str, value: Any, default: Any) -> Any:
             raise bad("true or false")
         return value
     if isinstance(default, int) or (default is None and value is not None):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise bad("an integer of at least 1" + (" or null" if default is None else ""))
+        least = INT_MINIMUMS.get(name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise bad(f"an integer of at least {least}" + (" or null" if default is None else ""))
         return value
     if isinstance(default, float):
         allowed, expected = PARAM_RANGES.get(name, (math.isfinite, "a number"))
@@ -158,12 +164,12 @@ def enqueue(run: TrainingRun) -> TrainingRun:
 def queue_reference_runs(datasets: Iterable[Dataset]) -> list[TrainingRun]:
     """Queue the Learned family's reference rows: one training run of every learned method
     (:data:`qval.learned.methods.METHODS`) with :func:`create_run`'s defaults (featuriser
-    :data:`DEFAULT_FEATURISER`, the method's default parameters, seed 0) on each of ``datasets`` that has a train
-    split here; return the runs queued (each sent to ``gpu`` once the transaction commits).
+    :data:`~qval.learned.defaults.DEFAULT_FEATURISER`, the method's default parameters, seed 0) on each of
+    ``datasets`` that has a train split here; return the runs queued (each sent to ``gpu`` once the transaction commits).
 
     A method that already has such a run on the dataset that did not fail is skipped, so calling this again
-    queues nothing new and a failed run is queued again.  The dataset's row is locked meanwhile, as
-    :func:`submissions.baselines.queue_reference_rows` does, so two callers never queue the same run twice.
+    queues nothing new and a failed run is queued again.  The dataset's row is locked meanwhile
+    (:func:`jobs.reference.queue_missing`), so two callers never queue the same run twice.
     A finished run publishes its dev and test scores (:func:`publish`): verified rows on the boards.
     """
     queued: list[TrainingRun] = []
@@ -171,15 +177,17 @@ def queue_reference_runs(datasets: Iterable[Dataset]) -> list[TrainingRun]:
     for ds in datasets:
         if not trainable.filter(pk=ds.pk).exists():
             continue
-        with transaction.atomic():
-            Dataset.objects.select_for_update().get(pk=ds.pk)
-            existing = set(TrainingRun.objects.filter(dataset=ds, featuriser=DEFAULT_FEATURISER, seed=0, params={})
-                           .exclude(status=TrainingRun.FAILED).values_list("method", flat=True))
-            for method in lm.METHODS:
-                if method not in existing:
-                    run = enqueue(create_run(method, ds))
-                    log.info("reference training run %s queued: %s on %s", run.pk, method, ds.key)
-                    queued.append(run)
+
+        def launch(method: str, ds: Dataset = ds) -> TrainingRun:
+            run = enqueue(create_run(method, ds))
+            log.info("reference training run %s queued: %s on %s", run.pk, method, ds.key)
+            return run
+
+        queued += queue_missing(
+            ds, list(lm.METHODS),
+            TrainingRun.objects.filter(dataset=ds, featuriser=DEFAULT_FEATURISER, seed=0, params={})
+            .exclude(status=TrainingRun.FAILED).values_list("method", flat=True),
+            launch)
     return queued
 
 
@@ -220,9 +228,12 @@ def run_training(run_id: int, worker: str) -> TrainingRun:
     try:
         with heartbeat.beating(running, run_id):
             featuriser = featuriser_from_spec(run.featuriser)
-            folder, model = lm.train(run.method, run.dataset.folder, models_root(), featuriser=featuriser,
-                                     cache_dir=feature_cache_dir(), seed=run.seed, params=run.params,
-                                     progress=Recorder(run.pk))
+            # In a thread of its own: MiniWoB's Playwright runs an event loop in the thread that drives it,
+            # where Django refuses the progress's database calls.
+            folder, model = call_in_thread(
+                lambda relay: lm.train(run.method, run.dataset.folder, models_root(), featuriser=featuriser,
+                                       cache_dir=feature_cache_dir(), seed=run.seed, params=run.params, progress=relay),
+                Recorder(run.pk), name=f"train-{run.pk}")
             run.refresh_from_db()
             run.model_dir, run.version, run.losses, run.data = str(folder), model.version, model.losses, model.data
             run.save(update_fields=["model_dir", "version", "losses", "data"])

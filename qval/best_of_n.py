@@ -54,7 +54,8 @@ import numpy as np
 from qval import build, hidden, labelling, metrics, schema
 from qval.envs.base import Environment, Snapshot
 
-DATASET_SLUGS: dict[str, str] = {"frozenlake": "frozenlake-8x8", "alfworld": "alfworld-pick-place", "miniwob": "miniwob"}
+DATASET_SLUGS: dict[str, str] = {"frozenlake": "frozenlake-8x8", "alfworld": "alfworld-pick-place", "miniwob": "miniwob",
+                                 "terminalbench-lite": "terminalbench-lite"}
 """The datasets (keys of :data:`qval.build.BUILDERS`) whose environments the track plays, and their slugs."""
 ENVIRONMENTS: tuple[str, ...] = tuple(DATASET_SLUGS)
 

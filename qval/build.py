@@ -8,9 +8,10 @@ interface, so every environment is built the same way:
    with ε-uniform noise) until the episode is done.  Its RNG is
    ``random.Random(f"{seed}/actor/{i}")``.
 2. **Sample.**  A *turn* is a state in which the actor acted.  The first and the last turn
-   are never sampled; among the others up to ``max_states_per_trajectory`` are drawn
-   without replacement by ``random.Random(f"{seed}/sample/{i}")`` (all of them when there
-   are fewer) and kept in step order.
+   are never sampled (the first is, with ``spec.sample_first_turn``: for tasks solved in two
+   actions); among the others up to ``max_states_per_trajectory`` are drawn without
+   replacement by ``random.Random(f"{seed}/sample/{i}")`` (all of them when there are fewer)
+   and kept in step order.
 3. **Candidates.**  :meth:`~qval.envs.base.Environment.sample_candidates` of the state with
    ``random.Random(f"{seed}/candidates/{trajectory}/{step}")`` (FrozenLake: all four moves,
    no draw; ALFWorld: the actor's action and three other admissible commands), the actor's
@@ -23,7 +24,8 @@ interface, so every environment is built the same way:
    :meth:`schema.Dataset.write` puts them in ``images/`` and the fingerprint covers their bytes.
    ``"image"`` is in ``Manifest.modalities`` exactly when the dataset has images.
 5. **Labels.**  :func:`qval.labelling.label_state` (Max-Value Monte Carlo under the reference
-   policy).
+   policy), which also reads the candidates' next states (for a deterministic environment off the
+   labelling rollouts themselves: :func:`qval.labelling.shares_rollouts`).
 6. **Split.**  Whole trajectories, never states.  The split *cycle* is ``spec.split_cycle``
    (default: ``spec.splits``; a split listed several times gets that many shares).
    ``split_by="trajectory"`` (default): the ``n``-th trajectory of each task goes to
@@ -119,6 +121,9 @@ class DatasetSpec:
     end_images: bool = False
     """Store the goal image of every point: the final state of its reference rollout
     (``State.end_image``, ``Candidate.end_image``); needs the image modality."""
+    sample_first_turn: bool = False
+    """Let the first turn (the state after reset) be sampled too, so that a task solved in two
+    actions gives a state; the last turn is still never sampled."""
 
     def __post_init__(self) -> None:
         if self.split_by not in SPLIT_RULES:
@@ -172,6 +177,9 @@ class DatasetSpec:
                 "goal images: PNG of the final state of the reference rollout that gave each label, from every "
                 "candidate ({candidate id}-end.png, after forcing it) and every state ({state id}-end.png), in images/"
             )
+        if self.sample_first_turn:  # absent otherwise, so older datasets keep their fingerprints
+            config["state_sampling"] = "uniform without replacement among turns except the last"
+            config["sample_first_turn"] = True
         if self.secret_test:
             config["secret_test"] = (
                 "the test positions' tasks are instances drawn from seeds HMAC-SHA256(secret, '<slug>@<version>/task/"
@@ -255,10 +263,11 @@ def collect(env: Environment, index: int, spec: DatasetSpec, secret: str | None 
 
 
 def sample_turns(trajectory: Trajectory, spec: DatasetSpec) -> list[Turn]:
-    """Up to ``max_states_per_trajectory`` turns, never the first or the last, in step order."""
-    middle = range(1, len(trajectory.turns) - 1)
+    """Up to ``max_states_per_trajectory`` turns, never the last, nor the first unless
+    ``spec.sample_first_turn``, in step order."""
+    eligible = range(0 if spec.sample_first_turn else 1, len(trajectory.turns) - 1)
     rng = random.Random(f"{trajectory.seed}/sample/{trajectory.index}")
-    picked = rng.sample(middle, min(spec.max_states_per_trajectory, len(middle)))
+    picked = rng.sample(eligible, min(spec.max_states_per_trajectory, len(eligible)))
     return [trajectory.turns[i] for i in sorted(picked)]
 
 
@@ -333,15 +342,23 @@ def make_state(
     actions = tuple(env.sample_candidates(turn.action, rng))
     if turn.action not in actions:
         raise RuntimeError(f"trajectory {trajectory.index} step {snap.step}: actor action {turn.action!r} not a candidate")
+
+    def at_next(e: Environment) -> tuple[str, bytes | None]:
+        """A candidate's next state: its observation and (with images) its PNG."""
+        return e.observation(), _render(e, f"{state_id} next state") if spec.images else None
+
+    at_end = (lambda e: _render(e, f"{state_id} rollout end")) if spec.end_images else None
+    labels = labelling.label_state(
+        env, snap, actions, discount=spec.discount, num_rollouts=spec.num_rollouts, at_end=at_end,
+        at_next=at_next, at_snapshot=True,
+    )
     candidates = []
-    for index, action in enumerate(actions):
-        env.restore(snap)
+    for index, (action, (next_state, png)) in enumerate(zip(actions, labels.next)):
         cand_id = f"{state_id}-a{index}"
-        next_state = env.step(action).observation
         next_image = None
-        if spec.images:
+        if png is not None:
             next_image = f"{cand_id}-next.png"
-            pictures[next_image] = _render(env, cand_id)
+            pictures[next_image] = png
         candidates.append(
             schema.Candidate(
                 id=cand_id,
@@ -353,10 +370,6 @@ def make_state(
                 next_image=next_image,
             )
         )
-    at_end = (lambda e: _render(e, f"{state_id} rollout end")) if spec.end_images else None
-    labels = labelling.label_state(
-        env, snap, actions, discount=spec.discount, num_rollouts=spec.num_rollouts, at_end=at_end
-    )
     state_end = None
     if spec.end_images:
         state_end = f"{state_id}-end.png"
@@ -384,12 +397,15 @@ def make_state(
 def build_key(env: Environment, spec: DatasetSpec, secret: str | None = None) -> str:
     """SHA-256 (hex) naming the work of one build: checkpoint format, environment config and spec
     (and, for a secret test split, a tag derived from the secret, so secrets never share work)."""
+    spec_fields = asdict(spec)
+    if not spec.sample_first_turn:  # absent when unset, so builds checkpointed before the option still resume
+        del spec_fields["sample_first_turn"]
     identity: dict[str, Any] = {
         "checkpoint_format": CHECKPOINT_FORMAT,
         "environment": env.name,
         "reference_policy": env.reference_policy,
         "environment_config": env.config(),
-        "spec": asdict(spec),
+        "spec": spec_fields,
     }
     if spec.secret_test and secret:
         identity["secret_tag"] = hidden.derive(secret, f"{spec.slug}@{spec.version}", "checkpoint").hex()
@@ -800,8 +816,38 @@ seed=0, solved_within=30)`` (whose expert check plays every candidate scene, min
 
 
 def alfworld_all_types() -> tuple[Environment, DatasetSpec]:
-    """``alfworld-all-types@1.0``: ALFWorld's six task types (QVal's ``all-types``) on generated scenes,
-    the test split's scenes drawn from the maintainer's secret.
+    """``alfworld-all-types@1.1``: ``1.0``'s scenes, sizes and splits with images — a schematic render of the
+    simulator state for every state and candidate next state (:meth:`qval.envs.alfworld.ALFWorld.observation_image`),
+    and goal images (the final state of every label's reference rollout)."""
+    env, spec = alfworld_all_types_v1_0()
+    return env, replace(
+        spec,
+        name="ALFWorld all task types (text and schematic images)",
+        version="1.1",
+        description=spec.description.replace(
+            "every state names its task type.",
+            "every state names its task type. Image: a schematic render of the simulator state, not THOR's "
+            "egocentric camera (AI2-THOR cannot run here): a 512×512 drawing, made with PIL from the PDDL facts "
+            "the engine holds, of the task line, the receptacle the agent stands at (a closed one as a shut door, "
+            "nothing of its contents drawn; an open one or a surface with the objects in or on it), what the agent "
+            "holds, each object with the states 'examine' reports (hot, cold, clean, sliced; a lamp on or off), and "
+            "the room's receptacles by class and number with the current one highlighted; nothing a text agent "
+            "could not know (no hidden contents, no goal flag). For every state and candidate next state, plus goal "
+            "images: the render of the final state of the reference rollout from every state and candidate.",
+        ).replace(
+            "so the test split cannot be rebuilt from public information.",
+            "so the test split cannot be rebuilt from public information. Train and dev have 1.0's states, "
+            "candidates and labels; the test scenes are drawn for this version. Supersedes 1.0 (text only).",
+        ),
+        modalities=("text", "image"),
+        end_images=True,
+    )
+
+
+def alfworld_all_types_v1_0() -> tuple[Environment, DatasetSpec]:
+    """``alfworld-all-types@1.0`` (superseded by 1.1, which adds images; kept so that it can be rebuilt with its
+    fingerprint): ALFWorld's six task types (QVal's ``all-types``) on generated scenes, text only, the test
+    split's scenes drawn from the maintainer's secret.
 
     21 scenes per type × 2 trajectories × up to 3 states give up to 252 points per split (7 scenes of
     each type per split), so the test split clears 200 points.
@@ -864,9 +910,102 @@ name per position, so dev = login-user + click-option, test = enter-password + e
 click-checkboxes + use-spinner (about the same number of states each)."""
 
 
+MINIWOB_2_TASKS: tuple[str, ...] = (
+    "enter-text",
+    "enter-text-2",
+    "enter-text-dynamic",
+    "login-user",
+    "login-user-popup",
+    "enter-password",
+    "click-checkboxes",
+    "click-option",
+    "use-spinner",
+    "enter-date",
+    "enter-time",
+    "form-sequence-2",
+    "multi-orderings",
+    "multi-layouts",
+    "click-tab-2",
+    "click-tab-2-hard",
+)
+"""``miniwob@2.0``'s MiniWoB task names: those of :data:`qval.envs.miniwob.TASK_NAMES` whose goal changes with
+the seed (Best-of-N draws instances whose goal is none of the dataset's, so click-button-sequence and read-table-2,
+whose goal never changes, and find-word, with 14 goals, are left out).  Sixteen, not a multiple of 3: with the
+tasks listed seed-major, name ``i`` with seed ``s`` is task ``16 s + i``, in split ``(s + i) mod 3``, so every name
+is in every split."""
+
+MINIWOB_2_SEEDS = 14
+"""``miniwob@2.0``: BrowserGym seeds of each task name (0–13; the test positions' seeds come from the secret)."""
+
+
 def miniwob() -> tuple[Environment, DatasetSpec]:
-    """``miniwob@1.2``: ``1.1``'s train and dev exactly, a test split whose instances (BrowserGym seeds)
-    come from the maintainer's secret, and goal images for every point."""
+    """``miniwob@2.0``: 16 MiniWoB++ task names × 14 seeds, every name in every split (split by task:
+    task ``j`` goes to ``(train, dev, test)[j mod 3]``), the test instances drawn from the maintainer's
+    secret, the first turn sampled too (most tasks take two actions), the goal drawn above every image.
+
+    Size: 224 trajectories, 74 of them test (4–5 instances of each name).  Measured (64 trajectories, every
+    name on seeds 0–3, collected with these settings on 2026-11-27): 1.77 sampled states per
+    trajectory (two-action tasks 1, multi-orderings and multi-layouts nearly 3), so about 400 states, about
+    130 of them test.  Labelling a state costs about 14 s with images on an idle 2-core machine
+    (``miniwob@1.2``'s builds) and collecting a trajectory a few seconds, so the build takes about 100
+    minutes (about 55 at the 7 s a state that faster restores aim at); resume makes it safe to interrupt.
+    """
+    from qval.envs.miniwob import MiniWoB  # BrowserGym + Playwright: imported when used
+
+    names, seeds = MINIWOB_2_TASKS, MINIWOB_2_SEEDS
+    env = MiniWoB(task_names=names, seeds=range(seeds), horizon=12, goal_banner=True, name_as_task_type=True)
+    spec = DatasetSpec(
+        slug="miniwob",
+        name="MiniWoB++ (BrowserGym)",
+        version="2.0",
+        description=(
+            f"MiniWoB++ through BrowserGym 0.14.3 (miniwob 1.1.0 pages, Debian's headless Chromium): {len(names)} "
+            "tasks (" + ", ".join(names) + ") whose goal changes with the instance, most solved in two to five "
+            f"actions; instances from BrowserGym reset seeds 0–{seeds - 1}. {seeds * len(names)} trajectories (one "
+            "per task and seed) of at most 12 steps by a scripted policy per task (reads the goal, the accessibility "
+            "tree and, where the tree hides it, the page: field values, hidden tab panels, field labels) with "
+            "ε=0.25 random candidate actions; up to 3 states per trajectory, drawn among every turn but the last "
+            "(the first turn is sampled too, so two-action tasks give a state). Candidates: the actor's action and 3 "
+            "others among click on the interactive (set-of-marks) elements and fill of the text, date and time "
+            "fields with the goal's quoted strings and the policy's own text. Labels: restore the state "
+            "(reset(seed) and replay), force the candidate, follow the scripted policy until the 12-step horizon "
+            "(counted from the episode start); reward 1 when MiniWoB's raw reward is positive, γ=0.95. The scripted "
+            "policy is optimal except on click-checkboxes, where MiniWoB also counts a submit with more right boxes "
+            "than wrong as a success, so an early submit can score above it; the labels are those of the scripted "
+            "policy. Observation: the goal and BrowserGym's flattened accessibility tree with element ids; image: "
+            "the goal written in a banner above the screenshot (BrowserGym empties MiniWoB's own goal box) with "
+            "set-of-marks ids, for every state and candidate next state, and goal images (the final screenshot of "
+            "the reference rollout from every state and candidate). Split by task: task j (listed seed-major, so "
+            f"name i with seed s is task {len(names)}s + i) goes to (train, dev, test)[j mod 3]; with {len(names)} "
+            "names every name is in every split, on different instances; every state names its MiniWoB task as its "
+            "task type. The test instances (ids "
+            "'{task}:hidden-{position}') use BrowserGym seeds derived from the maintainer's secret, and so do the "
+            "test trajectories' random draws. Size: a full collection sampled 396 states (1.77 per trajectory; "
+            "74 of the 224 trajectories are test ones, so about 130 test points). Supersedes 1.2 (6 tasks, about 20 test points)."
+        ),
+        modalities=("text", "image"),
+        num_trajectories=seeds * len(names),
+        max_states_per_trajectory=3,
+        epsilon=0.25,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+        secret_test=True,
+        end_images=True,
+        sample_first_turn=True,
+    )
+    if len(names) % len(spec.cycle) == 0:
+        raise ValueError("miniwob@2.0's task names must not be a multiple of the split cycle, so that every name "
+                         "reaches every split")
+    return env, spec
+
+
+def miniwob_v1_2() -> tuple[Environment, DatasetSpec]:
+    """``miniwob@1.2`` (superseded by 2.0; kept so that it can be rebuilt with its fingerprint): ``1.1``'s
+    train and dev exactly, a test split whose instances (BrowserGym seeds) come from the maintainer's
+    secret, and goal images for every point."""
     env, spec = miniwob_v1_1()
     return env, replace(
         spec,
@@ -928,18 +1067,70 @@ def miniwob_v1_1() -> tuple[Environment, DatasetSpec]:
     return env, spec
 
 
-TERMINAL_TRAJECTORIES_PER_TASK = 7
-"""``terminalbench-lite``: trajectories of each task (its 10 test tasks × 7 × about 2 states: about 140 test points;
-with 6, one secret gave 119)."""
+TERMINAL_TRAJECTORIES_PER_TASK = 2
+"""``terminalbench-lite@1.1``: trajectories of each of its 60 tasks (every task file twice; about 2.07 states per
+trajectory in 1.0's collection: about 124 test points over the 30 files, 62 train and 62 dev)."""
+
+TERMINAL_SPLIT_CYCLE: tuple[str, ...] = ("train", "dev") * 15 + ("test",) * 30
+"""``terminalbench-lite@1.1``: task ``j`` goes to ``TERMINAL_SPLIT_CYCLE[j % 60]``: the first copy of the 30 files
+alternates train and dev (file-name order), the second copy, every file with secret parameters, is the test split."""
 
 
 def terminalbench_lite() -> tuple[Environment, DatasetSpec]:
-    """``terminalbench-lite@1.0``: 30 shell tasks of Terminal-Bench's easy-tier kinds, every command run in a
-    podman sandbox, split by task, the test tasks' parameters drawn from the maintainer's secret."""
+    """``terminalbench-lite@1.1``: 30 shell tasks of Terminal-Bench's easy-tier kinds, every command run in a
+    podman sandbox; train and dev hold 15 task files each with their default parameters, the test split every
+    one of the 30 files with parameters drawn from the maintainer's secret."""
+    from qval.envs.terminal import KINDS, Terminal  # podman and the terminal image: needed when used
+
+    env = Terminal(copies=2)
+    files = len(env.templates)
+    per_task = TERMINAL_TRAJECTORIES_PER_TASK
+    spec = DatasetSpec(
+        slug="terminalbench-lite",
+        name="TerminalBench-lite (shell tasks, text)",
+        version="1.1",
+        description=(
+            f"{files} shell tasks written for QVal in Terminal-Bench's layout (an instruction, a scripted "
+            "solution, tests that decide success), of the easy tier's kinds (" + ", ".join(KINDS) + "), each "
+            "command run in a fresh podman container (scripts/build-terminal-image.sh: Debian bookworm's bash, "
+            "coreutils, git, tar, gzip, python3; no network, memory, CPU and pids limits, an unprivileged user) on "
+            f"the task's /app. Every task file is played twice: its default parameters (train and dev: "
+            f"{files // 2} files each, alternating in file-name order) and parameters drawn from the maintainer's "
+            f"secret (the test split: all {files} files, ids hidden-j, such as other file names, ports and "
+            f"versions). {per_task * len(env.tasks)} trajectories ({per_task} per task) of at most {env.horizon} "
+            "steps by the scripted solution with ε=0.3 random candidate commands; up to 3 states per trajectory "
+            "(not the first or last turn); candidates: the actor's command, the reference command and 2 others "
+            "among the solution step after it, near misses, harmful and neutral commands and a premature submit. "
+            "Reward 1 when the task's tests pass at submit (which ends the episode). Labels: restore the state (a "
+            "tar of /app), force the candidate, follow the scripted solution (the next solution step not yet run, "
+            "then submit; no repair step) until the horizon (counted from the episode start), γ=0.95. "
+            "Observation: the instruction and every command so far with its output. The test trajectories' random "
+            "draws come from the secret too. Supersedes 1.0 (split by file: 10 files per split)."
+        ),
+        modalities=("text",),
+        num_trajectories=per_task * len(env.tasks),
+        max_states_per_trajectory=3,
+        epsilon=0.3,
+        seed=42,
+        discount=0.95,
+        num_rollouts=1,
+        splits=("train", "dev", "test"),
+        split_by="task",
+        split_cycle=TERMINAL_SPLIT_CYCLE,
+        secret_test=True,
+    )
+    if len(env.tasks) != len(TERMINAL_SPLIT_CYCLE):
+        raise ValueError(f"the split cycle covers {len(TERMINAL_SPLIT_CYCLE)} tasks, the environment lists {len(env.tasks)}")
+    return env, spec
+
+
+def terminalbench_lite_v1_0() -> tuple[Environment, DatasetSpec]:
+    """``terminalbench-lite@1.0`` (superseded by 1.1, whose test split plays every task file; kept so that it can be
+    rebuilt with its fingerprint): 30 shell tasks split by file, the test files' parameters drawn from the secret."""
     from qval.envs.terminal import KINDS, Terminal  # podman and the terminal image: needed when used
 
     env = Terminal()
-    per_task = TERMINAL_TRAJECTORIES_PER_TASK
+    per_task = 7
     spec = DatasetSpec(
         slug="terminalbench-lite",
         name="TerminalBench-lite (shell tasks, text)",
@@ -984,6 +1175,23 @@ BUILDERS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
 }
 """Dataset name → a function returning its environment and spec."""
 
+VERSIONS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
+    "frozenlake-8x8@1.2": frozenlake_8x8,
+    "frozenlake-8x8@1.1": frozenlake_8x8_v1_1,
+    "frozenlake-8x8@1.0": frozenlake_8x8_v1_0,
+    "alfworld-pick-place@1.1": alfworld_text,
+    "alfworld-pick-place@1.0": alfworld_text_v1_0,
+    "alfworld-all-types@1.1": alfworld_all_types,
+    "alfworld-all-types@1.0": alfworld_all_types_v1_0,
+    "miniwob@2.0": miniwob,
+    "miniwob@1.2": miniwob_v1_2,
+    "miniwob@1.1": miniwob_v1_1,
+    "terminalbench-lite@1.1": terminalbench_lite,
+    "terminalbench-lite@1.0": terminalbench_lite_v1_0,
+}
+"""Every dataset version a builder makes (``slug@version`` → builder), the superseded ones included: what a
+loaded dataset's environment is looked up by (:func:`qval.learned.methods.environment_for`)."""
+
 
 def build(
     name: str,
@@ -1016,7 +1224,5 @@ def build(
         if checkpoint is not None:
             checkpoint.remove()
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+        env.close()
     return ds

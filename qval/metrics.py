@@ -687,13 +687,30 @@ def _counts64(draws: Resamples) -> FloatArray:
     return draws.shared("counts64", lambda: draws.counts().astype(np.float64))
 
 
+#: A Pearson resample whose variance on a side is below this share of that side's largest square is
+#: computed again in two passes: ``sxx - sx * sx`` keeps about ``eps / share`` relative accuracy.
+PEARSON_RECHECK_SHARE = 1e-4
+
+
+def _unit_scaled(centred: FloatArray) -> FloatArray:
+    """Each row of ``centred`` (the whole of a 1-D array) divided by its largest magnitude (rows of zeros
+    unchanged)."""
+    scale = np.max(np.abs(centred), axis=-1, keepdims=True, initial=0.0)
+    return centred / np.where(scale > 0.0, scale, 1.0)
+
+
 def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
     """Pearson r of each resample (NaN on a constant side), from the count-weighted sums of the
-    values centred on the whole sample's means, products and squares (one matrix product)."""
-    xc, yc = x - x.mean(), y - y.mean()
+    values centred on the whole sample's means, products and squares (one matrix product).
+
+    Each side is divided by its largest centred magnitude first (r does not change), so that squares
+    of tiny values such as 1e-240 do not underflow to zero, as :func:`scipy.stats.pearsonr` does."""
+    xc, yc = _unit_scaled(x - x.mean()), _unit_scaled(y - y.mean())
     columns = np.column_stack([xc, yc, xc * xc, yc * yc, xc * yc])
-    # A constant resample's variance is zero up to rounding of the largest square: look closer below this.
-    tol_x, tol_y = 1e-9 * float(np.max(xc * xc, initial=0.0)), 1e-9 * float(np.max(yc * yc, initial=0.0))
+    # Below this share of the largest square, a resample's variance loses digits to cancellation in
+    # ``sxx - sx * sx`` (it may be a constant side): such resamples are computed again in two passes.
+    tol_x = PEARSON_RECHECK_SHARE * float(np.max(xc * xc, initial=0.0))
+    tol_y = PEARSON_RECHECK_SHARE * float(np.max(yc * yc, initial=0.0))
 
     def statistic(draws: Resamples) -> FloatArray:
         sx, sy, sxx, syy, sxy = columns.T @ _counts64(draws) / draws.n
@@ -703,11 +720,20 @@ def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], Flo
         suspect = np.flatnonzero((vx <= tol_x) | (vy <= tol_y))
         if suspect.size:
             drawn = draws.idx[suspect]
-            constant = (np.ptp(x[drawn], axis=1) == 0) | (np.ptp(y[drawn], axis=1) == 0)
-            r[suspect[constant]] = np.nan
+            r[suspect] = _pearson_rows(x[drawn], y[drawn])
         return np.clip(r, -1.0, 1.0)
 
     return statistic
+
+
+def _pearson_rows(x: FloatArray, y: FloatArray) -> FloatArray:
+    """Pearson r of each row pair, in two passes as :func:`scipy.stats.pearsonr` (NaN on a constant row)."""
+    dx = _unit_scaled(x - x.mean(axis=1, keepdims=True))
+    dy = _unit_scaled(y - y.mean(axis=1, keepdims=True))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.einsum("ij,ij->i", dx, dy) / np.sqrt(np.einsum("ij,ij->i", dx, dx) * np.einsum("ij,ij->i", dy, dy))
+    r[(np.ptp(x, axis=1) == 0) | (np.ptp(y, axis=1) == 0)] = np.nan
+    return r
 
 
 def sign_agreement_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:

@@ -46,6 +46,7 @@ from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_
 
 from qval import containers as qc
 from qval.backbone import Backend, BackboneServer, Backends
+from qval.envs.terminal import sweep_leftovers
 from qval.vllm import VLLMManager
 
 log = logging.getLogger(__name__)
@@ -255,8 +256,11 @@ _stop = threading.Event()
 @celeryd_after_setup.connect
 def _sweep(sender: str, instance: Any, **kwargs: Any) -> None:
     """Before the first job: remove the containers and job folders a killed predecessor left."""
-    removed = qc.sweep(qc.Engine.from_env())
+    engine = qc.Engine.from_env()
+    removed = qc.sweep(engine)
     log.info("remote worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
+    removed = sweep_leftovers(engine)
+    log.info("remote worker %s swept %d leftovers of terminal sandboxes: %s", sender, len(removed), removed)
 
 
 @worker_ready.connect

@@ -40,6 +40,7 @@ from board import aggregates, boards, evaluations, figures
 from board.exports import FILTER_KEYS, leaderboard_rows
 from leaderboard.exports import DATASET_FORMATS, SPLIT_FORMATS
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
+from leaderboard.task_table import split_counts
 from board.views import download_response
 from qval import relabelled
 from qval.schema import PUBLIC_SPLITS, TARGETS
@@ -67,7 +68,8 @@ def _dataset(key: str) -> Dataset:
 
 
 class DatasetList(APIView):
-    """Every dataset version with its splits and counts."""
+    """Every dataset version with its splits and counts (states, tasks and states per task type:
+    :func:`leaderboard.task_table.split_counts`)."""
 
     permission_classes = [AllowAny]
 
@@ -75,11 +77,8 @@ class DatasetList(APIView):
     def get(self, request: Request) -> Response:
         out = []
         for ds in Dataset.objects.select_related("environment"):
-            splits = {}
-            for split in ("train", "dev", "test"):
-                n = ds.states.filter(split=split).count()
-                if n:
-                    splits[split] = {"states": n, "labels_public": split in PUBLIC_SPLITS}
+            splits = {split: {**counts, "labels_public": split in PUBLIC_SPLITS}
+                      for split, counts in split_counts(ds).items()}
             out.append(
                 {
                     "key": ds.key,

@@ -4,11 +4,12 @@
 
 It lives here, above every app it calls (README, *Imports are meant to run one way*), and queues on the
 newest version of each hosted dataset (or of the datasets named), each part idempotent and run by the
-platform's workers on the ``gpu`` queue:
+platform's workers:
 
-* the baseline runs of the reference methods that need no model, test split, targets Q and V, on the board of
-  each modality the dataset offers (they score the state, not its text or image: FrozenLake's image boards get
-  them too; :func:`submissions.baselines.queue_reference_rows`);
+* the baseline runs of the reference methods that need no model (on the ``scoring`` queue: seconds each, so
+  they do not wait behind the training runs), test split, targets Q and V, on the board of each modality the
+  dataset offers (they score the state, not its text or image: FrozenLake's image boards get them too;
+  :func:`submissions.baselines.queue_reference_rows`);
 * one training run of each learned method with the default featuriser and parameters, where the dataset
   has a train split; a finished one publishes its dev and test scores (:func:`learning.services.queue_reference_runs`)
   on the text boards only, since the learned methods read the text observations;

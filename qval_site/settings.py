@@ -408,6 +408,7 @@ CELERY_TASK_ROUTES = {
     # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
     "workers.tasks.run_container_submission": {"queue": "gpu"},
     "learning.tasks.train_learned": {"queue": "gpu"},
+    # A method that needs no model goes to scoring instead (submissions.lifecycle.job_queue names the queue).
     "workers.tasks.run_baseline_submission": {"queue": "gpu"},
     "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
     "workers.tasks.reap_stale_jobs": {"queue": "scoring"},

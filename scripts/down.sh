@@ -5,10 +5,8 @@ for name in web beat worker gpu-worker datasets-worker; do
   f=var/run/$name.pid
   if [ -f "$f" ]; then
     pid=$(cat "$f")
-    # A dataset build can take an hour: stop that worker at once (cold shutdown); the build resumes
-    # from its checkpoint when it is queued again (make up does).
-    sig=TERM; [ "$name" = datasets-worker ] && sig=QUIT
-    kill -s "$sig" "$pid" 2>/dev/null && echo "stopped $name ($pid)"
+    # Workers and beat run under supervise.sh, which passes the stop on (the datasets worker's as QUIT: up.sh).
+    kill -s TERM "$pid" 2>/dev/null && echo "stopped $name ($pid)"
     for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     rm -f "$f"
   fi

@@ -34,7 +34,8 @@ $PY manage.py import_results   # QVal v1.0 published results (idempotent)
 scripts/down.sh >/dev/null 2>&1 || true
 env | grep -E '^(DATABASE_URL|CELERY_BROKER_URL|QVAL_INPROCESS_WORKER|QVAL_CACHE_URL)=' > var/run/env || true
 if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
-  nohup .venv/bin/celery -A qval_site worker -Q scoring -c 1 -n "scoring@%h" --loglevel INFO \
+  # Every worker runs under supervise.sh, started again if it exits (a Redis restart can make one exit).
+  nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q scoring -c 1 -n "scoring@%h" --loglevel INFO \
     > var/log/worker.log 2>&1 &
   echo $! > var/run/worker.pid
   # Celery beat, a process of its own: it sends the reapers (lost jobs, deadlines, unsent messages),
@@ -43,11 +44,12 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
     > var/log/beat.log 2>&1 &
   echo $! > var/run/beat.pid
   # Method containers: one job at a time; rootful podman (qval/containers.py).
-  nohup .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
+  nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
     > var/log/gpu-worker.log 2>&1 &
   echo $! > var/run/gpu-worker.pid
-  # Dataset builds: one at a time (minutes each); progress on /datasets/.
-  nohup .venv/bin/celery -A qval_site worker -Q datasets --concurrency 1 -n "datasets@%h" --loglevel INFO \
+  # Dataset builds: one at a time (minutes each); progress on /datasets/. Stopped at once (cold shutdown):
+  # the build resumes from its checkpoint when it is queued again (make up does).
+  SUPERVISE_STOP_SIGNAL=QUIT nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q datasets --concurrency 1 -n "datasets@%h" --loglevel INFO \
     > var/log/datasets-worker.log 2>&1 &
   echo $! > var/run/datasets-worker.pid
   # TerminalBench-lite runs its shell commands in an image of its own (offline from Debian packages, cached).

@@ -1,9 +1,9 @@
 """Baseline runs: a built-in method of :mod:`qval.methods` run by the platform on a dataset split.
 
 Staff launch one (:func:`launch_baseline`, from the admin or ``manage.py run_baseline``): it is a
-submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu``
-(:func:`submissions.lifecycle.dispatch` sends ``workers.tasks.run_baseline_submission``), which calls
-:func:`run_baseline`:
+submission of kind ``baseline`` and source ``baseline``, queued at once on ``gpu``, or on ``scoring`` for a
+method that needs no model (:func:`submissions.lifecycle.job_queue`). :func:`submissions.lifecycle.dispatch`
+sends ``workers.tasks.run_baseline_submission``, which calls :func:`run_baseline`:
 
 * the backbone is a name of ``QVAL_BACKBONES`` for the LLM methods (``kind: vllm``: a ``vllm
   serve`` process the worker starts and reuses, :mod:`qval.vllm`; ``kind: transformers``: the
@@ -45,6 +45,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.reference import queue_missing
 from leaderboard.exports import dataset_dir
 from leaderboard.loading import truth_for
 from leaderboard.models import Dataset, Method
@@ -172,16 +173,14 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     for ds in datasets:
         if not ds.hosted or not ds.states.filter(split=REFERENCE_SPLIT).exists():
             continue
-        with transaction.atomic():
-            Dataset.objects.select_for_update().get(pk=ds.pk)
-            existing = set(Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT)
-                           .exclude(state=Submission.FAILED).values_list("method_name", "target", "modality"))
-            for name in methods_for(ds.environment.slug):
-                for modality in modalities_for(name, ds.modalities or ["text"]):
-                    for target in REFERENCE_TARGETS:
-                        if (name, target, modality) not in existing:
-                            queued.append(launch_baseline(
-                                BaselineRequest(name, "", ds.key, REFERENCE_SPLIT, target, modality=modality)))
+        wanted = [(name, target, modality) for name in methods_for(ds.environment.slug)
+                  for modality in modalities_for(name, ds.modalities or ["text"]) for target in REFERENCE_TARGETS]
+        queued += queue_missing(
+            ds, wanted,
+            Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT)
+            .exclude(state=Submission.FAILED).values_list("method_name", "target", "modality"),
+            lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], "", ds.key, REFERENCE_SPLIT, key[1],
+                                                               modality=key[2])))
     return queued
 
 

@@ -42,6 +42,7 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from jobs import heartbeat as beats
 from leaderboard.models import Backbone, Method
+from qval.methods.registry import MethodError, get_method
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MetricRow, disclose
 
@@ -71,14 +72,27 @@ SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no sc
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
 VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed): the check of the upload stopped or hung"
 
+def job_queue(sub: Submission) -> str:
+    """The queue of ``sub``'s job: ``gpu`` for a container and for a baseline run of a method that needs a model,
+    ``scoring`` for a predictions file and for a baseline run of a method that needs none (the reference rows:
+    seconds of work, like scoring a file, so they do not wait behind training runs on ``gpu``)."""
+    if sub.kind == Submission.KIND_CONTAINER:
+        return "gpu"
+    if sub.kind == Submission.KIND_BASELINE:
+        try:
+            return "scoring" if get_method(sub.method_name).needs == "none" else "gpu"
+        except MethodError:
+            return "gpu"  # not a method any more: the gpu worker fails it with the reason
+    return "scoring"
+
+
 def deadline_reason(sub: Submission) -> str:
     """Why the reaper fails ``sub``, by the state it was stuck in."""
     if sub.state in (Submission.RECEIVED, Submission.VALIDATING):
         return VALIDATION_DEADLINE_REASON
     if sub.state == Submission.SCORING:
         return WORKER_DEADLINE_REASON
-    on_gpu = sub.kind in (Submission.KIND_CONTAINER, Submission.KIND_BASELINE)
-    return QUEUE_DEADLINE_REASON if on_gpu else SCORING_QUEUE_DEADLINE_REASON
+    return QUEUE_DEADLINE_REASON if job_queue(sub) == "gpu" else SCORING_QUEUE_DEADLINE_REASON
 
 
 def lock_account(user) -> None:  # type: ignore[no-untyped-def]
@@ -91,8 +105,8 @@ def lock_account(user) -> None:  # type: ignore[no-untyped-def]
 
 # -- sending -----------------------------------------------------------------------------------------
 def send_task(name: str, args: Sequence[Any], **options: Any) -> None:
-    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES``); with the in-process worker
-    (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead."""
+    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES`` unless ``options`` name a ``queue``); with
+    the in-process worker (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead."""
     app = current_app
     if app.conf.task_always_eager:
         app.loader.import_default_modules()  # registers the tasks, which an eager call runs by name
@@ -123,8 +137,9 @@ def send_messages(pks: Sequence[int]) -> list[int]:
 
     ``received``: its check -- a predictions file's (``validate_upload``), a container archive's
     (``inspect_container_upload``, one message for the submissions sharing it). ``queued``: its job with its
-    attempt -- a predictions file to ``scoring``, a baseline run to ``gpu``, a container to ``gpu`` (to a remote
-    worker with a fresh token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the rest
+    attempt, to :func:`job_queue`'s queue -- a predictions file to ``scoring``, a baseline run to ``gpu``
+    (``scoring`` for a method that needs no model), a container to ``gpu`` (to a remote worker with a fresh
+    token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the rest
     stay unsent, logged, for :func:`resend_unsent`; no exception reaches the caller.
     """
     subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
@@ -148,7 +163,7 @@ def send_messages(pks: Sequence[int]) -> list[int]:
             elif sub.kind == Submission.KIND_CONTAINER and settings.QVAL_GPU_WORKERS != "local":
                 send_task(TASKS["remote"], [sub.pk, issue_token(sub)], queue="gpu")
             else:
-                send_task(TASKS[sub.kind], [sub.pk, sub.attempt])
+                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub))
             sent.append(sub.pk)
     except BrokerUnreachable as exc:
         unsent = sorted({s.pk for s in subs} - set(sent))

@@ -202,9 +202,7 @@ def cached_build(env_key: str, make_env: Callable[[], Environment], spec: build.
         try:
             dataset = build.build_dataset(env, spec)
         finally:
-            close = getattr(env, "close", None)  # MiniWoB's browser
-            if callable(close):
-                close()
+            env.close()  # MiniWoB's browser, a terminal episode folder
         partial = BUILD_CACHE / f".{key}.{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
         dataset.write(partial)

@@ -141,8 +141,9 @@ class Stack:
 
     def start_worker(self, name: str, queues: str, concurrency: int = 1,
                      env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """A site worker (with the database) named ``name`` on ``queues``."""
-        return self._spawn(name, [sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", queues,
+        """A site worker (with the database) named ``name`` on ``queues``, under ``scripts/supervise.sh`` as
+        ``make up`` runs it (started again if it exits; :meth:`kill` signals the whole group)."""
+        return self._spawn(name, [str(REPO / "scripts" / "supervise.sh"), sys.executable, "-m", "celery", "-A", "qval_site", "worker", "-Q", queues,
                                   "--concurrency", str(concurrency), "-n", f"{name}@%h", "--without-gossip",
                                   "--without-mingle", "--loglevel", "INFO"], env)
 

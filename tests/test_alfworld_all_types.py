@@ -4,10 +4,13 @@ labels checked by hand one step from success, restore equals replay, per-type co
 from __future__ import annotations
 
 import collections
+import io
+import math
 import re
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from qval import build, labelling, schema
 from qval import hidden as hidden_seeds
@@ -21,8 +24,9 @@ from qval.envs.alfworld import (
     floorplans_for,
     generate_scene,
 )
+from qval.envs.alfworld_image import IMAGE_SIZE, render_view, view_of
 from qval.envs.base import Snapshot
-from tests.conftest import cached_build
+from tests.conftest import REPO, _imported_core_files, cached_build
 
 GAMMA = 0.95
 HORIZON = 20
@@ -35,13 +39,15 @@ that the expert solves within EXPERT_STEPS steps (short games keep the labelling
 SCENES_KEY = f"ALFWorld({SCENES}, horizon={HORIZON})"
 
 
-def small_spec() -> build.DatasetSpec:
+def small_spec(**changes: object) -> build.DatasetSpec:
     """One trajectory of each scene, two states each: every split holds two task types."""
-    return build.DatasetSpec(
+    fields: dict[str, object] = dict(
         slug="alfworld-all-types-small", name="ALFWorld all types small", version="0", description="test build",
         modalities=("text",), num_trajectories=6, max_states_per_trajectory=2, epsilon=0.2, seed=5,
         discount=GAMMA, num_rollouts=1, splits=("train", "dev", "test"), split_by="task",
     )
+    fields.update(changes)
+    return build.DatasetSpec(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +64,14 @@ def env(game_root: Path) -> ALFWorld:
 def dataset(game_root: Path) -> schema.Dataset:
     return schema.Dataset.read(cached_build(
         SCENES_KEY, lambda: ALFWorld(SCENES, horizon=HORIZON, game_root=game_root), small_spec()))
+
+
+@pytest.fixture(scope="module")
+def image_dataset(game_root: Path) -> schema.Dataset:
+    """The small build with images and goal images (alfworld-all-types@1.1's image settings)."""
+    spec = small_spec(modalities=("text", "image"), end_images=True)
+    return schema.Dataset.read(cached_build(
+        SCENES_KEY, lambda: ALFWorld(SCENES, horizon=HORIZON, game_root=game_root), spec))
 
 
 def expert_episode(env: ALFWorld, task: str) -> tuple[list[Snapshot], float]:
@@ -152,7 +166,7 @@ def test_hidden_test_scenes_keep_their_positions_type(game_root: Path) -> None:
 
 def test_builder_is_sized_for_200_test_points_with_a_third_of_each_type_per_split() -> None:
     env, spec = build.BUILDERS["alfworld-all-types"]()
-    assert isinstance(env, ALFWorld) and spec.slug == "alfworld-all-types" and spec.version == "1.0"
+    assert isinstance(env, ALFWorld) and spec.slug == "alfworld-all-types" and spec.version == "1.1"
     assert len(env.tasks) == 6 * build.ALFWORLD_SCENES_PER_TYPE and env.horizon == 50
     for task_type in TASK_TYPES:  # distinct rooms within a type, each fit for it
         floorplans = [fp for fp, _, t in build.ALFWORLD_ALL_TYPES_SCENES if t == task_type]
@@ -192,3 +206,127 @@ def test_the_dataset_page_counts_states_per_task_type(dataset: schema.Dataset, c
         mine = [s for s in dataset.states if s.split == split]
         assert shown == {t: (sum(s.task_type == t for s in mine), sum(len(s.candidates) for s in mine if s.task_type == t))
                          for t in {s.task_type for s in mine}}, split
+
+
+# -- images (alfworld-all-types@1.1) -------------------------------------------------------------
+HEAT = SCENES[3]
+"""The heat scene: the expert opens and closes the microwave, takes a tomato from the garbage can, heats it,
+opens the fridge and puts it there (12 steps)."""
+
+
+def png(env: ALFWorld) -> bytes:
+    return build.encode_png(env.observation_image())
+
+
+def facts(env: ALFWorld) -> list[tuple[str, tuple[str, ...]]]:
+    return [(f.name, tuple(a.name for a in f.arguments)) for f in env._state["facts"]]
+
+
+def test_the_image_follows_moves_opening_and_taking(env: ALFWorld) -> None:
+    task = generate_scene(*HEAT).task
+    env.reset(task)
+    task_line = "Your task is to: put a hot tomato in fridge."
+    pictures = [png(env)]
+    assert env.image_key().here == () and env.image_key().task == task_line  # the middle of the room
+    while not env.done:
+        command = env.reference_action()
+        env.step(command)
+        pictures.append(png(env))
+        view = env.image_key()
+        if command.startswith(("go to ", "open ", "take ", "heat ")):
+            assert pictures[-1] != pictures[-2], command  # a move, an opening, a pick-up and heating all show
+        if command.startswith("go to "):
+            assert [p.name for p in view.here] == [command[len("go to "):]]
+        if command.startswith("take "):
+            taken = command.split(" from ")[0][len("take "):]
+            assert [i.name for i in view.held] == [taken] and taken not in {i.name for i in view.here[0].items}
+        if command.startswith("heat "):
+            assert view.held[0].states == ("hot",)
+    assert env.history[-1].startswith("move tomato 1 to fridge 1") and env.image_key().held == ()
+    assert ("hot",) in {i.states for i in env.image_key().here[0].items}
+    image = Image.open(io.BytesIO(pictures[0]))
+    assert image.size == (IMAGE_SIZE, IMAGE_SIZE) and image.mode == "RGB"
+
+
+def test_a_closed_receptacles_contents_are_not_drawn(env: ALFWorld) -> None:
+    """At the closed microwave the engine knows what is in it; the picture is the same without those facts.
+    Open, the same contents change the picture."""
+    task = generate_scene(*HEAT).task
+    env.reset(task)
+    env.step("go to microwave 1")
+    inside = [f for f in facts(env) if f[0] == "inreceptacle" and f[1][1] == "microwave 1"]
+    assert inside  # bread, egg and plate
+    task_line = env.image_key().task
+    emptied = view_of([f for f in facts(env) if f not in inside], task_line)
+    assert env.image_key() == emptied and env.image_key().here[0].items == ()
+    assert png(env) == build.encode_png(render_view(emptied))
+    env.step("open microwave 1")
+    assert len(env.image_key().here[0].items) == len(inside)
+    emptied = view_of([f for f in facts(env) if f not in inside], task_line)
+    assert png(env) != build.encode_png(render_view(emptied))
+
+
+def test_the_same_state_gives_the_same_png_restored_or_replayed(env: ALFWorld, game_root: Path) -> None:
+    snapshots, _ = expert_episode(env, generate_scene(*HEAT).task)
+    replay = ALFWorld([HEAT], horizon=HORIZON, restore_mode="replay", game_root=game_root)
+    for snapshot in snapshots[::3] + snapshots[-1:]:
+        env.restore(snapshot)
+        direct = png(env)
+        replay.restore(snapshot)
+        assert png(replay) == direct == build.encode_png(env.observation_image()), snapshot.history
+    assert env.restore_counts["direct"] > 0 and replay.restore_counts["direct"] == 0
+
+
+def test_the_core_file_digest_of_cached_builds_covers_the_renderer() -> None:
+    """``tests/conftest.py::_build_digest`` follows module-level imports: a renderer change rebuilds the cache."""
+    assert REPO / "qval" / "envs" / "alfworld_image.py" in _imported_core_files(REPO / "qval" / "envs" / "alfworld.py")
+
+
+def test_version_1_1_adds_images_and_goal_images_to_1_0() -> None:
+    env, spec = build.BUILDERS["alfworld-all-types"]()
+    old_env, old = build.alfworld_all_types_v1_0()
+    assert (spec.version, spec.modalities, spec.end_images) == ("1.1", ("text", "image"), True)
+    assert (old.version, old.modalities, old.end_images) == ("1.0", ("text",), False)
+    assert "a schematic render of the simulator state, not THOR's egocentric camera" in spec.description
+    assert "Supersedes 1.0" in spec.description and "image" not in old.description.lower()
+    # the same scenes, sizes, splits and environment: only the images and the card differ
+    same = ("num_trajectories", "max_states_per_trajectory", "epsilon", "seed", "discount", "num_rollouts",
+            "splits", "split_by", "split_cycle", "secret_test")
+    assert all(getattr(spec, f) == getattr(old, f) for f in same)
+    assert env.config() == old_env.config() and env.horizon == old_env.horizon
+    assert "images" in spec.config() and "end_images" in spec.config() and "images" not in old.config()
+
+
+def test_a_small_build_stores_a_png_per_state_candidate_and_goal_and_keeps_the_text(
+        image_dataset: schema.Dataset, dataset: schema.Dataset) -> None:
+    assert image_dataset.manifest.modalities == ["text", "image"]
+    names = set(image_dataset.image_names())
+    for state in image_dataset.states:
+        expected = {state.image, state.end_image} | {c.next_image for c in state.candidates} | {
+            c.end_image for c in state.candidates}
+        assert None not in expected and expected <= names, state.id
+        for name in (state.image, state.candidates[0].next_image, state.end_image):
+            assert Image.open(io.BytesIO(image_dataset.images[name])).size == (IMAGE_SIZE, IMAGE_SIZE)
+    # the text part and the labels are those of the text-only build
+    def text(ds: schema.Dataset) -> list[tuple[object, ...]]:
+        return [(s.id, s.split, s.task, s.task_type, s.observation, s.history,
+                 [(c.id, c.action, c.next_state, c.is_actor) for c in s.candidates]) for s in ds.states]
+    assert text(image_dataset) == text(dataset)
+    assert image_dataset.q_labels == dataset.q_labels and image_dataset.v_labels == dataset.v_labels
+
+
+@pytest.mark.parametrize("name", ["vlm-rm-cos", "vlm-sor-softmax", "liv-l2"])
+@pytest.mark.parametrize("target", ["q", "v"])
+def test_the_image_methods_score_the_alfworld_images(image_dataset: schema.Dataset, name: str, target: str) -> None:
+    """Tiny random encoders (as in tests/test_image_methods.py): every dev point scored, from its image, the
+    task's goal text (ALFWorld's 'Your task is to: …') and, for LIV, its goal image."""
+    from qval.methods import goals
+    from qval.methods.registry import MethodContext, get_method
+
+    goals._encoder.cache_clear()
+    backbone = "qval-tiny-rn:random" if name.startswith("liv") else "qval-tiny-vit:random"
+    ctx = MethodContext(dataset=image_dataset, split="dev", target=target, points=image_dataset.states_in("dev"),
+                        backbone=backbone, seed=0, options={})
+    out = get_method(name).run(ctx)
+    assert list(out.scores) == image_dataset.point_ids("dev", target) and out.num_nan == 0
+    assert all(math.isfinite(v) for v in out.scores.values())

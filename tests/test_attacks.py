@@ -583,7 +583,7 @@ class TestSecretTestSplit:
         assert spec.secret_test and spec.end_images
         public_tasks = list(env.tasks)
         names = spec.hidden_tasks(env)
-        assert names and all(n.startswith(("enter-password:", "enter-text-2:")) for n in names)
+        assert names == [t for j, t in enumerate(public_tasks) if j % 3 == 2]  # (train, dev, test)[j % 3]
         build.hide_test_tasks(env, spec, "the maintainer's secret")
         tasks = list(env.tasks)
         assert [t for t in tasks if t not in env.hidden] == [t for t in public_tasks if t not in names]
@@ -597,7 +597,7 @@ class TestSecretTestSplit:
         build.hide_test_tasks(unplayable, spec, None)
         assert json.dumps(unplayable.config()) == text  # the manifest is the same with or without the secret
         with pytest.raises(RuntimeError, match="secret"):
-            unplayable.reset(tasks[1])
+            unplayable.reset(tasks[2])
 
     @pytest.mark.slow
     def test_frozenlake_1_1_still_rebuilds(self, tmp_path: Path) -> None:

@@ -238,7 +238,7 @@ TEXT_METHOD = "direct-single"
 """The built-in text method of the alignment page's browser test.  On the tiny model its replies do not parse
 (every score NaN: the actor's action is taken), so its episodes are as short as the base policy's; a method whose
 random picks wander to ALFWorld's 40-step horizon would take minutes."""
-BROWSER_EPISODES = {"frozenlake": 6, "alfworld": 2}
+BROWSER_EPISODES = {"frozenlake": 4, "alfworld": 1}
 """Episodes per picker in the browser test: a text method on the tiny model takes seconds a step."""
 
 

@@ -322,3 +322,53 @@ def test_builds_in_the_admin(admin_client, db) -> None:
     page = admin_client.get("/admin/leaderboard/datasetbuild/").content.decode()
     assert "miniwob" in page and '<progress max="100" value="25">' in page and "12/48" in page
     assert admin_client.get(f"/admin/leaderboard/datasetbuild/{b.pk}/change/").status_code == 200
+
+
+def test_every_dataset_version_names_the_builder_that_makes_it() -> None:
+    """``qval.build.VERSIONS`` (how a loaded dataset finds its environment, superseded versions included) maps each
+    ``slug@version`` to a builder whose spec is that version, and holds every current builder."""
+    assert set(build.BUILDERS.values()) <= set(build.VERSIONS.values())
+    for key, make in build.VERSIONS.items():
+        env, spec = make()
+        try:
+            assert f"{spec.slug}@{spec.version}" == key
+        finally:
+            env.close()
+    assert len({make for make in build.VERSIONS.values()}) == len(build.VERSIONS)
+
+
+def test_a_running_build_estimates_its_time_left_from_the_stage_rate(db, client) -> None:
+    now = timezone.now()
+    # A resumed build: 6 states came from the checkpoint, 10 more labelled in the 5 minutes since the stage began.
+    b = DatasetBuild.objects.create(name="miniwob", status="running", stage="label", done=16, total=62,
+                                    stage_start_done=6, stage_started_at=now - timedelta(minutes=5, seconds=20),
+                                    started_at=now - timedelta(minutes=9), updated_at=now - timedelta(seconds=20))
+    # 46 states left at 30 s each (10 in 300 s up to the last report), less the 20 s since that report: 1360 s.
+    assert b.seconds_left(now) == pytest.approx(46 * 30 - 20)
+    assert b.time_left == "about 23 min left"
+    api = next(row for row in client.get("/api/v1/builds/").json() if row["id"] == b.pk)
+    assert api["time_left"] == "about 23 min left" and 1340 <= api["seconds_left"] <= 1360
+    page = client.get("/status/").content.decode()
+    assert '<span class="time-left">about 23 min left</span>' in page
+    # No estimate before the stage has done anything, nor once the build is over.
+    DatasetBuild.objects.filter(pk=b.pk).update(done=6)
+    b.refresh_from_db()
+    assert b.seconds_left(now) is None and b.time_left == ""
+    DatasetBuild.objects.filter(pk=b.pk).update(done=16, status="finished")
+    b.refresh_from_db()
+    assert b.seconds_left(now) is None and b.as_dict()["seconds_left"] is None
+
+
+def test_the_recorder_starts_the_stage_clock_at_each_new_stage(db) -> None:
+    b = DatasetBuild.objects.create(name="tiny", status="running", started_at=timezone.now())
+    record = building.Recorder(b.pk, interval=0.0)
+    record(3, 10, "collect")
+    b.refresh_from_db()
+    assert (b.stage, b.stage_start_done) == ("collect", 3) and b.stage_started_at == b.updated_at
+    collect_started = b.stage_started_at
+    record(7, 10, "collect")
+    b.refresh_from_db()
+    assert b.stage_started_at == collect_started and b.stage_start_done == 3 and b.done == 7
+    record(4, 30, "label")  # a resumed build: 4 states were in the checkpoint
+    b.refresh_from_db()
+    assert b.stage_started_at > collect_started and b.stage_start_done == 4

@@ -283,3 +283,21 @@ def test_every_dataset_page_answers(client, loaded) -> None:  # type: ignore[no-
         assert f"/datasets/{key}/" in listing, key
         resp = client.get(f"/datasets/{key}/")
         assert resp.status_code == 200, (key, resp.status_code)
+
+
+@pytest.mark.django_db
+def test_the_dataset_list_api_counts_states_tasks_and_task_types_per_split(client, loaded, settings) -> None:  # type: ignore[no-untyped-def]
+    """``/api/v1/datasets/`` gives, per split, the states, the distinct tasks and (where states name one) the states
+    per task type, as the dataset's own states file counts them."""
+    folder = settings.QVAL_DATASETS_DIR / f"{loaded.slug}-{loaded.version}"
+    states = list(schema.read_jsonl(folder / "states.jsonl"))
+    test_tasks = sorted({s["task"] for s in states if s["split"] == "test"})
+    typed = loaded.states.filter(split="test", task=test_tasks[0])
+    typed.update(task_type="kind-a")  # a grouped dataset (ALFWorld's task types, TerminalBench-lite's kinds)
+    listed = {d["key"]: d for d in client.get("/api/v1/datasets/").json()}[loaded.key]["splits"]
+    for split in ("train", "dev", "test"):
+        mine = [s for s in states if s["split"] == split]
+        assert listed[split]["states"] == len(mine) and listed[split]["tasks"] == len({s["task"] for s in mine})
+        assert listed[split]["labels_public"] == (split != "test")
+    assert listed["test"]["task_types"] == {"kind-a": typed.count()} and typed.count() > 0
+    assert "task_types" not in listed["train"]

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from qval import families, metric_registry
 from submissions.models import Submission
 from tests.test_boards import run
 
@@ -114,3 +115,37 @@ def test_the_home_page_figure_is_figure_2(client, rows) -> None:  # type: ignore
     assert fig.plotly_bytes == client.get("/figures/paper/fig2/", {"format": "plotly"}).content
     methods = {r["method"] for r in fig.rows}
     assert {"direct-16", "codegen", "vip", "ranking"} <= methods and not methods & {"probe-file", "goal-distance"}
+
+
+def _selects(page: str) -> dict[str, tuple[list[str], str | None]]:
+    """The filter form's selects: name -> (option labels, the selected option's value)."""
+    form = page[page.index('id="figure-filters"'):page.index("</form>")]
+    found = {}
+    for name, body in re.findall(r'<select name="([^"]+)"[^>]*>(.*?)</select>', form, re.S):
+        options = re.findall(r'<option value="([^"]*)"( selected)?>([^<]*)</option>', body)
+        found[name] = ([html.unescape(label) for _, _, label in options],
+                       next((value for value, chosen, _ in options if chosen), None))
+    return found
+
+
+def test_each_figure_page_offers_its_own_filters(client, rows) -> None:  # type: ignore[no-untyped-def]
+    """The figure, environment, method and paper figure pages share one form: each offers the filters
+    its view reads, with the chosen values selected and a no-filter option only where one exists."""
+    heat = _selects(client.get("/figures/heatmap/", {"by": "backbone", "split": "all"}).content.decode())
+    assert heat["by"] == (["× environment", "× backbone"], "backbone")
+    assert heat["split"][1] == "all" and "any split" not in heat["split"][0]  # every split is a choice, not "any"
+    assert heat["environment"][0][0] == "any environment" and heat["metric"][0][0] != "any metric"
+    assert "by" not in _selects(client.get("/figures/per-family/").content.decode())
+
+    env = _selects(client.get("/environments/frozenlake/").content.decode())
+    assert "environment" not in env and "family" in env  # the page's own environment is fixed
+    method = _selects(client.get("/methods/probe-file/").content.decode())
+    assert "source" in method and method["source"][1] == "self-reported"  # opened on a source it has
+
+    fig2 = _selects(client.get("/figures/paper/fig2/").content.decode())
+    assert fig2["target"][0][0] == "the paper's target per family" and "family" not in fig2
+    assert metric_registry.get("ranking_spearman").label not in fig2["metric"][0]  # the paper picks it per family
+    fig4 = _selects(client.get("/figures/paper/fig4-left/", {"family": "ranking"}).content.decode())
+    assert fig4["family"] == (["the paper's families", *(n for _, n in families.CHOICES)], "ranking")
+    bad = client.get("/figures/heatmap/", {"by": "colour"})
+    assert bad.status_code == 400 and _selects(bad.content.decode())["by"][1] is None  # refused, nothing chosen

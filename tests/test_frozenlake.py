@@ -225,6 +225,30 @@ def test_text_only_datasets_keep_their_fingerprint(tmp_path) -> None:
     assert all(s.image is None and all(c.next_image is None for c in s.candidates) for s in ds.states)
 
 
+def test_the_first_turn_is_sampled_only_when_the_spec_asks() -> None:
+    """``sample_first_turn``: the first turn joins the draw (never the last), and the manifest config
+    says so only then (the default config, hence older fingerprints, unchanged)."""
+    env, spec = small(secret_test=False)
+    first = replace(spec, sample_first_turn=True)
+    sampled, sampled_first = [], []
+    for i in range(spec.num_trajectories):
+        trajectory = build.collect(env, i, spec)
+        last = len(trajectory.turns) - 1
+        steps = [t.snapshot.step for t in build.sample_turns(trajectory, spec)]
+        steps_first = [t.snapshot.step for t in build.sample_turns(trajectory, first)]
+        assert all(1 <= k < last for k in steps) and all(0 <= k < last for k in steps_first)
+        assert len(steps_first) == min(spec.max_states_per_trajectory, last)
+        sampled += steps
+        sampled_first += steps_first
+    assert 0 not in sampled and 0 in sampled_first
+    two = replace(trajectory, turns=trajectory.turns[:2])  # a task solved in two actions
+    assert build.sample_turns(two, spec) == [] and build.sample_turns(two, first) == [two.turns[0]]
+    default = spec.config()
+    assert "sample_first_turn" not in default and "except the first and the last" in default["state_sampling"]
+    assert first.config() == {**default, "state_sampling": "uniform without replacement among turns except the last",
+                              "sample_first_turn": True}
+
+
 def test_restore_equals_replay_and_next_states_come_from_gymnasium(
     dataset: schema.Dataset, test_split_secret: str
 ) -> None:
@@ -373,3 +397,31 @@ def test_build_with_work_dir_resumes_and_cleans_up(tmp_path, monkeypatch) -> Non
     # Another configuration never reuses that work.
     other = build.Checkpoint.for_build(work, *small(num_trajectories=9))
     assert other.directory != folder
+
+
+def test_shared_rollouts_give_the_same_dataset_with_fewer_restores() -> None:
+    """FrozenLake (is_slippery=False) is deterministic, and declares it: the labeller reads next states and V off
+    the Q rollouts (qval.labelling.shares_rollouts) and builds the same dataset, images and goal images
+    included, with fewer restores."""
+    datasets, restores = {}, {}
+    for shared in (False, True):
+        env, spec = small(num_trajectories=10, secret_test=False)
+        env.deterministic = shared
+        counted = [0]
+        real = env.restore
+
+        def counting(snapshot: Snapshot, real=real, counted=counted) -> None:  # type: ignore[no-untyped-def]
+            counted[0] += 1
+            real(snapshot)
+
+        env.restore = counting  # type: ignore[method-assign]
+        datasets[shared] = build.build_dataset(env, spec)
+        restores[shared] = counted[0]
+    assert labelling.shares_rollouts(env, 1) and not labelling.shares_rollouts(env, 2)
+    assert build.frozenlake_8x8()[0].deterministic  # the hosted builds share rollouts
+    old, new = datasets[False], datasets[True]
+    assert new.states and new.compute_fingerprint() == old.compute_fingerprint()
+    assert dict(new.images) == dict(old.images) and any(s.end_image for s in new.states)
+    candidates = sum(len(s.candidates) for s in new.states)
+    assert restores[False] == len(old.states) + 2 * candidates + len(old.states)  # state, next states, Q, V
+    assert restores[True] <= candidates  # one rollout per candidate, the first from the restored state

@@ -20,7 +20,7 @@ from qval.envs.frozenlake import FrozenLake
 from qval.learned import experience, methods, store
 from qval.learned.data import Point, read_inputs
 from qval.learned.experience import Edge, TreeNode
-from qval.learned.features import FeatureCache, HashedNgrams
+from qval.learned.features import CrossedNgrams, FeatureCache, HashedNgrams
 from qval.learned.trainers import expectile_loss, iql_q_target
 from tests.conftest import cached_build
 
@@ -506,13 +506,16 @@ def shared_lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-TABULAR = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20, "lr": 3e-3},
+TABULAR = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20, "lr": 3e-3,
+                         "branch_depth": 1},
            "qlass": {"epsilon": 0.0, "discount": 0.95, "width": 4, "steps": 500},
-           "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 1000}}
+           "amc-value": {"epsilon": 0.0, "samples": 1, "discount": 0.95, "steps": 1000, "branch_depth": 1}}
 """The labeller's policy (ε = 0) and discount (0.95), so that each method's own target (Q* for QLASS's full-width
 tree and IQL's high expectile, Q of the reference policy for AMC) is what the labels hold.  Best-of-Q bootstraps
 through V, so its one-hot weights (each updated only when its (state, action) is drawn) need a larger step than the
-regressions: at lr 1e-3 its within-state ρ was 0.88 after 3000 steps, at 3e-3 0.95 (seeds 0 and 1)."""
+regressions: at lr 1e-3 its within-state ρ was 0.88 after 3000 steps, at 3e-3 0.95 (seeds 0 and 1).  Best-of-q's
+and amc-value's ``branch_depth`` 1 offers every move where their branches lead, as a picker's moves off the actor's
+path need."""
 
 
 def test_tabular_grid_features_are_exact_one_hots() -> None:
@@ -540,8 +543,6 @@ def test_tabular_grid_features_are_exact_one_hots() -> None:
 
 
 def test_crossed_ngrams_give_each_action_its_own_view_of_the_state() -> None:
-    from qval.learned.features import CrossedNgrams, HashedNgrams
-
     crossed, plain = CrossedNgrams(512), HashedNgrams(512)
     env, _ = shared_map_lake()
     env.reset(env.tasks[0])
@@ -555,6 +556,64 @@ def test_crossed_ngrams_give_each_action_its_own_view_of_the_state() -> None:
     assert np.array_equal(pairs, crossed.encode_pairs([here, here, there], ["move left", "move right", "move left"]))
     with pytest.raises(ValueError, match="no pair features"):
         plain.encode_pairs([here], ["move left"])
+
+
+def test_branch_depth_offers_every_move_where_the_branches_lead(shared_lake_dir: Path) -> None:
+    """The coverage gap: with ``depth = 0`` some states a train candidate's continuation reaches next offer only the
+    actor's move; with ``depth = 1`` every such state has a transition for each of its four moves (it was offered
+    there, or earlier as a train state or another branch's state)."""
+    env, _ = shared_map_lake()
+    states = schema.Dataset.read(shared_lake_dir).states_in("train")
+    assert states
+
+    def moves(transitions: list[experience.Transition]) -> dict[tuple[str, str], set[str]]:
+        out: dict[tuple[str, str], set[str]] = {}
+        for t in transitions:
+            out.setdefault((t.task, t.state), set()).add(t.action)
+        return out
+
+    def reached(transitions: list[experience.Transition]) -> set[tuple[str, str]]:
+        """The states one step after a train state's candidate, where the episode goes on."""
+        firsts = {(s.task, s.observation, c.action) for s in states for c in s.candidates}
+        return {(t.task, t.next_state) for t in transitions if (t.task, t.state, t.action) in firsts and not t.done}
+
+    shallow = experience.branch_transitions(env, states, epsilon=0.0, rng=random.Random(0))
+    deep = experience.branch_transitions(env, states, epsilon=0.0, rng=random.Random(0), depth=1)
+    assert any(len(moves(shallow).get(key, set())) < 4 for key in reached(shallow))
+    assert reached(deep) and all(moves(deep)[key] == set(env.candidates()) for key in reached(deep))
+    assert len(deep) > len(shallow)
+    with pytest.raises(ValueError):
+        experience.branch_transitions(env, states, depth=1)
+
+
+def test_amc_branch_depth_scores_every_move_where_the_candidates_lead(shared_lake_dir: Path) -> None:
+    """AMC's coverage gap, as best-of-q's above: with ``branch_depth`` 0 some states one step after a train state's
+    candidate have a value target for the actor's move only; with 1 every such state has one for each of its moves."""
+    from qval.learned import defaults, trainers
+
+    env, _ = shared_map_lake()
+    states = schema.Dataset.read(shared_lake_dir).states_in("train")
+    p = {**defaults.AMC_VALUE, "epsilon": 0.0, "samples": 1, "discount": 0.95}
+    firsts = []  # (task, the state after a train candidate, where the episode goes on)
+    for s in states:
+        for c in s.candidates:
+            env.restore(experience.snapshot_of(s))
+            if not env.step(c.action).done:
+                firsts.append((s.task, env.observation()))
+
+    def moves(rows: list[trainers.AmcRow]) -> dict[tuple[str, str], set[str]]:
+        out: dict[tuple[str, str], set[str]] = {}
+        for task, observation, action, _ in rows:
+            if action is not None:
+                out.setdefault((task, observation), set()).add(action)
+        return out
+
+    shallow, none = trainers.amc_targets(env, states, {**p, "branch_depth": 0}, seed=0)
+    deep, points = trainers.amc_targets(env, states, {**p, "branch_depth": 1}, seed=0)
+    assert firsts and none == 0 and points > 0
+    assert any(len(moves(shallow).get(key, set())) < 4 for key in firsts)
+    assert all(moves(deep)[key] == set(env.candidates()) for key in firsts)
+    assert set(shallow) <= set(deep)  # depth 0's targets are all kept (ε = 0: no return depends on the draws)
 
 
 @pytest.mark.parametrize("method", list(methods.METHODS))
@@ -596,11 +655,15 @@ def test_the_registry_adapter_scores_the_points_it_is_given(fl_dir: Path, tmp_pa
     class Ctx:
         dataset_dir, split, target, seed, cache_dir = fl_dir, "dev", "v", 0, tmp_path / "cache"
         points = [s.id for s in read_inputs(fl_dir).states_in("dev")[:3]] + ["no-such-state"]
-        options = {"model": folder}
+        options = {"model": folder, "featuriser": "hashed"}  # the model's: the default is crossed
         progress = staticmethod(lambda done, total: None)
 
     out = methods.run("qlass", Ctx())
     assert list(out.scores) == Ctx.points and out.num_nan == 1
+    # without a model named, the newest one of the same features is used: none of crossed ones here
+    key = read_inputs(fl_dir).manifest.key
+    assert methods.latest_model(tmp_path / "models", "qlass", key, HashedNgrams().name) == folder
+    assert methods.latest_model(tmp_path / "models", "qlass", key, CrossedNgrams().name) is None
     assert out.meta["version"] == store.load(folder).version
     # the registry's contract: points are the split's states; target q scores every candidate
     states = read_inputs(fl_dir).states_in("dev")[:2]
@@ -638,9 +701,7 @@ def train_and_score_everywhere(env_key: str, make_env: Callable[[], Environment]
                     scores = methods.score_split(model, inputs, split, target, feats)
                     assert scores and all(np.isfinite(list(scores.values()))), (method, split, target)
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+        env.close()
 
 
 @pytest.mark.slow

@@ -115,6 +115,9 @@ def test_bad_hyperparameters_are_refused_by_the_service(loaded) -> None:  # type
     with pytest.raises(CommandError, match="params.branches: expected true or false"):
         call_command("train_learned", "--method", "best-of-q", "--dataset", loaded.slug, "--params", '{"branches": 1}')
     assert services.create_run("qlass", loaded, params={"max_roots": None, "lr": 1}).params == {"max_roots": None, "lr": 1.0}
+    with pytest.raises(services.InvalidRun, match=r"params.branch_depth: expected an integer of at least 0, got -1"):
+        services.create_run("best-of-q", loaded, params={"branch_depth": -1})
+    assert services.create_run("best-of-q", loaded, params={"branch_depth": 0}).params == {"branch_depth": 0}
 
 
 @pytest.mark.slow

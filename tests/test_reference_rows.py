@@ -196,11 +196,13 @@ def test_seeding_queues_a_training_run_per_learned_method_and_best_of_n_runs_onc
     from best_of_n.services import REFERENCE_EPISODES, REFERENCE_N
     from learning.models import TrainingRun
     from qval import best_of_n as bon
+    from qval.learned.defaults import DEFAULT_FEATURISER
     from qval.learned.methods import METHODS
 
     secret = settings.QVAL_TEST_SPLIT_SECRET
     settings.QVAL_TEST_SPLIT_SECRET = ""
     clear_queue("gpu")
+    clear_queue("scoring")
     with django_capture_on_commit_callbacks(execute=True):
         call_command("seed_reference_rows")
     assert not BestOfNRun.objects.exists()
@@ -213,14 +215,16 @@ def test_seeding_queues_a_training_run_per_learned_method_and_best_of_n_runs_onc
     baselines, training, best_of_n = seeded_state(loaded)
     assert len(baselines) == 2 * len(methods_for("frozenlake")) * len(loaded.modalities)
     assert set(METHODS) == {"best-of-q", "qlass", "amc-value"}
-    assert training == sorted((m, loaded.pk, "hashed", 0, {}, "queued") for m in METHODS)  # create_run's defaults
+    assert training == sorted((m, loaded.pk, DEFAULT_FEATURISER, 0, {}, "queued") for m in METHODS)  # create_run's defaults
     assert loaded.slug == bon.DATASET_SLUGS["frozenlake"] and (REFERENCE_N, REFERENCE_EPISODES) == (2, 20)
     assert best_of_n == sorted(("frozenlake", loaded.slug, p, 2, 20, 0, "", None, "queued")
                                for p in ("base", "oracle", "random"))
-    sent = sorted((m["headers"]["task"], m["headers"]["argsrepr"]) for m in broker_messages("gpu"))
-    assert sent == sorted([("workers.tasks.run_baseline_submission", f"[{pk}, 1]") for pk in baselines]
-                          + [("learning.tasks.train_learned", f"({r.pk},)") for r in TrainingRun.objects.all()]
-                          + [("workers.best_of_n.play_best_of_n", f"({r.pk},)") for r in BestOfNRun.objects.all()])
+    sent = {queue: sorted((m["headers"]["task"], m["headers"]["argsrepr"]) for m in broker_messages(queue))
+            for queue in ("gpu", "scoring")}
+    # The reference methods need no model: seconds of work each, so they run beside the uploads, not behind training.
+    assert sent["scoring"] == sorted(("workers.tasks.run_baseline_submission", f"[{pk}, 1]") for pk in baselines)
+    assert sent["gpu"] == sorted([("learning.tasks.train_learned", f"({r.pk},)") for r in TrainingRun.objects.all()]
+                                 + [("workers.best_of_n.play_best_of_n", f"({r.pk},)") for r in BestOfNRun.objects.all()])
 
     before = seeded_state(loaded)
     call_command("seed_reference_rows")
@@ -243,6 +247,7 @@ def test_a_seeded_training_run_finishes_and_its_rows_are_verified_on_the_board( 
         loaded, client, data_dir: Path, settings) -> None:
     from learning.models import TrainingRun
     from learning.services import run_training
+    from qval.learned.defaults import DEFAULT_FEATURISER
     from qval_site.reference_rows import seed_reference_rows
 
     settings.QVAL_DATA_DIR = data_dir
@@ -250,7 +255,7 @@ def test_a_seeded_training_run_finishes_and_its_rows_are_verified_on_the_board( 
     run = next(r for r in seeded.training_runs if r.method == "best-of-q")
     run = run_training(run.pk, "in-process")
     assert run.status == TrainingRun.FINISHED, run.error
-    assert run.params == {} and run.featuriser == "hashed"
+    assert run.params == {} and run.featuriser == DEFAULT_FEATURISER
     for target in ("q", "v"):
         board = client.get(f"/boards/{loaded.key}:{target}:text/", {"format": "json"}).json()
         rows = [r for r in board["rows"] if r["method"] == "best-of-q"]

@@ -6,14 +6,30 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
+import os
 import subprocess
 import time
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from qval import best_of_n as bon
 from qval import build, labelling, published, schema
-from qval.envs.terminal import KINDS, SUBMIT, TASK_DIR, TaskFileError, Terminal, load_tasks, parse_task
+from qval.envs.terminal import (
+    CONTAINER_LABEL,
+    EPISODE_PREFIX,
+    KINDS,
+    SUBMIT,
+    TASK_DIR,
+    Sandbox,
+    TaskFileError,
+    Terminal,
+    load_tasks,
+    parse_task,
+    sweep_leftovers,
+)
 from tests.conftest import REPO, cached_build
 
 GAMMA = 0.95
@@ -214,17 +230,17 @@ def test_every_scripted_solution_solves_its_task_and_the_initial_state_does_not(
 
 @pytest.mark.slow
 def test_the_secret_test_positions_are_solvable_with_drawn_parameters(engine, terminal_image) -> None:  # type: ignore[no-untyped-def]
-    """The tasks the full build's secret test split plays (task j with j mod 3 = 2), with drawn parameter values
-    (two environments in two threads, each solving half of them)."""
-    envs = [Terminal(engine=engine), Terminal(engine=engine)]
+    """The tasks the full build's secret test split plays (the second copy of every task file), with drawn parameter
+    values (two environments in two threads, each solving half of them)."""
+    envs = [Terminal(engine=engine, copies=2), Terminal(engine=engine, copies=2)]
     _, spec = build.terminalbench_lite()
     test_tasks = spec.hidden_tasks(envs[0])
-    assert len(test_tasks) == 10
+    assert test_tasks == [f"{file}#2" for file in envs[0].templates]
     for env in envs:
         env.hide_tasks({task: 1000 + j for j, task in enumerate(test_tasks)})
     hidden = [t for t in envs[0].tasks if t in envs[0].hidden]
     public = {template.instance().instruction for template in envs[0].templates.values()}
-    assert sum(envs[0].task_spec(t).instruction not in public for t in hidden) >= 5  # a draw may repeat the public values
+    assert sum(envs[0].task_spec(t).instruction not in public for t in hidden) >= 15  # a draw may repeat the public values
 
     def solve_part(env: Terminal, part: list[str]) -> list[tuple[str, float, str]]:
         try:
@@ -234,7 +250,7 @@ def test_the_secret_test_positions_are_solvable_with_drawn_parameters(engine, te
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = [r for part in pool.map(solve_part, envs, (hidden[0::2], hidden[1::2])) for r in part]
-    assert len(results) == 10
+    assert len(results) == 30
     for task, reward, observation in results:
         assert reward == 1.0, (task, observation)
 
@@ -291,3 +307,63 @@ def test_every_learned_method_trains_on_the_terminal_tasks(engine, small, tmp_pa
     fast = {"best-of-q": {"steps": 60, "target_every": 10}, "qlass": {"steps": 60, "width": 2, "depth": 1},
             "amc-value": {"steps": 60, "samples": 1}}
     train_and_score_everywhere(SMALL_KEY, lambda: Terminal(SMALL_TASKS, engine=engine), small_spec(), tmp_path, fast)
+
+
+def test_a_worker_sweep_removes_old_sandboxes_and_episode_folders_and_keeps_young_ones(  # type: ignore[no-untyped-def]
+        engine, terminal_image, tmp_path: Path) -> None:
+    name = f"qval-term-sweep-{uuid.uuid4().hex[:8]}"
+    started = engine.call("run", "-d", "--name", name, "--label", f"{CONTAINER_LABEL}=1", "--pull=never",
+                          "--network=none", Sandbox(engine=engine).image_id, "sleep", "120")
+    assert started.returncode == 0, started.stderr
+    hour_ago = time.time() - 3600
+    old, young, unrelated = (tmp_path / f"{EPISODE_PREFIX}old", tmp_path / f"{EPISODE_PREFIX}young", tmp_path / "other")
+    for folder in (old, young, unrelated):
+        (folder / "app").mkdir(parents=True)
+    for path in (old / "app", old, unrelated / "app", unrelated):
+        os.utime(path, (hour_ago, hour_ago))
+
+    def alive() -> bool:
+        return name in engine.call("ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}").stdout.split()
+
+    try:
+        removed = sweep_leftovers(engine, temp_dir=tmp_path)
+        assert str(old) in removed and not old.exists()
+        assert young.exists() and unrelated.exists() and name not in removed and alive()
+        time.sleep(2.5)
+        assert name in sweep_leftovers(engine, older_than_s=2, temp_dir=tmp_path)
+        assert not alive()
+    finally:
+        engine.call("rm", "-f", "-t", "0", name)
+
+
+@pytest.mark.slow
+def test_best_of_n_plays_terminal_tasks_that_none_of_the_dataset_shows(  # type: ignore[no-untyped-def]
+        engine, terminal_image, test_split_secret: str) -> None:
+    """Best-of-N's TerminalBench-lite tasks are the test positions' task files with parameters drawn under its own
+    key: none is an instance (instruction) of the dataset's train, dev or secret test tasks; the oracle, which
+    rolls every candidate out, plays its episodes there, always choosing a best-scored candidate."""
+    from tests.test_best_of_n import played, scored_environment
+
+    def small():  # type: ignore[no-untyped-def]
+        """``terminalbench-lite@1.1``'s spec (its secret's key) on six of its files, each played twice."""
+        _, spec = build.terminalbench_lite()
+        files = sorted(load_tasks())[::5]
+        return Terminal(files, engine=engine, copies=2), replace(spec, split_cycle=("train", "dev") * 3 + ("test",) * 6)
+
+    env, spec = bon.environment("terminalbench-lite", test_split_secret, builder=small)
+    scored, _ = scored_environment("terminalbench-lite", test_split_secret, small)
+    try:
+        tasks = bon.episode_tasks(env)
+        assert len(tasks) == 6 and set(tasks) == set(scored.hidden)
+        mine = {env.instances[t].instruction for t in tasks}  # type: ignore[union-attr]
+        dataset = {scored.instances[t].instruction for t in scored.tasks}  # type: ignore[union-attr]
+        assert len(mine) == 6 and not mine & dataset
+        episodes = played(env, spec, "terminalbench-lite", 1, ("oracle",))
+        assert [e.task for e in episodes] == list(tasks[:1])
+        for episode in episodes:
+            env.reset(episode.task)
+            assert env.instance() in episode.steps[0].observation
+            assert all(step.scores[step.chosen] == max(step.scores) for step in episode.steps)
+    finally:
+        env.close()
+        scored.close()

@@ -77,7 +77,7 @@ def status() -> dict[str, Any]:
         "recent_failures": failures,
         "builds": [
             {"id": b.pk, "name": b.name, "status": b.status, "stage": b.stage, "done": b.done, "total": b.total,
-             "percent": b.percent, "started": b.started_at, "finished": b.finished_at, "dataset": b.dataset_key,
+             "percent": b.percent, "time_left": b.time_left, "started": b.started_at, "finished": b.finished_at, "dataset": b.dataset_key,
              "error": b.error}
             for b in DatasetBuild.objects.all()[:RECENT_BUILDS]
         ],

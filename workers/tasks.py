@@ -7,7 +7,8 @@
 * ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
   method container on the split's inputs -- serving the backbone it asked for on the job's socket
   with the per-job token budget (:mod:`qval.backbone`) -- and scores what it wrote;
-* ``run_baseline_submission`` (queue ``gpu``) runs a built-in method for a baseline submission
+* ``run_baseline_submission`` (queue ``gpu``; ``scoring`` for a method that needs no model,
+  :func:`submissions.lifecycle.job_queue`) runs a built-in method for a baseline submission
   (:func:`submissions.baselines.run_baseline`), serving its LLM backbone through the worker's
   :class:`qval.vllm.VLLMManager` (started on first use, reused across jobs, stopped when the
   worker process shuts down);
@@ -49,6 +50,7 @@ from django.utils import timezone
 
 from leaderboard.loading import inputs_for, truth_for
 from qval import containers as qc
+from qval.envs.terminal import sweep_leftovers
 from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
 from qval.vllm import ServeSpec, VLLMManager
 from submissions import baselines, lifecycle, scoring, services
@@ -259,8 +261,13 @@ def stop_worker_heartbeats(**kwargs: Any) -> None:
 @celeryd_after_setup.connect
 def sweep_container_jobs(sender: str, instance: Any, **kwargs: Any) -> None:
     """At the start of a worker consuming ``gpu``, before it takes a job: remove the containers,
-    job directories and mounts a killed worker left (:func:`qval.containers.sweep`)."""
-    if "gpu" not in instance.app.amqp.queues.consume_from:
-        return
-    removed = qc.sweep(services.container_engine())
-    log.info("worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
+    job directories and mounts a killed worker left (:func:`qval.containers.sweep`); at the start of one
+    consuming ``gpu`` or ``datasets`` (which play TerminalBench-lite): the terminal sandbox containers and
+    episode folders older than a command can live (:func:`qval.envs.terminal.sweep_leftovers`)."""
+    queues = instance.app.amqp.queues.consume_from
+    if "gpu" in queues:
+        removed = qc.sweep(services.container_engine())
+        log.info("worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
+    if "gpu" in queues or "datasets" in queues:
+        removed = sweep_leftovers(qc.Engine.from_env())
+        log.info("worker %s swept %d leftovers of terminal sandboxes: %s", sender, len(removed), removed)

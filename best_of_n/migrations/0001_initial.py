@@ -7,6 +7,12 @@ from django.db.migrations.recorder import MigrationRecorder
 
 TABLES = ("BestOfNRun", "BestOfNEpisode")
 LAST_OLD_LEADERBOARD = "0011_state_task_type"
+OLD_LEADERBOARD = frozenset({
+    "0002_dataset_build", "0003_goal_images", "0004_method_families_and_hosted_datasets", "0005_method_family_learned",
+    "0006_best_of_n_runs", "0007_best_of_n_run_heartbeat_attempt", "0008_best_of_n_run_training_run",
+    "0009_run_sent_at", "0010_environment_open_book", LAST_OLD_LEADERBOARD,
+})
+"""The ``leaderboard`` migrations of the history the collapsed ``0001`` replaced (later ones are of the new history)."""
 
 
 def adopt_or_create_tables(apps, schema_editor):
@@ -15,9 +21,10 @@ def adopt_or_create_tables(apps, schema_editor):
     now. A database that stopped part-way through the old ``leaderboard`` history is refused: its schema is not
     the one the collapsed ``0001`` stands for."""
     applied = {name for app, name in MigrationRecorder(schema_editor.connection).applied_migrations() if app == "leaderboard"}
-    if applied - {"0001_initial"} and LAST_OLD_LEADERBOARD not in applied:
+    old = applied & OLD_LEADERBOARD
+    if old and LAST_OLD_LEADERBOARD not in applied:
         raise RuntimeError(
-            f"this database stopped at leaderboard migration {max(applied)}: migrate it to leaderboard "
+            f"this database stopped at leaderboard migration {max(old)}: migrate it to leaderboard "
             f"{LAST_OLD_LEADERBOARD} with a release from before 2026-11-27, then run this one")
     existing = set(schema_editor.connection.introspection.table_names())
     for name in TABLES:

@@ -38,6 +38,10 @@
   snapshot) and puts the caller's global state back afterwards.
 * **Observation.**  The scene description (ALFWorld's intro: the room and the task), the
   last command and its feedback, and the admissible commands.
+* **Image.**  :meth:`ALFWorld.observation_image`: a schematic render of the simulator state, not THOR's
+  egocentric camera (AI2-THOR cannot run here) — the task line, the receptacle at the agent's location
+  (closed: nothing of its contents), the objects seen there and held, with their examined states, and the
+  room's receptacles; drawn from the engine's facts by :mod:`qval.envs.alfworld_image`.
 * **Candidates.**  :meth:`ALFWorld.sample_candidates`: the actor's action and three other
   admissible commands drawn by the builder's RNG, listed in admissible-command order.
 * **Restore.**  ``restore_mode="direct"`` (default): :meth:`ALFWorld.snapshot` keeps
@@ -74,8 +78,10 @@ import textworld.envs.pddl.textgen as tw_textgen
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredExpertType, AlfredInfos
 from alfworld.agents.expert import HandCodedAgentFailed
 from textworld.envs import PddlEnv
+from PIL import Image
 from textworld.logic import Rule
 
+from .alfworld_image import View, render_view, view_of
 from .base import Environment, Snapshot
 
 TASK_TYPE = "pick_and_place_simple"
@@ -682,6 +688,21 @@ class ALFWorld(Environment):
 
     def candidates(self) -> list[str]:
         return list(self._state["admissible_commands"])
+
+    def observation_image(self) -> Image.Image:
+        """A schematic render of the simulator state, not THOR's egocentric camera (which cannot run here):
+        the task line, the receptacle the agent stands at (a closed one shows nothing of its contents), the
+        objects it can see there and what it holds, with their examined states, and the room's receptacles
+        with the current one highlighted (:mod:`qval.envs.alfworld_image`)."""
+        return render_view(self.image_key())
+
+    def image_key(self) -> View:
+        """What :meth:`observation_image` draws, read from the engine's facts (equal keys, equal pixels)."""
+        lines = [line for line in self._intro.splitlines() if line.startswith("Your task is to:")]
+        if len(lines) != 1:
+            raise RuntimeError(f"{self.task}: the intro has {len(lines)} 'Your task is to:' lines, expected one")
+        facts = ((fact.name, tuple(arg.name for arg in fact.arguments)) for fact in self._state["facts"])
+        return view_of(facts, lines[0])
 
     def instance(self) -> str:
         """The episode's introduction (the receptacles of the scene and the task), which starts every observation."""

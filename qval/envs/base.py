@@ -19,6 +19,8 @@ Conventions every adapter follows:
   :meth:`Environment.restore` returns to it.  The generic restore resets the task and
   replays the action history; an adapter may store a direct state in a subclass of
   :class:`Snapshot` and restore it without replay.
+* **Determinism.**  An adapter whose episodes are a function of the task and the actions sets
+  :attr:`Environment.deterministic`, which lets the labeller share rollouts between labels.
 * **Policies.**  :meth:`Environment.reference_action` is the strong reference policy the
   labels follow; :meth:`Environment.actor_action` is the collecting actor, the reference
   policy with ε-uniform noise drawn from a caller-seeded RNG.
@@ -85,6 +87,11 @@ class Environment(ABC):
 
     reference_policy: ClassVar[str]
     """Human-readable name of the reference policy (``Manifest.labelling``)."""
+
+    deterministic: bool = False
+    """The same actions from :meth:`reset` always give the same states, rewards and observations (text and
+    image), and :meth:`reference_action` depends on the state alone: the labeller may then read several
+    labels off one rollout (:func:`qval.labelling.shares_rollouts`).  Default: not declared."""
 
     def __init__(self, horizon: int) -> None:
         if horizon < 1:
@@ -218,6 +225,10 @@ class Environment(ABC):
         Default: every candidate of the current state, without drawing from ``rng``.
         """
         return self.candidates()
+
+    def close(self) -> None:
+        """Release what the adapter holds outside Python (a browser, a sandbox folder); the
+        environment is not used afterwards.  Default: nothing to release (as gymnasium's ``Env.close``)."""
 
     # -- the collecting actor ----------------------------------------------------------
     def actor_action(self, rng: random.Random, epsilon: float) -> str:

@@ -139,6 +139,7 @@ class FrozenLake(Environment):
 
     name = "frozenlake"
     reference_policy = "shortest-path (BFS)"
+    deterministic = True  # not slippery; the BFS action is a function of the cell; tested: the same dataset either way
 
     def __init__(self, map_seeds: Sequence[int] = MAP_SEEDS, size: int = 8, horizon: int = 30) -> None:
         super().__init__(horizon)

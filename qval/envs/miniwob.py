@@ -1,12 +1,15 @@
 """MiniWoB++ through BrowserGym (text and image) as a QVal environment adapter.
 
-* **Tasks.**  :data:`TASK_NAMES`: ten MiniWoB++ tasks that need two or more actions (fill a
-  form, tick boxes, pick an option, find a word, enter a date … then submit).  A task id is
+* **Tasks.**  :data:`TASK_NAMES`: nineteen MiniWoB++ tasks, nearly all solved in two to five
+  actions (fill a form, tick boxes, pick an option, find a word, enter a date or a time, read a
+  table, find a link behind tabs, dismiss a popup … then submit).  A task id is
   ``"{name}:{seed}"``: the BrowserGym task ``miniwob.{name}`` reset with ``seed``, which fixes
   the instance (goal, labels, layout).  :attr:`MiniWoB.tasks` lists the ids *seed-major*
-  (every name with seed 0, then every name with seed 1, …), so with an even number of names
-  task ``j`` has the name ``TASK_NAMES[j % len(TASK_NAMES)]`` and the builder's
-  ``split_by="task"`` rule (``splits[j % 2]``) always sends one MiniWoB task to one split.
+  (every name with seed 0, then every name with seed 1, …), so task ``j`` has the name
+  ``task_names[j % len(task_names)]``: under the builder's ``split_by="task"`` rule
+  (``cycle[j % len(cycle)]``) a number of names that is a multiple of the cycle keeps each
+  name in one split (``miniwob@1.x``), any other number puts every name in every split
+  (``miniwob@2.0``).
 * **Dynamics.**  The real BrowserGym ``BrowserEnv`` on the ``miniwob`` package's HTML pages
   (``file://`` URL of the installed package, :func:`miniwob_url`), in Debian's headless
   Chromium (:func:`chromium_executable`).  Reward 1 when MiniWoB's raw reward is positive
@@ -15,23 +18,35 @@
 * **Actions** are BrowserGym action strings (``click('16')``, ``fill('16', 'bob')``), executed by BrowserGym's ``bid`` action set.
   :meth:`MiniWoB.candidates` of a state: ``click`` on every visible set-of-marks element
   (BrowserGym's interactive-element flag), ``fill`` of every visible text box, spin
-  button or date field with every quoted string of the goal and the reference policy's own
+  button, date or time field with every quoted string of the goal and the reference policy's own
   fill text, in the order of the accessibility tree's node list.
 * **Reference policy.**  A scripted optimal policy per task (:meth:`MiniWoB.reference_action`)
-  that reads the goal and the accessibility tree of the current state (plus the true value
-  of a field, which the tree masks for password boxes, and for ``click-button-sequence`` the
-  action history, because a click on button ONE leaves no trace in the page), so it acts
-  optimally from any state it is restored to.
+  that reads the goal and the accessibility tree of the current state (plus what the tree does
+  not show: the true value of a field, which the tree masks for password boxes; the hidden tab
+  panels of click-tab-2; the label of a multi-layouts field; and for ``click-button-sequence``
+  the action history, because a click on button ONE leaves no trace in the page), so it acts
+  optimally from any state it is restored to (click-checkboxes aside: MiniWoB also counts a
+  submit with more right boxes than wrong as a success).
 * **Observation.**  Text: ``Goal: …``, a blank line, then BrowserGym's flattened
   accessibility tree with element ids (``[16] textbox ''``); ``url`` properties are dropped
   because they name the install path.  Image (:meth:`MiniWoB.observation_image`): the
-  screenshot with set-of-marks boxes and ids drawn on the visible interactive elements.
+  screenshot with set-of-marks boxes and ids drawn on the visible interactive elements and,
+  with ``goal_banner``, the goal written in a banner above it (BrowserGym empties MiniWoB's
+  query box, so the screenshot itself never shows the goal).
 * **Restore.**  The generic one: ``reset(seed)`` and replay the action history; MiniWoB with
   a fixed seed is deterministic, so the same page comes back (tested: text and pixels).
 * **Browser.**  :func:`install_shared_chromium` gives BrowserGym a Playwright whose
   ``chromium.launch`` always uses Debian's Chromium and keeps one browser process per launch
   configuration alive across resets (each reset still gets a fresh browser context and
   page), and hides the text caret so screenshots do not depend on its blink phase.
+* **Lean episodes** (default, ``MiniWoB(lean=False)`` turns them off): BrowserGym gets no chat
+  page (:class:`_PagelessChat`; a reset opened one in a second browser) and takes no
+  screenshot at each reset and step; :meth:`MiniWoB.screenshot` takes it when an image is
+  asked for.  The environment is :attr:`~MiniWoB.deterministic`, so the labeller shares
+  rollouts (:func:`qval.labelling.shares_rollouts`).  Both keep the records and labels exactly
+  and the images as far as the old path reproduces its own: Chromium repaints a clicked element's
+  hover and focus state on its own schedule, so a few next-state and goal images differ between
+  two builds the old way already (``tests/test_miniwob.py`` builds a small dataset both ways).
 """
 
 from __future__ import annotations
@@ -43,12 +58,15 @@ import os
 import random
 import re
 import shutil
+import threading
+import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import browsergym.core
+import browsergym.core.env
 import miniwob
 import numpy as np
 import playwright
@@ -74,8 +92,17 @@ TASK_NAMES: tuple[str, ...] = (
     "click-button-sequence",
     "find-word",
     "enter-date",
+    "enter-text-dynamic",
+    "read-table-2",
+    "form-sequence-2",
+    "multi-orderings",
+    "multi-layouts",
+    "click-tab-2",
+    "click-tab-2-hard",
+    "login-user-popup",
+    "enter-time",
 )
-"""The MiniWoB++ tasks the adapter covers, each solved by a scripted policy in two or more actions."""
+"""The MiniWoB++ tasks the adapter covers, each with a scripted policy (most need two or more actions)."""
 
 IGNORED_ROLES: tuple[str, ...] = ("LineBreak", "InlineTextBox")
 """Accessibility-tree roles left out of the text observation."""
@@ -83,7 +110,7 @@ IGNORED_ROLES: tuple[str, ...] = ("LineBreak", "InlineTextBox")
 IGNORED_PROPERTIES: tuple[str, ...] = (*IGNORED_AXTREE_PROPERTIES, "url")
 """Node properties left out of the text observation (``url`` names the local install path)."""
 
-FILL_ROLES = frozenset({"textbox", "spinbutton", "searchbox", "Date"})
+FILL_ROLES = frozenset({"textbox", "spinbutton", "searchbox", "Date", "InputTime"})
 """Roles whose elements get ``fill`` candidates."""
 
 ACTION_TIMEOUT_MS = 2000
@@ -101,6 +128,17 @@ CARET_HIDING_SCRIPT = """(() => { try { const sheet = new CSSStyleSheet();
 
 MARK_COLOR = (255, 0, 64)
 """Colour of set-of-marks boxes and id labels."""
+
+BANNER_FONT_SIZE = 15
+"""Font size (pixels) of the goal banner (:func:`draw_goal_banner`)."""
+
+BROWSER_LOCALE = "en-US"
+BROWSER_TIMEZONE = "UTC"
+"""Every page's locale and time zone, whatever the machine's: enter-time's and enter-date's goals are the
+page clock's ``toLocaleTimeString`` and date, so a build on a machine in another zone would draw other goals."""
+
+BANNER_MARGIN = 6
+"""Margin (pixels) around the goal banner's text."""
 
 
 # -- the browser ---------------------------------------------------------------------------
@@ -178,7 +216,8 @@ _installed: _BrowserGymPlaywright | None = None
 
 
 def install_shared_chromium() -> None:
-    """Give BrowserGym (``browsergym.core``'s global Playwright) Debian's Chromium, kept alive.
+    """Give BrowserGym (``browsergym.core``'s global Playwright) Debian's Chromium, kept alive, and
+    the chat and screenshot that lean episodes replace (:class:`_PagelessChat`, :func:`_screenshot`).
 
     Idempotent; the browsers are closed at interpreter exit.  Must run in the thread that
     uses the environments (Playwright's sync API is bound to one thread).
@@ -189,6 +228,8 @@ def install_shared_chromium() -> None:
         pw = playwright.sync_api.sync_playwright().start()
         _installed = _BrowserGymPlaywright(pw, executable)
         browsergym.core._set_global_playwright(_installed)  # type: ignore[arg-type]
+        browsergym.core.env.Chat = _chat  # type: ignore[assignment,misc]
+        browsergym.core.env.extract_screenshot = _screenshot
         atexit.register(_installed.chromium.close_all)
 
 
@@ -204,7 +245,48 @@ def shutdown_shared_chromium() -> None:
         _installed.chromium.close_all()
         _installed.playwright.stop()
         browsergym.core._set_global_playwright(None)  # type: ignore[arg-type]
+        browsergym.core.env.Chat = _browsergym_chat  # type: ignore[misc]
+        browsergym.core.env.extract_screenshot = _browsergym_screenshot
         _installed = None
+
+
+class _PagelessChat:
+    """What BrowserGym uses of its chat in a lean episode: the messages, without the chat's own browser page.
+
+    BrowserGym opens a chat page (a browser context in a second Chromium) at every reset and writes each
+    message into it; MiniWoB never reads it (the goal comes from the task, and the ``bid`` actions send no
+    messages), and it runs in another browser process than the task's page, so dropping it leaves the task
+    page as it was."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    def add_message(self, role: str, msg: str) -> None:
+        """Record a message as BrowserGym's chat does (``info`` messages are shown only, never kept)."""
+        if role in ("user", "user_image", "assistant", "infeasible"):
+            self.messages.append({"role": role, "timestamp": time.time(), "message": msg})
+
+    def wait_for_user_message(self) -> None:
+        raise RuntimeError("a lean MiniWoB episode has no chat page to wait on")
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+_lean = threading.local()
+"""``_lean.on``: the current thread is in a lean BrowserGym call (:meth:`MiniWoB._browser_call`)."""
+_browsergym_chat = browsergym.core.env.Chat
+_browsergym_screenshot = browsergym.core.env.extract_screenshot
+
+
+def _chat(*args: Any, **kwargs: Any) -> Any:
+    """BrowserGym's ``Chat``, or in a lean call a :class:`_PagelessChat`."""
+    return _PagelessChat() if getattr(_lean, "on", False) else _browsergym_chat(*args, **kwargs)
+
+
+def _screenshot(page: playwright.sync_api.Page) -> np.ndarray | None:
+    """BrowserGym's screenshot, or in a lean call ``None`` (:meth:`MiniWoB.screenshot` takes it when asked)."""
+    return None if getattr(_lean, "on", False) else _browsergym_screenshot(page)
 
 
 class _DropOverrideWarnings(logging.Filter):
@@ -288,6 +370,31 @@ def draw_set_of_marks(screenshot: np.ndarray, elements: Sequence[Element]) -> Im
     return image
 
 
+def draw_goal_banner(image: Image.Image, goal: str) -> Image.Image:
+    """``image`` below a white banner that shows ``Goal: {goal}``, wrapped to the image's width.
+
+    BrowserGym empties MiniWoB's query area (the yellow box that shows a person the goal), so
+    the screenshot alone never shows the goal; the banner puts it back into the image.
+    """
+    font = ImageFont.load_default(size=BANNER_FONT_SIZE)
+    width = image.width - 2 * BANNER_MARGIN
+    lines: list[str] = []
+    for word in f"Goal: {goal}".split():
+        if lines and font.getlength(f"{lines[-1]} {word}") <= width:
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    line_height = BANNER_FONT_SIZE + 4
+    height = 2 * BANNER_MARGIN + line_height * len(lines)
+    framed = Image.new("RGB", (image.width, height + image.height), (255, 255, 255))
+    draw = ImageDraw.Draw(framed)
+    for k, line in enumerate(lines):
+        draw.text((BANNER_MARGIN, BANNER_MARGIN + k * line_height), line, fill=(0, 0, 0), font=font)
+    draw.line([(0, height - 1), (image.width - 1, height - 1)], fill=(128, 128, 128), width=1)
+    framed.paste(image.convert("RGB"), (0, height))
+    return framed
+
+
 # -- the adapter ---------------------------------------------------------------------------
 class PolicyError(RuntimeError):
     """The scripted policy cannot read what it needs from the page (goal or elements)."""
@@ -298,6 +405,7 @@ class MiniWoB(Environment):
 
     name = "miniwob"
     reference_policy = "scripted optimal policy per task (reads the goal and the accessibility tree)"
+    deterministic = True  # a seed fixes the instance; tested: restore gives the same text and pixels
 
     NUM_CANDIDATES = 4
     """Candidates per dataset state: the actor's action and three others (fewer if the state has fewer)."""
@@ -307,8 +415,19 @@ class MiniWoB(Environment):
         task_names: Sequence[str] = TASK_NAMES,
         seeds: Sequence[int] = range(10),
         horizon: int = 12,
+        goal_banner: bool = False,
+        name_as_task_type: bool = False,
+        lean: bool = True,
     ) -> None:
+        """``goal_banner``: draw the goal above the screenshot in :meth:`observation_image`
+        (:func:`draw_goal_banner`; off for the datasets built before it).  ``name_as_task_type``: record
+        each state's MiniWoB task name as its task type (:meth:`task_type`; off for the datasets built
+        before it, whose states name none).  ``lean`` (default): BrowserGym runs without its chat page and
+        takes a screenshot only when :meth:`screenshot` asks for one (the same page, each reset about 1.3 s
+        and each step 0.2 s sooner); ``False``: BrowserGym's own chat page and a screenshot at every reset
+        and step (what ``benchmarks/labelling.py`` compares with)."""
         super().__init__(horizon)
+        self.lean = lean
         unknown = [n for n in task_names if n not in _POLICIES]
         if unknown:
             raise ValueError(f"no scripted policy for MiniWoB task(s) {unknown}; choose from {sorted(_POLICIES)}")
@@ -316,6 +435,8 @@ class MiniWoB(Environment):
             raise ValueError("need at least one task name and one seed")
         self.task_names = tuple(task_names)
         self.seeds = tuple(int(s) for s in seeds)
+        self.goal_banner = goal_banner
+        self.name_as_task_type = name_as_task_type
         self._task_ids = tuple(f"{name}:{seed}" for seed in self.seeds for name in self.task_names)
         self._hidden_seeds: dict[str, int | None] = {}
         self._url = miniwob_url()
@@ -337,6 +458,14 @@ class MiniWoB(Environment):
 
     def config(self) -> dict[str, Any]:
         config = self._config()
+        if self.goal_banner:  # absent otherwise, so older datasets keep their fingerprints
+            config["observation_image"] = (
+                "a white banner with 'Goal: ' and the goal (wrapped, default font at "
+                f"{BANNER_FONT_SIZE} px) above the screenshot with set-of-marks boxes and ids on visible interactive "
+                "elements (BrowserGym empties MiniWoB's query area, so the screenshot alone never shows the goal)"
+            )
+        if self.name_as_task_type:  # absent otherwise, so older datasets keep their fingerprints
+            config["task_type"] = "the MiniWoB task name (the part of the task id before ':')"
         if self.hidden:  # absent otherwise, so older datasets keep their fingerprints
             config["hidden_tasks"] = (
                 "task ids '{miniwob task}:hidden-{position}' replace the listed seed at that position: BrowserGym "
@@ -371,6 +500,8 @@ class MiniWoB(Environment):
             "horizon": self.horizon,
             "reward": "1 when MiniWoB's raw reward is positive (BrowserGym), else 0; submit ends the episode",
             "slow_mo_ms": 0,
+            "locale": BROWSER_LOCALE,
+            "timezone_id": BROWSER_TIMEZONE,
             "pre_observation_delay_s": 0,
             "action_timeout_ms": ACTION_TIMEOUT_MS,
             "action_set": "BrowserGym HighLevelActionSet(subsets=['bid']): click and fill candidates",
@@ -400,13 +531,16 @@ class MiniWoB(Environment):
                 timeout=ACTION_TIMEOUT_MS,
                 pre_observation_delay=0,
                 action_mapping=self._actions.to_python_code,
+                locale=BROWSER_LOCALE,
+                timezone_id=BROWSER_TIMEZONE,
             )
         # One BrowserEnv for every task: its reset closes the previous page, and a single live
         # page matters (BrowserGym measures visibility with rendering that other pages disturb).
-        self._browser_env.task_entrypoint = self._classes[name]
+        browser_env = self._browser_env
+        browser_env.task_entrypoint = self._classes[name]
         for attempt in range(1, RESET_TRIES + 1):
             try:
-                obs, _ = self._browser_env.reset(seed=seed)
+                obs, _ = self._browser_call(lambda: browser_env.reset(seed=seed))
                 break
             except playwright.sync_api.TimeoutError:
                 if attempt == RESET_TRIES:
@@ -415,7 +549,7 @@ class MiniWoB(Environment):
         self._set_obs(obs)
 
     def _step(self, action: str) -> tuple[float, bool]:
-        obs, reward, terminated, truncated, _ = self._live_env().step(action)
+        obs, reward, terminated, truncated, _ = self._browser_call(lambda: self._live_env().step(action))
         self._set_obs(obs)
         return float(reward), bool(terminated or truncated)
 
@@ -428,6 +562,10 @@ class MiniWoB(Environment):
     def instance(self) -> str:
         """The goal, the first line of every observation."""
         return self.goal
+
+    def task_type(self, task: str) -> str | None:
+        """With ``name_as_task_type``: the MiniWoB task name of ``task`` (else ``None``, one kind)."""
+        return _split_task(task)[0] if self.name_as_task_type else None
 
     def candidates(self) -> list[str]:
         if self._candidates is None:
@@ -457,12 +595,16 @@ class MiniWoB(Environment):
         return list(self._elements)
 
     def screenshot(self) -> np.ndarray:
-        """The raw screenshot of the current state (H×W×3 uint8)."""
+        """The raw screenshot of the current state (H×W×3 uint8); a lean episode takes it on the first call."""
+        if self._obs["screenshot"] is None:
+            self._obs["screenshot"] = _browsergym_screenshot(self._live_env().page)
         return np.asarray(self._obs["screenshot"])
 
     def observation_image(self) -> Image.Image:
-        """The image observation: the screenshot with set-of-marks boxes and element ids."""
-        return draw_set_of_marks(self.screenshot(), self._elements)
+        """The image observation: the screenshot with set-of-marks boxes and element ids, below the
+        goal banner when the adapter has ``goal_banner``."""
+        image = draw_set_of_marks(self.screenshot(), self._elements)
+        return draw_goal_banner(image, self.goal) if self.goal_banner else image
 
     def subtree_text(self, bid: str) -> str:
         """The ``StaticText`` under the element ``bid`` in the accessibility tree, joined by spaces."""
@@ -484,10 +626,28 @@ class MiniWoB(Environment):
         """The current value of the input ``bid`` in the page (unmasked, unlike the tree's password boxes)."""
         return self._live_env().page.get_by_test_id(bid).input_value(timeout=ACTION_TIMEOUT_MS)
 
+    def label_text(self, bid: str) -> str:
+        """The text of the nearest ancestor of the element ``bid`` that has any: the label of a form field
+        whose label is a sibling element rather than a ``<label>`` (multi-orderings, multi-layouts)."""
+        return str(self.evaluate(
+            """bid => { let node = document.querySelector(`[bid="${bid}"]`);
+                 while (node && !node.textContent.trim()) node = node.parentElement;
+                 return node ? node.textContent.trim() : ''; }""",
+            bid,
+        ))
+
+    def evaluate(self, script: str, arg: Any = None) -> Any:
+        """The value of the JavaScript function ``script`` called with ``arg`` in the page: what a policy
+        reads of the DOM that the accessibility tree does not show (hidden tab panels, labels)."""
+        return self._live_env().page.evaluate(script, arg)
+
     def close(self) -> None:
         """Close the BrowserGym environment, the shared browsers and Playwright (:func:`shutdown_shared_chromium`)."""
         if self._browser_env is not None:
-            self._browser_env.close()
+            try:
+                self._browser_env.close()
+            except playwright.sync_api.Error as exc:  # a page, context or browser already gone: nothing to close
+                log.warning("closing BrowserGym's environment: %s", exc)
             self._browser_env = None
         shutdown_shared_chromium()
 
@@ -496,6 +656,14 @@ class MiniWoB(Environment):
         if self._browser_env is None or self._browser_env.page is None:
             raise RuntimeError("no live MiniWoB episode: call reset() first")
         return self._browser_env
+
+    def _browser_call(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (a BrowserGym reset or step), lean (:func:`_chat`, :func:`_screenshot`) when :attr:`lean`."""
+        _lean.on = self.lean
+        try:
+            return call()
+        finally:
+            _lean.on = False
 
     def _set_obs(self, obs: dict[str, Any]) -> None:
         self._obs = obs
@@ -528,6 +696,16 @@ class MiniWoB(Environment):
 
     def _all(self, role: str) -> list[Element]:
         return [el for el in self._elements if el.role == role and el.visible]
+
+    def _row_cells(self, row_bid: str) -> list[Element]:
+        """The ``cell`` elements of the table row ``row_bid``, in order."""
+        nodes = self._obs["axtree_object"]["nodes"]
+        by_id = {node["nodeId"]: node for node in nodes}
+        row = next((node for node in nodes if node.get("browsergym_id") == row_bid), None)
+        if row is None:
+            raise PolicyError(f"{self.task}: no row {row_bid!r} in the accessibility tree")
+        bids = [by_id[c].get("browsergym_id") for c in row.get("childIds", []) if c in by_id]
+        return [el for el in self._elements if el.bid in bids and el.role == "cell"]
 
     def _goal_match(self, pattern: str) -> re.Match[str]:
         match = re.search(pattern, self.goal)
@@ -573,12 +751,17 @@ def _enter_text_2(env: MiniWoB) -> str:
     return _fill_then_submit(env, [(env._find("textbox"), target)], "Submit")
 
 
-def _login_user(env: MiniWoB) -> str:
+def _login_fields(env: MiniWoB) -> list[tuple[Element, str]]:
+    """The username and password boxes of a login form with the goal's texts."""
     user, password = env._goal_match(r'username "(.*)" and the password "(.*)" into').groups()
     boxes = env._all("textbox")
     if len(boxes) < 2:
         raise PolicyError(f"{env.task}: expected username and password boxes, found {len(boxes)}")
-    return _fill_then_submit(env, [(boxes[0], user), (boxes[1], password)], "Login")
+    return [(boxes[0], user), (boxes[1], password)]
+
+
+def _login_user(env: MiniWoB) -> str:
+    return _fill_then_submit(env, _login_fields(env), "Login")
 
 
 def _enter_password(env: MiniWoB) -> str:
@@ -633,6 +816,90 @@ def _enter_date(env: MiniWoB) -> str:
     return _fill_then_submit(env, [(env._find("Date"), f"{year}-{month}-{day}")], "Submit")
 
 
+def _read_table_2(env: MiniWoB) -> str:
+    env._goal_match(r"Enter the value that corresponds with each label into the form")
+    table: dict[str, str] = {}
+    for row in env._all("row"):
+        cells = [env.subtree_text(c.bid).strip() for c in env._row_cells(row.bid)]
+        if len(cells) == 2:
+            table[cells[0]] = cells[1]
+    labels = [env.subtree_text(el.bid).strip().rstrip(":") for el in env._all("LabelText")]
+    boxes = env._all("textbox")
+    if len(labels) != len(boxes) or any(label not in table for label in labels):
+        raise PolicyError(f"{env.task}: form labels {labels} do not match the table {sorted(table)} and {len(boxes)} boxes")
+    return _fill_then_submit(env, [(box, table[label]) for box, label in zip(boxes, labels)], "Submit")
+
+
+def _form_sequence_2(env: MiniWoB) -> str:
+    radio, number, box = env._goal_match(
+        r'Check the (\d)(?:st|nd|rd|th) radio button and enter the number "(-?\d+)" into the (\d)(?:st|nd|rd|th) textbox'
+    ).groups()
+    radios, boxes = env._all("radio"), env._all("textbox")
+    if not (int(radio) <= len(radios) and int(box) <= len(boxes)):
+        raise PolicyError(f"{env.task}: {len(radios)} radio buttons and {len(boxes)} text boxes for goal {env.goal!r}")
+    target = radios[int(radio) - 1]
+    if not target.checked:
+        return action_text("click", target.bid)
+    fields = [(b, number if k == int(box) else "") for k, b in enumerate(boxes, start=1)]
+    return _fill_then_submit(env, fields, "Submit")
+
+
+MOVIE_FIELDS: tuple[tuple[str, str], ...] = (("genre", "Genre"), ("director", "Director"), ("year", "Year"), ("year", "Date"))
+"""multi-orderings / multi-layouts: the movie-search field a box's label names (first match wins)."""
+
+
+def _movie_search(env: MiniWoB) -> str:
+    genre, director, year = env._goal_match(r"Search for (.*) movies directed by (.*) from year (\d{4})").groups()
+    wanted = {"genre": genre, "director": director, "year": year}
+    fields: list[tuple[Element, str]] = []
+    for box in env._all("textbox"):
+        label = env.label_text(box.bid)
+        field = next((key for key, word in MOVIE_FIELDS if word in label), None)
+        if field is None:
+            raise PolicyError(f"{env.task}: text box {box.bid} has the label {label!r}, no movie-search field")
+        fields.append((box, wanted[field]))
+    for box, text in fields:
+        if env.field_value(box.bid) != text:
+            return action_text("fill", box.bid, text)
+    submit = [el for el in env._elements if el.visible and el.marked and el.role != "textbox"]
+    if len(submit) != 1:
+        raise PolicyError(f"{env.task}: expected one submit element besides the text boxes, found {len(submit)}")
+    return action_text("click", submit[0].bid)
+
+
+def _click_tab_2(env: MiniWoB) -> str:
+    """click-tab-2 and click-tab-2-hard: click the link if its tab is open, else the tab that holds it."""
+    word = env._goal_match(r'Switch between the tabs to find and click on the link "(.*)"').group(1)
+    for el in env._elements:
+        if el.visible and el.marked and el.role == "generic" and env.subtree_text(el.bid).strip() == word:
+            return action_text("click", el.bid)
+    tab = env.evaluate(
+        """word => { for (const panel of document.querySelectorAll('#area > div[id^="tabs-"]'))
+             for (const link of panel.querySelectorAll('.alink'))
+               if (link.textContent === word) {
+                 const tab = document.querySelector(`a[href="#${panel.id}"]`);
+                 return tab ? tab.getAttribute('bid') : null; }
+             return null; }""",
+        word,
+    )
+    if tab is None:
+        raise PolicyError(f"{env.task}: no tab holds the link {word!r}")
+    return action_text("click", tab)
+
+
+def _login_user_popup(env: MiniWoB) -> str:
+    popup = [el for el in env._all("button") if el.name == "Cancel" and el.marked]
+    if popup:  # the session popup: Cancel closes it and enables the form again (its OK ends the episode)
+        return action_text("click", popup[0].bid)
+    return _fill_then_submit(env, _login_fields(env), "OK")
+
+
+def _enter_time(env: MiniWoB) -> str:
+    hour, minute, half = env._goal_match(r"Enter (\d{1,2}):(\d\d) (AM|PM) as the time").groups()
+    hours = int(hour) % 12 + (12 if half == "PM" else 0)
+    return _fill_then_submit(env, [(env._find("InputTime"), f"{hours:02d}:{minute}")], "Submit")
+
+
 _POLICIES: dict[str, Callable[[MiniWoB], str]] = {
     "enter-text": _enter_text,
     "enter-text-2": _enter_text_2,
@@ -644,5 +911,14 @@ _POLICIES: dict[str, Callable[[MiniWoB], str]] = {
     "click-button-sequence": _click_button_sequence,
     "find-word": _find_word,
     "enter-date": _enter_date,
+    "enter-text-dynamic": _enter_text,
+    "read-table-2": _read_table_2,
+    "form-sequence-2": _form_sequence_2,
+    "multi-orderings": _movie_search,
+    "multi-layouts": _movie_search,
+    "click-tab-2": _click_tab_2,
+    "click-tab-2-hard": _click_tab_2,
+    "login-user-popup": _login_user_popup,
+    "enter-time": _enter_time,
 }
 """MiniWoB task name → its scripted optimal policy (the next action in the adapter's current state)."""

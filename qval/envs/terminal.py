@@ -113,6 +113,16 @@ KEPT_STEPS = 512
 LIMITS = Limits(timeout_s=COMMAND_TIMEOUT_S, memory_mb=512, cpus=1.0, pids=64, tmp_mb=64)
 """The resources of every command's container."""
 
+CONTAINER_LABEL = "org.qval.terminal"
+"""Label of every sandbox container (:func:`sweep_leftovers` finds them by it)."""
+
+EPISODE_PREFIX = "qval-terminal-"
+"""Name prefix of the episode folders made in the system's temporary folder."""
+
+LEFTOVER_AGE_S = 600
+"""A sandbox container or episode folder this much older than the sweep is a leftover: a command lives at
+most :data:`TEST_TIMEOUT_S` plus podman's start, and a live episode folder is rewritten at every restore."""
+
 APP_UID = 65534
 """The user (nobody) commands run as and who owns ``/app``."""
 
@@ -310,7 +320,7 @@ class Sandbox:
         name = f"qval-term-{uuid.uuid4().hex[:12]}"
         env_flags = [flag for key, value in SHELL_ENV.items() for flag in ("-e", f"{key}={value}")]
         argv = self.engine.command(
-            "run", "--rm", "--name", name, "--label", "org.qval.terminal=1", "--pull=never", "--network=none",
+            "run", "--rm", "--name", name, "--label", f"{CONTAINER_LABEL}=1", "--pull=never", "--network=none",
             "--read-only", "--read-only-tmpfs=false", "--timeout", str(int(timeout_s)),
             "--tmpfs", f"/tmp:rw,size={limits.tmp_mb}m,mode=1777,nosuid,nodev",
             f"--memory={limits.memory_mb}m", f"--memory-swap={limits.memory_mb}m", f"--pids-limit={limits.pids}",
@@ -335,6 +345,34 @@ class Sandbox:
         return Ran(proc.returncode, output)
 
 
+def sweep_leftovers(engine: Engine, older_than_s: float = LEFTOVER_AGE_S, temp_dir: Path | None = None) -> list[str]:
+    """Remove the sandbox containers and episode folders a killed process left; return what was removed.
+
+    Only those older than ``older_than_s`` (by the container's creation time and the last change in the
+    folder): a build or a learned run in another worker may be using younger ones.  ``temp_dir``: where
+    the episode folders are (default: the system's temporary folder).  Workers call it when they start,
+    beside :func:`qval.containers.sweep`.
+    """
+    now = time.time()
+    removed: list[str] = []
+    if engine.kind == "podman":
+        listed = engine.call("ps", "-a", "--filter", f"label={CONTAINER_LABEL}", "--format", "{{.Names}} {{.Created.Unix}}")
+        for line in listed.stdout.splitlines():
+            name, _, created = line.partition(" ")
+            if name and created.strip().isdigit() and now - int(created) >= older_than_s:
+                engine.call("rm", "-f", "-t", "0", name)
+                removed.append(name)
+    for folder in sorted(Path(temp_dir or tempfile.gettempdir()).glob(f"{EPISODE_PREFIX}*")):
+        try:
+            age = now - max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
+        except OSError:  # not a folder, or removed meanwhile
+            continue
+        if age >= older_than_s:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
+
+
 def _clip(text: str, limit: int = OUTPUT_CHARS) -> str:
     """``text`` with at most ``limit`` characters: its head and tail around a marker."""
     if len(text) <= limit:
@@ -346,8 +384,10 @@ def _clip(text: str, limit: int = OUTPUT_CHARS) -> str:
 class Terminal(Environment):
     """Shell tasks in a podman sandbox; see the module docstring.
 
-    ``tasks``: the task ids to play (default: every task file, in file-name order); ``horizon``:
-    default the longest solution plus its submit plus 4.
+    ``tasks``: the task files to play (default: every task file, in file-name order); ``copies``: how many
+    times the list is played, the ``k``-th copy (from 2) with task ids ``'{file}#{k}'`` (the same file and
+    parameters until :meth:`hide_tasks` draws others: a dataset whose test split plays every file with
+    secret parameters lists them twice); ``horizon``: default the longest solution plus its submit plus 4.
     """
 
     name = "terminalbench"
@@ -362,6 +402,7 @@ class Terminal(Environment):
         engine: Engine | None = None,
         restore_mode: str = "direct",
         kept_steps: int = KEPT_STEPS,
+        copies: int = 1,
     ) -> None:
         templates = load_tasks(task_dir)
         chosen = list(templates) if tasks is None else list(tasks)
@@ -372,9 +413,12 @@ class Terminal(Environment):
             raise ValueError(f"duplicate tasks in {chosen}")
         if restore_mode not in ("direct", "replay"):
             raise ValueError(f"restore_mode must be 'direct' or 'replay', got {restore_mode!r}")
+        if copies < 1:
+            raise ValueError(f"copies must be at least 1, got {copies}")
         self.templates = {t: templates[t] for t in chosen}
-        self.instances: dict[str, TerminalTask | None] = {t: templates[t].instance() for t in chosen}
-        self._template_of = {t: t for t in chosen}
+        self._template_of = {t if k == 1 else f"{t}#{k}": t for k in range(1, copies + 1) for t in chosen}
+        self.instances: dict[str, TerminalTask | None] = {
+            task_id: templates[file].instance(task_id=task_id) for task_id, file in self._template_of.items()}
         longest = max(len(task.solution) for task in self.instances.values() if task is not None)
         super().__init__(horizon if horizon is not None else longest + 1 + 4)
         self.restore_mode = restore_mode
@@ -587,7 +631,7 @@ class Terminal(Environment):
     def _app(self) -> Path:
         """The host folder mounted at ``/app`` (made on first use)."""
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="qval-terminal-"))
+            self._root = Path(tempfile.mkdtemp(prefix=EPISODE_PREFIX))
             os.chmod(self._root, 0o755)
         return self._root / "app"
 

@@ -9,7 +9,8 @@ environment, never from labels.
 * :func:`branch_transitions`: every candidate the train states offer (restore, force the
   candidate), continued by the ε-greedy actor to the end of the episode, so the offline data
   also holds actions the actor did not take *and* what follows them (Best-of-Q's ε-greedy
-  exploration data; a next state with no transitions of its own would leave its V untrained).
+  exploration data; a next state with no transitions of its own would leave its V untrained);
+  with ``depth`` the states those continuations visit first offer every candidate too.
 * :func:`grow_tree` / :func:`max_backup`: QLASS exploration trees (width ``W`` at the first
   ``D`` levels via the environment's candidate sampler, then the actor continues to the end)
   and their Q-values ``Q(n) = r + γ·max over n's children`` (``r`` at a leaf).
@@ -93,23 +94,54 @@ def trajectory_transitions(env: Environment, spec: build.DatasetSpec, indices: I
 
 
 def branch_transitions(env: Environment, states: Sequence[schema.State], progress: Progress | None = None, *,
-                       epsilon: float | None = None, rng: random.Random | None = None) -> list[Transition]:
+                       epsilon: float | None = None, rng: random.Random | None = None,
+                       depth: int = 0) -> list[Transition]:
     """Every candidate of ``states`` from the restored state: one step, or (``epsilon`` given) the step and then
-    the actor with ``epsilon`` noise (draws from ``rng``) until the episode is done."""
+    the actor with ``epsilon`` noise (draws from ``rng``) until the episode is done.
+
+    ``depth`` (continued branches only) closes the coverage gap of offering moves at the train states only: the
+    first ``depth`` states not yet offered that each continuation of a train state's candidate visits offer their
+    candidates too (:meth:`~qval.envs.base.Environment.sample_candidates` of the actor's move there, as a dataset
+    state's), each one not the actor's (whose outcome the continuation already holds) forced from the restored
+    state and continued by the actor to the end, without further branching.  A state (task and observation) offers its
+    candidates once: one already offered, a train state included, is passed over.  Cost: with ``C`` candidates a
+    state, at most ``len(states) · C · depth`` extra branch points of ``C − 1`` continuations each, so
+    ``depth = 1`` can make up to ``C`` times the continuations of ``depth = 0`` (fewer where states repeat).
+    """
     if epsilon is not None and rng is None:
         raise ValueError("continued branches need an rng for the actor's draws")
+    if depth < 0 or (depth and epsilon is None):
+        raise ValueError(f"depth must be >= 0 and needs continued branches (an epsilon), got {depth}")
     out: list[Transition] = []
+    offered = {(s.task, s.observation) for s in states}
+
+    def continue_from(task: str, observation: str, action: str, visits: list[tuple[Snapshot, str]] | None) -> None:
+        """Step ``action`` from the current state, then let the actor play to the end; while ``visits`` wants more,
+        note each visited state's snapshot and the actor's move there."""
+        while True:
+            result = env.step(action)
+            out.append(Transition(task, observation, action, result.reward, result.observation, result.done))
+            if result.done or epsilon is None:
+                return
+            assert rng is not None
+            observation, action = result.observation, env.actor_action(rng, epsilon)
+            if visits is not None and len(visits) < depth and (task, observation) not in offered:
+                offered.add((task, observation))
+                visits.append((env.snapshot(), action))
+
     for i, state in enumerate(states):
         for cand in state.candidates:
             env.restore(snapshot_of(state))
-            observation, action = state.observation, cand.action
-            while True:
-                result = env.step(action)
-                out.append(Transition(state.task, observation, action, result.reward, result.observation, result.done))
-                if result.done or epsilon is None:
-                    break
+            visits: list[tuple[Snapshot, str]] = []
+            continue_from(state.task, state.observation, cand.action, visits if depth else None)
+            for snap, taken in visits:
+                env.restore(snap)
+                observation = env.observation()
                 assert rng is not None
-                observation, action = result.observation, env.actor_action(rng, epsilon)
+                for other in env.sample_candidates(taken, rng):
+                    if other != taken:
+                        env.restore(snap)
+                        continue_from(state.task, observation, other, None)
         if progress:
             progress(i + 1, len(states), "branches")
     return out

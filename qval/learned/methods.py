@@ -1,6 +1,6 @@
 """Entry points: train a learned method on a dataset directory, score a split, adapt to the method registry.
 
-* :func:`environment_for`: the dataset's environment and spec, from :data:`qval.build.BUILDERS`
+* :func:`environment_for`: the dataset's environment and spec, from :data:`qval.build.VERSIONS`
   (matched by slug and version).
 * :func:`train`: read the inputs (never the labels), gather experience, fit, store the weights
   (:func:`qval.learned.store.save`) under ``{root}/…``; returns the stored folder and model.
@@ -11,15 +11,17 @@
   (:func:`qval.best_of_n.score_picker`) to pick among an environment's candidates.
 * :func:`run`: ``run(name, ctx) -> output`` for the built-in method registry
   (``ctx.dataset_dir, split, target, points, seed, progress, cache_dir, options``; options
-  ``model`` = a stored model folder, else the newest model of the method for the dataset
-  under ``options["models_root"]`` (default ``cache_dir/learned``), else one is trained first;
-  ``featuriser`` = a :func:`~qval.learned.features.featuriser_from_spec` spec, default ``hashed``;
+  ``model`` = a stored model folder, else the newest model of the method for the dataset with the
+  featuriser under ``options["models_root"]`` (default ``cache_dir/learned``), else one is trained first;
+  ``featuriser`` = a :func:`~qval.learned.features.featuriser_from_spec` spec, default
+  :data:`~qval.learned.defaults.DEFAULT_FEATURISER`;
   an ``amc-value`` model with LoRA adapters scores through its own fine-tuned backbone).
   :mod:`qval.methods.learned` registers the three methods with it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,16 +71,12 @@ Progress = Callable[[int, int, str], None]
 
 
 def environment_for(inputs: Inputs) -> tuple[Environment, build.DatasetSpec]:
-    """The environment and spec that built the dataset (a :data:`qval.build.BUILDERS` entry of its slug and version)."""
-    for make in build.BUILDERS.values():
-        env, spec = make()
-        if spec.slug == inputs.manifest.slug and spec.version == inputs.manifest.version:
-            return env, spec
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
-    raise ValueError(f"no environment builds {inputs.manifest.key}; the learned methods need the dataset's "
-                     f"environment (one of qval.build.BUILDERS) to gather train experience")
+    """The environment and spec that built the dataset (:data:`qval.build.VERSIONS`, superseded versions included)."""
+    make = build.VERSIONS.get(f"{inputs.manifest.slug}@{inputs.manifest.version}")
+    if make is None:
+        raise ValueError(f"no environment builds {inputs.manifest.key}; the learned methods need the dataset's "
+                         f"environment (one of qval.build.VERSIONS) to gather train experience")
+    return make()
 
 
 def train(method: str, dataset_dir: str | Path, root: str | Path, *, featuriser: Featuriser,
@@ -108,9 +106,8 @@ def train(method: str, dataset_dir: str | Path, root: str | Path, *, featuriser:
         else:
             model = trainers.train_amc_value(inputs, env, feats, seed=seed, params=params, progress=progress)
     finally:
-        close = getattr(env, "close", None)
-        if own_env and callable(close):
-            close()
+        if own_env:
+            env.close()
     return store.save(model, root), model
 
 
@@ -160,10 +157,13 @@ class Scorer:
         return score_states(self.model, states, "q", self.feats)
 
 
-def latest_model(root: str | Path, method: str, dataset_key: str) -> Path | None:
-    """The most recently written stored model of ``method`` for ``slug@version``, or None."""
+def latest_model(root: str | Path, method: str, dataset_key: str, featuriser: str) -> Path | None:
+    """The most recently written stored model of ``method`` for ``slug@version`` trained on the features named
+    ``featuriser`` (a :attr:`Featuriser.name`), or None: a model of other features cannot score with these."""
     folder = Path(root) / method / dataset_key.replace("@", "-")
-    found = sorted(folder.glob("*/model.json"), key=lambda p: p.stat().st_mtime)
+    found = sorted((p for p in folder.glob("*/model.json")
+                    if json.loads(p.read_text(encoding="utf-8")).get("featuriser") == featuriser),
+                   key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None
 
 
@@ -180,9 +180,9 @@ def run(method: str, ctx: Any) -> MethodOutput:
         raise ValueError(f"{method} needs ctx.cache_dir (features, models) or options 'model' and 'models_root'")
     cache = Path(ctx.cache_dir) if ctx.cache_dir is not None else Path(options["models_root"])
     root = options.get("models_root", cache / "learned")
-    featuriser = featuriser_from_spec(options.get("featuriser", "hashed"))
+    featuriser = featuriser_from_spec(options.get("featuriser", defaults.DEFAULT_FEATURISER))
     inputs = read_inputs(ctx.dataset_dir)
-    folder = options.get("model") or latest_model(root, method, inputs.manifest.key)
+    folder = options.get("model") or latest_model(root, method, inputs.manifest.key, featuriser.name)
     if folder is None:
         progress = ctx.progress
 

@@ -8,7 +8,8 @@ decay, gradient-norm clipping at 1.0) on minibatches drawn by a generator seeded
 
 * :func:`train_best_of_q`: IQL on the re-collected train trajectories and on every train
   candidate continued by the ε-greedy actor to the episode's end (so that each next state has
-  transitions of its own: a V never trained on a state makes its Q targets noise).  ``L_V = mean(L2^τ(Q_target(s,a) − V(s)))`` with the expectile
+  transitions of its own: a V never trained on a state makes its Q targets noise; ``branch_depth`` also offers every
+  candidate at the first new states those continuations visit).  ``L_V = mean(L2^τ(Q_target(s,a) − V(s)))`` with the expectile
   loss :func:`expectile_loss`, ``L_Q = mean((r + γ(1 − done)·V(s') − Q(s,a))²)``
   (:func:`iql_q_target`); the target Q network is a copy of Q refreshed every
   ``target_every`` steps (100, as Best-of-Q's appendix).
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from qval import build, schema
-from qval.envs.base import Environment
+from qval.envs.base import Environment, Snapshot
 from qval.learned import defaults, experience
 from qval.learned.data import Inputs
 from qval.learned.features import FeatureCache, LocalBackbone
@@ -189,7 +190,8 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     if p["branches"]:
         starts = start_states(env, sorted({s.task for s in train_states}), seed, "best-of-q")
         transitions += experience.branch_transitions(env, train_states + starts, _report(progress, "experience"),
-                                                     epsilon=float(p["epsilon"]), rng=random.Random(f"{seed}/branches"))
+                                                     epsilon=float(p["epsilon"]), rng=random.Random(f"{seed}/branches"),
+                                                     depth=int(p["branch_depth"]))
     if not transitions:
         raise ValueError(f"{inputs.manifest.key}: the train split has no trajectories to learn from")
     states = _Texts.encode(feats, [t.state for t in transitions] + [t.next_state for t in transitions])
@@ -234,8 +236,10 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     data = {"splits": ["train"], "labels_read": False, "train_states": len(train_states),
             "trajectories": len(indices), "trajectory_transitions": num_trajectory_steps,
             "branch_transitions": len(transitions) - num_trajectory_steps,
+            "branch_depth": int(p["branch_depth"]) if p["branches"] else None,
             "rewards": "environment rewards of re-collected train trajectories and of every train candidate "
-                       "continued by the ε-greedy actor"}
+                       "continued by the ε-greedy actor (and, with branch_depth, every candidate of the first "
+                       "new states those continuations visit)"}
     return _model("best-of-q", inputs, feats, seed, p, config, {"q": q_net, "v": v_net}, data, losses, started)
 
 
@@ -388,26 +392,69 @@ def train_qlass(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: 
     return _model("qlass", inputs, feats, seed, p, {"q": config}, {"q": net}, data, {"q": curve}, started)
 
 
-def train_amc_value(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
-                    params: dict[str, Any] | None = None, progress: Progress | None = None) -> TrainedModel:
-    """Agentic Monte Carlo's value model on Monte-Carlo returns of sampled continuations."""
-    p = _params(defaults.AMC_VALUE, params)
-    started = time.monotonic()
-    states = _roots(inputs, env, p["max_states"], seed, "amc")
-    rows: list[tuple[str, str, str | None, float]] = []
+AmcRow = tuple[str, str, str | None, float]
+"""An AMC value target: (task, observation, action or ``None`` for the state's own value, mean return)."""
+
+
+def _amc_rows(task: str, observation: str, action: str | None, runs: list[list[tuple[str, str, float]]],
+              every_step: bool) -> list[AmcRow]:
+    """AMC's value targets from ``runs`` (:func:`~qval.learned.experience.mc_returns` from one state, ``action``
+    forced first): the mean first return for (``observation``, ``action``), and with ``every_step`` each later step
+    of each run, for the actor's action there and for the state itself (AMC's Eq. 7)."""
+    rows: list[AmcRow] = [
+        (task, observation, action, sum(r[0][2] if r else 0.0 for r in runs) / len(runs))]
+    if every_step:
+        rows += [(task, obs, act, ret) for run in runs for obs, act, ret in run[1:]]
+        rows += [(task, obs, None, ret) for run in runs for obs, _, ret in run[1:]]
+    return rows
+
+
+def amc_targets(env: Environment, states: Sequence[schema.State], p: dict[str, Any], seed: int,
+                progress: Progress | None = None) -> tuple[list[AmcRow], int]:
+    """AMC's value targets from ``states`` (parameters ``p``: ``samples``, ``epsilon``, ``discount``, ``every_step``,
+    ``branch_depth``) and the number of branch points ``branch_depth`` added: every candidate of each state, forced
+    and continued by the actor (:func:`_amc_rows`), and the same at the first ``branch_depth`` new states (task and
+    observation not offered yet) of each candidate's continuations, with the moves a dataset state there would
+    offer (:meth:`~qval.envs.base.Environment.sample_candidates` of the actor's move)."""
+    rows: list[AmcRow] = []
+    depth, every_step = int(p["branch_depth"]), bool(p["every_step"])
+    offered = {(s.task, s.observation) for s in states}
+    branch_points = 0
     for i, state in enumerate(states):
         rng = random.Random(f"{seed}/amc/{state.id}")
         snap = experience.snapshot_of(state)
         kwargs = dict(samples=int(p["samples"]), epsilon=float(p["epsilon"]), discount=float(p["discount"]), rng=rng)
         for action in [None] + [c.action for c in state.candidates]:
             runs = experience.mc_returns(env, snap, action, **kwargs)
-            rows.append((state.task, state.observation, action, sum(r[0][2] if r else 0.0 for r in runs) / len(runs)))
-            if p["every_step"]:  # the later steps of each continuation: the actor's action and the state itself
-                rows += [(state.task, obs, act, ret) for run in runs for obs, act, ret in run[1:]]
-                rows += [(state.task, obs, None, ret) for run in runs for obs, _, ret in run[1:]]
+            rows += _amc_rows(state.task, state.observation, action, runs, every_step)
+            if action is None:
+                continue
+            for run in runs:  # branch_depth: the first new states of a candidate's continuations offer their moves
+                for k in range(1, min(depth, len(run) - 1) + 1):
+                    observation = run[k][0]
+                    if (state.task, observation) in offered:
+                        continue
+                    offered.add((state.task, observation))
+                    branch_points += 1
+                    branch = Snapshot(task=snap.task, history=snap.history + tuple(a for _, a, _ in run[:k]))
+                    env.restore(branch)
+                    for move in env.sample_candidates(run[k][1], rng):
+                        rows += _amc_rows(state.task, observation, move,
+                                          experience.mc_returns(env, branch, move, **kwargs), every_step)
         if progress:
             progress(i + 1, len(states), "experience")
+    return rows, branch_points
+
+
+def train_amc_value(inputs: Inputs, env: Environment, feats: FeatureCache, *, seed: int = 0,
+                    params: dict[str, Any] | None = None, progress: Progress | None = None) -> TrainedModel:
+    """Agentic Monte Carlo's value model on Monte-Carlo returns of sampled continuations."""
+    p = _params(defaults.AMC_VALUE, params)
+    started = time.monotonic()
+    states = _roots(inputs, env, p["max_states"], seed, "amc")
+    rows, branch_points = amc_targets(env, states, p, seed, progress)
     data = {"splits": ["train"], "labels_read": False, "states": len(states), "targets": len(rows),
+            "branch_depth": int(p["branch_depth"]), "branch_points": branch_points,
             "rollouts": len(rows) * int(p["samples"]),
             "targets_from": "mean discounted environment return of continuations sampled with the ε-noisy actor"
                             + (", and the return-to-go of every later step of them" if p["every_step"] else "")}

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from leaderboard.models import Dataset
 from learning import services
 from learning.models import TrainingRun
+from qval.learned.defaults import DEFAULT_FEATURISER
 from qval.learned.methods import METHODS
 
 
@@ -19,7 +20,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--method", required=True, help=f"one of {', '.join(METHODS)}")
         parser.add_argument("--dataset", required=True, help="slug or slug@version of a loaded dataset")
-        parser.add_argument("--featuriser", default="hashed", help="hashed, hashed:DIM, crossed, crossed:DIM, tabular, http://HOST:PORT#MODEL or local:PATH (a transformers checkpoint; "
+        parser.add_argument("--featuriser", default=DEFAULT_FEATURISER, help="hashed, hashed:DIM, crossed, crossed:DIM, tabular, http://HOST:PORT#MODEL or local:PATH (a transformers checkpoint; "
                                  "amc-value with --params '{\"lora\": true}' fine-tunes it with LoRA)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--params", default="{}", help="JSON object overriding the method's defaults")
