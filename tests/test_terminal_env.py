@@ -23,6 +23,7 @@ from qval.envs.terminal import (
     KINDS,
     SUBMIT,
     TASK_DIR,
+    Ran,
     Sandbox,
     TaskFileError,
     Terminal,
@@ -143,6 +144,10 @@ def test_commands_run_sandboxed_with_their_output_and_status(env: Terminal) -> N
     env.step("python3 worker.py")  # runs forever: killed, and what it printed by then (timing) is not shown
     assert time.monotonic() - started < 15
     assert env.observation().endswith("$ python3 worker.py\n[killed: still running after 3 s]")
+    # podman's kill can come a little before the limit (conmon's whole-second timer): every kill reads as one,
+    # and a command's own exit status 255 stays a status
+    assert [env.sandbox.run(env.app_dir, "sleep 10", 3).status for _ in range(3)] == [None] * 3
+    assert env.sandbox.run(env.app_dir, "exit 255", 3) == Ran(255, "")
 
 
 def test_one_step_from_success_the_solution_step_is_worth_gamma_and_harm_zero(env: Terminal) -> None:
