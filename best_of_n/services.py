@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
-import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +39,7 @@ from qval import best_of_n as bon
 from qval import families, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
+from qval.offthread import call_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -228,48 +227,39 @@ def _picker(run: BestOfNRun) -> bon.Picker | None:
                              dataset_dir=folder)
 
 
-def _episodes_in_a_thread(run: BestOfNRun, picker: bon.Picker | None, done: set[int], secret: str | None,
-                          results: queue.Queue[bon.Episode | BaseException | None]) -> None:
-    """Create the environment and play the run's missing episodes in this thread, putting each episode on
-    ``results``, then ``None`` (or the exception that stopped it)."""
-    try:
-        env, spec = bon.environment(run.environment, secret)
-        try:
-            setting = bon.setting_for(run.environment, env, spec, n=run.n, seed=run.seed,
-                                      num_episodes=run.num_episodes)
-            bon.run_episodes(env, setting, picker, done=done, on_episode=results.put)
-        finally:
-            env.close()
-        results.put(None)
-    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
-        results.put(exc)
-
-
 def play(run: BestOfNRun) -> BestOfNRun:
     """Play the run's episodes not stored yet (each stored as it finishes), then store the summary.
 
-    The environment runs in a thread of its own: MiniWoB's Playwright runs an event loop in the
-    thread that drives it, where Django refuses database calls, so episodes are stored here.
+    The environment runs in a thread of its own (:func:`qval.offthread.call_in_thread`): MiniWoB's Playwright
+    runs an event loop in the thread that drives it, where Django refuses database calls, so episodes are
+    stored here, and a failed save stops the play.
     """
     with heartbeat.beating(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING), run.pk):
         picker = _picker(run)
         done = set(run.episodes.values_list("index", flat=True))
-        results: queue.Queue[bon.Episode | BaseException | None] = queue.Queue()
-        thread = threading.Thread(target=_episodes_in_a_thread, daemon=True,
-                                  args=(run, picker, done, settings.QVAL_TEST_SPLIT_SECRET, results))
-        thread.start()
-        while (item := results.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
+        secret = settings.QVAL_TEST_SPLIT_SECRET
+
+        def play_missing(on_episode: Callable[[bon.Episode], None]) -> None:
+            env, spec = bon.environment(run.environment, secret)
+            try:
+                setting = bon.setting_for(run.environment, env, spec, n=run.n, seed=run.seed,
+                                          num_episodes=run.num_episodes)
+                bon.run_episodes(env, setting, picker, done=done, on_episode=on_episode)
+            finally:
+                env.close()
+
+        def store(episode: bon.Episode) -> None:
             try:
                 with transaction.atomic():
-                    BestOfNEpisode.objects.create(run=run, index=item.index, task=item.task, success=item.success,
-                                                  discounted_return=item.discounted_return,
-                                                  steps=item.to_json()["steps"])
+                    BestOfNEpisode.objects.create(run=run, index=episode.index, task=episode.task,
+                                                  success=episode.success,
+                                                  discounted_return=episode.discounted_return,
+                                                  steps=episode.to_json()["steps"])
             except IntegrityError:  # stored by a duplicate delivery meanwhile: the same episode
                 pass
             BestOfNRun.objects.filter(pk=run.pk).update(done=run.episodes.count())
-        thread.join()
+
+        call_in_thread(play_missing, store, name=f"best-of-n-{run.pk}")
     summary = bon.summarise(episodes_of(run), seed=run.seed)
     BestOfNRun.objects.filter(pk=run.pk, status__in=BestOfNRun.ACTIVE).update(
         status=BestOfNRun.FINISHED, finished_at=timezone.now(), done=summary.episodes, error="",

@@ -1,5 +1,5 @@
 """Work whose thread runs an event loop (MiniWoB's Playwright) still saves its progress to the database:
-:func:`qval.offthread.call_in_thread`, behind dataset builds and training runs."""
+:func:`qval.offthread.call_in_thread`, behind dataset builds, training runs and Best-of-N runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from django.core.exceptions import SynchronousOnlyOperation
 
-from qval.offthread import Progress, call_in_thread
+from qval.build import Progress
+from qval.offthread import call_in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -53,3 +54,15 @@ def test_an_interruption_stops_the_work_and_its_own_errors_reach_the_caller() ->
 
     with pytest.raises(ValueError, match="no such task"):
         call_in_thread(broken, lambda *report: None)
+
+
+def test_messages_of_any_shape_arrive_in_order_with_their_keywords() -> None:
+    seen: list[tuple[object, ...]] = []
+
+    def work(send) -> int:  # type: ignore[no-untyped-def]
+        send("episode", 0)
+        send("episode", 1, success=True)
+        return 2
+
+    assert call_in_thread(work, lambda *args, **kwargs: seen.append((*args, kwargs))) == 2
+    assert seen == [("episode", 0, {}), ("episode", 1, {"success": True})]
