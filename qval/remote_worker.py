@@ -1,11 +1,14 @@
 """A gpu worker that needs no database: it runs method containers for a site over HTTP(S).
 
+It consumes the ``remote`` queue, where a site with ``QVAL_GPU_WORKERS=remote`` sends container jobs and nothing
+else (baseline, training and Best-of-N runs need the database: the site's own gpu worker runs them from ``gpu``).
+
 Start it on a host with podman (as root) and the broker reachable, with no database setting at
 all -- it never imports Django::
 
     QVAL_SITE_URL=https://qval.example.org CELERY_BROKER_URL=redis://broker:6379/0 \\
     QVAL_WORKER_NAME=gpu-box-1 QVAL_WORKER_KEY=... \\
-    celery -A qval.remote_worker worker -Q gpu --concurrency 1
+    celery -A qval.remote_worker worker -Q remote --concurrency 1
 
 A job's broker message holds only the submission id and a per-job token. With the token the
 worker starts the job on the site (the spec: split, target, limits, archive hash), downloads the

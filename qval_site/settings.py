@@ -68,8 +68,10 @@ Workers, heartbeats and remote gpu workers (submissions/lifecycle.py, jobs/heart
 qval/remote_worker.py):
 
 ``QVAL_GPU_WORKERS``            ``local`` (default: gpu workers with database access run containers) or
-                                ``remote`` (gpu workers with no database fetch each job over HTTP with a
-                                per-job token; archives are then inspected on the ``scoring`` queue).
+                                ``remote`` (gpu workers with no database take container jobs from the
+                                ``remote`` queue and fetch each over HTTP with a per-job token; archives are
+                                then inspected on the ``scoring`` queue; baseline, training and Best-of-N
+                                runs stay on ``gpu`` for a gpu worker of the site).
 ``QVAL_JOB_TOKEN_TTL_S``        how long a remote job's token stays valid once issued (default: the
                                 container queue time + timeout + grace).
 ``QVAL_HEARTBEAT_S``            how often a worker and a running job report (default 10).

@@ -67,6 +67,10 @@ INTERNAL_ERROR = (
     "internal error while {doing}; the maintainers have been notified and this "
     "submission does not count towards your quota"
 )
+REMOTE_QUEUE = "remote"
+"""The queue remote gpu workers consume (``QVAL_GPU_WORKERS=remote``): container jobs only. They have no database,
+so the jobs that need it and a model -- baseline runs, training runs, Best-of-N runs -- stay on ``gpu``, for the
+site's own gpu worker; one queue for both kinds would hand each some messages it cannot run."""
 QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
 SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
@@ -138,8 +142,8 @@ def send_messages(pks: Sequence[int]) -> list[int]:
     ``received``: its check -- a predictions file's (``validate_upload``), a container archive's
     (``inspect_container_upload``, one message for the submissions sharing it). ``queued``: its job with its
     attempt, to :func:`job_queue`'s queue -- a predictions file to ``scoring``, a baseline run to ``gpu``
-    (``scoring`` for a method that needs no model), a container to ``gpu`` (to a remote worker with a fresh
-    token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the rest
+    (``scoring`` for a method that needs no model), a container to ``gpu`` (to :data:`REMOTE_QUEUE`, for a
+    remote worker, with a fresh token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the rest
     stay unsent, logged, for :func:`resend_unsent`; no exception reaches the caller.
     """
     subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
@@ -161,7 +165,7 @@ def send_messages(pks: Sequence[int]) -> list[int]:
             if sub.state == Submission.RECEIVED:
                 send_task(TASKS["validate"], [sub.pk])
             elif sub.kind == Submission.KIND_CONTAINER and settings.QVAL_GPU_WORKERS != "local":
-                send_task(TASKS["remote"], [sub.pk, issue_token(sub)], queue="gpu")
+                send_task(TASKS["remote"], [sub.pk, issue_token(sub)], queue=REMOTE_QUEUE)
             else:
                 send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub))
             sent.append(sub.pk)

@@ -162,7 +162,7 @@ class Stack:
                    **(env or {})}
         self.logs.mkdir(parents=True, exist_ok=True)
         with (self.logs / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "qval.remote_worker", "worker", "-Q", "gpu",
+            proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "qval.remote_worker", "worker", "-Q", "remote",
                                      "--concurrency", "1", "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
                                      "--loglevel", "INFO"], cwd=REPO, env=environ, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)

@@ -99,25 +99,28 @@ def test_launch_refuses_what_cannot_run(loaded, settings) -> None:  # type: igno
         assert info.value.field == field
 
 
-def test_a_baseline_that_needs_no_model_is_sent_to_the_scoring_queue(loaded, settings,  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("gpu_workers", ["local", "remote"])
+def test_a_baseline_that_needs_no_model_is_sent_to_the_scoring_queue(loaded, settings, gpu_workers,  # type: ignore[no-untyped-def]
                                                                       django_capture_on_commit_callbacks) -> None:
     """A reference method (no model: seconds of work) runs beside the uploads, so a board's reference rows never
-    wait behind the training runs on ``gpu``; a method with a backbone still goes to ``gpu``. The reaper's
-    reason names the queue a job waited in."""
+    wait behind the training runs on ``gpu``; a method with a backbone still goes to ``gpu``, also with remote gpu
+    workers (they have no database and take only container jobs, from ``remote``). The reaper's reason names the
+    queue a job waited in."""
     from submissions import lifecycle
     from submissions.baselines import BaselineRequest, launch_baseline
     from tests.conftest import broker_messages, clear_queue
 
     settings.QVAL_BACKBONES = {"tiny": {"kind": "vllm", "path": "/models/tiny"}}
-    for queue in ("gpu", "scoring"):
+    settings.QVAL_GPU_WORKERS = gpu_workers
+    for queue in ("gpu", "scoring", "remote"):
         clear_queue(queue)
     with django_capture_on_commit_callbacks(execute=True):
         cheap = launch_baseline(BaselineRequest("random", "", loaded.key, "dev"))
         llm = launch_baseline(BaselineRequest("direct-single", "tiny", loaded.key, "dev"))
     sent = {queue: [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in broker_messages(queue)]
-            for queue in ("gpu", "scoring")}
+            for queue in ("gpu", "scoring", "remote")}
     assert sent == {"scoring": [("workers.tasks.run_baseline_submission", f"[{cheap.pk}, 1]")],
-                    "gpu": [("workers.tasks.run_baseline_submission", f"[{llm.pk}, 1]")]}
+                    "gpu": [("workers.tasks.run_baseline_submission", f"[{llm.pk}, 1]")], "remote": []}
     cheap.refresh_from_db()
     llm.refresh_from_db()
     assert cheap.state == llm.state == "queued"

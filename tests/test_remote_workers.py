@@ -57,7 +57,7 @@ def _queued_container(api, user, tmp_path: Path, django_capture_on_commit_callba
             inspect_container_upload([pk])
     finally:
         app.send_task = original  # type: ignore[method-assign]
-    assert [(name, args[0], queue) for name, args, queue in sent] == [(lifecycle.TASKS["remote"], pk, "gpu")]
+    assert [(name, args[0], queue) for name, args, queue in sent] == [(lifecycle.TASKS["remote"], pk, "remote")]
     return Submission.objects.get(pk=pk), sent[0][1][1]
 
 
@@ -227,7 +227,7 @@ def test_the_status_page_shows_queues_jobs_workers_and_platform_failures(client,
     worker = APIClient()
     assert worker.post("/api/v1/workers/heartbeat", {"name": "gpu-box-7"}, format="json").status_code == 403
     worker.credentials(HTTP_AUTHORIZATION="Worker worker-key-for-tests")
-    assert worker.post("/api/v1/workers/heartbeat", {"name": "gpu-box-7", "queues": "gpu"},
+    assert worker.post("/api/v1/workers/heartbeat", {"name": "gpu-box-7", "queues": "remote"},
                        format="json").status_code == 200
     now = timezone.now()
     running = Submission.objects.create(user=user, dataset=loaded, split="test", target="q", method_name="secret-m",
@@ -238,7 +238,7 @@ def test_the_status_page_shows_queues_jobs_workers_and_platform_failures(client,
     Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="m", filename="h.csv",
                               state="failed", failed_at=now, fault="user", error="invalid predictions file: row 3")
     data = client.get("/api/v1/status/").json()
-    assert set(data["queues"]) == {"scoring", "gpu", "datasets"}
+    assert set(data["queues"]) == {"scoring", "gpu", "remote", "datasets"}
     assert all(isinstance(n, int) for n in data["queues"].values())  # the test Redis answered
     assert data["waiting"]["scoring"] == 1
     assert [r["submission"] for r in data["running"]] == [running.pk]
