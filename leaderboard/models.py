@@ -243,6 +243,9 @@ class DatasetBuild(models.Model):
     ACTIVE = (QUEUED, RUNNING)
 
     name = models.CharField(max_length=50, help_text="Builder name, a key of qval.build.BUILDERS.")
+    refresh = models.PositiveIntegerField(
+        default=0, help_text="Fresh hidden split number (qval.build.refreshed): 0 builds the builder's version, "
+                             "n its version '-rn', a new test split drawn from the secret.")
     status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
     stage = models.CharField(max_length=50, blank=True)
     done = models.PositiveIntegerField(default=0)

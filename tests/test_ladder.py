@@ -249,7 +249,7 @@ class TestSiteLadder:
         assert payload["ladder"]["best"] == first and payload["ladder"]["best_spearman"] == board[first]
         client.force_login(user)
         page = client.get(f"/submissions/{worse}/").content.decode()
-        assert f"Not significantly better than your best (#{first}, ρ={board[first]:.3f}); the board keeps that score" in page
+        assert f"Not better than your best (#{first}, ρ={board[first]:.3f}) by the Ladder margin; the board keeps that score" in page
         assert f"{raw:.4f}" not in page and 'id="results"' not in page
         assert client.get("/api/v1/compare/", {"a": worse, "b": first}).status_code == 400
 
@@ -259,7 +259,7 @@ class TestSiteLadder:
         assert list(board) == [better] and board[better] > board_before[first]
         assert board[better] == Submission.objects.get(pk=better).results.get(metric="spearman").value
         page = client.get(f"/submissions/{better}/").content.decode()
-        assert f"Significantly better than your best (#{first}, " in page and 'id="results"' in page
+        assert f"Better than your best (#{first}, " in page and 'id="results"' in page
         assert finish(better) and Submission.objects.get(pk=better).ladder_climbed  # re-scoring keeps the step
 
     def test_the_ladder_is_per_account_and_hidden_splits_only(self, api, loaded, frozenlake, django_user_model, settings) -> None:  # type: ignore[no-untyped-def]
