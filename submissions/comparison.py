@@ -299,8 +299,10 @@ def _mean_of_samples(sub: Submission) -> bool:
 
 def spends(a: Submission, b: Submission) -> bool:
     """Whether comparing A and B spends from their hidden split's information budget: they are on hidden labels
-    and one of them is a user's prediction (an uploaded file, a method container: numbers an account chose)."""
-    return on_hidden_labels(a) and Submission.SOURCE_USER in (a.source, b.source)
+    of an environment that is not open book (whose labels do not follow from its inputs) and one of them is a
+    user's prediction (an uploaded file, a method container: numbers an account chose)."""
+    return (on_hidden_labels(a) and not a.dataset.environment.open_book
+            and Submission.SOURCE_USER in (a.source, b.source))
 
 
 def _computed(a: Submission, b: Submission) -> dict[str, Any]:
