@@ -27,7 +27,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from leaderboard import building
-from leaderboard.models import Dataset, State
+from leaderboard.models import Dataset, DatasetBuild, State
 from qval import budget as qbudget
 from qval import build
 from qval.schema import PUBLIC_SPLITS
@@ -78,6 +78,13 @@ def record(row: SplitBudget, ledger: qbudget.Ledger, kind: str, submission_id: i
                                   user_id=user_id, metrics=list(metrics), cost=cost)
 
 
+def released_metrics(submission_id: int) -> tuple[str, ...] | None:
+    """The metrics the ladder climb of a submission released (``None``: no climb was recorded, as for a
+    submission decided before the budget existed)."""
+    found = Release.objects.filter(submission_id=submission_id, kind=Release.LADDER).order_by("pk").first()
+    return None if found is None else tuple(found.metrics)
+
+
 def held(submission_id: int) -> bool:
     """Whether the submission was held undecided because its split's budget was spent."""
     return Release.objects.filter(submission_id=submission_id, kind=Release.HELD).exists()
@@ -90,8 +97,15 @@ def retirement(dataset: Dataset) -> Refresh | None:
 
 
 def pending(dataset: Dataset) -> Refresh | None:
-    """The fresh split of ``dataset`` being built, or ``None``."""
-    return Refresh.objects.filter(dataset=dataset, state=Refresh.QUEUED).order_by("-pk").first()
+    """The fresh split of ``dataset`` being built, or ``None``; one whose build failed is marked failed here (so
+    it blocks no other: the maintainer queues one again with ``manage.py refresh_split``)."""
+    found = Refresh.objects.filter(dataset=dataset, state=Refresh.QUEUED).select_related("build").order_by("-pk").first()
+    if found is not None and found.build is not None and found.build.status == DatasetBuild.FAILED:
+        Refresh.objects.filter(pk=found.pk, state=Refresh.QUEUED).update(state=Refresh.FAILED, done_at=timezone.now())
+        log.error("fresh split %d of %s failed: dataset build #%s: %s", found.number, dataset.key, found.build_id,
+                  found.build.error[:500])
+        return None
+    return found
 
 
 def refusal(dataset: Dataset, split: str, target: str) -> str | None:

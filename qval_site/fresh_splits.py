@@ -40,9 +40,11 @@ from submissions import reruns
 log = logging.getLogger(__name__)
 
 
-def retire(old: Dataset, new: Dataset) -> list[SplitBudget]:
-    """Retire every hidden split budget of ``old`` (created where none was used yet), replaced by ``new``."""
+def retire(old: Dataset, new: Dataset, reason: str) -> list[SplitBudget]:
+    """Retire ``old``'s hidden splits, replaced by ``new`` for ``reason``: the dataset is marked (its boards
+    frozen) and every hidden split budget (created where none was used yet) turns ``retired``."""
     now = timezone.now()
+    Dataset.objects.filter(pk=old.pk).update(replaced_by=new, retired_at=now, retired_reason=reason[:100])
     retired = []
     hidden = sorted(set(old.states.values_list("split", flat=True).distinct()) - set(PUBLIC_SPLITS))
     for split in hidden:
@@ -82,7 +84,7 @@ def complete(new: Dataset) -> Refresh | None:
         if refresh is None:
             return None
         old = refresh.dataset
-        retire(old, new)
+        retire(old, new, refresh.get_reason_display())
         done: dict[str, Any] = {
             "baselines": [s.pk for s in reruns.rerun_baselines(old, new)],
             "containers": [s.pk for s in reruns.rerun_containers(old, new)],

@@ -143,12 +143,19 @@ _EMPTY = qladder.Entry(points=np.empty(0), states=np.empty(0), board={})
 """What :func:`climb` hands :func:`qval.ladder.release` for a held submission: nothing is read."""
 
 
-def shown_rows(rows: list[MetricRow], decision: qladder.Decision) -> list[MetricRow]:
-    """``rows`` as stored after ``decision``: a Ladder metric a climb could not afford is withheld
-    (:data:`qval.budget.NO_ROOM`)."""
-    if not decision.climbs:
+def shown_rows(sub: Submission, rows: list[MetricRow], decision: qladder.Decision | None = None) -> list[MetricRow]:
+    """``rows`` as stored for ``sub`` after its ``decision`` (``None``: decided before, a re-scoring: its
+    recorded release): a Ladder metric its climb did not pay for is withheld (:data:`qval.budget.NO_ROOM`)."""
+    if decision is not None:
+        climbed, released = decision.climbs, decision.released
+    else:
+        climbed, recorded = bool(sub.ladder_climbed), budgets.released_metrics(sub.pk)
+        if recorded is None:
+            return rows  # decided before the budget: its values were released then
+        released = recorded
+    if not climbed:
         return rows
-    return [r if r.metric not in qbudget.RELEASED_METRICS or r.value is None or r.metric in decision.released
+    return [r if r.metric not in qbudget.RELEASED_METRICS or r.value is None or r.metric in released
             else MetricRow(metric=r.metric, value=None, p_value=None, num_points=r.num_points,
                            num_dropped=r.num_dropped, coverage=r.coverage, details={"withheld": qbudget.NO_ROOM})
             for r in rows]

@@ -290,7 +290,9 @@ def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None
         if laddered and sub.ladder_climbed is None:
             # Before the results are written: that write waits for every other finishing job
             # (the results version's row), the account's lock only for this account's.
-            rows = ladder.shown_rows(rows, ladder.climb(sub, rows))
+            rows = ladder.shown_rows(sub, rows, ladder.climb(sub, rows))
+        elif laddered:
+            rows = ladder.shown_rows(sub, rows)  # re-scored: what its climb paid for, no more
         Result.objects.filter(submission=sub).delete()
         Result.objects.bulk_create(
             Result(submission=sub, metric=r.metric, value=r.value, p_value=r.p_value, num_points=r.num_points,

@@ -180,15 +180,31 @@ class TestSharedBudget:
         spent.refresh_from_db()
         assert spent.spent == 2
 
+    def test_a_climb_shows_only_what_the_budget_affords_also_when_scored_again(
+            self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 0
+        settings.QVAL_BUDGET_SCALE = _scale_for(loaded, 1)
+        test = [s for s in frozenlake.states if s.split == "test"]
+        ids = [c.id for s in test for c in s.candidates]  # a complete file: state-local ρ too
+        scores = np.array([frozenlake.q_labels[i] for i in ids]) + np.random.default_rng(8).normal(0, 0.3, len(ids))
+        pk = upload(api, csv_bytes(ids, scores), method_name="complete")["id"]
+        for _ in range(2):  # finished, then scored again
+            shown = finish(pk)
+            assert shown["spearman"].value is not None
+            assert shown["ranking_spearman"].value is None and shown["ranking_spearman"].details["withheld"] == budget.NO_ROOM
+        assert list(Release.objects.filter(submission_id=pk).values_list("metrics", "cost")) == [(["spearman"], 1)]
+
     def test_a_retired_split_refuses_uploads_and_its_board_says_so(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         from django.utils import timezone
 
         from leaderboard.models import Dataset
+        from qval_site.fresh_splits import retire
 
         fresh = Dataset.objects.create(environment=loaded.environment, slug=loaded.slug,
                                        version=f"{loaded.version}-r1", name=loaded.name, fingerprint="f" * 64)
-        Refresh.objects.create(dataset=loaded, reason=Refresh.SPENT, number=1, replacement=fresh,
-                               state=Refresh.DONE, done_at=timezone.now())
+        refresh = Refresh.objects.create(dataset=loaded, reason=Refresh.SPENT, number=1, replacement=fresh,
+                                         state=Refresh.DONE, done_at=timezone.now())
+        retire(loaded, fresh, refresh.get_reason_display())
         ids, labels = actor_points(frozenlake, "test")
         refused = api.post("/api/v1/submissions/", {"dataset": KEY, "split": "test", "target": "q",
                                                     "method_name": "late", "description": "d",
@@ -197,9 +213,51 @@ class TestSharedBudget:
         assert refused.status_code == 409 and "retired" in message and fresh.key in message
         page = client.get(f"/boards/{KEY}:q:text/").content.decode()
         assert 'id="retired-board"' in page and fresh.key in page and "frozen since" in page
+        assert "its information budget was spent" in page
+        assert SplitBudget.objects.filter(dataset=loaded, split="test", state=budget.RETIRED).count() == 2
 
 
 def _file(content: bytes):  # type: ignore[no-untyped-def]
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     return SimpleUploadedFile("p.csv", content)
+
+
+@pytest.mark.django_db
+class TestRefreshRequests:
+    def test_a_refresh_is_asked_once_not_again_too_soon_and_after_a_failed_build(self, loaded, settings) -> None:  # type: ignore[no-untyped-def]
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from budgets.services import request_refresh
+        from leaderboard.models import DatasetBuild
+
+        settings.QVAL_REFRESH_MIN_INTERVAL_S = 3600
+        first = request_refresh(loaded, Refresh.SPENT)
+        assert first is not None and first.number == 1
+        assert (first.build.name, first.build.refresh, first.build.status) == ("frozenlake", 1, DatasetBuild.QUEUED)
+        assert request_refresh(loaded, Refresh.MAINTAINER) is None  # one is being built
+        DatasetBuild.objects.filter(pk=first.build_id).update(status=DatasetBuild.FAILED, error="boom")
+        assert request_refresh(loaded, Refresh.SPENT) is None  # the previous one is younger than the interval
+        first.refresh_from_db()
+        assert first.state == Refresh.FAILED
+        Refresh.objects.filter(pk=first.pk).update(created_at=timezone.now() - timedelta(hours=2))
+        second = request_refresh(loaded, Refresh.SPENT)
+        assert second is not None and second.number == 2 and second.build.refresh == 2
+
+    def test_the_maintainers_schedule(self, loaded, settings) -> None:  # type: ignore[no-untyped-def]
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from leaderboard.models import Dataset
+        from qval_site.fresh_splits import refresh_due
+
+        settings.QVAL_SPLIT_REFRESH_DAYS = 0
+        Dataset.objects.filter(pk=loaded.pk).update(created_at=timezone.now() - timedelta(days=40))
+        assert refresh_due() == []  # off by default
+        settings.QVAL_SPLIT_REFRESH_DAYS = 30
+        (due,) = refresh_due()
+        assert due.dataset_id == loaded.pk and due.reason == Refresh.SCHEDULE
+        assert refresh_due() == []  # being built

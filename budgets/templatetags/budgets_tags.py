@@ -6,7 +6,6 @@ from typing import Any
 
 from django import template
 
-from budgets.services import retirement
 from leaderboard.models import Dataset
 
 register = template.Library()
@@ -14,10 +13,10 @@ register = template.Library()
 
 @register.inclusion_tag("budgets/_retired.html")
 def retired_notice(dataset: Dataset, board_slice: Any = None) -> dict[str, object]:
-    """The refresh that retired ``dataset``'s hidden split (nothing is shown when none did), and the key of the
-    same board on its replacement (``board_slice``: the board's target and modality)."""
-    refresh = retirement(dataset) if isinstance(dataset, Dataset) else None
-    key = None
-    if refresh is not None and board_slice is not None:
-        key = f"{refresh.replacement.key}:{board_slice.target}:{board_slice.modality}"
-    return {"refresh": refresh, "replacement_board": key}
+    """What the banner of a retired ``dataset`` says (nothing, and no query, for one that is not retired), and
+    the key of the same board on its replacement (``board_slice``: the board's target and modality)."""
+    if not isinstance(dataset, Dataset) or dataset.replaced_by_id is None:
+        return {"dataset": None}
+    replacement = dataset.replaced_by
+    key = f"{replacement.key}:{board_slice.target}:{board_slice.modality}" if board_slice is not None else None
+    return {"dataset": dataset, "replacement": replacement, "replacement_board": key}
