@@ -2,7 +2,7 @@
 
 Every number released about a hidden split from predictions an account chose (an uploaded file, a method
 container's output) answers a query on the labels, and a coalition of accounts is one analyst with more
-queries: the README's *Threat model* attack fitted a file to 59 released global ρ values of 32 accounts.
+queries: issue 32's attack fitted a file to 59 released global ρ values of 32 accounts.
 Spearman ρ is Pearson's r of ranks, so each released value is about one linear equation in the hidden ranks,
 and least squares on ``m`` of them reaches a hidden ρ of about ``sqrt(m / n)`` on ``n`` points.  So the site
 keeps **one budget per hidden split** (dataset version x split x target), shared by every account, counted in
@@ -16,7 +16,7 @@ Ladder decides on (:data:`RELEASED_METRICS`: the global ρ, and the state-local 
 candidate), each rounded as :func:`qval.scoring.disclose` rounds it; its p-value and 95% interval are
 computed **from the released value and the number of points alone** (Fisher's z with Bonett & Wright's
 standard error for Spearman), so they carry nothing new; every other metric is withheld (*not released*).
-Its cost (:func:`release_cost`) is the number of values it shows.  A comparison of a user-controlled row on a
+Its cost is the number of values it shows (:func:`affordable`).  A comparison of a user-controlled row on a
 hidden split releases one more number per metric compared (:data:`COMPARE_COST`: the standard error of the
 paired difference; the difference, its interval and p-value follow from it and the released values).
 
@@ -24,7 +24,7 @@ The state (:class:`Ledger`): ``open`` while a number is left, then ``spent``: no
 the split, whether a submission would have climbed or not, so the switch depends on the releases alone (a
 climb always releases its global ρ while the split is open, and its state-local ρ too when a second number
 is left: :func:`affordable`); a spent split is replaced by a fresh one (a new dataset
-version: :mod:`qval.hidden`, README *Fresh hidden splits*).  Django-free: the site stores a ledger per split
+version: :mod:`qval.hidden`, README *Threat model*).  Django-free: the site stores a ledger per split
 and spends under its row lock (:mod:`budgets`).
 """
 
@@ -71,11 +71,6 @@ def budget_size(num_points: int, scale: float = 1.0) -> int:
     if num_points < 0 or scale < 0:
         raise ValueError(f"points and scale must be non-negative, got {num_points} and {scale}")
     return int(math.floor(scale * num_points / POINTS_PER_NUMBER + 1e-9))
-
-
-def release_cost(board: Mapping[str, float | None]) -> int:
-    """Numbers a release showing ``board`` (metric -> shown value, ``None``: none) spends."""
-    return sum(1 for metric in RELEASED_METRICS if board.get(metric) is not None)
 
 
 def affordable(board: Mapping[str, float | None], remaining: int) -> tuple[str, ...]:
@@ -192,4 +187,4 @@ def released_rows(rows: Sequence[MetricRow]) -> list[MetricRow]:
 
 __all__ = ["COMPARE_COST", "LEVEL", "NOT_RELEASED", "OPEN", "POINTS_PER_NUMBER", "RELEASED_METRICS", "RETIRED",
            "SPENT", "STATES", "BudgetSpent", "Ledger", "budget_size", "correlation_interval", "correlation_p_value",
-           "NO_ROOM", "affordable", "reconstruction_rho", "release_cost", "released_rows", "transcript_bits"]
+           "NO_ROOM", "affordable", "reconstruction_rho", "released_rows", "transcript_bits"]
