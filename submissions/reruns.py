@@ -8,7 +8,7 @@ inputs) and stays with the split it was scored on.  Two kinds live here:
   splits, launched again with the same method, backbone, target, modality, seed and options
   (:func:`submissions.baselines.launch_baseline`) unless the new version has that run already;
 * **method containers** (:func:`rerun_containers`): each account's current best on the old version's board that
-  is a container (:func:`submissions.ladder.current_best`), run again from the archive it uploaded, as that
+  is a container (the climb no later climb replaced, as :func:`submissions.ladder.current_best` reads it), run again from the archive it uploaded, as that
   account's submission (it climbs and spends the new split's budget like any release), counted in no quota;
   its ``provenance`` names the row it re-runs.
 """
@@ -27,7 +27,6 @@ from qval.schema import PUBLIC_SPLITS
 
 from . import lifecycle
 from .baselines import BaselineRequest, launch_baseline
-from .ladder import current_best
 from .models import Submission
 from .services import SubmissionRejected
 
@@ -64,16 +63,13 @@ def rerun_baselines(old: Dataset, new: Dataset) -> list[Submission]:
 def rerun_containers(old: Dataset, new: Dataset) -> list[Submission]:
     """Queue on ``new`` each account's current best container on ``old``'s hidden boards (see the module doc);
     return the new submissions (``received``: their archive is inspected again, then they run)."""
-    bests: dict[int, Submission] = {}
     climbed = Submission.objects.filter(dataset=old, split__in=_hidden(old), source=Submission.SOURCE_USER,
                                         state=Submission.FINISHED, ladder_climbed=True)
-    for sub in climbed.order_by("pk"):
-        best = current_best(sub)
-        if best is not None and best.kind == Submission.KIND_CONTAINER and best.file:
-            bests[best.pk] = best
+    replaced = climbed.exclude(ladder_against=None).values("ladder_against")  # as ladder.current_best reads it
+    bests = climbed.exclude(pk__in=replaced).filter(kind=Submission.KIND_CONTAINER).exclude(file="").order_by("pk")
     queued: list[Submission] = []
     with transaction.atomic():
-        for best in bests.values():
+        for best in bests:
             fields = {f: getattr(best, f) for f in (
                 "user", "source", "kind", "split", "target", "method_name", "backbone_name", "modality", "public",
                 "description", "paper_url", "code_url", "open_weights", "filename", "file_format", "size_bytes",

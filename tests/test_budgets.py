@@ -194,6 +194,26 @@ class TestSharedBudget:
             assert shown["ranking_spearman"].value is None and shown["ranking_spearman"].details["withheld"] == budget.NO_ROOM
         assert list(Release.objects.filter(submission_id=pk).values_list("metrics", "cost")) == [(["spearman"], 1)]
 
+    def test_a_containers_best_is_re_run_on_the_fresh_split_as_its_accounts_submission(
+            self, user, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        from leaderboard.models import Dataset
+        from submissions import reruns
+        from submissions.services import quota_used
+        from tests.test_attacks import _container_submission
+
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 0
+        ids, labels = actor_points(frozenlake, "test")
+        boxed = Submission.objects.get(pk=_container_submission(
+            user, loaded, "test", ids, labels + np.random.default_rng(9).normal(0, 1, len(ids))).pk)
+        assert boxed.ladder_climbed  # the account's best on the old board
+        fresh = Dataset.objects.create(environment=loaded.environment, slug=loaded.slug,
+                                       version=f"{loaded.version}-r1", name=loaded.name, fingerprint="f" * 64)
+        used = quota_used(user)
+        (again,) = reruns.rerun_containers(loaded, fresh)
+        assert (again.user_id, again.kind, again.dataset_id, again.file.name, again.state) == (
+            user.pk, Submission.KIND_CONTAINER, fresh.pk, boxed.file.name, Submission.RECEIVED)
+        assert again.provenance == {reruns.RERUN_OF: boxed.pk} and quota_used(user) == used  # no quota
+
     def test_a_retired_split_refuses_uploads_and_its_board_says_so(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
         from django.utils import timezone
 
