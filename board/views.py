@@ -14,7 +14,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import consistency as qconsistency
-from qval import families, ladder, metrics, paper_settings, published
+from qval import budget, families, ladder, metrics, paper_settings, published
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
@@ -55,7 +55,8 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
         request,
         "leaderboard/scoring.html",
         {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
-         "ladder_resamples": ladder.RESAMPLES, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS,
+         "ladder_resamples": ladder.RESAMPLES, "ladder_alpha": ladder.ALPHA,
+         "points_per_number": budget.POINTS_PER_NUMBER, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS,
          **consistency.published_numbers_context()},
     )
 

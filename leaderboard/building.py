@@ -58,25 +58,28 @@ class Built:
     created: bool
 
 
-def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path) -> schema.Dataset:
+def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path, refresh: int) -> schema.Dataset:
     """``build.build`` in a thread of its own (:func:`qval.offthread.call_in_thread`: an environment may run
     an event loop in its thread, where Django refuses database calls), each progress report saved here."""
     return call_in_thread(
-        lambda relay: build.build(name, out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET),
+        lambda relay: build.build(name, out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET,
+                                  refresh=refresh),
         progress, name=f"build-{name}")
 
 
-def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True) -> Built:
-    """Build dataset ``name``, write it to ``out`` (default :func:`leaderboard.models.dataset_folder`), optionally load it."""
+def run_build(name: str, progress: Progress | None = None, out: Path | None = None, load: bool = True,
+              refresh: int = 0) -> Built:
+    """Build dataset ``name`` (``refresh``: its fresh hidden split number ``refresh``, :func:`qval.build.refreshed`),
+    write it to ``out`` (default :func:`leaderboard.models.dataset_folder`), optionally load it."""
     if name not in build.BUILDERS:
         raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
     report: Progress = progress or (lambda done, total, stage: None)
-    staging = datasets_dir() / f".build-{name}"
+    staging = datasets_dir() / f".build-{name}{build.REFRESH_MARK}{refresh}" if refresh else datasets_dir() / f".build-{name}"
     if staging.exists():
         shutil.rmtree(staging)
     checkpoint = work_dir(name)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    ds = _call_builder(name, staging, report, checkpoint)
+    ds = _call_builder(name, staging, report, checkpoint, refresh)
     m = ds.manifest
     fingerprint = m.fingerprint or ds.compute_fingerprint()
     report(0, 1, "write")
@@ -140,9 +143,10 @@ class Recorder:
         DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(**fields)
 
 
-def enqueue(name: str) -> DatasetBuild:
-    """Record a queued build of ``name`` and send it to :data:`BUILD_TASK` once committed."""
-    b = DatasetBuild.objects.create(name=name)
+def enqueue(name: str, refresh: int = 0) -> DatasetBuild:
+    """Record a queued build of ``name`` (fresh hidden split ``refresh``) and send it to :data:`BUILD_TASK` once
+    committed."""
+    b = DatasetBuild.objects.create(name=name, refresh=refresh)
     transaction.on_commit(lambda: current_app.signature(BUILD_TASK).delay(b.pk))
     return b
 

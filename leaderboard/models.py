@@ -60,6 +60,11 @@ class Dataset(models.Model):
         default=True, help_text="False for the authors' datasets of imported results: no inputs or labels here."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    replaced_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="The version whose fresh hidden split replaced this one's (budgets): its boards are frozen.")
+    retired_at = models.DateTimeField(null=True, blank=True, help_text="When its hidden split was replaced.")
+    retired_reason = models.CharField(max_length=100, blank=True, help_text="Why its hidden split was replaced.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["slug", "version"], name="dataset_slug_version")]
@@ -243,6 +248,9 @@ class DatasetBuild(models.Model):
     ACTIVE = (QUEUED, RUNNING)
 
     name = models.CharField(max_length=50, help_text="Builder name, a key of qval.build.BUILDERS.")
+    refresh = models.PositiveIntegerField(
+        default=0, help_text="Fresh hidden split number (qval.build.refreshed): 0 builds the builder's version, "
+                             "n its version '-rn', a new test split drawn from the secret.")
     status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
     stage = models.CharField(max_length=50, blank=True)
     done = models.PositiveIntegerField(default=0)

@@ -1190,7 +1190,58 @@ VERSIONS: dict[str, Callable[[], tuple[Environment, DatasetSpec]]] = {
     "terminalbench-lite@1.0": terminalbench_lite_v1_0,
 }
 """Every dataset version a builder makes (``slug@version`` → builder), the superseded ones included: what a
-loaded dataset's environment is looked up by (:func:`qval.learned.methods.environment_for`)."""
+loaded dataset's environment is looked up by (:func:`builder_for`, :func:`qval.learned.methods.environment_for`)."""
+
+REFRESH_MARK = "-r"
+"""What separates a version from its refresh number: ``1.2-r3`` is the third fresh hidden split of ``1.2``."""
+
+
+def refreshed(spec: DatasetSpec, refresh: int) -> DatasetSpec:
+    """``spec`` with fresh hidden split number ``refresh`` (0: ``spec`` itself): version ``<version>-r<refresh>``.
+
+    The test tasks and the test trajectories' random draws are HMAC derivations of the secret keyed by
+    ``slug@version`` (:func:`hide_test_tasks`, :func:`trajectory_seed`), so a new version is a new hidden
+    split; train and dev do not depend on the version and come out identical (their fingerprints too).
+    Only a spec with ``secret_test`` has a split to refresh."""
+    if refresh == 0:
+        return spec
+    if refresh < 0 or not spec.secret_test:
+        raise ValueError(f"{spec.slug}@{spec.version}: only a secret test split is refreshed (refresh {refresh})")
+    return replace(spec, version=f"{spec.version}{REFRESH_MARK}{refresh}", description=(
+        f"{spec.description} Fresh hidden split number {refresh} of {spec.slug}@{spec.version}: the same train "
+        f"and dev splits, a test split drawn anew from the maintainer's secret (the earlier one's information "
+        f"budget was spent or its time was up)."))
+
+
+def split_version(version: str) -> tuple[str, int]:
+    """``(base version, refresh number)`` of a version: ``("1.2", 3)`` for ``1.2-r3``, ``("1.2", 0)`` for ``1.2``."""
+    base, mark, number = version.rpartition(REFRESH_MARK)
+    if mark and base and number.isdigit() and int(number) > 0:
+        return base, int(number)
+    return version, 0
+
+
+def builder_for(key: str) -> Callable[[], tuple[Environment, DatasetSpec]] | None:
+    """The builder of dataset ``slug@version`` (:data:`VERSIONS`, a fresh hidden split's included), or ``None``."""
+    slug, _, version = key.partition("@")
+    base, refresh = split_version(version)
+    make = VERSIONS.get(f"{slug}@{base}")
+    if make is None or refresh == 0:
+        return make
+
+    def make_refreshed() -> tuple[Environment, DatasetSpec]:
+        env, spec = make()
+        return env, refreshed(spec, refresh)
+
+    return make_refreshed
+
+
+def builder_name(key: str) -> str | None:
+    """The name in :data:`BUILDERS` that builds dataset ``slug@version``'s base version now (``None`` for a
+    superseded or unknown version): the one a fresh hidden split of it is built with."""
+    slug, _, version = key.partition("@")
+    base = f"{slug}@{split_version(version)[0]}"
+    return next((name for name, make in BUILDERS.items() if VERSIONS.get(base) is make), None)
 
 
 def build(
@@ -1199,11 +1250,13 @@ def build(
     progress: Progress | None = None,
     work_dir: str | Path | None = None,
     secret: str | None = None,
+    refresh: int = 0,
 ) -> schema.Dataset:
     """Build the dataset ``name`` (a key of :data:`BUILDERS`), write it to ``out_dir``, return it.
 
     ``secret``: the maintainer's test-split secret (:mod:`qval.hidden`); a dataset whose test
-    split is secret is built without its test split when it is ``None``.
+    split is secret is built without its test split when it is ``None``.  ``refresh``: build fresh
+    hidden split number ``refresh`` instead (:func:`refreshed`: a new version, same train and dev).
 
     ``work_dir``: where the build keeps its checkpoint (:class:`Checkpoint`, in a folder keyed
     by the spec and environment config), so that rerunning an interrupted build labels only the
@@ -1217,6 +1270,7 @@ def build(
         raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(BUILDERS)}")
     env, spec = BUILDERS[name]()
     try:
+        spec = refreshed(spec, refresh)
         hide_test_tasks(env, spec, secret)
         checkpoint = Checkpoint.for_build(work_dir, env, spec, secret) if work_dir is not None else None
         ds = build_dataset(env, spec, progress, checkpoint, secret)

@@ -15,6 +15,10 @@ Variables:
 ``QVAL_MAX_UPLOAD_MB``      largest accepted predictions file (default 100).
 ``QVAL_TEST_QUOTA_PER_DAY`` test-split submissions per user per day (default 5).
 ``QVAL_BOOTSTRAP_RESAMPLES`` bootstrap resamples behind every confidence interval (default 1000).
+``QVAL_BUDGET_SCALE``       scales every hidden split's information budget, floor(scale * points / 25) numbers
+                            (``qval.budget``; default 1).
+``QVAL_REFRESH_MIN_INTERVAL_S`` a spent budget asks for a fresh split at most this often per dataset (default 86400).
+``QVAL_SPLIT_REFRESH_DAYS`` a hidden split this many days old is replaced by a fresh one (default 0: never).
 ``QVAL_CACHE_URL``          the cache every process shares: throttle and sign-up counters, comparisons
                             (default ``redis://127.0.0.1:6379/1``; ``locmem://`` for a per-process
                             cache, the embedded laptop fallback only).
@@ -156,6 +160,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "accounts",  # one account per mailbox
     "leaderboard",
+    "budgets",  # one information budget per hidden split; fresh splits (below submissions)
     "submissions",
     "workers",
     "qval_site",  # manage.py wait_ready
@@ -268,6 +273,9 @@ STATICFILES_FINDERS = [
 QVAL_MAX_UPLOAD_BYTES = int(float(os.environ.get("QVAL_MAX_UPLOAD_MB", "100")) * 1024 * 1024)
 QVAL_TEST_QUOTA_PER_DAY = int(os.environ.get("QVAL_TEST_QUOTA_PER_DAY", "5"))
 QVAL_BOOTSTRAP_RESAMPLES = int(os.environ.get("QVAL_BOOTSTRAP_RESAMPLES", "1000"))
+QVAL_BUDGET_SCALE = float(os.environ.get("QVAL_BUDGET_SCALE", "1"))
+QVAL_REFRESH_MIN_INTERVAL_S = int(os.environ.get("QVAL_REFRESH_MIN_INTERVAL_S", "86400"))
+QVAL_SPLIT_REFRESH_DAYS = float(os.environ.get("QVAL_SPLIT_REFRESH_DAYS", "0"))
 QVAL_USER_STORAGE_BYTES = int(float(os.environ.get("QVAL_USER_STORAGE_MB", "10240")) * 1024 * 1024)
 QVAL_SCORING_WORK_PER_HOUR = int(os.environ.get("QVAL_SCORING_WORK_PER_HOUR", "10000000"))
 QVAL_COMPARE_CONCURRENCY = int(os.environ.get("QVAL_COMPARE_CONCURRENCY", "2"))
@@ -420,6 +428,7 @@ CELERY_TASK_ROUTES = {
     "workers.builds.build_dataset": {"queue": "datasets"},
     "workers.builds.reap_stalled_builds": {"queue": "scoring"},
     "qval_site.tasks.seed_reference_rows": {"queue": "scoring"},
+    "qval_site.tasks.refresh_due_splits": {"queue": "scoring"},
     # Best-of-N runs play episodes with a method's backbone: `celery -A qval_site worker -Q gpu`.
     "workers.best_of_n.play_best_of_n": {"queue": "gpu"},
 }
@@ -431,6 +440,7 @@ CELERY_BEAT_SCHEDULE = {
     "reap-stale-best-of-n-runs": {"task": "workers.best_of_n.reap_stale_best_of_n_runs",
                                   "schedule": QVAL_REAP_EVERY_S},
     "reap-stalled-builds": {"task": "workers.builds.reap_stalled_builds", "schedule": 60.0},
+    "refresh-due-splits": {"task": "qval_site.tasks.refresh_due_splits", "schedule": 3600.0},
 }
 # Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the
 # longest container run (timeout + grace), or a running job would be started a second time.

@@ -39,14 +39,19 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Q, QuerySet
+from scipy import stats
 
 from accounts import throttling
+from budgets import services as budgets
+from budgets.models import Release
 from leaderboard.loading import truth_for
+from qval import budget as qbudget
 from qval import metric_registry
 from qval import predictions as qpred
 from qval.compare import paired_bootstraps
-from qval.metrics import POINT_METRICS, REFERENCE_RULES
+from qval.metrics import POINT_METRICS, REFERENCE_RULES, significance_marks
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MEAN_OF_SAMPLES, WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
 
@@ -292,21 +297,85 @@ def _mean_of_samples(sub: Submission) -> bool:
     return sub.results.filter(details__samples__aggregation=MEAN_OF_SAMPLES).exists()
 
 
+def spends(a: Submission, b: Submission) -> bool:
+    """Whether comparing A and B spends from their hidden split's information budget: they are on hidden labels
+    of an environment that is not open book (whose labels do not follow from its inputs) and one of them is a
+    user's prediction (an uploaded file, a method container: numbers an account chose)."""
+    return (on_hidden_labels(a) and not a.dataset.environment.open_book
+            and Submission.SOURCE_USER in (a.source, b.source))
+
+
 def _computed(a: Submission, b: Submission) -> dict[str, Any]:
-    """The comparison :func:`compare` caches."""
-    resamples = settings.QVAL_BOOTSTRAP_RESAMPLES
+    """The comparison :func:`compare` caches: on a hidden split with a user's row, the budgeted one
+    (:func:`_spent_comparison`), otherwise every metric's paired bootstrap."""
+    if spends(a, b):
+        return _spent_comparison(a, b)
     truth = truth_for(a.dataset, a.split, a.target)
-    scores_a, scores_b = _scores(a, truth), _scores(b, truth)
     hidden = on_hidden_labels(a)
-    value = disclose_value if hidden else (lambda x: x)
-    p_value = disclose_p_value if hidden else (lambda x: x)
-    rows = []
     both_signs = a.dataset.labels_have_both_signs(a.target)
     meaningful = [m for m in METRICS if metric_registry.shown(m, both_signs)]  # sign agreement: labels of both signs
     compared = [m for m in meaningful if not (hidden and m in WITHHELD_ON_HIDDEN)]  # sign agreement: never on hidden
-    results = paired_bootstraps(truth.point_labels, scores_a, scores_b, metric_names=compared, resamples=resamples,
-                                seed=SEED, level=LEVEL, rules=a.rules)
-    for metric, pc in results.items():
+    results = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=compared,
+                                resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL, rules=a.rules)
+    return _answer(a, b, _rows(results.values(), hidden),
+                   note=metric_registry.ONE_SIGN_NOTE if len(meaningful) < len(METRICS) else "")
+
+
+def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
+    """A vs B on a hidden split where one is a user's row: one number spent from the split's shared budget
+    (:data:`qval.budget.COMPARE_COST`), under its row lock, in the transaction that records it.
+
+    Only the global ρ is compared: A and B are their released (board) values, the difference follows from
+    them, and the one new number is the paired bootstrap's standard error of the difference, rounded; the
+    interval (difference ± z standard errors) and the p-value (normal) follow from those.  Refused
+    (:class:`ComparisonError`, 409) when the budget is spent or retired."""
+    with transaction.atomic():
+        row = budgets.locked(a.dataset, a.split, a.target)
+        ledger = row.ledger()
+        try:
+            ledger.spend(qbudget.COMPARE_COST)
+        except qbudget.BudgetSpent:
+            raise ComparisonError({"b": [
+                f"comparing on the hidden {a.split} split of {a.dataset.key} (target {a.target.upper()}) is a new "
+                f"number computed on its labels, and the split's information budget, shared by every account, is "
+                f"{ledger.state} ({row.spent} of {row.size} numbers released): nothing more is released about it"
+                "; compare on the dev split, or on the fresh split that replaces this one"]}, a, status=409) from None
+        truth = truth_for(a.dataset, a.split, a.target)
+        pc = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=["spearman"],
+                               resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL,
+                               rules=a.rules)["spearman"]
+        owner = a.user_id if a.source == Submission.SOURCE_USER else b.user_id
+        budgets.record(row, ledger, Release.COMPARE, a.pk, owner, ["spearman"], other_id=b.pk)
+    rho_a, rho_b = (sub.results.filter(metric="spearman").values_list("value", flat=True).first() for sub in (a, b))
+    se = disclose_value(pc.std_error)
+    difference = disclose_value(rho_a - rho_b) if rho_a is not None and rho_b is not None else None
+    low = high = p = None
+    if difference is not None and se:
+        half = float(stats.norm.isf((1 - LEVEL) / 2)) * se
+        low, high = disclose_value(difference - half), disclose_value(difference + half)
+        p = disclose_p_value(float(2 * stats.norm.sf(abs(difference) / se)))
+    row_out = {"metric": "spearman", "rho_a": rho_a, "rho_b": rho_b, "difference": difference,
+               "ci95": [low, high] if low is not None else None, "p_value": p,
+               "significance": significance_marks(p), "std_error": se, "num_points": pc.num_points,
+               "num_dropped": pc.num_dropped, "resamples": pc.resamples, "num_undefined": pc.num_undefined,
+               "insufficient": pc.insufficient}
+    return _answer(a, b, [row_out], note=SPENT_NOTE)
+
+
+SPENT_NOTE = ("On a hidden split a comparison with a user's submission releases one number computed on the hidden "
+              "labels, the standard error of the difference of global ρ (the interval and p-value follow from it "
+              "and the released values), and spends it from the split's information budget, shared by every "
+              "account; the other metrics are not compared there.")
+"""Why a budgeted comparison (:func:`_spent_comparison`) shows one metric."""
+
+
+def _rows(results: Any, hidden: bool) -> list[dict[str, Any]]:
+    """The JSON rows of :func:`qval.compare.paired_bootstraps`' results, rounded as disclosed when ``hidden``."""
+    value = disclose_value if hidden else (lambda x: x)
+    p_value = disclose_p_value if hidden else (lambda x: x)
+    rows = []
+    for pc in results:
+        metric = pc.metric
         rows.append(
             {
                 "metric": metric,
@@ -323,6 +392,11 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
                 "insufficient": pc.insufficient,
             }
         )
+    return rows
+
+
+def _answer(a: Submission, b: Submission, rows: list[dict[str, Any]], note: str) -> dict[str, Any]:
+    """The JSON answer of a comparison of A and B with metric ``rows`` and ``note``."""
     notes = [f"{side} (submission {sub.pk}) has several samples per point and is shown as the mean of its "
              "per-sample values (the paper's codegen rule); it is compared here on its mean prediction (codegen-avg's)"
              for side, sub in (("A", a), ("B", b)) if _mean_of_samples(sub)]
@@ -335,8 +409,8 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
         "target": a.target,
         "rules": a.rules,
         "level": LEVEL,
-        "resamples": resamples,
+        "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
         "seed": SEED,
         "metrics": rows,
-        "note": metric_registry.ONE_SIGN_NOTE if len(meaningful) < len(METRICS) else "",
+        "note": note,
     }

@@ -2,19 +2,23 @@
 
 A user's submission on a hidden split is on a ladder, one per **scope**: account, dataset
 version, target and split.  When it finishes, :func:`climb` compares it with the scope's
-current best (:func:`qval.ladder.decide`: significantly better by the paired bootstrap, the
-parameter-free Ladder).  The first submission of a scope climbs, released as scored; a later
-one climbs only when it is significantly better, and then the board shows its score instead
-of the best's.  One that does not climb stays off the board and its own score is shown to
-nobody (:attr:`submissions.models.Submission.score_withheld`): its page says which best the
-board keeps.  Showing it would hand back the exact answer the Ladder withholds.
+current best under the site's release rule (:func:`qval.ladder.release`): the first submission
+of a scope climbs, released as scored; a later one climbs only when it beats the best by more
+than the margin (a fixed step, and a level spent over the account's attempts), and then the
+board shows its score instead of the best's.  Every climb is a release: it spends from the
+split's **information budget, shared by every account** (:mod:`budgets`, :mod:`qval.budget`),
+and once that is spent every submission is held undecided, its score shown to nobody, until a
+fresh split replaces the spent one.  One that does not climb stays off the board and its own
+score is shown to nobody (:attr:`submissions.models.Submission.score_withheld`): its page says
+which best the board keeps, or that the budget is spent.
 
 Each decision is stored on the submission (``ladder_climbed``, and ``ladder_against``: the best
 it was compared with) and never changes, re-scoring included.  The scope's current best is the
 submission that climbed and that no later climb replaced (:func:`current_best`).  :func:`climb`
 runs in the transaction that finishes the submission, under the account's row lock
-(:func:`submissions.services.lock_account`), so two submissions of one account finishing at
-once are compared one after the other: they cannot both climb on the same best.
+(:func:`submissions.lifecycle.lock_account`) and then the split budget's
+(:func:`budgets.services.locked`), so two submissions finishing at once are compared and
+charged one after the other: they cannot both climb on the same best or spend the same number.
 
 Baseline runs and training runs' published scores (the platform's), imported rows, public splits, uploaded files on an open-book
 dataset (ranked nowhere) and submissions finished before the Ladder are on no ladder.
@@ -26,13 +30,17 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+import numpy as np
 from django.db.models import QuerySet
 
+from budgets import services as budgets
+from budgets.models import Release
 from leaderboard.loading import truth_for
+from qval import budget as qbudget
 from qval import ladder as qladder
 from qval import predictions as qpred
 from qval.schema import PUBLIC_SPLITS
-from qval.scoring import Truth, point_scores, state_ranking_values
+from qval.scoring import MetricRow, Truth, point_scores, state_ranking_values
 
 from .comparison import scored_predictions
 from .models import Submission
@@ -85,16 +93,33 @@ def _entry(sub: Submission, truth: Truth, board: dict[str, float | None]) -> qla
     )
 
 
+def attempt(sub: Submission) -> int:
+    """Which submission of its scope ``sub`` is, counting from 1 (every earlier one, whatever became of it):
+    its level under the Ladder's alpha spending (:func:`qval.ladder.z_for`)."""
+    return scope(sub).filter(pk__lt=sub.pk).count() + 1
+
+
 def climb(sub: Submission, rows: Iterable[_Scored]) -> qladder.Decision:
-    """Decide ``sub``'s step on its ladder from its disclosed result ``rows`` and set
-    ``ladder_climbed``/``ladder_against`` (unsaved).
+    """Decide ``sub``'s step on its ladder from its released result ``rows`` (:func:`qval.budget.released_rows`)
+    under the split's shared budget, set ``ladder_climbed``/``ladder_against`` (unsaved) and record the release
+    (or the hold) on the budget.
 
     Call it only for a submission :func:`on_ladder` whose step is not decided yet, in the
-    transaction that finishes it and under its account's row lock.  When the best's stored
-    predictions cannot be read any more, there is nothing to pair with: ``sub`` is released as
-    the first of its scope would be (logged as an error).
+    transaction that finishes it and under its account's row lock (the budget's is taken here).
+    When the best's stored predictions cannot be read any more, there is nothing to pair with:
+    ``sub`` is released as the first of its scope would be (logged as an error).
     """
+    row = budgets.locked(sub.dataset, sub.split, sub.target)
+    ledger = row.ledger()
     best = current_best(sub)
+    sub.ladder_against = best
+    if ledger.state != qbudget.OPEN:
+        decision = qladder.release(np.empty(0), _EMPTY, None, ledger)  # held: nothing is read or decided
+        sub.ladder_climbed = False
+        budgets.record(row, ledger, Release.HELD, sub.pk, sub.user_id)
+        log.info("ladder of user %s on %s/%s/%s: submission %s held (%s)", sub.user_id, sub.dataset_id, sub.split,
+                 sub.target, sub.pk, decision.reason)
+        return decision
     truth = truth_for(sub.dataset, sub.split, sub.target)
     new = _entry(sub, truth, board_values(rows))
     best_entry = None
@@ -104,20 +129,44 @@ def climb(sub: Submission, rows: Iterable[_Scored]) -> qladder.Decision:
         except (OSError, ValueError, qpred.ValidationFailed):
             log.exception("ladder: the predictions of best %s cannot be read; %s is released as a first", best.pk,
                           sub.pk)
-    decision = qladder.decide(truth.point_labels, new, best_entry, rules=sub.rules)
+    decision = qladder.release(truth.point_labels, new, best_entry, ledger, attempt=attempt(sub), rules=sub.rules)
     sub.ladder_climbed = decision.climbs
-    sub.ladder_against = best
+    if decision.climbs:
+        budgets.record(row, ledger, Release.LADDER, sub.pk, sub.user_id, decision.released)
     log.info("ladder of user %s on %s/%s/%s: submission %s %s (best %s): %s", sub.user_id, sub.dataset_id,
              sub.split, sub.target, sub.pk, "climbs" if decision.climbs else "holds",
              best.pk if best else None, decision.reason)
     return decision
 
 
+_EMPTY = qladder.Entry(points=np.empty(0), states=np.empty(0), board={})
+"""What :func:`climb` hands :func:`qval.ladder.release` for a held submission: nothing is read."""
+
+
+def shown_rows(sub: Submission, rows: list[MetricRow], decision: qladder.Decision | None = None) -> list[MetricRow]:
+    """``rows`` as stored for ``sub`` after its ``decision`` (``None``: decided before, a re-scoring: its
+    recorded release): a Ladder metric its climb did not pay for is withheld (:data:`qval.budget.NO_ROOM`)."""
+    if decision is not None:
+        climbed, released = decision.climbs, decision.released
+    else:
+        climbed, recorded = bool(sub.ladder_climbed), budgets.released_metrics(sub.pk)
+        if recorded is None:
+            return rows  # decided before the budget: its values were released then
+        released = recorded
+    if not climbed:
+        return rows
+    return [r if r.metric not in qbudget.RELEASED_METRICS or r.value is None or r.metric in released
+            else MetricRow(metric=r.metric, value=None, p_value=None, num_points=r.num_points,
+                           num_dropped=r.num_dropped, coverage=r.coverage, details={"withheld": qbudget.NO_ROOM})
+            for r in rows]
+
+
 def outcome(sub: Submission) -> dict[str, Any] | None:
     """What ``sub``'s page and API say of its step on the ladder (``None`` off the ladder or unfinished).
 
-    ``climbed``; ``best``: the id of the best it was compared with and that best's board
-    values (``best_spearman``, ``best_ranking_spearman``); ``message``: the sentence the page shows.
+    ``climbed``; ``held``: not decided because the split's information budget was spent; ``best``: the id of
+    the best it was compared with and that best's board values (``best_spearman``, ``best_ranking_spearman``);
+    ``message``: the sentence the page shows.
     """
     if sub.ladder_climbed is None or sub.state != Submission.FINISHED:
         return None
@@ -125,19 +174,29 @@ def outcome(sub: Submission) -> dict[str, Any] | None:
     values = board_values(best.results.all()) if best is not None else {}
     rho = values.get("spearman")
     local = values.get("ranking_spearman")
+    held = not sub.ladder_climbed and budgets.held(sub.pk)
     named = ""
     if best is not None:
         shown = f"ρ={'—' if rho is None else f'{rho:.3f}'}"
         if local is not None:
             shown += f", state-local ρ={local:.3f}"
         named = f"your best (#{best.pk}, {shown})"
-    if best is None:
+    if held:
+        fresh = budgets.retirement(sub.dataset) or budgets.pending(sub.dataset)
+        replaced = (f"; {fresh.replacement.key} replaces it with a fresh hidden split" if fresh is not None
+                    and fresh.replacement_id else "; a fresh hidden split is being built to replace it"
+                    if fresh is not None else "; a fresh hidden split will replace it")
+        message = (f"Held: the information budget of the hidden {sub.split} split of {sub.dataset.key} (target "
+                   f"{sub.target.upper()}), shared by every account, is spent, so nothing more is released about "
+                   f"it{replaced}. This submission was scored but its score is shown to nobody"
+                   + (f" and the board keeps {named}." if best is not None else "."))
+    elif best is None:
         message = (f"The first {sub.split}-split submission of your account on {sub.dataset.key} · target "
                    f"{sub.target.upper()}: the board shows this score.")
     elif sub.ladder_climbed:
-        message = f"Significantly better than {named}: the board shows this score."
+        message = f"Better than {named} by more than the Ladder margin: the board shows this score."
     else:
-        message = (f"Not significantly better than {named}; the board keeps that score. This submission's own "
-                   f"score on the hidden {sub.split} split is not shown (the Ladder, see How we score).")
-    return {"climbed": sub.ladder_climbed, "best": best.pk if best is not None else None, "best_spearman": rho,
-            "best_ranking_spearman": local, "message": message}
+        message = (f"Not better than {named} by the Ladder margin; the board keeps that score. This submission's "
+                   f"own score on the hidden {sub.split} split is not shown (the Ladder, see How we score).")
+    return {"climbed": sub.ladder_climbed, "held": held, "best": best.pk if best is not None else None,
+            "best_spearman": rho, "best_ranking_spearman": local, "message": message}

@@ -44,6 +44,7 @@ from jobs import heartbeat as beats
 from leaderboard.models import Backbone, Method
 from qval.methods.registry import MethodError, get_method
 from qval.schema import PUBLIC_SPLITS
+from qval.budget import released_rows
 from qval.scoring import MetricRow, disclose
 
 from . import ladder
@@ -268,8 +269,9 @@ def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None
     and finish it, in one transaction; return its state.
 
     On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored, and a user's
-    submission takes its step on its account's ladder (:func:`submissions.ladder.climb`, once) under the
-    account's row lock, taken before the submission's. A submission no longer ``scoring`` at ``attempt`` (the
+    submission only what it may release (:func:`qval.budget.released_rows`) once it takes its step on its
+    account's ladder (:func:`submissions.ladder.climb`, once, spending from the split's shared budget) under
+    the account's row lock, taken before the submission's. A submission no longer ``scoring`` at ``attempt`` (the
     reaper failed or requeued it meanwhile) keeps its state and gets no results.
     """
     with transaction.atomic():
@@ -281,12 +283,16 @@ def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None
         if sub is None:
             return Submission.objects.get(pk=submission_id).state
         rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
+        if laddered:
+            rows = released_rows(rows)  # a user's prediction on a hidden split: the Ladder's metrics only
         for name, value in fields.items():
             setattr(sub, name, value)
         if laddered and sub.ladder_climbed is None:
             # Before the results are written: that write waits for every other finishing job
             # (the results version's row), the account's lock only for this account's.
-            ladder.climb(sub, rows)
+            rows = ladder.shown_rows(sub, rows, ladder.climb(sub, rows))
+        elif laddered:
+            rows = ladder.shown_rows(sub, rows)  # re-scored: what its climb paid for, no more
         Result.objects.filter(submission=sub).delete()
         Result.objects.bulk_create(
             Result(submission=sub, metric=r.metric, value=r.value, p_value=r.p_value, num_points=r.num_points,

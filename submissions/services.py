@@ -34,6 +34,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from accounts.access import has_verified_email
+from budgets import services as budgets
 from leaderboard.loading import split_index
 from leaderboard.models import MODALITY_CHOICES, Dataset
 from qval import containers as qc
@@ -168,12 +169,14 @@ def resolve_dataset(key: str) -> Dataset:
 def quota_used(user, now=None) -> int:  # type: ignore[no-untyped-def]
     """Test-split submissions of ``user`` in the last 24 hours that count towards the quota.
 
-    Submissions that failed through the platform's fault do not count.
+    Submissions that failed through the platform's fault, and re-runs of a container on a fresh hidden split,
+    do not count.
     """
     now = now or timezone.now()
     return (
         Submission.objects.filter(user=user, split="test", received_at__gte=now - timedelta(days=1))
         .exclude(Q(state=Submission.FAILED) & Q(fault=Submission.FAULT_SYSTEM))
+        .exclude(provenance__has_key="rerun_of")  # the platform's re-run on a fresh split (submissions.reruns)
         .count()
     )
 
@@ -292,6 +295,8 @@ def check_request(user, req: SubmissionRequest, quota_needed: int = 1) -> Datase
             f"the test split of {dataset.key} is superseded: it can be rebuilt from public information; "
             f"submit to {newer.key}, whose test split is secret (the dev split of {dataset.key} stays open)",
         )
+    if (spent := budgets.refusal(dataset, req.split, req.target)) is not None:
+        raise SubmissionRejected("split", spent, status=409)
     if req.split == "test":
         limit = settings.QVAL_TEST_QUOTA_PER_DAY
         used = quota_used(user)

@@ -45,7 +45,7 @@ def build_dataset(self, build_id: int) -> str:  # type: ignore[no-untyped-def]
         return status
     log.info("dataset build %s: %s started", b.pk, b.name)
     try:
-        built = building.run_build(b.name, progress=building.Recorder(b.pk))
+        built = building.run_build(b.name, progress=building.Recorder(b.pk), refresh=b.refresh)
     except Exception as exc:  # noqa: BLE001 - every failure is recorded with its reason
         log.exception("dataset build %s (%s) failed", b.pk, b.name)
         building.fail(b.pk, building.reason_of(exc))

@@ -71,8 +71,9 @@ Progress = Callable[[int, int, str], None]
 
 
 def environment_for(inputs: Inputs) -> tuple[Environment, build.DatasetSpec]:
-    """The environment and spec that built the dataset (:data:`qval.build.VERSIONS`, superseded versions included)."""
-    make = build.VERSIONS.get(f"{inputs.manifest.slug}@{inputs.manifest.version}")
+    """The environment and spec that built the dataset (:func:`qval.build.builder_for`: superseded versions and
+    fresh hidden splits included)."""
+    make = build.builder_for(f"{inputs.manifest.slug}@{inputs.manifest.version}")
     if make is None:
         raise ValueError(f"no environment builds {inputs.manifest.key}; the learned methods need the dataset's "
                          f"environment (one of qval.build.VERSIONS) to gather train experience")
