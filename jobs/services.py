@@ -54,9 +54,9 @@ def send_task(name: str, args: Sequence[Any], **options: Any) -> None:
     app = current_app
     if app.conf.task_always_eager:
         app.loader.import_default_modules()  # registers the tasks, which an eager call runs by name
-        app.tasks[name].apply_async(list(args), **options)
+        app.tasks[name].apply_async(args, **options)
     else:
-        app.send_task(name, args=list(args), **options)
+        app.send_task(name, args=args, **options)
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,7 @@ class JobKind(Generic[J]):
         sent: list[int] = []
         for pk in pks:
             try:
-                send_task(self.task, [pk])
+                send_task(self.task, (pk,))
             except BrokerUnreachable as exc:
                 log.warning("the broker is unreachable (%s): %s %s stay unsent until it is back", exc, self.name,
                             sorted(set(pks) - set(sent)))
