@@ -987,11 +987,81 @@ class TestSybilsAndForwardedFor:
         ("a.d.a+x@GoogleMail.com", "ada@gmail.com"),
         ("a.da@example.org", "a.da@example.org"),  # dots matter outside Gmail
         ("+only@example.org", "+only@example.org"),  # no name before the tag: kept whole
+        ("r3w@\uff45xample.org", "r3w@example.org"),  # full-width e (round three, finding 3)
+        ('"r3w"@example.org', "r3w@example.org"),  # a quoted local part is its content
+        ('"r\\3w"@example.org', "r3w@example.org"),
+        ("r3w@exa\u200dmple.org", "r3w@example.org"),  # mail sending (IDNA 2003) drops the joiner
+        ("x@M\u00dcnchen.DE", "x@xn--mnchen-3ya.de"),  # the domain mail is sent to
     ])
     def test_the_mailbox_rule(self, email: str, box: str) -> None:
         from accounts.mailboxes import mailbox
 
         assert mailbox(email) == box
+
+    @pytest.mark.parametrize("variant, message", [  # folded, the same address (allauth's message)
+        ("r3w@\uff45xample.org", "A user is already registered with this email"),  # full-width e
+        ("\uff52\uff13\uff57@example.org", "A user is already registered with this email"),  # full-width name
+        ("r3w@\U0001d41example.org", "A user is already registered with this email"),  # mathematical bold e
+        ("r3w@\u212fxample.org", "A user is already registered with this email"),  # script e
+        ("R3W+x@EXAMPLE.org.", "An account already exists for this mailbox"),
+        ('"r3w"@example.org', "quoted local parts"),
+        ('"r3w+x"@example.org', "quoted local parts"),
+        ("r3w(work)@example.org", "comments in an address"),
+    ])
+    def test_a_folded_or_quoted_variant_of_a_mailbox_cannot_sign_up(self, client, django_user_model, variant: str,
+                                                                     message: str) -> None:  # type: ignore[no-untyped-def]
+        """Round three, finding 3: after ``r3w@example.org``, sign-up took ``r3w@ｅxample.org`` (whose
+        confirmation reached ``r3w@example.org``) and ``"r3w"@example.org``, each an account of its own."""
+        assert sign_up(client, "r3w", "r3w@example.org").status_code == 302
+        resp = sign_up(client, "r3w2", variant)
+        assert resp.status_code == 200 and message in resp.content.decode()
+        assert list(django_user_model.objects.values_list("username", flat=True)) == ["r3w"]
+
+    @pytest.mark.parametrize("variant, message", [
+        ("r3w@\u0435xample.org", "mixes Cyrillic and Latin letters"),  # Cyrillic ie among Latin letters
+        ("r3w@\u0435\u0445\u0430mple.org", "mixes Cyrillic and Latin letters"),
+        ("r3w@ex\u03b1mple.org", "mixes Greek and Latin letters"),  # Greek alpha
+        ("r\u0417w@example.org", "U+0417 (CYRILLIC CAPITAL LETTER ZE) at character 2"),  # a 3 look-alike
+        ("r3w\u200b@example.org", "U+200B (ZERO WIDTH SPACE)"),  # invisible
+        ("r3w@exam\u00adple.org", "U+00AD (SOFT HYPHEN)"),
+    ])
+    def test_a_confusable_address_is_refused_with_its_character(self, client, django_user_model, variant: str,
+                                                                message: str) -> None:  # type: ignore[no-untyped-def]
+        assert sign_up(client, "r3w", "r3w@example.org").status_code == 302
+        resp = sign_up(client, "r3w2", variant)
+        assert resp.status_code == 200 and message in resp.content.decode()
+        assert django_user_model.objects.count() == 1
+
+    def test_an_internationalised_domain_signs_up_under_its_ascii_name(self, client, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from allauth.account.models import EmailAddress
+
+        assert sign_up(client, "jo", "jo@m\u00fcnchen.de").status_code == 302  # a real IDN, one script
+        assert EmailAddress.objects.get(user__username="jo").email == "jo@xn--mnchen-3ya.de"  # stored as sent to
+        assert "already registered with this email" in sign_up(client, "jo2", "jo@M\u00dcNCHEN.de").content.decode()
+        assert sign_up(client, "hana", "hana@\u65e5\u672c\u8a9e.jp").status_code == 302  # Han label
+
+    def test_the_migration_gives_each_mailbox_to_one_account(self, django_user_model, capsys) -> None:  # type: ignore[no-untyped-def]
+        import importlib
+
+        from allauth.account.models import EmailAddress
+        from django.apps import apps
+
+        from accounts.models import Mailbox
+
+        first = django_user_model.objects.create_user(username="r3w", password="correct-horse-battery")
+        sybils = [django_user_model.objects.create_user(username=f"s{n}", password="correct-horse-battery")
+                  for n in range(2)]
+        # as stored before the rule (bulk_create sends no signal): each sybil held a mailbox of its own
+        EmailAddress.objects.bulk_create([
+            EmailAddress(user=first, email="r3w@example.org", verified=True, primary=True),
+            EmailAddress(user=sybils[0], email="r3w@\uff45xample.org", verified=True, primary=True),
+            EmailAddress(user=sybils[1], email='"r3w"@example.org', verified=True, primary=True)])
+        Mailbox.objects.bulk_create([Mailbox(address="r3w@example.org", user=first),
+                                     Mailbox(address="r3w@\uff45xample.org", user=sybils[0]),
+                                     Mailbox(address='"r3w"@example.org', user=sybils[1])])
+        importlib.import_module("accounts.migrations.0002_mailboxes_nfkc_idna").recompute(apps, None)
+        assert list(Mailbox.objects.values_list("address", "user_id")) == [("r3w@example.org", first.pk)]
+        assert f"[{sybils[0].pk}, {sybils[1].pk}]" in capsys.readouterr().out
 
     def test_an_account_cannot_add_another_accounts_mailbox(self, client, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
         from allauth.account.models import EmailAddress
