@@ -793,6 +793,20 @@ class TestHostilePredictionFiles:
         preds, _ = qpred.parse_and_validate(sink.getvalue().to_pybytes(), "p.parquet", qpred.SplitIndex(IDS))
         assert preds.ids.tolist() == ["b"]
 
+    @pytest.mark.parametrize("data, filename, rows", [
+        (b"id,score\n" + b"a,x\n" * 1000, "p.csv", 1000),  # refused row by row: every row read
+        (b"id,score\n" + b"a,1,2\n" * 1000, "p.csv", 1002),  # refused whole: its lines
+        (b'{"id": "a", "score": 1}\n' * 999 + b"{", "p.jsonl", 999),  # the rows read; the broken line is none
+        (b'{"method_name": "m", "values": [' + b"1, " * 99 + b'"x"]}', "p.json", 101),  # by commas: a bound
+        (b"PAR1 not really", "p.parquet", 0),
+        (b"\x00\x01", "p.bin", 0),  # no known format: not read
+    ])
+    def test_a_refused_file_reports_the_rows_it_cost(self, data: bytes, filename: str, rows: int) -> None:
+        """What a refused file cost to read (round three, finding 5: the scoring work bound counts it)."""
+        with pytest.raises(qpred.ValidationFailed) as failed:
+            qpred.parse_and_validate(data, filename, qpred.SplitIndex(IDS))
+        assert failed.value.rows == rows
+
     def test_nan_and_infinity_literals(self) -> None:
         preds, _ = qpred.parse_and_validate(b'{"id": "a", "score": NaN}\n', "p.jsonl", qpred.SplitIndex(IDS))
         assert np.isnan(preds.scores[0])  # NaN is a missing score, as documented
@@ -1701,6 +1715,36 @@ class TestCompareChannelAndWork:
         # A failure caused by the platform gives its work back.
         states[0].transition(Submission.FAILED, error="internal error", fault=Submission.FAULT_SYSTEM)
         assert post(9)[0] == 201
+
+    def test_a_failing_dictionary_parquet_file_counts_against_the_work_bound(self, api, loaded, frozenlake,  # type: ignore[no-untyped-def]
+                                                                              settings) -> None:
+        """Round three, finding 5: a 77 KB Parquet file of 10^7 dictionary rows of one id held the worker
+        4-5 s and failed, and failed files were not counted (6 uploads: 28 s of worker time)."""
+        from workers.tasks import validate_upload
+
+        settings.QVAL_SCORING_WORK_PER_HOUR = 10**7
+        rows = 10**7
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"id": pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)),
+                                                                      pa.array(["x"])),
+                                 "score": pa.array(np.zeros(rows))}), sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        assert len(data) < 100_000
+
+        def post(name: str, content: bytes):  # type: ignore[no-untyped-def]
+            return api.post("/api/v1/submissions/", {"dataset": KEY, "split": "dev", "target": "q", "method_name": "d",
+                                                     "file": SimpleUploadedFile(name, content)}, format="multipart")
+
+        first = post("p.parquet", data)
+        assert first.status_code == 201
+        validate_upload(first.json()["id"])
+        failed = Submission.objects.get(pk=first.json()["id"])
+        assert failed.state == Submission.FAILED and failed.fault == Submission.FAULT_USER
+        assert "repeat an id" in failed.error
+        ids, labels = actor_points(frozenlake, "dev")
+        refused = post("p.csv", csv_bytes(ids, labels))  # even a small, valid file waits for the window
+        assert refused.status_code == 429
+        assert f"{rows:,} prediction rows" in refused.json()["errors"]["file"][0]
 
     def test_a_comparison_is_computed_once_and_served_to_everyone_from_the_cache(self, client, staff, loaded,  # type: ignore[no-untyped-def]
                                                                                  frozenlake, settings) -> None:
