@@ -305,6 +305,30 @@ class TestRateLimits:
         after = sorted(p.name for p in (data_dir / "media").rglob("*") if p.is_file()) if (data_dir / "media").exists() else []
         assert after == before
 
+    def test_the_web_form_has_the_apis_throttles(self, client, api, user, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        """Round three, finding 5: ``POST /submit/`` had no rate limit (40 uploads in 3 s, all accepted) where
+        the API stops at 30/min, and a quota refusal was a 200 page where the API answers 429."""
+        settings.QVAL_THROTTLE_RATES = {**settings.QVAL_THROTTLE_RATES, "upload_user": "3/min"}
+        client.force_login(user)
+
+        def form(split: str = "dev", **fields: str) -> object:
+            ids, labels = actor_points(frozenlake, split)
+            return client.post("/submit/", {"kind": "file", "dataset": KEY, "split": split, "target": "q",
+                                            "method_name": "m", "modality": "text", "description": "Its labels.",
+                                            "visibility": "public", "open_weights": "unknown",
+                                            "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels)), **fields})
+
+        settings.QVAL_TEST_QUOTA_PER_DAY = 1
+        assert [form("test").status_code, form("test").status_code] == [302, 429]  # the quota, as the API
+        assert form().status_code == 302
+        throttled = form()
+        assert throttled.status_code == 429 and int(throttled["Retry-After"]) >= 1
+        assert "Too many uploads" in throttled.content.decode()
+        assert Submission.objects.count() == 2
+        data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": "m",
+                "file": SimpleUploadedFile("p.csv", b"id,score\n")}
+        assert api.post("/api/v1/submissions/", data, format="multipart").status_code == 429  # one count for both
+
     def test_uploads_are_capped_per_account(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         ids, labels = actor_points(frozenlake, "dev")
         body = csv_bytes(ids, labels)
