@@ -1230,6 +1230,51 @@ def _csv_cells(body: bytes) -> list[str]:
 
 
 @pytest.mark.django_db
+class TestVisibilityChannels:
+    """Round three, finding 5: switching visibility revived a replaced ladder row (with the newer row private, the
+    older one was back on the board and its permalink answered 200), and ``/methods/<name>/`` answered 200 for a
+    name whose rows were all private and 404 for one never used: an oracle on other accounts' private names."""
+
+    def test_a_replaced_ladder_row_stays_replaced_when_the_newer_is_made_private(self, client, api, user, loaded,  # type: ignore[no-untyped-def]
+                                                                                frozenlake, settings) -> None:
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 50
+        loaded.environment.open_book = False  # a board that ranks uploaded files, so they climb ladders
+        loaded.environment.save(update_fields=["open_book"])
+        ids, labels = actor_points(frozenlake, "test")
+        rng = np.random.default_rng(32)
+        first = upload(api, csv_bytes(ids, labels + rng.normal(0, 2 * labels.std(), len(ids))), method_name="m1")["id"]
+        finish(first)
+        better = upload(api, csv_bytes(ids, labels + rng.normal(0, 0.05 * labels.std(), len(ids))),
+                        method_name="m2")["id"]
+        finish(better)
+        assert Submission.objects.get(pk=better).ladder_against_id == first
+
+        def board() -> list[int]:
+            rows = client.get(f"/boards/{loaded.key}:q:text/", {"format": "json", "all": "1"}).json()["rows"]
+            return [r["submission_id"] for r in rows]
+
+        assert board() == [better] and client.get(f"/results/{first}/").status_code == 404
+        assert api.patch(f"/api/v1/submissions/{better}/", {"public": False}, format="json").status_code == 200
+        assert board() == []  # the account's best is private: the board shows none of its scores
+        assert client.get(f"/results/{first}/").status_code == 404 and client.get(f"/results/{better}/").status_code == 404
+        assert "m1" not in client.get("/leaderboard/", {"dataset": loaded.key, "split": "test"}).content.decode()
+        assert api.patch(f"/api/v1/submissions/{better}/", {"public": True}, format="json").status_code == 200
+        assert board() == [better]
+
+    def test_a_method_page_exists_only_for_a_public_row(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        ids, labels = actor_points(frozenlake, "dev")
+        private = upload(api, csv_bytes(ids, labels), split="dev", method_name="secret-sauce", public="false")["id"]
+        finish(private)
+        shown = upload(api, csv_bytes(ids, labels), split="dev", method_name="shown-sauce")["id"]
+        finish(shown)
+        assert client.get("/methods/shown-sauce/").status_code == 200
+        never = client.get("/methods/never-used/")
+        hidden = client.get("/methods/secret-sauce/")
+        assert hidden.status_code == never.status_code == 404
+        assert hidden.content.decode().replace("secret-sauce", "X") == never.content.decode().replace("never-used", "X")
+
+
+@pytest.mark.django_db
 class TestNamesAndInjection:
     """Issue 20, findings 7-10: a user-chosen name breaks no page and becomes no markup or formula; the
     job result endpoint and the JSON Lines line limit hold; an open-book dataset ranks no uploaded file."""
