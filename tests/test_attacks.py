@@ -1364,6 +1364,23 @@ class TestNamesAndInjection:
             assert any(c.startswith("-") and float(c) < 0 for c in cells), url  # ρ = -1: a negative number, kept
         assert "'@SUM(A1)" in _csv_cells(client.get("/leaderboard/?format=csv").content)
 
+    @pytest.mark.parametrize("text", ["\uff1dHYPERLINK(\"http://evil.example\",\"x\")",  # full-width =
+                                      "\ufe66cmd|' /C calc'!A0", "\uff0b1+1", "\uff0dSUM(A1)", "\uff20SUM(A1)",
+                                      " =1+1", "\u3000=1+1"])  # leading (ideographic) space
+    def test_a_look_alike_formula_prefix_is_neutralised(self, text: str) -> None:
+        """Round three, finding 5: a full-width ``＝HYPERLINK(…)`` reached the CSV exports unprefixed."""
+        from board.exports import csv_text
+
+        body = csv_text(["method"], [{"method": text}, {"method": "plain"}, {"method": -0.5}])
+        assert _csv_cells(body.encode()) == ["'" + text, "plain", "-0.5"]
+
+    def test_a_full_width_formula_name_is_neutralised_in_the_board_export(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        ids, labels = actor_points(frozenlake, "dev")
+        name = "\uff1dHYPERLINK(\"http://evil.example\",\"x\")"
+        finish(upload(api, csv_bytes(ids, labels), split="dev", method_name=name)["id"])
+        cells = _csv_cells(client.get("/leaderboard/?split=dev&format=csv").content)
+        assert "'" + name in cells and name not in cells
+
     def test_a_nested_job_result_is_a_400_after_the_token_check(self, user, loaded) -> None:  # type: ignore[no-untyped-def]
         from rest_framework.test import APIClient
 
