@@ -1249,8 +1249,9 @@ class TestVisibilityChannels:
         finish(better)
         assert Submission.objects.get(pk=better).ladder_against_id == first
 
-        def board() -> list[int]:
-            rows = client.get(f"/boards/{loaded.key}:q:text/", {"format": "json", "all": "1"}).json()["rows"]
+        def board() -> list[int]:  # uploaded files: the board's self-reported tab
+            rows = client.get(f"/boards/{loaded.key}:q:text/", {"format": "json", "all": "1",
+                                                               "source": "self-reported"}).json()["rows"]
             return [r["submission_id"] for r in rows]
 
         assert board() == [better] and client.get(f"/results/{first}/").status_code == 404
