@@ -29,7 +29,9 @@ from django.db import IntegrityError
 
 from accounts.models import Mailbox
 
-MAILBOX_TAKEN = "An account already exists for this mailbox (addresses that differ only in a +tag, or at Gmail in dots, reach one mailbox)."
+MAILBOX_TAKEN = ("An account already exists for this mailbox (addresses that differ only in case, in a +tag, in "
+                 "full-width or other compatibility characters, in how the domain is written, or at Gmail in dots, "
+                 "reach one mailbox).")
 GMAIL_DOMAINS = frozenset({"gmail.com", "googlemail.com"})
 LOCAL_SPECIALS = "!#$%&'*+-/=?^_`{|}~."
 """The characters besides ASCII letters and digits a local part may hold (RFC 5322's ``atext`` and the dot)."""
