@@ -111,12 +111,13 @@ def version() -> tuple[str, int]:
 def on_board():  # type: ignore[no-untyped-def]
     """The finished submissions the board shows: public ones only (a private row is its owner's), and on a
     hidden split's ladder (:mod:`submissions.ladder`) only each scope's current best, never one that did not
-    climb nor one a later climb replaced."""
+    climb nor one a later climb replaced, public or private: a replacing row made private hides itself, not
+    the replacement (the older row revived would be a released score the Ladder had withdrawn)."""
     from submissions.models import Submission
 
-    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED, public=True)
+    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED)
     replaced = finished.filter(ladder_climbed=True).exclude(ladder_against=None).values("ladder_against")
-    return finished.exclude(ladder_climbed=False).exclude(pk__in=replaced)
+    return finished.filter(public=True).exclude(ladder_climbed=False).exclude(pk__in=replaced)
 
 
 def _load() -> list[Evaluation]:

@@ -29,6 +29,9 @@ ENVIRONMENTS = {
         "description": "Web interaction tasks (click, type, choose) in a real browser through BrowserGym; text "
                        "(accessibility tree) and screenshots with set-of-marks element ids.",
         "url": "https://miniwob.farama.org/",
+        # the goal states what success needs and the tree shows the page: a seed search matches an instance
+        # (enter-text, use-spinner: tens of seeds), replayed and labelled by the public labeller
+        "open_book": True,
     },
     "terminalbench": {
         "name": "TerminalBench",
@@ -36,6 +39,8 @@ ENVIRONMENTS = {
                        "success): files and text, git, Python, archives, permissions and simple services, every "
                        "command run in a podman sandbox; hosted as TerminalBench-lite, tasks written for QVal.",
         "url": "https://www.tbench.ai/",
+        # the instruction prints a hidden instance's parameter values: the public task file replayed labels it
+        "open_book": True,
     },
 }
 

@@ -104,22 +104,51 @@ def test_a_dev_result_is_on_no_board_and_sources_are_badged(client, api, user, s
     finish(test["id"])
     baseline = run(loaded, staff, "builtin", 0.5, (0.4, 0.6))
     container = run(loaded, user, "boxed", 0.45, (0.35, 0.55), kind=Submission.KIND_CONTAINER)
-    seen: dict[int, str] = {}
+    seen: dict[tuple[str, int], str] = {}
     for key in re.findall(r'data-board="([^"]+)"', client.get("/boards/").content.decode()):
         for params in ({}, {"all": "1"}, {"metric": "ranking_spearman"}, {"metric": "kendall_tau", "all": "1"}):
-            for r in board_json(client, key, **params)["rows"]:
-                seen[r["submission_id"]] = r["source"]
-                assert r["submission_id"] != dev["id"]
-    assert seen == {test["id"]: "self-reported", baseline.pk: "verified", container.pk: "verified"}
+            for tab in ("verified", "self-reported"):
+                for r in board_json(client, key, **params, source=tab)["rows"]:
+                    seen[tab, r["submission_id"]] = r["source"]
+                    assert r["submission_id"] != dev["id"]
+    assert seen == {("self-reported", test["id"]): "self-reported", ("verified", baseline.pk): "verified",
+                    ("verified", container.pk): "verified"}  # each source on its own tab
     page = client.get(f"/boards/{board_key(loaded)}/").content.decode()
     assert "dev-check" not in page
     assert re.search(rf'data-submission="{baseline.pk}"[^>]*data-source="verified"', page)
+    page = client.get(f"/boards/{board_key(loaded)}/", {"source": "self-reported"}).content.decode()
     assert re.search(rf'data-submission="{test["id"]}"[^>]*data-source="self-reported"', page)
     # Open book again: the uploaded file leaves the board, the platform's runs stay.
     Environment.objects.filter(pk=loaded.environment_id).update(open_book=True)
     Submission.objects.filter(pk=baseline.pk).update(finished_at=timezone.now())  # a write: a new results version
     rows = board_json(client, board_key(loaded))["rows"]
     assert {r["submission_id"] for r in rows} == {baseline.pk, container.pk}
+    assert board_json(client, board_key(loaded), source="self-reported")["rows"] == []
+
+
+def test_verified_first_an_uploaded_file_never_leads(client, api, user, staff, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    """Round three, finding 6: the default boards and the home page ranked uploaded files beside the platform's
+    runs, and a file reconstructed from released scores led both. Uploaded files now have a tab of their own."""
+    Environment.objects.filter(pk=loaded.environment_id).update(open_book=False)  # uploaded files are ranked
+    ids, labels = actor_points(frozenlake, "test")
+    leaked = upload(api, csv_bytes(ids, labels), method_name="reconstruction")["id"]  # ρ = 1: the labels
+    finish(leaked)
+    baseline = run(loaded, staff, "builtin", 0.5, (0.4, 0.6))
+    key = board_key(loaded)
+    main = board_json(client, key)
+    assert [r["submission_id"] for r in main["rows"]] == [baseline.pk] and main["source"] == "verified"
+    apart = board_json(client, key, source="self-reported")
+    assert [(r["submission_id"], r["source"], r["rank"]) for r in apart["rows"]] == [(leaked, "self-reported", "1")]
+    for page in ("/", "/boards/"):
+        listing = re.search(rf'<tr data-board="{re.escape(key)}">(.*?)</tr>', client.get(page).content.decode(), re.S)
+        assert listing and "builtin" in listing.group(1) and "reconstruction" not in listing.group(1), page
+        assert f'href="/boards/{key}/?source=self-reported">1</a>' in listing.group(1), page  # apart, counted
+    board_page = client.get(f"/boards/{key}/").content.decode()
+    assert "reconstruction" not in board_page and 'id="board-tabs"' in board_page
+    tab = client.get(f"/boards/{key}/", {"source": "self-reported"}).content.decode()
+    assert 'id="self-reported-note"' in tab and "reconstruction" in tab and "builtin" not in tab
+    refused = client.get(f"/boards/{key}/", {"source": "mine"})
+    assert refused.status_code == 400 and b"'mine'" in refused.content and b"self-reported" in refused.content
 
 
 def test_published_results_have_boards_per_environment(client) -> None:  # type: ignore[no-untyped-def]
