@@ -232,7 +232,7 @@ def _version(sub: Submission) -> str:
 
 def _cache_key(a: Submission, b: Submission) -> str:
     version = hashlib.sha256(f"{_version(a)}|{_version(b)}".encode()).hexdigest()[:32]
-    return f"qval:compare:v6:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
+    return f"qval:compare:v7:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
 
 
 def comparison_for(a: Submission, b: Submission, client: str) -> dict[str, Any]:
@@ -267,8 +267,10 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     ``metrics``: per metric ``rho_a``, ``rho_b`` (on the common points), ``difference``
     (``rho_a - rho_b``), ``ci95``, ``p_value`` and ``significance`` of the difference,
     ``num_points`` (points both score), ``num_dropped`` (points one of them leaves out or
-    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples, under the rules both
-    were scored with (``rules``).  Cached in the shared cache per (a, b, their versions,
+    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples, ``resampled`` (the unit
+    each resample drew -- trajectories, tasks, or points where the trajectories are not known --,
+    how many and in how many strata, :mod:`qval.sampling`), under the rules both were scored
+    with (``rules``).  Cached in the shared cache per (a, b, their versions,
     resamples, seed); computed by one process at a time per pair: another asking meanwhile
     gets :class:`ComparisonBusy`.
     """
@@ -305,7 +307,7 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
     meaningful = [m for m in METRICS if metric_registry.shown(m, both_signs)]  # sign agreement: labels of both signs
     compared = [m for m in meaningful if not (hidden and m in WITHHELD_ON_HIDDEN)]  # sign agreement: never on hidden
     results = paired_bootstraps(truth.point_labels, scores_a, scores_b, metric_names=compared, resamples=resamples,
-                                seed=SEED, level=LEVEL, rules=a.rules)
+                                seed=SEED, level=LEVEL, rules=a.rules, design=truth.design)
     for metric, pc in results.items():
         rows.append(
             {
@@ -321,6 +323,7 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
                 "resamples": pc.resamples,
                 "num_undefined": pc.num_undefined,
                 "insufficient": pc.insufficient,
+                "resampled": {"unit": pc.unit, "clusters": pc.clusters, "strata": pc.strata},
             }
         )
     notes = [f"{side} (submission {sub.pk}) has several samples per point and is shown as the mean of its "
