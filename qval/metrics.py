@@ -1071,3 +1071,38 @@ def bootstrap_ranking_ci(
     total = capped_resamples(resamples, n, metric_registry.DEFAULT_BOOTSTRAP_MAX_WORK)
     drawn = bootstrap(lambda draws: valid @ _counts64(draws) / draws.totals, n, total, seed, design)
     return t_interval(float(valid.mean()), drawn, design, level=level, resamples=total, scale="fisher_z")
+
+
+# -- approximate intervals of reported numbers ----------------------------------------------
+
+
+def approximate_ci(
+    metric: str, value: float, num_points: int, *, std: float | None = None, level: float = 0.95,
+) -> tuple[float, float] | None:
+    """An approximate interval of a number reported without one, from its point count alone: on Fisher's
+    ``z = atanh(r)`` with the standard error of the metric, mapped back (so it stays in [-1, 1]):
+
+    * ``spearman``: Bonett & Wright (Psychometrika 2000), ``sqrt((1 + r^2 / 2) / (n - 3))``;
+    * ``kendall_tau``: Fieller, Hartley & Pearson (1957), ``sqrt(0.437 / (n - 4))``;
+    * ``pearson``: ``1 / sqrt(n - 3)``;
+    * ``ranking_spearman`` (a mean over ``n`` states): with the states' ``std``, the delta method's
+      ``std / sqrt(n) / (1 - r^2)``.
+
+    Each treats the points as independent, which points drawn in trajectories are not: the interval is
+    too narrow by the design effect, which a reported number does not let us estimate, so pages mark it
+    approximate.  ``None`` for another metric, too few points, or a state-local value without ``std``."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    r = min(1.0 - _EDGE, max(-1.0 + _EDGE, float(value)))
+    if metric == "spearman" and num_points > 3:
+        se = math.sqrt((1.0 + r * r / 2.0) / (num_points - 3))
+    elif metric == "kendall_tau" and num_points > 4:
+        se = math.sqrt(0.437 / (num_points - 4))
+    elif metric == "pearson" and num_points > 3:
+        se = 1.0 / math.sqrt(num_points - 3)
+    elif metric == "ranking_spearman" and std is not None and num_points > 1:
+        se = std / math.sqrt(num_points) / (1.0 - r * r)
+    else:
+        return None
+    z, half = math.atanh(r), float(stats.norm.ppf(0.5 + level / 2.0)) * se
+    return math.tanh(z - half), math.tanh(z + half)
