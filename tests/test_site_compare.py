@@ -258,7 +258,8 @@ def test_aggregate_means_are_t_intervals_over_backbones(client, board) -> None:
 
 
 def test_critical_difference_matches_scipy_ranks(client, board) -> None:
-    own = {"split": "dev", "source": "self-reported"}  # uploaded files; the default is the paper's numbers
+    # uploaded files (the default is the paper's numbers); one dataset: its backbones as the blocks, on request
+    own = {"split": "dev", "source": "self-reported", "blocks": "evaluation"}
     body = client.get("/api/v1/leaderboard/critical-difference/", {**own, "metric": "spearman"}).json()
     methods = sorted(NOISE)
     assert body["methods"] == methods and body["reason"] is None
@@ -273,7 +274,7 @@ def test_critical_difference_matches_scipy_ranks(client, board) -> None:
     assert cd["friedman_p_value"] == pytest.approx(friedman.pvalue, abs=1e-9)
     k, n = len(methods), len(BACKBONES)
     q = stats.studentized_range.ppf(0.95, k, np.inf) / math.sqrt(2)
-    assert cd["alpha"] == 0.05 and cd["num_evaluations"] == n
+    assert cd["alpha"] == 0.05 and cd["num_blocks"] == n and body["blocks"]["unit"] == "evaluation"
     assert cd["cd"] == pytest.approx(q * math.sqrt(k * (k + 1) / (6 * n)), abs=1e-9)
     assert [r["method"] for r in cd["ranking"]] == [methods[i] for i in np.argsort(ranks, kind="stable")]
     page = client.get("/leaderboard/critical-difference/", own)
