@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from qval import compare, metrics, sampling  # noqa: E402
+from qval import compare, metrics, ranks, sampling  # noqa: E402
 
 MAP_EFFECTS = np.array([-1.0, -0.3, 0.3, 1.0])
 """The fixed label effect of each map in the *4 maps* design."""
@@ -204,6 +204,67 @@ def compare_rows(datasets: int, resamples: int, maps: int | None) -> list[Row]:
     return out
 
 
+def _old_rank_row(value: float, interval: tuple[float, float] | None) -> tuple[float, float]:
+    """main's rank rule: an interval, or a reported value as an interval of width zero (a point rank)."""
+    return interval if interval is not None else (value, value)
+
+
+def _disjoint(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] > b[1] or b[0] > a[1]
+
+
+def rank_rows(datasets: int, resamples: int) -> list[Row]:
+    """How often two methods get disjoint rank ranges: equal methods both re-scored (paired), equal methods
+    one of them reported (no interval), and 0.69 vs 0.55 both re-scored (power); 20 trajectories x 5 states."""
+    label = "20 trajectories x 5 states"
+    out = []
+    for what, betas, reported, target in (
+            ("ranks, equal methods, both re-scored: disjoint ranges", (EQUAL_BETA, EQUAL_BETA), False, "<= 5%"),
+            ("ranks, equal methods, one reported: disjoint ranges", (EQUAL_BETA, EQUAL_BETA), True, "<= 5%"),
+            ("ranks, 0.69 vs 0.55, both re-scored: disjoint (power)", POWER_BETAS, False, "higher is better")):
+        rng = np.random.default_rng(4)
+        before = after = 0
+        for i in range(datasets):
+            data = clustered(rng, betas, maps=None)
+            x, (a, b) = data.labels, data.scores
+            ra, rb = (float(stats.spearmanr(x, s).statistic) for s in (a, b))
+            old_a = before_interval(x, a, "spearman", resamples, i)
+            old_b = None if reported else before_interval(x, b, "spearman", resamples, i)
+            before += _disjoint(_old_rank_row(ra, old_a), _old_rank_row(rb, old_b))
+            ci_a = metrics.bootstrap_point_ci(x, a, "spearman", resamples=resamples, seed=i, design=data.design)
+            if reported:
+                low, high = metrics.approximate_ci("spearman", rb, x.size)  # type: ignore[misc]
+                rows = [ranks.Row(ra, ci_a.low, ci_a.high), ranks.Row(rb, low, high, approximate=True)]  # type: ignore[arg-type]
+                paired = None
+            else:
+                ci_b = metrics.bootstrap_point_ci(x, b, "spearman", resamples=resamples, seed=i, design=data.design)
+                rows = [ranks.Row(ra, ci_a.low, ci_a.high), ranks.Row(rb, ci_b.low, ci_b.high)]  # type: ignore[arg-type]
+                spec = metrics.point_metric("spearman")
+                sa, sb = spec.resample(x, a), spec.resample(x, b)
+                both = metrics.bootstrap(lambda d: np.stack([sa(d), sb(d)], axis=1), x.size, resamples, i, data.design)
+                paired = ranks.paired_outcomes([ra, rb], both, data.design)
+            got = ranks.rank(rows, paired=paired)
+            after += got[0].worst < got[1].best or got[1].worst < got[0].best
+        out.append(Row(what, label, target, _rate(before, datasets), _rate(after, datasets)))
+    return out
+
+
+def cd_rows(datasets: int) -> list[Row]:
+    """How often the critical difference's Friedman test finds a difference among 5 equally good methods over
+    4 environments x 6 backbones, when a method's strength varies by environment (shared by its backbones:
+    Kendall's W about 0.7 within an environment) -- every evaluation as a block (before) or the environments
+    (after, board.aggregates' default)."""
+    rng = np.random.default_rng(5)
+    before = after = 0
+    for _ in range(datasets):
+        by_environment = rng.normal(0.0, 0.1, size=(4, 1, 5))  # method x environment: shared by the backbones
+        values = 0.4 + by_environment + rng.normal(0.0, 0.05, size=(4, 6, 5))
+        before += stats.friedmanchisquare(*values.reshape(24, 5).T).pvalue < 0.05
+        after += stats.friedmanchisquare(*values.mean(axis=1).T).pvalue < 0.05
+    return [Row("critical difference, equal methods: Friedman p < .05", "4 environments x 6 backbones", "<= 5%",
+                _rate(before, datasets), _rate(after, datasets))]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", type=int, default=300, help="synthetic data sets per row (default 300)")
@@ -216,6 +277,8 @@ def main(argv: list[str] | None = None) -> None:
         lambda: interval_rows(args.datasets, args.resamples, 4),
         lambda: compare_rows(args.datasets, args.resamples, None),
         lambda: compare_rows(args.datasets, args.resamples, 4),
+        lambda: rank_rows(args.datasets, args.resamples),
+        lambda: cd_rows(args.datasets),
     ]
     for step in steps:
         rows.extend(step())
