@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allauth.account import fields as allauth_fields
 from allauth.account import forms as allauth_forms
 from django.db import transaction
 from django.http import HttpRequest
@@ -12,8 +13,20 @@ from django.template.response import TemplateResponse
 from accounts import mailboxes
 
 
+class MailboxField(allauth_fields.EmailField):
+    """allauth's email field, :func:`accounts.mailboxes.normalise`-d before Django's address check: so
+    ``ｒ３ｗ@example.org`` is checked, and refused, as the ``r3w@example.org`` it delivers to, and a form no
+    sign-up needs gets its own reason rather than Django's "Enter a valid email address"."""
+
+    def to_python(self, value: Any) -> str:
+        value = super().to_python(value)
+        return mailboxes.normalise(value) if value else value
+
+
 class SignupForm(allauth_forms.SignupForm):
     """Sign-up, one account per mailbox."""
+
+    email = MailboxField()
 
     def clean_email(self) -> str:
         email = super().clean_email()
@@ -33,6 +46,8 @@ class SignupForm(allauth_forms.SignupForm):
 
 class AddEmailForm(allauth_forms.AddEmailForm):
     """Adding (or changing to) an email address: not one whose mailbox another account holds."""
+
+    email = MailboxField(required=True)
 
     def clean_email(self) -> str:
         email = super().clean_email()

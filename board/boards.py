@@ -10,11 +10,18 @@ nowhere.
 By default a board keeps one row per **entry**: submitter, method and backbone (the authors' imported rows
 are one submitter, reported and re-scored alike).  Of an entry's submissions it keeps the one with a
 confidence interval if any has one, then the best value, then the newest; ``?all=1`` ranks every
-submission.  Ranks are :mod:`qval.ranks` ranges on the rows' 95% intervals (CI non-overlap).
+submission.  Ranks are :mod:`qval.ranks` ranges (:mod:`board.ranking`): paired tests among rows that share their
+points, interval non-overlap for the others, approximate intervals for numbers reported without one.
 
 Every row carries a **source**: *verified* (the platform made its predictions: a built-in method, a
 method container, a training run -- :meth:`submissions.models.Submission.platform_run`), *self-reported*
 (an uploaded predictions file), and the imported *reported* and *re-scored* rows of QVal v1.0.
+
+**Verified first**: a board has two tabs (:data:`TABS`, ``?source=``).  The main one, what ``/boards/``, the
+home page and a board's permalink show, ranks the rows the platform ran (and on a published board the
+authors' rows); uploaded files are ranked apart, among themselves, on the *self-reported* tab, so a file
+whose scores its submitter computed -- or reconstructed from released numbers -- never leads a board or a
+headline.
 
 Everything a page shows is computed once per results version (:func:`board.evaluations.derived`).
 """
@@ -28,10 +35,10 @@ from typing import Any, Protocol, TypeVar
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from qval import metric_registry, ranks
+from qval import metric_registry, ranks, sampling
 from qval.metric_registry import MetricSpec
 
-from . import evaluations
+from . import evaluations, ranking
 from .evaluations import Evaluation, Score
 from leaderboard.models import Dataset
 
@@ -47,7 +54,7 @@ VERIFIED, SELF_REPORTED, REPORTED, RESCORED = "verified", "self-reported", "repo
 SOURCES: dict[str, tuple[str, str]] = {
     VERIFIED: ("verified", "run by the platform: a built-in method, a method container or a training run"),
     SELF_REPORTED: ("self-reported", "an uploaded predictions file: the submitter computed the scores"),
-    REPORTED: ("reported", "a number the QVal v1.0 authors report (no interval)"),
+    REPORTED: ("reported", "a number the QVal v1.0 authors report (no interval: ranked by an approximate one)"),
     RESCORED: ("re-scored", "the QVal v1.0 authors' published predictions, scored here"),
 }
 """Source badges of board rows: key -> (label, what it means)."""
@@ -92,12 +99,19 @@ class Row:
     score: Score
     source: str
     submitter: str
+    board_metric: MetricSpec
 
     @property
     def value(self) -> float:
         """The ranking metric's value."""
         assert self.score.value is not None
         return self.score.value
+
+    @property
+    def interval(self) -> ranks.Row:
+        """The interval the row is ranked by: its bootstrap interval, else an approximate one
+        (:func:`board.ranking.rank_row`)."""
+        return ranking.rank_row(self.board_metric, self.score)
 
     @property
     def source_label(self) -> str:
@@ -114,8 +128,10 @@ class Row:
         e, s = self.evaluation, self.score
         return {
             "rank": self.rank.label, "rank_best": self.rank.best, "rank_worst": self.rank.worst,
-            "rank_from_value_only": self.rank.point, "submission_id": e.submission_id, "method": e.method,
+            "rank_approximate": self.rank.approximate, "submission_id": e.submission_id, "method": e.method,
             "backbone": e.backbone, "value": s.value, "ci_low": s.ci_low, "ci_high": s.ci_high,
+            "ci_resampled": sampling.describe(s.resampled) if s.ci_low is not None else None,
+            "rank_interval": [self.interval.ci_low, self.interval.ci_high],
             "p_value": s.p_value, "num_points": s.num_points, "source": self.source, "baseline": self.baseline,
             "submitted_by": self.submitter, "date": e.date.isoformat() if e.date else None,
         }
@@ -132,11 +148,23 @@ class Board:
     rows: tuple[Row, ...]
     submissions: int
     unranked: int
+    tab: str = VERIFIED
+    """Which rows it ranks: a key of :data:`TABS`, or :data:`ANY` (every source, for the tables that pick their own)."""
 
+
+TABS: dict[str, tuple[str, str]] = {
+    VERIFIED: ("verified", "the main board: rows the platform ran (built-in methods, method containers, training "
+                           "runs) and, on a published board, the QVal v1.0 authors' rows"),
+    SELF_REPORTED: ("self-reported", "uploaded predictions files, ranked apart among themselves: their submitters "
+                                     "computed the scores, so they never lead the main board or a headline"),
+}
+"""The tabs of a board (``?source=``): key -> (label, what it ranks); :data:`VERIFIED` is the default."""
 
 ANY = "any"
 VIEWS: dict[str, tuple[str, str]] = {
-    REPORTED: ("reported", "the numbers reported by the authors of QVal v1.0, as the paper prints them"),
+    REPORTED: ("reported", "the numbers reported by the authors of QVal v1.0 in their website's data, which the "
+                           "paper's figures plot (15 of them no table of the paper prints as they are: 10 errata, 5 "
+                           "values no table holds; marked on the paper figures)"),
     RESCORED: ("re-scored", "the QVal v1.0 authors' published predictions, re-scored by us"),
     VERIFIED: ("verified", "rows the platform ran: built-in baselines, method containers, training runs"),
     SELF_REPORTED: ("self-reported", "uploaded predictions files, scored here"),
@@ -212,13 +240,6 @@ def _best_per_entry(rows: Iterable[Evaluation], metric: MetricSpec) -> list[Eval
     return list(chosen.values())
 
 
-def _rank_row(score: Score) -> ranks.Row:
-    assert score.value is not None
-    if score.ci_low is None or score.ci_high is None:
-        return ranks.Row(score.value)
-    return ranks.Row(score.value, score.ci_low, score.ci_high)
-
-
 class _Index:
     """The boards of one results version: the test-split evaluations by slice, the ids of the platform's
     runs (one query), and each board once it was asked for."""
@@ -232,27 +253,30 @@ class _Index:
                 self.slices.setdefault(Slice(e.dataset, e.target, e.modality), []).append(e)
         finished = Submission.objects.filter(Submission.platform_run(), state=Submission.FINISHED)
         self.platform_runs = frozenset(finished.values_list("pk", flat=True))
+        self.ranking = ranking.Context([e for slice_rows in self.slices.values() for e in slice_rows])
         self._boards: dict[tuple[Slice, str, bool], Board] = {}
 
-    def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
+    def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
         """The board of ``slice_`` (made on first use; two threads may both make it and keep either)."""
-        key = (slice_, metric.name, all_submissions)
+        key = (slice_, metric.name, all_submissions, tab)
         made = self._boards.get(key)
         if made is None:
-            made = self._boards[key] = self._make(slice_, metric, all_submissions)
+            made = self._boards[key] = self._make(slice_, metric, all_submissions, tab)
         return made
 
-    def _make(self, slice_: Slice, metric: MetricSpec, all_submissions: bool) -> Board:
-        evs = self.slices.get(slice_, [])
+    def _make(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
+        evs = [e for e in self.slices.get(slice_, [])
+               if tab == ANY or (source_of(e, self.platform_runs) == SELF_REPORTED) == (tab == SELF_REPORTED)]
         valued = [e for e in evs if e.value(metric.name) is not None]
         kept = valued if all_submissions else _best_per_entry(valued, metric)
         sign = 1 if metric.higher_is_better else -1
         kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
         scores = [e.scores[metric.name] for e in kept]
-        ranked = ranks.rank([_rank_row(s) for s in scores], higher_is_better=metric.higher_is_better)
-        rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e))
+        ranked = ranking.board_ranks(kept, metric, self.ranking)
+        rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e), metric)
                      for r, e, s in zip(ranked, kept, scores))
-        return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued))
+        return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued),
+                     tab=tab)
 
 
 def _index() -> _Index:
@@ -265,12 +289,21 @@ def platform_runs() -> frozenset[int]:
     return _index().platform_runs
 
 
-def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool = False) -> Board:
-    """The board of ``slice_`` ranked by ``metric`` (best per entry unless ``all_submissions``), kept per
-    results version.  ``ValueError`` naming the choices for a metric not in :data:`METRICS`."""
+def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool = False, tab: str = VERIFIED) -> Board:
+    """The board of ``slice_`` ranked by ``metric`` (best per entry unless ``all_submissions``) on ``tab`` (a key
+    of :data:`TABS`, or :data:`ANY`), kept per results version.  ``ValueError`` naming the choices for a metric
+    not in :data:`METRICS` or an unknown tab."""
+    return _index().board(slice_, _checked(metric, tab), all_submissions, tab)
+
+
+def _checked(metric: str, tab: str) -> MetricSpec:
+    """The spec of ``metric``; ``ValueError`` naming the choices for a metric not in :data:`METRICS` or a ``tab``
+    neither in :data:`TABS` nor :data:`ANY`."""
     if metric not in METRICS:
         raise ValueError(f"unknown ranking metric {metric!r}; choose one of {', '.join(METRICS)}")
-    return _index().board(slice_, metric_registry.get(metric), all_submissions)
+    if tab not in TABS and tab != ANY:
+        raise ValueError(f"unknown board source {tab!r}; choose one of {', '.join(TABS)}")
+    return metric_registry.get(metric)
 
 
 @dataclass(frozen=True)
@@ -281,6 +314,8 @@ class Listing:
     dataset: Dataset
     entries: int
     leaders: tuple[Row, ...]
+    self_reported: int = 0
+    """Entries on its self-reported tab (uploaded files: listed apart, never a leader)."""
 
     @property
     def title(self) -> str:
@@ -289,8 +324,10 @@ class Listing:
 
 
 def _listing(index: _Index, ds: Dataset, slice_: Slice) -> Listing:
-    b = index.board(slice_, metric_registry.get(DEFAULT_METRIC), False)
-    return Listing(slice_, ds, len(b.rows), tuple(r for r in b.rows if r.rank.best == 1))
+    metric = metric_registry.get(DEFAULT_METRIC)
+    b = index.board(slice_, metric, False, VERIFIED)
+    return Listing(slice_, ds, len(b.rows), tuple(r for r in b.rows if r.rank.best == 1),
+                   len(index.board(slice_, metric, False, SELF_REPORTED).rows))
 
 
 def _order(slice_: Slice) -> tuple[int, int]:
@@ -338,23 +375,30 @@ def board_list(request: HttpRequest) -> HttpResponse:
 
 
 def board_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """One board: ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission,
-    ``?format=json`` for its rows."""
+    """One board: ``?source=`` (a key of :data:`TABS`: the main, verified board unless ``self-reported``),
+    ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission, ``?format=json`` for its rows."""
     slice_ = Slice.parse(key)
     ds = _dataset(slice_)
     metric = request.GET.get("metric") or DEFAULT_METRIC
     all_submissions = request.GET.get("all") == "1"
+    tab = request.GET.get("source") or VERIFIED
     try:
-        b = board(slice_, metric, all_submissions=all_submissions)
+        spec = _checked(metric, tab)
+        if tab not in TABS:  # ANY is the tables' own
+            raise ValueError(f"unknown board source {tab!r}; choose one of {', '.join(TABS)}")
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    index = _index()
+    b = index.board(slice_, spec, all_submissions, tab)
     if request.GET.get("format") == "json":
         return JsonResponse({"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT,
                              "target": slice_.target, "modality": slice_.modality, "metric": metric,
-                             "all_submissions": all_submissions, "rows": [r.as_dict() for r in b.rows],
+                             "source": tab, "all_submissions": all_submissions, "rows": [r.as_dict() for r in b.rows],
                              "unranked": b.unranked})
+    other = SELF_REPORTED if tab == VERIFIED else VERIFIED
     return render(request, "leaderboard/board_slice.html", {
         "board": b, "dataset": ds, "metric": b.metric, "metrics": [metric_registry.get(m) for m in METRICS],
-        "sources": SOURCES, "authors": AUTHORS,
+        "sources": SOURCES, "authors": AUTHORS, "tabs": TABS, "tab": TABS[tab],
+        "other_tab_rows": len(index.board(slice_, spec, all_submissions, other).rows),
         "open_book": [ds.environment] if ds.hosted and ds.environment.open_book else [],
     })

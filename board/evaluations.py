@@ -43,6 +43,9 @@ class Score:
     """Of a state-local ρ: the state-local Kendall τ the paper prints beside it (mean over states, with
     ``tau_std``), a reported row's ``details.kendall_tau``; the site computes none."""
     tau_std: float | None = None
+    resampled: Mapping[str, Any] | None = None
+    """What the interval's resamples drew (a result's ``details.ci95_resampled``, :func:`qval.sampling.describe`);
+    ``None`` for an interval stored before intervals recorded it."""
     printed_marks: str = ""
     """The significance marks the paper prints beside this number (a reported row's ``details.paper.stars``;
     the paper gives marks, never a p-value)."""
@@ -111,12 +114,13 @@ def version() -> tuple[str, int]:
 def on_board():  # type: ignore[no-untyped-def]
     """The finished submissions the board shows: public ones only (a private row is its owner's), and on a
     hidden split's ladder (:mod:`submissions.ladder`) only each scope's current best, never one that did not
-    climb nor one a later climb replaced."""
+    climb nor one a later climb replaced, public or private: a replacing row made private hides itself, not
+    the replacement (the older row revived would be a released score the Ladder had withdrawn)."""
     from submissions.models import Submission
 
-    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED, public=True)
+    finished = Submission.objects.filter(Submission.rankable(), state=Submission.FINISHED)
     replaced = finished.filter(ladder_climbed=True).exclude(ladder_against=None).values("ladder_against")
-    return finished.exclude(ladder_climbed=False).exclude(pk__in=replaced)
+    return finished.filter(public=True).exclude(ladder_climbed=False).exclude(pk__in=replaced)
 
 
 def _load() -> list[Evaluation]:
@@ -136,11 +140,13 @@ def _load() -> list[Evaluation]:
     results = Result.objects.filter(submission__in=on_board(), metric__in=names).values_list(
         "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std",
         "details__kendall_tau__value", "details__kendall_tau__std", "details__paper__stars",
+        "details__ci95_resampled",
     )
-    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks in results:
+    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks, resampled in results:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
-        scores.setdefault(sid, {})[metric] = Score(value, p_value, num_points, low, high, _number(std),
-                                                   _number(tau), _number(tau_std), marks if isinstance(marks, str) else "")
+        scores.setdefault(sid, {})[metric] = Score(
+            value, p_value, num_points, low, high, _number(std), _number(tau), _number(tau_std),
+            resampled if isinstance(resampled, dict) else None, marks if isinstance(marks, str) else "")
     rows = []
     sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
     for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,

@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import json
+import unicodedata
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -236,12 +237,15 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 def csv_cell(value: Any) -> Any:
     """``value`` as a CSV cell a spreadsheet opens as data: empty for ``None``; text that starts with one
-    of :data:`FORMULA_PREFIXES` gets a leading ``'`` (so it shows as text); numbers, negative ones
-    included, stay numbers."""
+    of :data:`FORMULA_PREFIXES` -- read in Unicode NFKC and after leading spaces, as spreadsheets take a
+    full-width ``＝``, a small ``﹦`` or `` =`` for ``=`` -- gets a leading ``'`` (so it shows as text);
+    numbers, negative ones included, stay numbers."""
     if value is None:
         return ""
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
-        return "'" + value
+    if isinstance(value, str):
+        folded = unicodedata.normalize("NFKC", value)
+        if folded.startswith(FORMULA_PREFIXES) or folded.lstrip().startswith(FORMULA_PREFIXES):
+            return "'" + value
     return value
 
 

@@ -204,7 +204,7 @@ def table(family: str, *, target: str = "q", modality: str = "text", backbone: s
     cells: dict[tuple[str, str], dict[str, Cell]] = {}
     seen_backbones: set[str] = set()
     for col in cols:
-        b = boards.board(boards.Slice(col.dataset, target, modality), metric)
+        b = boards.board(boards.Slice(col.dataset, target, modality), metric, tab=boards.ANY)  # sources picked below
         for r in b.rows:  # best first
             if r.source not in sources:
                 continue

@@ -366,7 +366,8 @@ def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], templat
     opening = figures.opening_source(fixed) if fixed else boards.DEFAULT_VIEW
     return figures.figure_page(
         request, name, template, {"figures": figures.FIGURES, "name": name, **extra},
-        read=lambda: figures.read_filters({"source": opening, **{k: v for k, v in request.GET.items() if v}}, **fixed),
+        read=lambda: figures.read_filters({"source": opening, **figures.UNPOOLED.get(name, {}),
+                                           **{k: v for k, v in request.GET.items() if v}}, **fixed),
         build=lambda f: figures.build(name, f),
         fields=lambda values: figures.filter_fields(options, values, figures.any_value),
         shown=lambda f: {"title": figures.FIGURES[name][0]})
@@ -398,16 +399,19 @@ def method_paper_settings(name: str, builtin: dict[str, object] | None) -> list[
 
 
 def method_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """A method: its family and reference, every result, and the figures restricted to it."""
-    method = Method.objects.filter(name=name).first()
+    """A method: its family and reference, every result, and the figures restricted to it.
+
+    Only a method with a public result (a row of :func:`board.evaluations.on_board`) or a built-in one has a page;
+    any other name answers 404 alike, so the page tells nobody whether a private row bears the name."""
+    version = evaluations.version()  # before the rows: the results table's cached fragment is never older than its key
+    rows = exports.leaderboard_rows({"method": name}, "-spearman")
+    builtin = builtin_method(name)
+    method = Method.objects.filter(name=name).first() if rows or builtin else None
     if method is None:
         raise Http404(f"no method {name!r}")
     fig_name = request.GET.get("figure", "per-environment")
     if fig_name not in figures.FIGURES:
         fig_name = "per-environment"
-    version = evaluations.version()  # before the rows: the results table's cached fragment is never older than its key
-    rows = exports.leaderboard_rows({"method": name}, "-spearman")
-    builtin = builtin_method(name)
     extra = {"results_version": version, "method": method, "family": families.get(method.family), "results": rows[:RESULTS_SHOWN],
              "builtin": builtin, "paper_settings": method_paper_settings(name, builtin),
              "paper_source": paper_settings.method_source(name),

@@ -159,14 +159,16 @@ class Problem:
 
 
 class ValidationFailed(Exception):
-    """A file was rejected; :attr:`problems` lists every problem found."""
+    """A file was rejected; :attr:`problems` lists every problem found, :attr:`rows` the rows the
+    file had cost to read when it was refused (its work: see :func:`parse`)."""
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
+    def __init__(self, problems: Sequence[Problem], rows: int = 0) -> None:
         # a NUL from the file would make the message unstorable (PostgreSQL text holds none)
         self.problems: list[Problem] = [
             replace(p, message=p.message.replace("\x00", "\\x00")) if "\x00" in p.message else p for p in problems
         ]
-        super().__init__(self.problems)  # picklable: unpickling calls cls(problems)
+        self.rows = rows
+        super().__init__(self.problems, rows)  # picklable: unpickling calls cls(problems, rows)
 
     def __str__(self) -> str:
         return "\n".join(p.message for p in self.problems)
@@ -302,13 +304,18 @@ def parse(
     (:meth:`qval.schema.Dataset.point_ids`); entry ``i`` of ``values`` scores
     ``reference_ids[i]``.  ``allow_infinite`` keeps ±inf scores (the ``qval-v1.0`` rules)
     instead of reporting them.
+
+    A refused file's :attr:`ValidationFailed.rows` is the work it cost: every row read when a
+    row is refused; for a file refused whole, the rows it declares (a Parquet file's metadata, a
+    text file's lines, a reference file's values), as its reading went that far; 0 for one refused
+    before it was read (too large, of no known format).
     """
     token = _ALLOW_INFINITE.set(allow_infinite)
     try:
         parsed = _read(path_or_bytes, filename, max_bytes, reference_ids)
     finally:
         _ALLOW_INFINITE.reset(token)
-    parsed.issues.raise_if_any()
+    parsed.issues.raise_if_any(parsed.preds.num_rows)
     return parsed.preds
 
 
@@ -333,7 +340,7 @@ def parse_and_validate(
     finally:
         _ALLOW_INFINITE.reset(token)
     coverage = _check(parsed.preds, index, parsed.issues, parsed.unusable)
-    parsed.issues.raise_if_any()
+    parsed.issues.raise_if_any(parsed.preds.num_rows)
     return parsed.preds, coverage
 
 
@@ -345,6 +352,27 @@ def _read(
     fmt = detect_format(filename, data[: len(_PARQUET_MAGIC)])
     if fmt == "reference-json" and reference_ids is None:
         raise ValueError("parsing a reference-json file needs reference_ids (the split's point ids)")
+    try:
+        return _read_format(data, fmt, reference_ids)
+    except ValidationFailed as exc:
+        raise ValidationFailed(exc.problems, max(exc.rows, _declared_rows(data, fmt))) from None
+
+
+def _declared_rows(data: bytes, fmt: str) -> int:
+    """The rows a file refused whole declares (the work its reading cost, :func:`parse`): a Parquet
+    file's metadata row count, a reference file's values (commas + 1), a text file's lines."""
+    if fmt == "parquet":
+        try:
+            return int(pq.ParquetFile(pa.py_buffer(data)).metadata.num_rows)
+        except (pa.ArrowException, OSError):
+            return 0
+    if fmt == "reference-json":
+        return data.count(b",") + 1
+    return data.count(b"\n") + 1
+
+
+def _read_format(data: bytes, fmt: str, reference_ids: Sequence[str] | None) -> _Parsed:
+    """:func:`_read` once the file's bytes and format are known."""
     if fmt == "parquet":
         return _parse_parquet(data)
     _check_utf8(data)
@@ -369,7 +397,7 @@ def validate(preds: Predictions, index: SplitIndex) -> Coverage:
     """
     issues = _Issues(preds.position_format)
     coverage = _check(preds, index, issues, np.zeros(preds.num_rows, dtype=bool))
-    issues.raise_if_any()
+    issues.raise_if_any(preds.num_rows)
     return coverage
 
 
@@ -496,9 +524,10 @@ class _Issues:
             problems.append(Problem(code, message, tuple(p for p, _ in issue.examples)))
         return problems
 
-    def raise_if_any(self) -> None:
+    def raise_if_any(self, rows: int = 0) -> None:
+        """Raise :class:`ValidationFailed` with every problem (``rows``: the rows read) if there is one."""
         if self._by_code:
-            raise ValidationFailed(self.problems())
+            raise ValidationFailed(self.problems(), rows)
 
 
 def _report(

@@ -140,7 +140,8 @@ def _decide(sub: Submission, rows: Iterable[_Scored], best: Submission | None, l
         except (OSError, ValueError, qpred.ValidationFailed):
             log.exception("ladder: the predictions of best %s cannot be read; %s is released as a first", best.pk,
                           sub.pk)
-    return qladder.decide(truth.point_labels, new, best_entry, attempt=level, rules=sub.rules)
+    return qladder.decide(truth.point_labels, new, best_entry, attempt=level, rules=sub.rules,
+                          design=truth.design)
 
 
 def prepare(sub: Submission, rows: Iterable[_Scored], scored: Scored | None = None) -> Prepared | None:

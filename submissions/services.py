@@ -190,8 +190,9 @@ def scoring_work(user, now=None) -> list[tuple[datetime, int]]:  # type: ignore[
     last hour, oldest first.
 
     A file counts its rows (ids x samples) from the moment its check has read it -- queued
-    for scoring, or refused for the work limit -- unless it then failed through the
-    platform's fault.
+    for scoring, refused for the work limit, or refused as invalid (the rows its reading cost:
+    :attr:`qval.predictions.ValidationFailed.rows`; a 77 KB Parquet file of 10^7 dictionary rows
+    costs seconds to fail) -- unless it then failed through the platform's fault.
     """
     now = now or timezone.now()
     read = (
@@ -398,6 +399,7 @@ def validate_submission(pk: int) -> str:
         preds, coverage = qpred.parse_and_validate(sub.file.path, sub.filename, index,
                                                    max_bytes=settings.QVAL_MAX_UPLOAD_BYTES)
     except qpred.ValidationFailed as exc:
+        sub.coverage = {"rows": exc.rows}  # what its reading cost counts against the work bound too
         _fail_validation(sub, exc.problems)
         return sub.state
     except Exception:  # noqa: BLE001 - the parser failed otherwise: ours; the submission still ends

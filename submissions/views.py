@@ -33,7 +33,20 @@ from .services import (
 
 @login_required
 def upload(request: HttpRequest) -> HttpResponse:
-    """Upload a predictions file or a method container; on success go to the submission's page."""
+    """Upload a predictions file or a method container; on success go to the submission's page.
+
+    The API's limits hold here too, with its status: the ``upload`` throttle (``QVAL_THROTTLE_RATES``) answers 429
+    before the form is read, and so does a request refused for the quota or the scoring work bound."""
+    status = 200
+    if request.method == "POST":
+        allowed, wait = throttling.allow(request, "upload")
+        if not allowed:
+            messages.error(request, f"Too many uploads: an account may send {settings.QVAL_THROTTLE_RATES['upload_user']}"
+                                    f" (the API's rate too); try again in {wait or 1:.0f} s.")
+            form = UploadForm(initial={k: v for k, v in request.POST.items() if k != "file"})
+            response = _upload_page(request, form, 429)
+            response["Retry-After"] = str(int(wait or 1) + 1)
+            return response
     form = UploadForm(request.POST or None, request.FILES or None, initial=request.GET.dict())
     if request.method == "POST" and not form.is_valid() and too_large(request):
         form.errors["file"] = form.error_class([too_large(request)])  # instead of "this field is required"
@@ -55,12 +68,18 @@ def upload(request: HttpRequest) -> HttpResponse:
                 sub = create_submission(request.user, req, data["file"])
         except SubmissionRejected as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            status = 429 if exc.status == 429 else status
         else:
             return redirect("submission", pk=sub.pk)
+    return _upload_page(request, form, status)
+
+
+def _upload_page(request: HttpRequest, form: UploadForm, status: int) -> HttpResponse:
+    """The upload form (``form``, maybe with its errors) and the account's test quota, with ``status``."""
     limit = settings.QVAL_TEST_QUOTA_PER_DAY
     quota = {"limit": limit, "left": max(limit - quota_used(request.user), 0),
              "verified": has_verified_email(request.user)}
-    return render(request, "submissions/upload.html", {"form": form, "quota": quota})
+    return render(request, "submissions/upload.html", {"form": form, "quota": quota}, status=status)
 
 
 @login_required

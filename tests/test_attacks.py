@@ -37,7 +37,7 @@ from django.db import connection
 from django.utils import timezone
 
 from board import charts
-from qval import build, containers, export, hidden, metrics, safejson, schema
+from qval import build, containers, export, hidden, metrics, safejson, sampling, schema
 from qval import containers as qc
 from qval import predictions as qpred
 from qval.compare import friedman_nemenyi
@@ -304,6 +304,30 @@ class TestRateLimits:
         assert Submission.objects.count() == 0
         after = sorted(p.name for p in (data_dir / "media").rglob("*") if p.is_file()) if (data_dir / "media").exists() else []
         assert after == before
+
+    def test_the_web_form_has_the_apis_throttles(self, client, api, user, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
+        """Round three, finding 5: ``POST /submit/`` had no rate limit (40 uploads in 3 s, all accepted) where
+        the API stops at 30/min, and a quota refusal was a 200 page where the API answers 429."""
+        settings.QVAL_THROTTLE_RATES = {**settings.QVAL_THROTTLE_RATES, "upload_user": "3/min"}
+        client.force_login(user)
+
+        def form(split: str = "dev", **fields: str) -> object:
+            ids, labels = actor_points(frozenlake, split)
+            return client.post("/submit/", {"kind": "file", "dataset": KEY, "split": split, "target": "q",
+                                            "method_name": "m", "modality": "text", "description": "Its labels.",
+                                            "visibility": "public", "open_weights": "unknown",
+                                            "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels)), **fields})
+
+        settings.QVAL_TEST_QUOTA_PER_DAY = 1
+        assert [form("test").status_code, form("test").status_code] == [302, 429]  # the quota, as the API
+        assert form().status_code == 302
+        throttled = form()
+        assert throttled.status_code == 429 and int(throttled["Retry-After"]) >= 1
+        assert "Too many uploads" in throttled.content.decode()
+        assert Submission.objects.count() == 2
+        data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": "m",
+                "file": SimpleUploadedFile("p.csv", b"id,score\n")}
+        assert api.post("/api/v1/submissions/", data, format="multipart").status_code == 429  # one count for both
 
     def test_uploads_are_capped_per_account(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
         ids, labels = actor_points(frozenlake, "dev")
@@ -793,6 +817,20 @@ class TestHostilePredictionFiles:
         preds, _ = qpred.parse_and_validate(sink.getvalue().to_pybytes(), "p.parquet", qpred.SplitIndex(IDS))
         assert preds.ids.tolist() == ["b"]
 
+    @pytest.mark.parametrize("data, filename, rows", [
+        (b"id,score\n" + b"a,x\n" * 1000, "p.csv", 1000),  # refused row by row: every row read
+        (b"id,score\n" + b"a,1,2\n" * 1000, "p.csv", 1002),  # refused whole: its lines
+        (b'{"id": "a", "score": 1}\n' * 999 + b"{", "p.jsonl", 999),  # the rows read; the broken line is none
+        (b'{"method_name": "m", "values": [' + b"1, " * 99 + b'"x"]}', "p.json", 101),  # by commas: a bound
+        (b"PAR1 not really", "p.parquet", 0),
+        (b"\x00\x01", "p.bin", 0),  # no known format: not read
+    ])
+    def test_a_refused_file_reports_the_rows_it_cost(self, data: bytes, filename: str, rows: int) -> None:
+        """What a refused file cost to read (round three, finding 5: the scoring work bound counts it)."""
+        with pytest.raises(qpred.ValidationFailed) as failed:
+            qpred.parse_and_validate(data, filename, qpred.SplitIndex(IDS))
+        assert failed.value.rows == rows
+
     def test_nan_and_infinity_literals(self) -> None:
         preds, _ = qpred.parse_and_validate(b'{"id": "a", "score": NaN}\n', "p.jsonl", qpred.SplitIndex(IDS))
         assert np.isnan(preds.scores[0])  # NaN is a missing score, as documented
@@ -987,11 +1025,81 @@ class TestSybilsAndForwardedFor:
         ("a.d.a+x@GoogleMail.com", "ada@gmail.com"),
         ("a.da@example.org", "a.da@example.org"),  # dots matter outside Gmail
         ("+only@example.org", "+only@example.org"),  # no name before the tag: kept whole
+        ("r3w@\uff45xample.org", "r3w@example.org"),  # full-width e (round three, finding 3)
+        ('"r3w"@example.org', "r3w@example.org"),  # a quoted local part is its content
+        ('"r\\3w"@example.org', "r3w@example.org"),
+        ("r3w@exa\u200dmple.org", "r3w@example.org"),  # mail sending (IDNA 2003) drops the joiner
+        ("x@M\u00dcnchen.DE", "x@xn--mnchen-3ya.de"),  # the domain mail is sent to
     ])
     def test_the_mailbox_rule(self, email: str, box: str) -> None:
         from accounts.mailboxes import mailbox
 
         assert mailbox(email) == box
+
+    @pytest.mark.parametrize("variant, message", [  # folded, the same address (allauth's message)
+        ("r3w@\uff45xample.org", "A user is already registered with this email"),  # full-width e
+        ("\uff52\uff13\uff57@example.org", "A user is already registered with this email"),  # full-width name
+        ("r3w@\U0001d41example.org", "A user is already registered with this email"),  # mathematical bold e
+        ("r3w@\u212fxample.org", "A user is already registered with this email"),  # script e
+        ("R3W+x@EXAMPLE.org.", "An account already exists for this mailbox"),
+        ('"r3w"@example.org', "quoted local parts"),
+        ('"r3w+x"@example.org', "quoted local parts"),
+        ("r3w(work)@example.org", "comments in an address"),
+    ])
+    def test_a_folded_or_quoted_variant_of_a_mailbox_cannot_sign_up(self, client, django_user_model, variant: str,
+                                                                     message: str) -> None:  # type: ignore[no-untyped-def]
+        """Round three, finding 3: after ``r3w@example.org``, sign-up took ``r3w@ｅxample.org`` (whose
+        confirmation reached ``r3w@example.org``) and ``"r3w"@example.org``, each an account of its own."""
+        assert sign_up(client, "r3w", "r3w@example.org").status_code == 302
+        resp = sign_up(client, "r3w2", variant)
+        assert resp.status_code == 200 and message in resp.content.decode()
+        assert list(django_user_model.objects.values_list("username", flat=True)) == ["r3w"]
+
+    @pytest.mark.parametrize("variant, message", [
+        ("r3w@\u0435xample.org", "mixes Cyrillic and Latin letters"),  # Cyrillic ie among Latin letters
+        ("r3w@\u0435\u0445\u0430mple.org", "mixes Cyrillic and Latin letters"),
+        ("r3w@ex\u03b1mple.org", "mixes Greek and Latin letters"),  # Greek alpha
+        ("r\u0417w@example.org", "U+0417 (CYRILLIC CAPITAL LETTER ZE) at character 2"),  # a 3 look-alike
+        ("r3w\u200b@example.org", "U+200B (ZERO WIDTH SPACE)"),  # invisible
+        ("r3w@exam\u00adple.org", "U+00AD (SOFT HYPHEN)"),
+    ])
+    def test_a_confusable_address_is_refused_with_its_character(self, client, django_user_model, variant: str,
+                                                                message: str) -> None:  # type: ignore[no-untyped-def]
+        assert sign_up(client, "r3w", "r3w@example.org").status_code == 302
+        resp = sign_up(client, "r3w2", variant)
+        assert resp.status_code == 200 and message in resp.content.decode()
+        assert django_user_model.objects.count() == 1
+
+    def test_an_internationalised_domain_signs_up_under_its_ascii_name(self, client, django_user_model) -> None:  # type: ignore[no-untyped-def]
+        from allauth.account.models import EmailAddress
+
+        assert sign_up(client, "jo", "jo@m\u00fcnchen.de").status_code == 302  # a real IDN, one script
+        assert EmailAddress.objects.get(user__username="jo").email == "jo@xn--mnchen-3ya.de"  # stored as sent to
+        assert "already registered with this email" in sign_up(client, "jo2", "jo@M\u00dcNCHEN.de").content.decode()
+        assert sign_up(client, "hana", "hana@\u65e5\u672c\u8a9e.jp").status_code == 302  # Han label
+
+    def test_the_migration_gives_each_mailbox_to_one_account(self, django_user_model, capsys) -> None:  # type: ignore[no-untyped-def]
+        import importlib
+
+        from allauth.account.models import EmailAddress
+        from django.apps import apps
+
+        from accounts.models import Mailbox
+
+        first = django_user_model.objects.create_user(username="r3w", password="correct-horse-battery")
+        sybils = [django_user_model.objects.create_user(username=f"s{n}", password="correct-horse-battery")
+                  for n in range(2)]
+        # as stored before the rule (bulk_create sends no signal): each sybil held a mailbox of its own
+        EmailAddress.objects.bulk_create([
+            EmailAddress(user=first, email="r3w@example.org", verified=True, primary=True),
+            EmailAddress(user=sybils[0], email="r3w@\uff45xample.org", verified=True, primary=True),
+            EmailAddress(user=sybils[1], email='"r3w"@example.org', verified=True, primary=True)])
+        Mailbox.objects.bulk_create([Mailbox(address="r3w@example.org", user=first),
+                                     Mailbox(address="r3w@\uff45xample.org", user=sybils[0]),
+                                     Mailbox(address='"r3w"@example.org', user=sybils[1])])
+        importlib.import_module("accounts.migrations.0002_mailboxes_nfkc_idna").recompute(apps, None)
+        assert list(Mailbox.objects.values_list("address", "user_id")) == [("r3w@example.org", first.pk)]
+        assert f"[{sybils[0].pk}, {sybils[1].pk}]" in capsys.readouterr().out
 
     def test_an_account_cannot_add_another_accounts_mailbox(self, client, user, django_user_model) -> None:  # type: ignore[no-untyped-def]
         from allauth.account.models import EmailAddress
@@ -1122,6 +1230,52 @@ def _csv_cells(body: bytes) -> list[str]:
 
 
 @pytest.mark.django_db
+class TestVisibilityChannels:
+    """Round three, finding 5: switching visibility revived a replaced ladder row (with the newer row private, the
+    older one was back on the board and its permalink answered 200), and ``/methods/<name>/`` answered 200 for a
+    name whose rows were all private and 404 for one never used: an oracle on other accounts' private names."""
+
+    def test_a_replaced_ladder_row_stays_replaced_when_the_newer_is_made_private(self, client, api, user, loaded,  # type: ignore[no-untyped-def]
+                                                                                frozenlake, settings) -> None:
+        settings.QVAL_BOOTSTRAP_RESAMPLES = 50
+        loaded.environment.open_book = False  # a board that ranks uploaded files, so they climb ladders
+        loaded.environment.save(update_fields=["open_book"])
+        ids, labels = actor_points(frozenlake, "test")
+        rng = np.random.default_rng(32)
+        first = upload(api, csv_bytes(ids, labels + rng.normal(0, 2 * labels.std(), len(ids))), method_name="m1")["id"]
+        finish(first)
+        better = upload(api, csv_bytes(ids, labels + rng.normal(0, 0.05 * labels.std(), len(ids))),
+                        method_name="m2")["id"]
+        finish(better)
+        assert Submission.objects.get(pk=better).ladder_against_id == first
+
+        def board() -> list[int]:  # uploaded files: the board's self-reported tab
+            rows = client.get(f"/boards/{loaded.key}:q:text/", {"format": "json", "all": "1",
+                                                               "source": "self-reported"}).json()["rows"]
+            return [r["submission_id"] for r in rows]
+
+        assert board() == [better] and client.get(f"/results/{first}/").status_code == 404
+        assert api.patch(f"/api/v1/submissions/{better}/", {"public": False}, format="json").status_code == 200
+        assert board() == []  # the account's best is private: the board shows none of its scores
+        assert client.get(f"/results/{first}/").status_code == 404 and client.get(f"/results/{better}/").status_code == 404
+        assert "m1" not in client.get("/leaderboard/", {"dataset": loaded.key, "split": "test"}).content.decode()
+        assert api.patch(f"/api/v1/submissions/{better}/", {"public": True}, format="json").status_code == 200
+        assert board() == [better]
+
+    def test_a_method_page_exists_only_for_a_public_row(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        ids, labels = actor_points(frozenlake, "dev")
+        private = upload(api, csv_bytes(ids, labels), split="dev", method_name="secret-sauce", public="false")["id"]
+        finish(private)
+        shown = upload(api, csv_bytes(ids, labels), split="dev", method_name="shown-sauce")["id"]
+        finish(shown)
+        assert client.get("/methods/shown-sauce/").status_code == 200
+        never = client.get("/methods/never-used/")
+        hidden = client.get("/methods/secret-sauce/")
+        assert hidden.status_code == never.status_code == 404
+        assert hidden.content.decode().replace("secret-sauce", "X") == never.content.decode().replace("never-used", "X")
+
+
+@pytest.mark.django_db
 class TestNamesAndInjection:
     """Issue 20, findings 7-10: a user-chosen name breaks no page and becomes no markup or formula; the
     job result endpoint and the JSON Lines line limit hold; an open-book dataset ranks no uploaded file."""
@@ -1211,6 +1365,23 @@ class TestNamesAndInjection:
             assert any(c.startswith("-") and float(c) < 0 for c in cells), url  # ρ = -1: a negative number, kept
         assert "'@SUM(A1)" in _csv_cells(client.get("/leaderboard/?format=csv").content)
 
+    @pytest.mark.parametrize("text", ["\uff1dHYPERLINK(\"http://evil.example\",\"x\")",  # full-width =
+                                      "\ufe66cmd|' /C calc'!A0", "\uff0b1+1", "\uff0dSUM(A1)", "\uff20SUM(A1)",
+                                      " =1+1", "\u3000=1+1"])  # leading (ideographic) space
+    def test_a_look_alike_formula_prefix_is_neutralised(self, text: str) -> None:
+        """Round three, finding 5: a full-width ``＝HYPERLINK(…)`` reached the CSV exports unprefixed."""
+        from board.exports import csv_text
+
+        body = csv_text(["method"], [{"method": text}, {"method": "plain"}, {"method": -0.5}])
+        assert _csv_cells(body.encode()) == ["'" + text, "plain", "-0.5"]
+
+    def test_a_full_width_formula_name_is_neutralised_in_the_board_export(self, client, api, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+        ids, labels = actor_points(frozenlake, "dev")
+        name = "\uff1dHYPERLINK(\"http://evil.example\",\"x\")"
+        finish(upload(api, csv_bytes(ids, labels), split="dev", method_name=name)["id"])
+        cells = _csv_cells(client.get("/leaderboard/?split=dev&format=csv").content)
+        assert "'" + name in cells and name not in cells
+
     def test_a_nested_job_result_is_a_400_after_the_token_check(self, user, loaded) -> None:  # type: ignore[no-untyped-def]
         from rest_framework.test import APIClient
 
@@ -1285,13 +1456,14 @@ def possible_values(scores: list[float]) -> list[float | None]:
     return sorted(found, key=lambda v: (v is not None, v or 0.0))
 
 
-def replayed(per_state: list[float | None], resamples: int) -> dict:  # type: ignore[type-arg]
-    """What the scorer computes for the ranking row from per-state values (public code, seed 0)."""
+def replayed(per_state: list[float | None], resamples: int, design: sampling.Design | None = None) -> dict:  # type: ignore[type-arg]
+    """What the scorer computes for the ranking row from per-state values (public code, seed 0; the states'
+    trajectories and tasks, ``design``, are public too)."""
     summary = metrics.ranking_summary(per_state)
     shown = {"value": summary.mean, "std": summary.std, "num_valid": summary.num_valid,
              "num_skipped": summary.num_skipped}
     if summary.mean is not None and resamples:
-        ci = metrics.bootstrap_ranking_ci(per_state, resamples=resamples, seed=0)
+        ci = metrics.bootstrap_ranking_ci(per_state, resamples=resamples, seed=0, design=design)
         shown["ci95"] = [ci.low, ci.high]
     return shown
 
@@ -1313,7 +1485,7 @@ def consistent(row: dict, replay: dict, hidden_split: bool) -> bool:  # type: ig
 
 
 def decode(row: dict, template: list[float | None], slots: list[int], options: list[list[float | None]],  # type: ignore[type-arg]
-           resamples: int, hidden_split: bool) -> list[set[float | None]]:
+           resamples: int, hidden_split: bool, design: sampling.Design | None = None) -> list[set[float | None]]:
     """The attacker's step: replay the seeded bootstrap for every assignment of possible values to the
     unknown ``slots`` of the per-state list; per slot, the values of the assignments that match."""
     matches = []
@@ -1321,7 +1493,7 @@ def decode(row: dict, template: list[float | None], slots: list[int], options: l
         per_state = list(template)
         for slot, value in zip(slots, combo):
             per_state[slot] = value
-        if consistent(row, replayed(per_state, resamples), hidden_split):
+        if consistent(row, replayed(per_state, resamples, design), hidden_split):
             matches.append(combo)
     return [{m[i] for m in matches} for i in range(len(slots))]
 
@@ -1362,8 +1534,9 @@ class TestRankingDecodeAndCounts:
         finish(sub["id"])
         rows = {r["metric"]: r for r in api.get(f"/api/v1/submissions/{sub['id']}/").json()["results"]}
         options = [possible_values(list(pattern)) for pattern in PATTERNS[: self.K]]
+        design = sampling.Design.of([s.trajectory for s in states], [s.task for s in states])
         found = decode(rows["ranking_spearman"], [None] * self.K, list(range(self.K)), options, self.RESAMPLES,
-                       split not in schema.PUBLIC_SPLITS)
+                       split not in schema.PUBLIC_SPLITS, design)
         return found, true_values(frozenlake, states, dict(zip(ids, scores))), options
 
     def test_the_decode_reads_each_state_where_labels_are_public(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]
@@ -1631,6 +1804,36 @@ class TestCompareChannelAndWork:
         # A failure caused by the platform gives its work back.
         states[0].transition(Submission.FAILED, error="internal error", fault=Submission.FAULT_SYSTEM)
         assert post(9)[0] == 201
+
+    def test_a_failing_dictionary_parquet_file_counts_against_the_work_bound(self, api, loaded, frozenlake,  # type: ignore[no-untyped-def]
+                                                                              settings) -> None:
+        """Round three, finding 5: a 77 KB Parquet file of 10^7 dictionary rows of one id held the worker
+        4-5 s and failed, and failed files were not counted (6 uploads: 28 s of worker time)."""
+        from workers.tasks import validate_upload
+
+        settings.QVAL_SCORING_WORK_PER_HOUR = 10**7
+        rows = 10**7
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"id": pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)),
+                                                                      pa.array(["x"])),
+                                 "score": pa.array(np.zeros(rows))}), sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        assert len(data) < 100_000
+
+        def post(name: str, content: bytes):  # type: ignore[no-untyped-def]
+            return api.post("/api/v1/submissions/", {"dataset": KEY, "split": "dev", "target": "q", "method_name": "d",
+                                                     "file": SimpleUploadedFile(name, content)}, format="multipart")
+
+        first = post("p.parquet", data)
+        assert first.status_code == 201
+        validate_upload(first.json()["id"])
+        failed = Submission.objects.get(pk=first.json()["id"])
+        assert failed.state == Submission.FAILED and failed.fault == Submission.FAULT_USER
+        assert "repeat an id" in failed.error
+        ids, labels = actor_points(frozenlake, "dev")
+        refused = post("p.csv", csv_bytes(ids, labels))  # even a small, valid file waits for the window
+        assert refused.status_code == 429
+        assert f"{rows:,} prediction rows" in refused.json()["errors"]["file"][0]
 
     def test_a_comparison_is_computed_once_and_served_to_everyone_from_the_cache(self, client, staff, loaded,  # type: ignore[no-untyped-def]
                                                                                  frozenlake, settings) -> None:

@@ -108,7 +108,8 @@ def test_a_spent_split_is_replaced_end_to_end(client, api, loaded, frozenlake, d
     _step(f"the fresh board ranks {len(board['rows'])} rows")
     old = client.get(f"/boards/{KEY}:q:text/").content.decode()
     assert 'id="retired-board"' in old and "frozen since" in old and fresh.key in old
-    assert f'data-submission="{mine}"' in old  # the uploaded file stays with the split it was scored on
+    self_reported = client.get(f"/boards/{KEY}:q:text/", {"source": "self-reported"}).content.decode()
+    assert f'data-submission="{mine}"' in self_reported  # the uploaded file stays with the split it was scored on
     _step(f"{KEY}'s board is frozen and marked retired")
     late = api.post("/api/v1/submissions/", {
         "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels)), "dataset": KEY, "split": "test", "target": "q",

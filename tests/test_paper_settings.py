@@ -102,7 +102,7 @@ def test_method_pages_show_the_papers_settings_next_to_ours(db, client, paper_te
     from qval.methods.registry import get_method
 
     for name, family in (("eureka", "code"), ("direct-single", "direct"), ("vlm-sor-softmax", "embedding"),
-                         ("my-method", "other")):
+                         ("goal-distance", "other")):
         Method.objects.create(name=name, family=family)
     page = client.get("/methods/eureka/").content.decode()
     source = re.search(r"■ <code>eureka</code> \(([^)]+)\)", paper_text)
@@ -127,5 +127,6 @@ def test_method_pages_show_the_papers_settings_next_to_ours(db, client, paper_te
     assert embedding == {"τ": ("τ", _table3_value(paper_text, "vlm-sor-softmax", "τ"),
                                  str(get_method("vlm-sor-softmax").params["tau"]), embedding["τ"][3]),
                          "negative goals": ("negative goals", "3 per env", "—", embedding["negative goals"][3])}
-    mine = client.get("/methods/my-method/").content.decode()
-    assert 'id="paper-settings"' not in mine and 'id="paper-source"' not in mine
+    ours = client.get("/methods/goal-distance/")  # a built-in method the paper does not have
+    assert ours.status_code == 200
+    assert 'id="paper-settings"' not in ours.content.decode() and 'id="paper-source"' not in ours.content.decode()

@@ -25,7 +25,7 @@ def job_fields(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leaderboard', '0003_fresh_hidden_splits'),
+        ('leaderboard', '0004_open_book_miniwob_terminalbench'),
     ]
 
     operations = [
