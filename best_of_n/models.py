@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from django.db import models
 
-from jobs.runs import Run
+from jobs.models import Run
+from jobs.progress import Progress
 
 
 class BestOfNRun(Run):
@@ -19,7 +20,7 @@ class BestOfNRun(Run):
     ``training_run`` whose model scores the candidates).  ``queued`` → ``running``
     (``done`` of ``num_episodes``; every finished episode is a :class:`BestOfNEpisode`) →
     ``finished`` (``summary`` holds the success rate and mean return with their 95% CIs) or
-    ``failed`` (``error``), with the heartbeat, requeue and resend of every run (:class:`jobs.runs.Run`);
+    ``failed`` (``error``), with the lifecycle of every job (:class:`jobs.models.Run`, :data:`best_of_n.services.JOB`);
     a requeued run (or one queued again when its worker restarts) resumes at its first missing episode.
     """
 
@@ -45,9 +46,9 @@ class BestOfNRun(Run):
         return f"best-of-{self.n} #{self.pk} {self.picker} on {self.environment} ({self.status})"
 
     @property
-    def percent(self) -> int:
-        """Episodes played, 0–100."""
-        return int(100 * self.done / self.num_episodes) if self.num_episodes else 0
+    def job_progress(self) -> Progress:
+        """Episodes played."""
+        return Progress(done=self.done, total=self.num_episodes, unit="episodes")
 
 
 class BestOfNEpisode(models.Model):

@@ -4,11 +4,10 @@ Services: :func:`create_run` records a queued :class:`BestOfNRun` (or refuses it
 :class:`InvalidRun` naming the bad argument); :func:`enqueue` sends it to the ``gpu`` queue, to the
 task :data:`PLAY_TASK` by name (its module, :mod:`best_of_n.tasks`, imports this one);
 :func:`start` claims it for a worker; :func:`play`
-plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat
-(:func:`jobs.heartbeat.beating`), then stores the summary. A run interrupted with its worker
-resumes at the next episode: :func:`reap_stale` requeues a run whose heartbeat stopped once and
-fails it the second time; :func:`requeue_worker_runs` queues the runs of a restarted worker again
-at once.  Selectors: :func:`episodes_of`,
+plays its missing episodes, storing each one as it finishes and stamping the run's heartbeat, then stores the
+summary. A run's lifecycle is every job's (:data:`JOB`, :class:`jobs.services.JobKind`): a run interrupted with its
+worker resumes at the next episode, requeued once by the reaper when its heartbeat stopped (failed the second time),
+or at once when its worker restarts (:meth:`~jobs.services.JobKind.requeue_worker`).  Selectors: :func:`episodes_of`,
 :func:`gain_over_base` and :func:`alignment` (per environment, each picker's test-split ρ against
 its Best-of-N gain over the base policy, with the rank correlation across pickers).
 """
@@ -19,16 +18,13 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
-from jobs import heartbeat
+from jobs.services import JobKind, run_kind
 from jobs.reference import queue_missing
 from board.evaluations import evaluations
 from best_of_n.models import BestOfNEpisode, BestOfNRun
@@ -190,22 +186,14 @@ def queue_reference_runs(datasets: Iterable[Dataset]) -> list[BestOfNRun]:
     return queued
 
 
+JOB: JobKind[BestOfNRun] = run_kind("best-of-n run", BestOfNRun, PLAY_TASK)
+"""Best-of-N runs as a job kind (registered in :mod:`jobs.registry`)."""
+
+
 def start(run_id: int, worker: str) -> BestOfNRun | None:
-    """Mark a queued (or redelivered running) run running on ``worker``; ``None`` when it is final or
-    runs on another worker with a fresh heartbeat."""
-    with transaction.atomic():
-        run = BestOfNRun.objects.select_for_update().get(pk=run_id)
-        if not run.is_active:
-            return None
-        now = timezone.now()
-        if run.status == BestOfNRun.RUNNING and run.worker != worker[:200] and heartbeat.is_fresh(run.heartbeat_at, now):
-            return None
-        run.status = BestOfNRun.RUNNING
-        run.started_at = run.started_at or now
-        run.worker = worker[:200]
-        run.heartbeat_at = now
-        run.save()
-    return run
+    """Claim a queued (or redelivered running) run for ``worker`` (:meth:`jobs.services.JobKind.claim`); ``None``
+    when it is final or another delivery runs it with a fresh heartbeat."""
+    return JOB.claim(run_id, None, worker)
 
 
 def _picker(run: BestOfNRun) -> bon.Picker | None:
@@ -234,7 +222,7 @@ def play(run: BestOfNRun) -> BestOfNRun:
     runs an event loop in the thread that drives it, where Django refuses database calls, so episodes are
     stored here, and a failed save stops the play.
     """
-    with heartbeat.beating(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING), run.pk):
+    with JOB.beating(run):
         picker = _picker(run)
         done = set(run.episodes.values_list("index", flat=True))
         secret = settings.QVAL_TEST_SPLIT_SECRET
@@ -261,47 +249,17 @@ def play(run: BestOfNRun) -> BestOfNRun:
 
         call_in_thread(play_missing, store, name=f"best-of-n-{run.pk}")
     summary = bon.summarise(episodes_of(run), seed=run.seed)
-    BestOfNRun.objects.filter(pk=run.pk, status__in=BestOfNRun.ACTIVE).update(
-        status=BestOfNRun.FINISHED, finished_at=timezone.now(), done=summary.episodes, error="",
-        summary={"episodes": summary.episodes, "success": _interval(summary.success),
-                 "mean_return": _interval(summary.mean_return)},
-    )
+    JOB.finish(run.pk, run.attempt, done=summary.episodes, summary={
+        "episodes": summary.episodes, "success": _interval(summary.success),
+        "mean_return": _interval(summary.mean_return)})
     run.refresh_from_db()
     return run
 
 
-def fail(run_id: int, reason: str) -> None:
-    """Record a failed run with ``reason`` (a final one is left alone)."""
-    BestOfNRun.objects.filter(pk=run_id, status__in=BestOfNRun.ACTIVE).update(
-        status=BestOfNRun.FAILED, finished_at=timezone.now(), error=reason[:5000])
-
-
 def enqueue(run: BestOfNRun) -> BestOfNRun:
     """Send a queued run to :data:`PLAY_TASK` once the transaction that created it commits
-    (:func:`jobs.heartbeat.send_run`: a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
-    heartbeat.send_run(run, current_app.signature(PLAY_TASK))
-    return run
-
-
-def reap_stale(now: datetime | None = None) -> list[int]:
-    """Requeue once (``attempt`` 2, resuming at its first missing episode), or fail, every running run
-    whose heartbeat is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
-    return heartbeat.reap(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING),
-                          lambda run: heartbeat.requeue_or_fail_run(run, enqueue), now)
-
-
-def requeue_worker_runs(worker: str) -> list[int]:
-    """Queue again (unsent) the runs marked running on ``worker`` (it restarted: they died with it); their ids."""
-    ids = list(BestOfNRun.objects.filter(status=BestOfNRun.RUNNING, worker=worker).values_list("pk", flat=True))
-    BestOfNRun.objects.filter(pk__in=ids).update(status=BestOfNRun.QUEUED, queued_at=timezone.now(), sent_at=None)
-    return ids
-
-
-def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
-    """Send again the queued runs whose message never reached the broker, and fail those queued for over
-    ``QVAL_RUN_QUEUE_S`` (:func:`jobs.heartbeat.reap_queued`); return the ids (sent, failed)."""
-    return heartbeat.reap_queued(BestOfNRun.objects.filter(status=BestOfNRun.QUEUED),
-                                 current_app.signature(PLAY_TASK), now)
+    (:meth:`jobs.services.JobKind.submit`: a message that cannot reach the broker is sent again by the reaper)."""
+    return JOB.submit(run)
 
 
 # -- selectors -----------------------------------------------------------------------------

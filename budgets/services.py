@@ -3,7 +3,7 @@
 * :func:`locked`: the split's :class:`~budgets.models.SplitBudget`, created on first use (its size from the
   split's points and ``QVAL_BUDGET_SCALE``: :func:`qval.budget.budget_size`) and locked until the transaction
   ends.  Every release is decided and recorded under it, in the transaction that shows its numbers: the
-  ladder's (:func:`submissions.ladder.climb`, in :func:`submissions.lifecycle.finish`) and compare's
+  ladder's (:func:`submissions.ladder.climb`, before :func:`submissions.lifecycle.finish`) and compare's
   (:func:`submissions.comparison.compare`), so two releases never spend the same number.
 * :func:`record`: store a :class:`qval.budget.Ledger` back with the release that changed it; a split whose
   budget is spent asks for a fresh split once the transaction commits (:func:`request_refresh`).
@@ -41,6 +41,12 @@ def num_points(dataset: Dataset, split: str, target: str) -> int:
     """Points of ``dataset``'s ``split`` for ``target``: one per state for both targets (Q: the actor's
     candidate; V: the state)."""
     return State.objects.filter(dataset=dataset, split=split).count()
+
+
+def current(dataset: Dataset, split: str, target: str) -> SplitBudget | None:
+    """The budget of ``dataset``'s hidden ``split`` and ``target`` as it is now, unlocked (``None``: none yet):
+    for a look before the decision, which reads it again under :func:`locked`."""
+    return SplitBudget.objects.filter(dataset=dataset, split=split, target=target).first()
 
 
 def locked(dataset: Dataset, split: str, target: str) -> SplitBudget:

@@ -1,4 +1,4 @@
-"""The machinery every long job shares, below every app: heartbeats, the lost-job reaper, requeueing once,
-and the sending of a run's message (:mod:`jobs.heartbeat`). Each kind keeps its own states and services:
-submissions (:mod:`submissions.lifecycle`), training runs (:mod:`learning.services`), Best-of-N runs
-(:mod:`best_of_n.services`)."""
+"""The machinery every job shares, below every app: the abstract job models (:mod:`jobs.models`), the lifecycle of
+each kind -- claim, heartbeat (:mod:`jobs.heartbeat`), finish, fail, requeue once, the reaper -- (:mod:`jobs.services`),
+the registry of kinds the one reaper walks (:mod:`jobs.registry`), and a job's progress for its page
+(:mod:`jobs.progress`, drawn by ``templates/jobs/_progress.html``)."""

@@ -7,21 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import QuerySet
-
-from leaderboard.models import Dataset
 
 Key = TypeVar("Key", bound=Hashable)
 Queued = TypeVar("Queued")
 
 
-def queue_missing(dataset: Dataset, wanted: Iterable[Key], existing: QuerySet[Any, Key],
+def queue_missing(dataset: models.Model, wanted: Iterable[Key], existing: QuerySet[Any, Key],
                   launch: Callable[[Key], Queued]) -> list[Queued]:
     """Launch each of ``wanted`` that ``existing`` (the keys of the runs already there that did not fail; a lazy
-    query, read under the lock) lacks, with ``dataset``'s row locked meanwhile, so that two callers (``make up`` and
+    query, read under the lock) lacks, with ``dataset``'s row (a :class:`leaderboard.models.Dataset`; not imported:
+    the apps sit above this one) locked meanwhile, so that two callers (``make up`` and
     a build finishing) never queue the same run twice; return what was launched, in the order of ``wanted``."""
     with transaction.atomic():
-        Dataset.objects.select_for_update().get(pk=dataset.pk)
+        type(dataset)._default_manager.select_for_update().get(pk=dataset.pk)
         have = set(existing)
         return [launch(key) for key in wanted if key not in have]

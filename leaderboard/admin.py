@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.utils.html import format_html
+from django.template.loader import render_to_string
 
 from .models import Dataset, DatasetBuild
 
@@ -19,7 +19,7 @@ class DatasetBuildAdmin(admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress(self, obj: DatasetBuild) -> str:
-        return format_html('<progress max="100" value="{}"></progress> {}/{}', obj.percent, obj.done, obj.total)
+        return render_to_string("jobs/_progress.html", {"p": obj.job_progress})
 
     def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def,override]
         return False  # queue builds with `manage.py build_dataset NAME --queue`

@@ -2,7 +2,8 @@
 
 Shared by ``manage.py build_dataset`` (inline) and the ``datasets`` queue's task
 (:func:`workers.builds.build_dataset`, which :func:`enqueue` sends by name: its module imports this one);
-both record the run in a :class:`DatasetBuild`.
+both record the run in a :class:`DatasetBuild`, a job like every other (:data:`JOB`: claimed, beating while it
+builds, requeued once when its worker is lost, failed past its deadline by the one reaper).
 
 * The build writes into a staging folder ``QVAL_DATASETS_DIR/.build-<name>`` and keeps its
   checkpoint in ``QVAL_DATASETS_DIR/.work/<name>`` (:func:`work_dir`), so an interrupted build
@@ -18,15 +19,14 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from celery import current_app
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
+from jobs.services import JobKind
 from qval import build, schema
 from qval.offthread import call_in_thread
 
@@ -118,9 +118,9 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
 
 
 class Recorder:
-    """A ``progress`` callback saving ``stage``/``done``/``total`` on a :class:`DatasetBuild`:
-    at most once every ``interval`` seconds, and always at a stage's start and end; a new stage
-    also sets ``stage_started_at`` and ``stage_start_done`` (for :meth:`DatasetBuild.seconds_left`)."""
+    """A ``progress`` callback saving ``stage``/``done``/``total`` on a :class:`DatasetBuild`, and moving its
+    deadline (:func:`stall_deadline`): at most once every ``interval`` seconds, and always at a stage's start and
+    end; a new stage also sets ``stage_started_at`` and ``stage_start_done`` (for :meth:`DatasetBuild.seconds_left`)."""
 
     def __init__(self, build_id: int, interval: float = 1.0, echo: Progress | None = None) -> None:
         self.build_id = build_id
@@ -135,50 +135,63 @@ class Recorder:
         now = time.monotonic()
         if stage == self._stage and 0 < done < total and now - self._last < self.interval:
             return
+        now_at = timezone.now()
         fields: dict[str, Any] = {"stage": stage[:50], "done": max(done, 0), "total": max(total, 0),
-                                  "updated_at": timezone.now()}
+                                  "updated_at": now_at, "deadline": stall_deadline(now_at)}
         if stage != self._stage:  # a new stage: its rate (DatasetBuild.seconds_left) counts from here
             fields.update(stage_started_at=fields["updated_at"], stage_start_done=fields["done"])
         self._stage, self._last = stage, now
         DatasetBuild.objects.filter(pk=self.build_id, status=DatasetBuild.RUNNING).update(**fields)
 
 
+def stall_deadline(at: datetime) -> datetime:
+    """The deadline of a build whose last progress report was at ``at``: ``QVAL_BUILD_STALL_S`` later."""
+    return at + timedelta(seconds=settings.QVAL_BUILD_STALL_S)
+
+
+def deadline_reason(b: DatasetBuild) -> str:
+    """Why the reaper fails a build past its deadline, by the state it was stuck in."""
+    if b.status == DatasetBuild.RUNNING:
+        return (f"no progress for {settings.QVAL_BUILD_STALL_S:g} s: the worker hung (last: {b.stage} "
+                f"{b.done}/{b.total}); queue it again to resume")
+    return f"not started within {settings.QVAL_BUILD_QUEUE_S:g} s: is a worker consuming the datasets queue?"
+
+
+def _claimed(b: DatasetBuild) -> None:
+    b.updated_at = timezone.now()
+    b.deadline = stall_deadline(b.updated_at)
+
+
+JOB: JobKind[DatasetBuild] = JobKind(
+    name="dataset build", model=DatasetBuild, task=BUILD_TASK,
+    queue_s=lambda b: settings.QVAL_BUILD_QUEUE_S, deadline_reason=deadline_reason, on_claim=_claimed)
+"""Dataset builds as a job kind (registered in :mod:`jobs.registry`)."""
+
+
 def enqueue(name: str, refresh: int = 0) -> DatasetBuild:
     """Record a queued build of ``name`` (fresh hidden split ``refresh``) and send it to :data:`BUILD_TASK` once
     committed."""
-    b = DatasetBuild.objects.create(name=name, refresh=refresh)
-    transaction.on_commit(lambda: current_app.signature(BUILD_TASK).delay(b.pk))
-    return b
+    return JOB.submit(DatasetBuild.objects.create(name=name, refresh=refresh))
 
 
 def start(build_id: int, worker: str) -> DatasetBuild | None:
-    """Mark a queued (or redelivered running) build running; ``None`` when it is already final."""
-    with transaction.atomic():
-        b = DatasetBuild.objects.select_for_update().get(pk=build_id)
-        if not b.is_active:
-            return None
-        now = timezone.now()
-        b.status = DatasetBuild.RUNNING
-        b.started_at = b.started_at or now
-        b.updated_at = now
-        b.worker = worker[:200]
-        b.save()
-    return b
+    """Claim a queued (or redelivered running) build for ``worker`` (:meth:`jobs.services.JobKind.claim`); ``None``
+    when it is final or another delivery runs it with a fresh heartbeat."""
+    return JOB.claim(build_id, None, worker)
+
+
+def start_inline(name: str, worker: str) -> DatasetBuild:
+    """Record a build of ``name`` that ``manage.py build_dataset`` runs here, on ``worker``, claimed at once."""
+    b = DatasetBuild.objects.create(name=name, sent_at=timezone.now())
+    claimed = JOB.claim(b.pk, None, worker)
+    assert claimed is not None
+    return claimed
 
 
 def finish(build_id: int, built: Built) -> None:
     """Record a finished build.  Also over a reaper's ``failed``: the dataset was built and loaded."""
-    DatasetBuild.objects.filter(pk=build_id).update(
-        status=DatasetBuild.FINISHED, finished_at=timezone.now(), updated_at=timezone.now(), error="",
-        dataset_key=built.dataset.manifest.key, fingerprint=built.dataset.manifest.fingerprint,
-    )
-
-
-def fail(build_id: int, reason: str) -> None:
-    """Record a failed build with ``reason`` (one already final is left alone)."""
-    DatasetBuild.objects.filter(pk=build_id, status__in=DatasetBuild.ACTIVE).update(
-        status=DatasetBuild.FAILED, finished_at=timezone.now(), error=reason[:5000]
-    )
+    JOB.finish(build_id, after_reaper=True, updated_at=timezone.now(), dataset_key=built.dataset.manifest.key,
+               fingerprint=built.dataset.manifest.fingerprint)
 
 
 def reason_of(exc: BaseException) -> str:
@@ -190,11 +203,10 @@ def reason_of(exc: BaseException) -> str:
 
 
 def active_build(name: str) -> DatasetBuild | None:
-    """The queued or running build of ``name`` that is still alive (progress within the stall limit)."""
-    stale = timezone.now() - timedelta(seconds=settings.QVAL_BUILD_STALL_S)
-    qs = DatasetBuild.objects.filter(name=name, status__in=DatasetBuild.ACTIVE)
-    for b in qs:
-        if b.status == DatasetBuild.QUEUED or (b.updated_at or b.created_at) >= stale:
+    """The queued or running build of ``name`` that is still alive (within its deadline)."""
+    now = timezone.now()
+    for b in DatasetBuild.objects.filter(name=name, status__in=DatasetBuild.ACTIVE):
+        if b.deadline is None or b.deadline >= now:
             return b
     return None
 
@@ -217,27 +229,3 @@ def is_loaded(name: str) -> bool:
     env, spec = build.BUILDERS[name]()
     env.close()
     return Dataset.objects.filter(slug=spec.slug, version=spec.version).exists()
-
-
-def reap(now=None) -> list[int]:  # type: ignore[no-untyped-def]
-    """Fail running builds silent for ``QVAL_BUILD_STALL_S`` and queued ones not started within
-    ``QVAL_BUILD_QUEUE_S``; return their ids."""
-    now = now or timezone.now()
-    stall = timedelta(seconds=settings.QVAL_BUILD_STALL_S)
-    queue = timedelta(seconds=settings.QVAL_BUILD_QUEUE_S)
-    reaped = []
-    for b in DatasetBuild.objects.filter(status__in=DatasetBuild.ACTIVE):
-        if b.status == DatasetBuild.RUNNING and (b.updated_at or b.started_at or b.created_at) < now - stall:
-            reason = (f"no progress for {int(stall.total_seconds())} s: the worker died or hung "
-                      f"(last: {b.stage} {b.done}/{b.total}); queue it again to resume")
-            status = DatasetBuild.RUNNING
-        elif b.status == DatasetBuild.QUEUED and b.created_at < now - queue:
-            reason = f"not started within {int(queue.total_seconds())} s: is a worker consuming the datasets queue?"
-            status = DatasetBuild.QUEUED
-        else:
-            continue
-        n = DatasetBuild.objects.filter(pk=b.pk, status=status, updated_at=b.updated_at).update(
-            status=DatasetBuild.FAILED, finished_at=now, error=reason)
-        if n:
-            reaped.append(b.pk)
-    return reaped

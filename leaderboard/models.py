@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from jobs.models import Run
+from jobs.progress import Progress, time_left_words
 from qval import families
 
 SPLIT_CHOICES = [("train", "train"), ("dev", "dev"), ("test", "test")]
@@ -233,39 +235,31 @@ class Backbone(models.Model):
         return self.name
 
 
-class DatasetBuild(models.Model):
+class DatasetBuild(Run):
     """One run of a dataset builder (:data:`qval.build.BUILDERS`), queued on ``datasets`` or inline.
 
     ``queued`` → ``running`` → ``finished`` (``dataset_key``/``fingerprint`` set, the dataset
-    loaded) or ``failed`` (``error`` says why).  While running, ``stage``/``done``/``total`` is
-    the builder's progress and ``updated_at`` its last report; a build whose worker died stays
-    ``running`` until :func:`workers.builds.reap_stalled_builds` (no progress for
-    ``QVAL_BUILD_STALL_S``) or the restart of its worker fails it.
+    loaded) or ``failed`` (``error`` says why), with the lifecycle of every job (:class:`jobs.models.Run`,
+    :data:`leaderboard.building.JOB`): while running it stamps ``heartbeat_at``, and a build whose worker was
+    lost is queued again once (it resumes from its checkpoint), then failed. ``stage``/``done``/``total`` is the
+    builder's progress and ``updated_at`` its last report; each report moves the ``deadline`` to
+    ``QVAL_BUILD_STALL_S`` later, so a build that stops progressing (hung) is failed by the reaper, like one not
+    started within ``QVAL_BUILD_QUEUE_S`` of being queued; the restart of its worker fails it at once.
     """
-
-    QUEUED, RUNNING, FINISHED, FAILED = "queued", "running", "finished", "failed"
-    STATUSES = [(s, s) for s in (QUEUED, RUNNING, FINISHED, FAILED)]
-    ACTIVE = (QUEUED, RUNNING)
 
     name = models.CharField(max_length=50, help_text="Builder name, a key of qval.build.BUILDERS.")
     refresh = models.PositiveIntegerField(
         default=0, help_text="Fresh hidden split number (qval.build.refreshed): 0 builds the builder's version, "
                              "n its version '-rn', a new test split drawn from the secret.")
-    status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
     stage = models.CharField(max_length=50, blank=True)
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     stage_started_at = models.DateTimeField(null=True, blank=True, help_text="When the current stage began.")
     stage_start_done = models.PositiveIntegerField(
         default=0, help_text="'done' at the start of the current stage (a resumed build's checkpointed states).")
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(null=True, blank=True, help_text="Last progress report.")
-    finished_at = models.DateTimeField(null=True, blank=True)
     dataset_key = models.CharField(max_length=120, blank=True)
     fingerprint = models.CharField(max_length=64, blank=True)
-    error = models.TextField(blank=True)
-    worker = models.CharField(max_length=200, blank=True, help_text="Celery worker, or 'inline' for the command.")
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -275,15 +269,11 @@ class DatasetBuild(models.Model):
         return f"build #{self.pk} {self.name} ({self.status})"
 
     @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
-
-    @property
-    def percent(self) -> int:
-        """Progress of the current stage, 0–100."""
-        if self.status == self.FINISHED:
-            return 100
-        return int(100 * self.done / self.total) if self.total else 0
+    def job_progress(self) -> Progress:
+        """The current stage's progress (a finished build's: all of it), with :meth:`seconds_left`."""
+        total = self.total if self.status != self.FINISHED else max(self.total, self.done, 1)
+        done = self.done if self.status != self.FINISHED else total
+        return Progress(done=done, total=total, stage=self.stage, seconds_left=self.seconds_left())
 
     def seconds_left(self, now: datetime | None = None) -> float | None:
         """Estimated seconds until the current stage ends: its rate since it started (items done in
@@ -302,15 +292,7 @@ class DatasetBuild(models.Model):
     @property
     def time_left(self) -> str:
         """:meth:`seconds_left` in words ("about 23 min left"), or "" without an estimate."""
-        seconds = self.seconds_left()
-        if seconds is None:
-            return ""
-        if seconds < 60:
-            return "under a minute left"
-        minutes = round(seconds / 60)
-        if minutes < 90:
-            return f"about {minutes} min left"
-        return f"about {minutes / 60:.1f} h left"
+        return time_left_words(self.seconds_left())
 
     def as_dict(self) -> dict[str, object]:
         """JSON-friendly form (API, status polling)."""
@@ -319,7 +301,7 @@ class DatasetBuild(models.Model):
 
         return {
             "id": self.pk, "name": self.name, "status": self.status, "stage": self.stage, "done": self.done,
-            "total": self.total, "percent": self.percent, "created_at": iso(self.created_at),
+            "total": self.total, "percent": self.job_progress.percent, "created_at": iso(self.created_at),
             "started_at": iso(self.started_at), "updated_at": iso(self.updated_at),
             "finished_at": iso(self.finished_at), "dataset": self.dataset_key, "fingerprint": self.fingerprint,
             "error": self.error, "worker": self.worker, "stage_started_at": iso(self.stage_started_at),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
-from jobs.runs import Run
+from jobs.models import Run
+from jobs.progress import Progress
 from leaderboard.models import Dataset
 from qval.learned.defaults import DEFAULT_FEATURISER
 
@@ -12,7 +13,7 @@ from qval.learned.defaults import DEFAULT_FEATURISER
 class TrainingRun(Run):
     """``queued`` → ``running`` (stage, done/total, loss curves; ``heartbeat_at`` stamped while it runs) →
     ``finished`` (stored model, leaderboard submissions for dev and test) or ``failed`` with the reason, with
-    the heartbeat, requeue and resend of every run (:class:`jobs.runs.Run`); a requeued run trains from scratch."""
+    the lifecycle of every job (:class:`jobs.models.Run`, :data:`learning.services.JOB`); a requeued run trains from scratch."""
 
     method = models.CharField(max_length=50, help_text="A key of qval.learned.methods.METHODS.")
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="training_runs")
@@ -37,6 +38,6 @@ class TrainingRun(Run):
         return f"{self.method} on {self.dataset} ({self.status})"
 
     @property
-    def percent(self) -> int:
-        """Progress of the current stage in percent."""
-        return int(100 * self.done / self.total) if self.total else 0
+    def job_progress(self) -> Progress:
+        """The current stage's progress."""
+        return Progress(done=self.done, total=self.total, stage=self.stage)

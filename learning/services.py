@@ -7,8 +7,10 @@ progress (at most once a second) and the loss curves, then :func:`publish` score
 test splits (targets ``q`` — every candidate — and ``v``) and enters each as a finished
 submission of the method (family *Learned*) owned by the platform user ``qval-platform``.
 
-A running run stamps ``heartbeat_at`` (:func:`jobs.heartbeat.beating`); :func:`reap_stale` requeues
-a run whose heartbeat stopped once (it trains again from scratch) and fails it the second time.
+A run's lifecycle is every job's (:data:`JOB`, :class:`jobs.services.JobKind`): claimed, it stamps ``heartbeat_at``
+while it trains; the reaper requeues a run whose heartbeat stopped once (it trains again from scratch) and fails it
+the second time, sends again a message that never reached the broker, and fails a run not started within
+``QVAL_RUN_QUEUE_S`` of being queued.
 """
 
 from __future__ import annotations
@@ -19,19 +21,16 @@ import logging
 import math
 import re
 import time
-from datetime import datetime
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
-from django.db import transaction
 from django.utils import timezone
 
-from jobs import heartbeat
+from jobs.services import JobKind, run_kind
 from jobs.reference import queue_missing
 from leaderboard.models import Dataset, Method
 from qval.learned import methods as lm
@@ -154,11 +153,14 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = DEFAULT_FEATU
                                       params=checked)
 
 
+JOB: JobKind[TrainingRun] = run_kind("training run", TrainingRun, TRAIN_TASK, related=("dataset",))
+"""Training runs as a job kind (registered in :mod:`jobs.registry`)."""
+
+
 def enqueue(run: TrainingRun) -> TrainingRun:
-    """Send the run to the ``gpu`` queue once the transaction commits (:func:`jobs.heartbeat.send_run`:
-    a message that cannot reach the broker is sent again by :func:`reap_unsent`)."""
-    heartbeat.send_run(run, current_app.signature(TRAIN_TASK))
-    return run
+    """Send a queued run to the ``gpu`` queue once the transaction commits (:meth:`jobs.services.JobKind.submit`:
+    a message that cannot reach the broker is sent again by the reaper)."""
+    return JOB.submit(run)
 
 
 def queue_reference_runs(datasets: Iterable[Dataset]) -> list[TrainingRun]:
@@ -210,23 +212,14 @@ class Recorder:
 def run_training(run_id: int, worker: str) -> TrainingRun:
     """Train, store and publish one queued (or interrupted) run; the run ends finished or failed with a reason.
 
-    A run that is final, or running on another worker with a fresh heartbeat (a redelivered message),
-    is left as it is.
+    A delivery with nothing to do (:meth:`jobs.services.JobKind.claim`: the run is final, or another delivery
+    runs it with a fresh heartbeat) leaves it as it is.
     """
-    running = TrainingRun.objects.filter(status=TrainingRun.RUNNING)
-    with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().select_related("dataset").get(pk=run_id)
-        if run.status not in (TrainingRun.QUEUED, TrainingRun.RUNNING):
-            return run
-        now = timezone.now()
-        if run.status == TrainingRun.RUNNING and run.worker != worker and heartbeat.is_fresh(run.heartbeat_at, now):
-            log.info("training run %s runs on %s (heartbeat at %s); leaving it", run_id, run.worker, run.heartbeat_at)
-            return run
-        run.status, run.worker, run.started_at, run.error = TrainingRun.RUNNING, worker[:200], now, ""
-        run.heartbeat_at = now
-        run.save()
+    run = JOB.claim(run_id, None, worker)
+    if run is None:
+        return TrainingRun.objects.get(pk=run_id)
     try:
-        with heartbeat.beating(running, run_id):
+        with JOB.beating(run):
             featuriser = featuriser_from_spec(run.featuriser)
             # In a thread of its own: MiniWoB's Playwright runs an event loop in the thread that drives it,
             # where Django refuses the progress's database calls.
@@ -240,25 +233,10 @@ def run_training(run_id: int, worker: str) -> TrainingRun:
             publish(run, model, FeatureCache(featuriser, feature_cache_dir(), model.fingerprint))
     except Exception as exc:  # noqa: BLE001 - every failure ends the run with its reason
         log.exception("training run %s failed", run_id)
-        running.filter(pk=run_id).update(status=TrainingRun.FAILED, finished_at=timezone.now(),
-                                         error=f"{type(exc).__name__}: {exc}"[:2000])
+        JOB.fail(run_id, f"{type(exc).__name__}: {exc}"[:2000], attempt=run.attempt)
         return TrainingRun.objects.get(pk=run_id)
-    running.filter(pk=run_id).update(status=TrainingRun.FINISHED, finished_at=timezone.now())
+    JOB.finish(run_id, run.attempt)
     return TrainingRun.objects.get(pk=run_id)
-
-
-def reap_stale(now: datetime | None = None) -> list[int]:
-    """Requeue once (``attempt`` 2, trained again from scratch), or fail, every running run whose heartbeat
-    is older than ``QVAL_HEARTBEAT_STALE_S`` at ``now``; return their ids."""
-    return heartbeat.reap(TrainingRun.objects.filter(status=TrainingRun.RUNNING),
-                          lambda run: heartbeat.requeue_or_fail_run(run, enqueue), now)
-
-
-def reap_unsent(now: datetime | None = None) -> tuple[list[int], list[int]]:
-    """Send again the queued runs whose message never reached the broker, and fail those queued for over
-    ``QVAL_RUN_QUEUE_S`` (:func:`jobs.heartbeat.reap_queued`); return the ids (sent, failed)."""
-    return heartbeat.reap_queued(TrainingRun.objects.filter(status=TrainingRun.QUEUED),
-                                 current_app.signature(TRAIN_TASK), now)
 
 
 def publish(run: TrainingRun, model: TrainedModel, feats: FeatureCache) -> list[Submission]:

@@ -220,7 +220,8 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A run and the scoring of its predictions: ``outcome`` ``finished`` (``rows`` set) or ``failed`` (``error`` set)."""
+    """A run and the scoring of its predictions: ``outcome`` ``finished`` (``rows`` set, and ``preds``: the
+    predictions as parsed, so nothing parses them again) or ``failed`` (``error`` set)."""
 
     outcome: Literal["finished", "failed"]
     error: str | None
@@ -228,6 +229,7 @@ class Evaluation:
     rows: list[MetricRow] = field(default_factory=list)
     coverage: qpred.Coverage | None = None
     problems: list[qpred.Problem] = field(default_factory=list)
+    preds: qpred.Predictions | None = None
 
 
 # -- /input ----------------------------------------------------------------------------
@@ -968,7 +970,7 @@ def evaluate(result: RunResult, truth: Truth, *, bootstrap_resamples: int = 1000
         return Evaluation("failed", f"predictions invalid: {shown}{more}", result, problems=exc.problems)
     rows = score(truth, preds.ids, preds.scores, samples=preds.samples, codes=preds.codes(truth.index),
                  bootstrap_resamples=bootstrap_resamples)
-    return Evaluation("finished", None, result, rows=rows, coverage=coverage)
+    return Evaluation("finished", None, result, rows=rows, coverage=coverage, preds=preds)
 
 
 # -- clean-up --------------------------------------------------------------------------

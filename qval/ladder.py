@@ -237,7 +237,8 @@ def decide(labels: ArrayLike, new: Entry, best: Entry | None, *, attempt: int = 
 
 def release(labels: ArrayLike, new: Entry, best: Entry | None, ledger: Ledger, *, attempt: int = 1,
             rules: str = metrics.QVAL_RULES, design: Design | None = None) -> Decision:
-    """The site's release rule: :func:`decide`, and a climb spends its numbers from the split's ``ledger``.
+    """The site's release rule: :func:`decide`, and a climb spends its numbers from the split's ``ledger``
+    (:func:`charge`).
 
     A ledger that is not open holds the submission undecided (``held``; nothing released, so nothing
     is said of whether it would have climbed); otherwise a climb releases the metrics of ``new``'s
@@ -245,15 +246,26 @@ def release(labels: ArrayLike, new: Entry, best: Entry | None, ledger: Ledger, *
     one number each.  ``ledger`` is changed in place.
     """
     if ledger.state != "open":
-        return Decision(False, best is None, (), f"the split's information budget is {ledger.state}: nothing more "
-                        "is released about it", held=True)
-    decision = decide(labels, new, best, attempt=attempt, rules=rules, design=design)
+        return held(ledger, first=best is None)
+    return charge(decide(labels, new, best, attempt=attempt, rules=rules, design=design), new.board, ledger)
+
+
+def held(ledger: Ledger, *, first: bool) -> Decision:
+    """The decision of a submission held undecided by a ``ledger`` that is not open (``first``: it had no best)."""
+    return Decision(False, first, (), f"the split's information budget is {ledger.state}: nothing more "
+                    "is released about it", held=True)
+
+
+def charge(decision: Decision, board: Mapping[str, float | None], ledger: Ledger) -> Decision:
+    """A :func:`decide` ``decision`` on an open ``ledger``: a climb releases the metrics of ``board`` (the new
+    submission's) that the ledger affords and spends one number each (``ledger`` is changed in place); a hold
+    releases nothing. Split from :func:`decide` so the statistics can be computed before the ledger is locked."""
     if not decision.climbs:
         return decision
-    released = affordable(new.board, ledger.remaining)
+    released = affordable(board, ledger.remaining)
     ledger.spend(len(released))
     return Decision(True, decision.first, decision.steps, decision.reason, released=released)
 
 
 __all__ = ["ALPHA", "Decision", "Entry", "LADDER_METRICS", "RESAMPLES", "SEED", "STEP", "Step", "alpha_for",
-           "decide", "global_step", "release", "state_step", "z_for"]
+           "charge", "decide", "global_step", "held", "release", "state_step", "z_for"]

@@ -9,6 +9,7 @@ from qval_site import logs
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qval_site.settings")
 
 TASK_MODULES = (
+    "jobs.tasks",  # the one reaper of every kind of job (queue scoring)
     "workers.tasks",
     "workers.builds",  # dataset builds (queue datasets)
     "best_of_n.tasks",  # Best-of-N runs (queue gpu)

@@ -68,8 +68,8 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
                                 for a final job or an older attempt does nothing)
                                 (default: the longest container run, twice, at least 3600).
 
-Workers, heartbeats and remote gpu workers (submissions/lifecycle.py, jobs/heartbeat.py, workers/jobs.py,
-qval/remote_worker.py):
+Workers, heartbeats and remote gpu workers (jobs/services.py: every kind of job; submissions/lifecycle.py,
+workers/jobs.py, qval/remote_worker.py):
 
 ``QVAL_GPU_WORKERS``            ``local`` (default: gpu workers with database access run containers) or
                                 ``remote`` (gpu workers with no database take container jobs from the
@@ -79,18 +79,18 @@ qval/remote_worker.py):
 ``QVAL_JOB_TOKEN_TTL_S``        how long a remote job's token stays valid once issued (default: the
                                 container queue time + timeout + grace).
 ``QVAL_HEARTBEAT_S``            how often a worker and a running job report (default 10).
-``QVAL_HEARTBEAT_STALE_S``      a running job (submission, baseline, training or Best-of-N run) with no
-                                heartbeat for this long is requeued once, then failed (default 120).
+``QVAL_HEARTBEAT_STALE_S``      a running job (submission, baseline, training or Best-of-N run, dataset build)
+                                with no heartbeat for this long is requeued once, then failed (default 120).
 ``QVAL_WORKER_KEY``             the key remote workers register and send heartbeats with (none: refused).
-``QVAL_REAP_EVERY_S``           how often beat sends the reapers of lost jobs (default 30).
-``QVAL_RESEND_AFTER_S``         a submission, training or Best-of-N run whose message never reached the
-                                broker (it was down) is sent again by its reaper once it is this old (default 20).
+``QVAL_REAP_EVERY_S``           how often beat sends the one reaper of every kind of job (default 30).
+``QVAL_RESEND_AFTER_S``         a job whose message never reached the broker (it was down) is sent again by the
+                                reaper once it is this old (default 20).
 ``QVAL_RUN_QUEUE_S``            a training or Best-of-N run not started within this long of being queued
                                 is failed with the reason (default 86400).
 
 Dataset builds (queue ``datasets``, see workers/builds.py):
 
-``QVAL_BUILD_STALL_S``          a running build with no progress for this long is failed (default 1800).
+``QVAL_BUILD_STALL_S``          a running build with no progress for this long (hung) is failed (default 1800).
 ``QVAL_BUILD_QUEUE_S``          a queued build not started within this long is failed (default 86400).
 """
 
@@ -320,7 +320,7 @@ QVAL_CONTAINER_LIMITS = {
 }
 QVAL_CONTAINER_LIMITS_BY_DATASET: dict[str, dict[str, object]] = {}
 # A queued container submission not started within QUEUE_S, or one running longer than its
-# timeout + GRACE_S, is failed by the reaper (workers.tasks.reap_overdue_submissions).
+# timeout + GRACE_S, is failed by the reaper (jobs.tasks.reap_jobs).
 QVAL_CONTAINER_QUEUE_S = float(os.environ.get("QVAL_CONTAINER_QUEUE_S", str(24 * 3600)))
 QVAL_CONTAINER_GRACE_S = float(os.environ.get("QVAL_CONTAINER_GRACE_S", "900"))
 # The models a container may use through its backbone socket (qval/backbone.py), served by the gpu worker.
@@ -335,8 +335,8 @@ QVAL_BACKBONE_TOKEN_BUDGET = int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2
 QVAL_VLLM_EXECUTABLE = os.environ.get("QVAL_VLLM_EXECUTABLE", "vllm")
 QVAL_VLLM_STARTUP_S = float(os.environ.get("QVAL_VLLM_STARTUP_S", "900"))
 QVAL_BASELINE_S = float(os.environ.get("QVAL_BASELINE_S", str(48 * 3600)))
-# Dataset builds (workers/builds.py): the reaper fails a running build silent for STALL_S (its
-# worker died) and a queued one not started within QUEUE_S; DOWNLOAD_CACHE holds built archives.
+# Dataset builds (workers/builds.py): the reaper fails a running build without progress for STALL_S
+# (hung) and a queued one not started within QUEUE_S; DOWNLOAD_CACHE holds built archives.
 QVAL_GPU_WORKERS = os.environ.get("QVAL_GPU_WORKERS", "local")
 if QVAL_GPU_WORKERS not in ("local", "remote"):
     raise ImproperlyConfigured(f"QVAL_GPU_WORKERS must be 'local' or 'remote', not {QVAL_GPU_WORKERS!r}")
@@ -420,26 +420,18 @@ CELERY_TASK_ROUTES = {
     "learning.tasks.train_learned": {"queue": "gpu"},
     # A method that needs no model goes to scoring instead (submissions.lifecycle.job_queue names the queue).
     "workers.tasks.run_baseline_submission": {"queue": "gpu"},
-    "workers.tasks.reap_overdue_submissions": {"queue": "scoring"},
-    "workers.tasks.reap_stale_jobs": {"queue": "scoring"},
-    "learning.tasks.reap_stale_training_runs": {"queue": "scoring"},
-    "workers.best_of_n.reap_stale_best_of_n_runs": {"queue": "scoring"},
+    "jobs.tasks.reap_jobs": {"queue": "scoring"},
     # Dataset builds: `celery -A qval_site worker -Q datasets --concurrency 1` (minutes to hours each).
     "workers.builds.build_dataset": {"queue": "datasets"},
-    "workers.builds.reap_stalled_builds": {"queue": "scoring"},
     "qval_site.tasks.seed_reference_rows": {"queue": "scoring"},
     "qval_site.tasks.refresh_due_splits": {"queue": "scoring"},
     # Best-of-N runs play episodes with a method's backbone: `celery -A qval_site worker -Q gpu`.
     "workers.best_of_n.play_best_of_n": {"queue": "gpu"},
 }
-# `celery -A qval_site beat`, a process of its own (never -B in a worker; exactly one), sends the reapers.
+# `celery -A qval_site beat`, a process of its own (never -B in a worker; exactly one), sends the reaper of
+# every kind of job (jobs.registry) and the refresh of due hidden splits.
 CELERY_BEAT_SCHEDULE = {
-    "reap-overdue-submissions": {"task": "workers.tasks.reap_overdue_submissions", "schedule": 60.0},
-    "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": QVAL_REAP_EVERY_S},
-    "reap-stale-training-runs": {"task": "learning.tasks.reap_stale_training_runs", "schedule": QVAL_REAP_EVERY_S},
-    "reap-stale-best-of-n-runs": {"task": "workers.best_of_n.reap_stale_best_of_n_runs",
-                                  "schedule": QVAL_REAP_EVERY_S},
-    "reap-stalled-builds": {"task": "workers.builds.reap_stalled_builds", "schedule": 60.0},
+    "reap-jobs": {"task": "jobs.tasks.reap_jobs", "schedule": QVAL_REAP_EVERY_S},
     "refresh-due-splits": {"task": "qval_site.tasks.refresh_due_splits", "schedule": 3600.0},
 }
 # Redis redelivers an unacknowledged (acks-late) task after this long: it must exceed the

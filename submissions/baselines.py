@@ -35,7 +35,6 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +132,6 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
             raise SubmissionRejected("modality", f"dataset {dataset.key} offers {', '.join(allowed)}, not {modality}")
     target = _target_for(spec, req.target)
     check_backbone(spec, req.backbone)
-    now = timezone.now()
     with transaction.atomic():
         sub = Submission.objects.create(
             user=user, source=Submission.SOURCE_BASELINE, kind=Submission.KIND_BASELINE, dataset=dataset,
@@ -142,7 +140,6 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
             config={"method": spec.name, "method_version": spec.version, "family": spec.family,
                     "backbone": req.backbone, "seed": req.seed, "options": dict(req.options),
                     "params": dict(spec.params)},
-            deadline=now + timedelta(seconds=settings.QVAL_BASELINE_S),
         )
         sub.transition(Submission.VALIDATING, save=False)
         lifecycle.dispatch(sub)
@@ -264,16 +261,6 @@ class _ProgressWriter:
         if now - self._last >= PROGRESS_EVERY_S or p.done >= p.total:
             self._last = now
             self._save()
-
-
-def eta_s(progress: dict[str, Any]) -> float | None:
-    """Seconds left at this delivery's rate, or ``None`` before two reports."""
-    done, total = progress.get("done"), progress.get("total")
-    first_done, first_at, at = progress.get("first_at_done"), progress.get("first_at"), progress.get("at")
-    if None in (done, total, first_done, first_at, at) or done <= first_done or float(at) <= float(first_at):
-        return None
-    rate = (done - first_done) / (float(at) - float(first_at))
-    return max(0.0, (total - done) / rate)
 
 
 def run_baseline(pk: int, attempt: int | None, worker: str, vllm: Any) -> str:

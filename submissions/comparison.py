@@ -32,6 +32,7 @@ per pair (:class:`ComparisonBusy` meanwhile) and counts against its client addre
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,7 @@ from budgets.models import Release
 from leaderboard.loading import truth_for
 from qval import budget as qbudget
 from qval import metric_registry
+from qval import parsed_predictions as kept
 from qval import predictions as qpred
 from qval.compare import paired_bootstraps
 from qval.metrics import POINT_METRICS, REFERENCE_RULES, significance_marks
@@ -56,6 +58,8 @@ from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MEAN_OF_SAMPLES, WITHHELD_ON_HIDDEN, Truth, disclose_p_value, disclose_value, point_scores
 
 from .models import Submission
+
+log = logging.getLogger(__name__)
 
 SEED = 0
 """Seed of every A vs B bootstrap, so the same pair always gets the same interval."""
@@ -217,7 +221,15 @@ def _summary(sub: Submission) -> dict[str, Any]:
 def scored_predictions(sub: Submission, truth: Truth) -> qpred.Predictions:
     """The predictions ``sub`` was scored on (the uploaded file, the file its container wrote, or a
     re-scored row's published predictions), parsed as they were scored (infinite scores kept under
-    the ``qval-v1.0`` rules)."""
+    the ``qval-v1.0`` rules). An uploaded file's check kept what it parsed (``Submission.parsed``,
+    :func:`submissions.scoring.keep_parse`): that is read instead of the file, which is parsed again only
+    for a file checked before, or when the kept parse cannot be read (logged)."""
+    if sub.parsed:
+        try:
+            return kept.read(sub.parsed.path)
+        except (OSError, ValueError):
+            log.warning("submission %s: its kept parse %s cannot be read; parsing its file again", sub.pk,
+                        sub.parsed.name, exc_info=True)
     path, name = sub.scored_predictions()
     return qpred.parse(path, name, reference_ids=truth.point_ids, allow_infinite=sub.rules == REFERENCE_RULES)
 

@@ -14,11 +14,16 @@ which best the board keeps, or that the budget is spent.
 
 Each decision is stored on the submission (``ladder_climbed``, and ``ladder_against``: the best
 it was compared with) and never changes, re-scoring included.  The scope's current best is the
-submission that climbed and that no later climb replaced (:func:`current_best`).  :func:`climb`
-runs in the transaction that finishes the submission, under the account's row lock
+submission that climbed and that no later climb replaced (:func:`current_best`).  The statistics
+(:func:`prepare`: a paired bootstrap against the best) are computed first, outside every lock and
+transaction, from the labels and predictions the scoring read (:class:`Scored`); then :func:`climb`
+decides in a short transaction of its own, before the one that finishes the submission
+(:func:`submissions.lifecycle.finish`), under the account's row lock
 (:func:`submissions.lifecycle.lock_account`) and then the split budget's
 (:func:`budgets.services.locked`), so two submissions finishing at once are compared and
 charged one after the other: they cannot both climb on the same best or spend the same number.
+A best or a level changed since :func:`prepare` (another submission of the account decided
+meanwhile) is compared again under the locks.
 
 Baseline runs and training runs' published scores (the platform's), imported rows, public splits, uploaded files on an open-book
 dataset (ranked nowhere) and submissions finished before the Ladder are on no ladder.
@@ -28,9 +33,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 from django.db.models import QuerySet
 
 from budgets import services as budgets
@@ -81,9 +86,20 @@ def board_values(rows: Iterable[_Scored]) -> dict[str, float | None]:
     return {r.metric: r.value for r in rows if r.metric in qladder.LADDER_METRICS}
 
 
-def _entry(sub: Submission, truth: Truth, board: dict[str, float | None]) -> qladder.Entry:
-    """``sub`` as the Ladder sees it: the predictions it was scored on, per point and per state."""
-    preds = scored_predictions(sub, truth)
+@dataclass(frozen=True)
+class Scored:
+    """What a submission was just scored on: its split's labels (``truth``) and its parsed predictions
+    (``preds``), handed to the Ladder so that it reads neither again."""
+
+    truth: Truth
+    preds: qpred.Predictions
+
+
+def _entry(sub: Submission, truth: Truth, board: dict[str, float | None],
+           preds: qpred.Predictions | None = None) -> qladder.Entry:
+    """``sub`` as the Ladder sees it: the predictions it was scored on (``preds`` when the caller has them),
+    per point and per state."""
+    preds = preds if preds is not None else scored_predictions(sub, truth)
     codes = preds.codes(truth.index)
     return qladder.Entry(
         points=point_scores(truth, preds.ids, preds.scores, samples=preds.samples, codes=codes),
@@ -99,29 +115,24 @@ def attempt(sub: Submission) -> int:
     return scope(sub).filter(pk__lt=sub.pk).count() + 1
 
 
-def climb(sub: Submission, rows: Iterable[_Scored]) -> qladder.Decision:
-    """Decide ``sub``'s step on its ladder from its released result ``rows`` (:func:`qval.budget.released_rows`)
-    under the split's shared budget, set ``ladder_climbed``/``ladder_against`` (unsaved) and record the release
-    (or the hold) on the budget.
+@dataclass(frozen=True)
+class Prepared:
+    """A Ladder step computed before its locks (:func:`prepare`): the best it was compared with (``best_id``;
+    ``None``: the first of its scope), the submission's ``level`` (:func:`attempt`) and the ``decision`` of
+    :func:`qval.ladder.decide`, not charged to the budget yet."""
 
-    Call it only for a submission :func:`on_ladder` whose step is not decided yet, in the
-    transaction that finishes it and under its account's row lock (the budget's is taken here).
-    When the best's stored predictions cannot be read any more, there is nothing to pair with:
-    ``sub`` is released as the first of its scope would be (logged as an error).
-    """
-    row = budgets.locked(sub.dataset, sub.split, sub.target)
-    ledger = row.ledger()
-    best = current_best(sub)
-    sub.ladder_against = best
-    if ledger.state != qbudget.OPEN:
-        decision = qladder.release(np.empty(0), _EMPTY, None, ledger)  # held: nothing is read or decided
-        sub.ladder_climbed = False
-        budgets.record(row, ledger, Release.HELD, sub.pk, sub.user_id)
-        log.info("ladder of user %s on %s/%s/%s: submission %s held (%s)", sub.user_id, sub.dataset_id, sub.split,
-                 sub.target, sub.pk, decision.reason)
-        return decision
-    truth = truth_for(sub.dataset, sub.split, sub.target)
-    new = _entry(sub, truth, board_values(rows))
+    best_id: int | None
+    level: int
+    decision: qladder.Decision
+
+
+def _decide(sub: Submission, rows: Iterable[_Scored], best: Submission | None, level: int,
+            scored: Scored | None) -> qladder.Decision:
+    """:func:`qval.ladder.decide` of ``sub`` (its released ``rows``) against ``best`` at ``level``, from ``scored``
+    when given, else from the labels and predictions read here. When the best's stored predictions cannot be read
+    any more, there is nothing to pair with: ``sub`` is decided as the first of its scope would be (logged)."""
+    truth = scored.truth if scored is not None else truth_for(sub.dataset, sub.split, sub.target)
+    new = _entry(sub, truth, board_values(rows), scored.preds if scored is not None else None)
     best_entry = None
     if best is not None:
         try:
@@ -129,19 +140,59 @@ def climb(sub: Submission, rows: Iterable[_Scored]) -> qladder.Decision:
         except (OSError, ValueError, qpred.ValidationFailed):
             log.exception("ladder: the predictions of best %s cannot be read; %s is released as a first", best.pk,
                           sub.pk)
-    decision = qladder.release(truth.point_labels, new, best_entry, ledger, attempt=attempt(sub), rules=sub.rules,
-                               design=truth.design)
+    return qladder.decide(truth.point_labels, new, best_entry, attempt=level, rules=sub.rules,
+                          design=truth.design)
+
+
+def prepare(sub: Submission, rows: Iterable[_Scored], scored: Scored | None = None) -> Prepared | None:
+    """The statistics of ``sub``'s step (its released result ``rows``; ``scored``: what its scoring read) against
+    its scope's best as it is now, computed without any lock; ``None`` when its split's budget is not open (the
+    step will be held: nothing is read)."""
+    row = budgets.current(sub.dataset, sub.split, sub.target)
+    if row is not None and row.ledger().state != qbudget.OPEN:
+        return None
+    best, level = current_best(sub), attempt(sub)
+    rows = list(rows)
+    return Prepared(best.pk if best is not None else None, level, _decide(sub, rows, best, level, scored))
+
+
+def climb(sub: Submission, rows: Iterable[_Scored], prepared: Prepared | None = None,
+          scored: Scored | None = None) -> qladder.Decision:
+    """Decide ``sub``'s step on its ladder from its released result ``rows`` (:func:`qval.budget.released_rows`)
+    under the split's shared budget, set ``ladder_climbed``/``ladder_against`` (unsaved) and record the release
+    (or the hold) on the budget. ``prepared``: its statistics (:func:`prepare`), used when the best and the level
+    are still those it was computed for (else computed again here, from ``scored`` when given).
+
+    Call it only for a submission :func:`on_ladder` whose step is not decided yet, in a transaction, under its
+    account's row lock (the budget's is taken here).
+    """
+    rows = list(rows)
+    row = budgets.locked(sub.dataset, sub.split, sub.target)
+    ledger = row.ledger()
+    best = current_best(sub)
+    sub.ladder_against = best
+    if ledger.state != qbudget.OPEN:
+        decision = qladder.held(ledger, first=best is None)  # held: nothing is read or decided
+        sub.ladder_climbed = False
+        budgets.record(row, ledger, Release.HELD, sub.pk, sub.user_id)
+        log.info("ladder of user %s on %s/%s/%s: submission %s held (%s)", sub.user_id, sub.dataset_id, sub.split,
+                 sub.target, sub.pk, decision.reason)
+        return decision
+    level = attempt(sub)
+    best_id = best.pk if best is not None else None
+    if prepared is not None and (prepared.best_id, prepared.level) == (best_id, level):
+        decided = prepared.decision
+    else:
+        log.info("ladder: submission %s compared again under the locks (best %s, level %s; prepared: %s)", sub.pk,
+                 best_id, level, prepared and (prepared.best_id, prepared.level))
+        decided = _decide(sub, rows, best, level, scored)
+    decision = qladder.charge(decided, board_values(rows), ledger)
     sub.ladder_climbed = decision.climbs
     if decision.climbs:
         budgets.record(row, ledger, Release.LADDER, sub.pk, sub.user_id, decision.released)
     log.info("ladder of user %s on %s/%s/%s: submission %s %s (best %s): %s", sub.user_id, sub.dataset_id,
-             sub.split, sub.target, sub.pk, "climbs" if decision.climbs else "holds",
-             best.pk if best else None, decision.reason)
+             sub.split, sub.target, sub.pk, "climbs" if decision.climbs else "holds", best_id, decision.reason)
     return decision
-
-
-_EMPTY = qladder.Entry(points=np.empty(0), states=np.empty(0), board={})
-"""What :func:`climb` hands :func:`qval.ladder.release` for a held submission: nothing is read."""
 
 
 def shown_rows(sub: Submission, rows: list[MetricRow], decision: qladder.Decision | None = None) -> list[MetricRow]:

@@ -1,22 +1,25 @@
 """The lifecycle of a submission's job -- a predictions file scored, a method container run (here or on a
-remote gpu worker), a baseline run -- in one place::
+remote gpu worker), a baseline run -- as a kind of job (:data:`JOB`, :class:`jobs.services.JobKind`: the machinery
+every job shares)::
 
     queued --dispatch: attempt n, message (id, n)--> claim --> scoring (heartbeats) --> finish | fail
        ^                                                          | no heartbeat for QVAL_HEARTBEAT_STALE_S
-       +-------------- requeue_lost: attempt n+1, once -----------+ (the second time: failed)
+       +------------- the reaper requeues it: attempt n+1, once ---+ (the second time: failed)
 
 * :func:`dispatch` counts a new ``attempt`` and sends the job's message, which carries that attempt, once the
-  transaction commits (:func:`send_on_commit`, :func:`send_messages`: stamps ``sent_at``). When the broker is
-  down the request still succeeds and :func:`resend_unsent` (a reaper on beat) sends it once it is back.
-  Messages go by task name (:data:`TASKS`): this module imports no task module.
+  transaction commits (:func:`send_messages`: stamps ``sent_at``). When the broker is down the request still
+  succeeds and the reaper sends it once it is back. Messages go by task name (:data:`TASKS`): this module imports
+  no task module.
 * :func:`claim` moves the job to ``scoring`` for one delivery. It is **idempotent by attempt**: a delivery for
   a submission already final, for another attempt than its current one (a message redelivered after its
   job was requeued), or for a job another worker runs with a fresh heartbeat, does nothing and logs why.
-* :func:`beating` stamps ``heartbeat_at`` while the claimed attempt runs; :func:`reap_stale` requeues a job
-  whose heartbeat stopped once (:func:`requeue_lost`) and fails it the second time; :func:`reap_overdue`
-  fails a submission past its ``deadline``.
+* :func:`beating` stamps ``heartbeat_at`` while the claimed attempt runs; the one reaper (``jobs.tasks.reap_jobs``)
+  requeues a job whose heartbeat stopped once (:func:`requeue_lost`) and fails it the second time, and fails a
+  submission past its ``deadline`` (:func:`deadline_reason`).
 * :func:`finish` stores the results and finishes the job, :func:`fail` fails it; both only for the current
-  attempt of a job still running, so a late delivery never scores a submission twice.
+  attempt of a job still running, so a late delivery never scores a submission twice. A user's submission on a
+  hidden split takes its step on its account's ladder first, in a transaction of its own
+  (:func:`submissions.ladder.take_step`): the Ladder's statistics never run inside the finishing transaction.
 
 Every transition is appended to ``Submission.history`` with its attempt, never rewritten
 (:meth:`submissions.models.Submission.transition`).
@@ -32,7 +35,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -40,7 +42,7 @@ from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from jobs import heartbeat as beats
+from jobs.services import JobKind, send_task
 from leaderboard.models import Backbone, Method
 from qval.methods.registry import MethodError, get_method
 from qval.schema import PUBLIC_SPLITS
@@ -104,37 +106,21 @@ def lock_account(user) -> None:  # type: ignore[no-untyped-def]
     """Hold ``user``'s row lock until the transaction ends: the quota is counted and the new
     submissions inserted under it, so concurrent uploads of one account cannot both pass the
     count (check-then-insert without it let 6 of 12 concurrent uploads through a limit of 5); a
-    finishing submission takes its ladder step under it (:func:`finish`)."""
+    finishing submission takes its ladder step under it (:func:`take_step`)."""
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
 
 
 # -- sending -----------------------------------------------------------------------------------------
-def send_task(name: str, args: Sequence[Any], **options: Any) -> None:
-    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES`` unless ``options`` name a ``queue``); with
-    the in-process worker (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead."""
-    app = current_app
-    if app.conf.task_always_eager:
-        app.loader.import_default_modules()  # registers the tasks, which an eager call runs by name
-        app.tasks[name].apply_async(list(args), **options)
-    else:
-        app.send_task(name, args=list(args), **options)
-
-
 def dispatch(sub: Submission) -> None:
-    """Queue the submission (from ``validating``, or ``scoring`` when requeued) at a new attempt, save it, and
-    send its job's message once the transaction commits (:func:`send_on_commit`)."""
-    sub.attempt += 1
-    sub.transition(Submission.QUEUED, save=False)
-    sub.heartbeat_at = None
-    sub.sent_at = None
-    sub.save()
-    send_on_commit([sub.pk])
+    """Queue the submission (from ``validating``, or ``scoring`` when requeued) at a new attempt with its queue
+    deadline (:func:`queue_s`), save it, and send its job's message once the transaction commits
+    (:meth:`jobs.services.JobKind.queue`)."""
+    JOB.queue(sub)
 
 
 def send_on_commit(pks: Sequence[int]) -> None:
     """Once the current transaction commits, send the message of each submission's state (:func:`send_messages`)."""
-    pks = list(pks)
-    transaction.on_commit(lambda: send_messages(pks))
+    JOB.send_on_commit(pks)
 
 
 def send_messages(pks: Sequence[int]) -> list[int]:
@@ -145,7 +131,7 @@ def send_messages(pks: Sequence[int]) -> list[int]:
     attempt, to :func:`job_queue`'s queue -- a predictions file to ``scoring``, a baseline run to ``gpu``
     (``scoring`` for a method that needs no model), a container to ``gpu`` (to :data:`REMOTE_QUEUE`, for a
     remote worker, with a fresh token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the rest
-    stay unsent, logged, for :func:`resend_unsent`; no exception reaches the caller.
+    stay unsent, logged, for the reaper; no exception reaches the caller.
     """
     subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
                                           sent_at__isnull=True).order_by("pk"))
@@ -193,106 +179,79 @@ def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def resend_unsent(now: datetime | None = None) -> list[int]:
-    """Send again the messages of submissions ``received`` or ``queued`` for over
-    ``QVAL_RESEND_AFTER_S`` whose message never reached the broker; return the ids sent."""
-    cutoff = (now or timezone.now()) - timedelta(seconds=settings.QVAL_RESEND_AFTER_S)
-    waiting = Submission.objects.filter(
-        Q(state=Submission.RECEIVED, received_at__lt=cutoff) | Q(state=Submission.QUEUED, queued_at__lt=cutoff),
-        sent_at__isnull=True)
-    pks = list(waiting.values_list("pk", flat=True))
-    return send_messages(pks) if pks else []
+def waiting(cutoff: datetime) -> Q:
+    """The submissions that should have sent their message before ``cutoff``: ``received`` (their check's) or
+    ``queued`` (their job's) before it (what the reaper sends again when their message never left)."""
+    return Q(state=Submission.RECEIVED, received_at__lt=cutoff) | Q(state=Submission.QUEUED, queued_at__lt=cutoff)
+
+
+def queue_s(sub: Submission) -> float:
+    """How long a queued submission may wait for a worker: ``QVAL_CONTAINER_QUEUE_S`` for a container,
+    ``QVAL_BASELINE_S`` for a baseline run, ``QVAL_SCORING_S`` for a predictions file."""
+    return {Submission.KIND_CONTAINER: settings.QVAL_CONTAINER_QUEUE_S,
+            Submission.KIND_BASELINE: settings.QVAL_BASELINE_S}.get(sub.kind, settings.QVAL_SCORING_S)
+
+
+JOB: JobKind[Submission] = JobKind(
+    name="submission", model=Submission, send=send_messages, queue_s=queue_s, deadline_reason=deadline_reason,
+    waiting=waiting, lost_note="; a platform fault, not counted towards your quota", related=("dataset",))
+"""Submissions as a job kind (registered in :mod:`jobs.registry`)."""
 
 
 # -- one delivery: claim, heartbeat, finish or fail ------------------------------------------------------
 def claim(pk: int, attempt: int | None, worker: str, kinds: Collection[str],
           start: Callable[[Submission], None] | None = None) -> Submission | None:
-    """Move submission ``pk`` (one of ``kinds``) to ``scoring`` for this delivery of ``attempt`` on ``worker``,
-    under its row lock; ``start(sub)`` sets what its kind records at a start (saved with it; it sees the state
-    before: ``queued``, or ``scoring`` for a delivery after its worker died). Return it, or
-    ``None`` when this delivery has nothing to do, logged: the submission is final already, the delivery is
-    for another attempt than the current one, another worker runs it (a fresh heartbeat), or it passed its
-    deadline (failed here). ``attempt`` ``None``: a call that is no broker delivery (in-process scoring)."""
-    now = timezone.now()
-    with transaction.atomic():
-        sub = Submission.objects.select_for_update().select_related("dataset").get(pk=pk)
+    """Move submission ``pk`` (one of ``kinds``) to ``scoring`` for this delivery of ``attempt`` on ``worker``
+    (:meth:`jobs.services.JobKind.claim`); ``start(sub)`` sets what its kind records at a start (saved with it; it
+    sees the state before: ``queued``, or ``scoring`` for a delivery after its worker died). Return it, or
+    ``None`` when this delivery has nothing to do, logged: another kind, final already, another attempt, another
+    worker runs it (a fresh heartbeat), or it passed its deadline (failed here). ``attempt`` ``None``: a call that
+    is no broker delivery (in-process scoring)."""
+
+    def of_kind(sub: Submission) -> bool:
         if sub.kind not in kinds:
             log.warning("submission %s is a %s, not one of %s: delivery ignored", pk, sub.kind, sorted(kinds))
-            return None
-        if sub.is_final:
-            log.info("submission %s is already %s: delivery of attempt %s ignored", pk, sub.state, attempt)
-            return None
-        if attempt is not None and attempt != sub.attempt:
-            log.warning("submission %s is at attempt %s: delivery of attempt %s ignored", pk, sub.attempt, attempt)
-            return None
-        if sub.state not in (Submission.QUEUED, Submission.SCORING):
-            log.info("submission %s is %s: nothing to run", pk, sub.state)
-            return None
-        if sub.deadline is not None and sub.deadline < now:
-            # A redelivery after the worker running it died, past its deadline: stop here.
-            sub.transition(Submission.FAILED, error=deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
-            return None
-        if sub.state == Submission.SCORING and beats.is_fresh(sub.heartbeat_at, now):
-            log.info("submission %s runs on %s (heartbeat at %s): delivery ignored", pk, sub.worker, sub.heartbeat_at)
-            return None
-        if start is not None:
-            start(sub)
-        sub.transition(Submission.SCORING, save=False)
-        sub.worker = worker[:200]
-        sub.heartbeat_at = now
-        sub.save()
-    return sub
+        return sub.kind in kinds
+
+    return JOB.claim(pk, attempt, worker, accept=of_kind, start=start)
 
 
 @contextmanager
 def beating(sub: Submission) -> Iterator[None]:
     """Stamp the claimed submission's ``heartbeat_at`` every ``QVAL_HEARTBEAT_S`` while the block runs, as
-    long as it is ``scoring`` at this attempt (:func:`jobs.heartbeat.beating`)."""
-    with beats.beating(Submission.objects.filter(state=Submission.SCORING, attempt=sub.attempt), sub.pk):
+    long as it is ``scoring`` at this attempt (:meth:`jobs.services.JobKind.beating`)."""
+    with JOB.beating(sub):
         yield
 
 
-def _current(pk: int, attempt: int | None, doing: str) -> Submission | None:
-    """Submission ``pk`` locked, or ``None`` (logged) when it is no longer ``scoring`` at ``attempt``."""
-    sub = Submission.objects.select_for_update().get(pk=pk)
-    if sub.state != Submission.SCORING:
-        log.warning("submission %s became %s while it ran: not %s it", pk, sub.state, doing)
-        return None
-    if attempt is not None and attempt != sub.attempt:
-        log.warning("submission %s is at attempt %s: attempt %s is not %s it", pk, sub.attempt, attempt, doing)
-        return None
-    return sub
-
-
-def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None, **fields: Any) -> str:
+def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None, *,
+           scored: ladder.Scored | None = None, **fields: Any) -> str:
     """Store ``rows`` as a running submission's results, set ``fields`` on it, link its method and backbone
     and finish it, in one transaction; return its state.
 
     On a hidden split only what :func:`qval.scoring.disclose` lets a user see is stored, and a user's
-    submission only what it may release (:func:`qval.budget.released_rows`) once it takes its step on its
-    account's ladder (:func:`submissions.ladder.climb`, once, spending from the split's shared budget) under
-    the account's row lock, taken before the submission's. A submission no longer ``scoring`` at ``attempt`` (the
-    reaper failed or requeued it meanwhile) keeps its state and gets no results.
+    submission only what it may release (:func:`qval.budget.released_rows`) once it has taken its step on its
+    account's ladder (:func:`take_step`, before that transaction: ``scored`` hands it the labels and predictions
+    the scoring read). A submission no longer ``scoring`` at ``attempt`` (the reaper failed or requeued it
+    meanwhile) keeps its state and gets no results.
     """
+    sub = Submission.objects.select_related("user", "dataset").get(pk=submission_id)
+    if not JOB.is_current(sub, attempt, "finishing"):
+        return sub.state  # checked again under its lock below
+    laddered = ladder.on_ladder(sub)
+    rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
+    if laddered:
+        rows = released_rows(rows)  # a user's prediction on a hidden split: the Ladder's metrics only
+        if sub.ladder_climbed is None and not take_step(sub, rows, attempt, scored, fields):
+            return Submission.objects.get(pk=submission_id).state
     with transaction.atomic():
-        sub = Submission.objects.select_related("user").get(pk=submission_id)
-        laddered = ladder.on_ladder(sub)
-        if laddered:
-            lock_account(sub.user)
-        sub = _current(submission_id, attempt, "finishing")
+        sub = JOB.current(submission_id, attempt, "finishing")
         if sub is None:
             return Submission.objects.get(pk=submission_id).state
-        rows = disclose(rows, hidden=sub.split not in PUBLIC_SPLITS)
-        if laddered:
-            rows = released_rows(rows)  # a user's prediction on a hidden split: the Ladder's metrics only
         for name, value in fields.items():
             setattr(sub, name, value)
-        if laddered and sub.ladder_climbed is None:
-            # Before the results are written: that write waits for every other finishing job
-            # (the results version's row), the account's lock only for this account's.
-            rows = ladder.shown_rows(sub, rows, ladder.climb(sub, rows))
-        elif laddered:
-            rows = ladder.shown_rows(sub, rows)  # re-scored: what its climb paid for, no more
+        if laddered:
+            rows = ladder.shown_rows(sub, rows)  # what its climb paid for, no more (re-scored too)
         Result.objects.filter(submission=sub).delete()
         Result.objects.bulk_create(
             Result(submission=sub, metric=r.metric, value=r.value, p_value=r.p_value, num_points=r.num_points,
@@ -306,62 +265,39 @@ def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None
     return Submission.FINISHED
 
 
-def fail(submission_id: int, reason: str, fault: str, attempt: int | None = None, **fields: Any) -> str:
-    """Set ``fields`` on a submission and fail it with ``reason``; return its state. One already final, or
-    (given ``attempt``) at another attempt, is left as it is."""
+def take_step(sub: Submission, rows: list[MetricRow], attempt: int | None, scored: ladder.Scored | None,
+              fields: dict[str, Any]) -> bool:
+    """Decide the step of ``sub`` (a user's submission on a hidden split, :func:`submissions.ladder.on_ladder`) on its
+    account's ladder from its released ``rows``, once: the statistics first, outside any lock
+    (:func:`submissions.ladder.prepare`), then the decision in a transaction of its own under the account's row
+    lock, the submission's and the split budget's (:func:`submissions.ladder.climb`), stored on the submission.
+    ``fields``: what :func:`finish` sets on it (the predictions a container wrote, read when ``scored`` lacks them).
+    Return whether it is still ``scoring`` at ``attempt`` (else nothing is decided)."""
+    for name, value in fields.items():
+        setattr(sub, name, value)
+    prepared = ladder.prepare(sub, rows, scored)
     with transaction.atomic():
-        sub = Submission.objects.select_for_update().get(pk=submission_id)
-        if sub.is_final:
-            log.warning("submission %s is already %s; not failing it with %r", sub.pk, sub.state, reason)
-            return sub.state
-        if attempt is not None and attempt != sub.attempt:
-            log.warning("submission %s is at attempt %s: attempt %s does not fail it with %r", sub.pk, sub.attempt,
-                        attempt, reason)
-            return sub.state
+        lock_account(sub.user)
+        locked = JOB.current(sub.pk, attempt, "deciding the ladder step of")
+        if locked is None:
+            return False
         for name, value in fields.items():
-            setattr(sub, name, value)
-        sub.transition(Submission.FAILED, error=reason, fault=fault)
-    return Submission.FAILED
+            setattr(locked, name, value)
+        if locked.ladder_climbed is None:  # not decided by another delivery meanwhile
+            ladder.climb(locked, rows, prepared, scored)
+            locked.save(update_fields=["ladder_climbed", "ladder_against"])
+    return True
 
 
-# -- the reapers ---------------------------------------------------------------------------------------
+def fail(submission_id: int, reason: str, fault: str, attempt: int | None = None, **fields: Any) -> str:
+    """Set ``fields`` on a submission and fail it with ``reason`` (``fault``: whose, :attr:`Submission.FAULT_USER`
+    or ``FAULT_SYSTEM``); return its state. One already final, or (given ``attempt``) at another attempt, is left as
+    it is (:meth:`jobs.services.JobKind.fail`)."""
+    return JOB.fail(submission_id, reason, attempt=attempt, fault=fault, **fields)
+
+
 def requeue_lost(sub: Submission, reason: str) -> None:
     """A job that failed through the platform (its worker lost, or unable to run it): queue it again with a
-    new attempt (:func:`dispatch`), or on its last attempt (``jobs.heartbeat.MAX_ATTEMPTS``) fail it with
-    ``reason`` (not counted towards the quota). Call with the submission locked."""
-    if sub.attempt >= beats.MAX_ATTEMPTS:
-        sub.transition(Submission.FAILED, error=reason, fault=Submission.FAULT_SYSTEM)
-        return
-    allowed = {Submission.KIND_CONTAINER: settings.QVAL_CONTAINER_QUEUE_S,
-               Submission.KIND_BASELINE: settings.QVAL_BASELINE_S}.get(sub.kind, settings.QVAL_SCORING_S)
-    sub.deadline = timezone.now() + timedelta(seconds=allowed)
-    dispatch(sub)
-
-
-def reap_stale(now: datetime | None = None) -> list[int]:
-    """Requeue (once) or fail every job ``scoring`` whose heartbeat is older than ``QVAL_HEARTBEAT_STALE_S``
-    at ``now``; return their ids. A requeued job's earlier deliveries and tokens no longer count."""
-    reason = beats.lost_reason() + "; a platform fault, not counted towards your quota"
-    return beats.reap(Submission.objects.filter(state=Submission.SCORING), lambda sub: requeue_lost(sub, reason), now)
-
-
-def reap_overdue(now: datetime | None = None) -> list[int]:
-    """Fail every unfinished submission whose deadline passed; return their ids.
-
-    Every non-final state has a deadline: ``received``/``validating`` ``QVAL_RECEIVED_S`` after
-    the upload; a queued predictions file ``QVAL_SCORING_S`` after it was queued, a container
-    ``QVAL_CONTAINER_QUEUE_S`` and, once running, its timeout plus ``QVAL_CONTAINER_GRACE_S``.
-    The reason names the state it was stuck in (:func:`deadline_reason`); the platform is at
-    fault, so it does not count towards the quota.
-    """
-    now = now or timezone.now()
-    reaped = []
-    overdue = Submission.objects.filter(deadline__lt=now).exclude(state__in=Submission.FINAL_STATES)
-    for pk in overdue.values_list("pk", flat=True):
-        with transaction.atomic():
-            sub = Submission.objects.select_for_update().get(pk=pk)
-            if sub.is_final or sub.deadline is None or sub.deadline >= now:
-                continue  # finished (or re-deadlined) meanwhile
-            sub.transition(Submission.FAILED, error=deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
-            reaped.append(pk)
-    return reaped
+    new attempt and its queue deadline, or on its last attempt fail it with ``reason`` (not counted towards the
+    quota; :meth:`jobs.services.JobKind.requeue_or_fail`). Call with the submission locked."""
+    JOB.requeue_or_fail(sub, reason)

@@ -10,10 +10,9 @@ split's inputs, ``scoring`` meaning "running and scoring"; its stdout/stderr, ou
 limits it ran under are kept, and the predictions it wrote) or ``baseline`` (a built-in method
 of :mod:`qval.methods` that staff launched and a ``gpu`` worker runs, source ``baseline``; its
 ``config``, ``progress`` and NaN count are kept, and the predictions it wrote). Every submission carries a
-``deadline`` while it is not final: past it, the reaper (:func:`submissions.lifecycle.reap_overdue`)
-fails it. While ``scoring`` its worker sends heartbeats (``heartbeat_at``); a job whose
-heartbeats stop is requeued once (``attempt`` 2), then failed as a platform fault
-(:func:`submissions.lifecycle.reap_stale`). Every transition is appended to ``history`` with its
+``deadline`` while it is not final: past it, the reaper fails it. While ``scoring`` its worker sends heartbeats
+(``heartbeat_at``); a job whose heartbeats stop is requeued once (``attempt`` 2), then failed as a platform fault
+(the lifecycle of every job: :class:`jobs.models.Job`, :data:`submissions.lifecycle.JOB`). Every transition is appended to ``history`` with its
 ``attempt`` (never rewritten); a delivery of a job that is final or of an older attempt does nothing
 (:mod:`submissions.lifecycle`).
 """
@@ -26,6 +25,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from jobs.models import Job
+from jobs.progress import Progress, rate_left
 from leaderboard.models import MODALITY_CHOICES, SPLIT_CHOICES, TARGET_CHOICES, Backbone, Dataset, Method
 from qval.schema import PUBLIC_SPLITS
 
@@ -34,8 +35,9 @@ class InvalidTransition(RuntimeError):
     """A state change the state machine does not allow."""
 
 
-class Submission(models.Model):
-    """One predictions file or method container scored on one dataset split and target."""
+class Submission(Job):
+    """One predictions file or method container scored on one dataset split and target: a job whose running state
+    is ``scoring`` (:class:`jobs.models.Job`)."""
 
     RECEIVED, VALIDATING, QUEUED, SCORING, FINISHED, FAILED = (
         "received",
@@ -46,7 +48,8 @@ class Submission(models.Model):
         "failed",
     )
     STATES = [(s, s) for s in (RECEIVED, VALIDATING, QUEUED, SCORING, FINISHED, FAILED)]
-    FINAL_STATES = frozenset({FINISHED, FAILED})
+    RUNNING = SCORING
+    STATE_FIELD = "state"
     ALLOWED = {
         RECEIVED: {VALIDATING, FAILED},
         VALIDATING: {QUEUED, FAILED},
@@ -57,8 +60,7 @@ class Submission(models.Model):
         FINISHED: set(),
         FAILED: set(),
     }
-    # Who caused a failure: only user-caused failures count towards the daily quota.
-    FAULT_USER, FAULT_SYSTEM = "user", "system"
+    # Who caused a failure (Job.FAULT_USER, Job.FAULT_SYSTEM): only user-caused failures count towards the daily quota.
     KIND_FILE, KIND_CONTAINER, KIND_BASELINE = "file", "container", "baseline"
     KINDS = [(KIND_FILE, "predictions file"), (KIND_CONTAINER, "method container"),
              (KIND_BASELINE, "built-in method run by the platform")]
@@ -109,17 +111,19 @@ class Submission(models.Model):
     filename = models.CharField(max_length=255)
     file = models.FileField(upload_to="submissions/%Y/%m/", blank=True)
     file_format = models.CharField(max_length=20, blank=True)
+    parsed = models.FileField(
+        upload_to="parsed/%Y/%m/", blank=True,
+        help_text="Predictions files: what the check of the upload parsed (qval.parsed_predictions), which its "
+                  "scoring and its Ladder step read instead of parsing the file again.")
     size_bytes = models.BigIntegerField(default=0)
     sha256 = models.CharField(max_length=64, blank=True)
     state = models.CharField(max_length=12, choices=STATES, default=RECEIVED)
-    error = models.TextField(blank=True, help_text="Why the submission failed, for the user.")
     problems = models.JSONField(default=list, blank=True, help_text="Every validation problem found.")
     fault = models.CharField(max_length=8, blank=True)
     coverage = models.JSONField(default=dict, blank=True)
-    worker = models.CharField(max_length=200, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
     validating_at = models.DateTimeField(null=True, blank=True)
-    queued_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True, help_text="When it was last queued.")
     scoring_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     failed_at = models.DateTimeField(null=True, blank=True)
@@ -137,9 +141,6 @@ class Submission(models.Model):
         default=dict, blank=True, help_text="Backbone tokens the container used (qval.backbone.Usage.as_dict).")
     stdout = models.TextField(blank=True, help_text="First and last 64 KiB of the container's stdout.")
     stderr = models.TextField(blank=True, help_text="First and last 64 KiB of the container's stderr.")
-    deadline = models.DateTimeField(
-        null=True, blank=True, help_text="Past this time an unfinished submission is failed by the reaper."
-    )
     # Baseline runs only (a built-in method of qval.methods run by a gpu worker, source "baseline").
     config = models.JSONField(
         default=dict, blank=True,
@@ -151,12 +152,6 @@ class Submission(models.Model):
         null=True, blank=True, help_text="Baseline runs: points the method could not score (NaN).")
     attempt = models.PositiveSmallIntegerField(
         default=0, help_text="How many times it was sent to a worker (the reaper requeues a lost job once).")
-    heartbeat_at = models.DateTimeField(
-        null=True, blank=True, help_text="Last sign of life of the worker running it (state scoring).")
-    sent_at = models.DateTimeField(
-        null=True, blank=True,
-        help_text="When the message of its current state (received or queued) reached the broker; empty "
-                  "while unsent (the broker was down): the reaper sends it again.")
     history = models.JSONField(
         default=list, blank=True,
         help_text="Every transition, appended in order and never rewritten: state, time (UTC ISO) and attempt.")
@@ -213,11 +208,6 @@ class Submission(models.Model):
         return Submission.objects.filter(Submission.rankable(), pk=self.pk).exists()
 
     @property
-    def is_final(self) -> bool:
-        """Whether the submission has reached ``finished`` or ``failed``."""
-        return self.state in self.FINAL_STATES
-
-    @property
     def score_withheld(self) -> bool:
         """Whether its own score is shown to nobody: a hidden-split submission that did not climb its
         account's ladder (:mod:`submissions.ladder`); the board keeps the best's score instead."""
@@ -237,6 +227,20 @@ class Submission(models.Model):
             self.fault = fault or self.FAULT_SYSTEM
         if save:
             self.save()
+
+    def move(self, state: str, *, error: str = "", fault: str = "") -> None:
+        """:meth:`transition` to ``state``, unsaved (how :mod:`jobs.services` moves every job)."""
+        self.transition(state, error=error, fault=fault, save=False)
+
+    @property
+    def job_progress(self) -> Progress | None:
+        """A baseline run's progress: points done, tokens, and the time left at this delivery's rate."""
+        if self.kind != self.KIND_BASELINE:
+            return None
+        p = self.progress or {}
+        return Progress(done=int(p.get("done", 0)), total=p.get("total"), unit="points",
+                        detail=f"{p.get('tokens', 0)} tokens",
+                        seconds_left=None if self.is_final else baseline_seconds_left(p))
 
     def scored_predictions(self) -> tuple[str, str]:
         """``(path, file name)`` of the predictions this submission was scored on: the uploaded
@@ -302,3 +306,11 @@ class ResultsVersion(models.Model):
 
     epoch = models.CharField(max_length=32)
     counter = models.BigIntegerField(default=0)
+
+
+def baseline_seconds_left(progress: dict[str, object]) -> float | None:
+    """Seconds left of a baseline run whose ``progress`` is ``Submission.progress`` (``done``, ``total``, and
+    ``first_at_done``/``first_at``/``at``: this delivery's first report and its last, epoch seconds), at this
+    delivery's rate (:func:`jobs.progress.rate_left`); ``None`` before two reports."""
+    return rate_left(progress.get("done"), progress.get("total"), progress.get("first_at_done"),  # type: ignore[arg-type]
+                     progress.get("first_at"), progress.get("at"))  # type: ignore[arg-type]

@@ -89,13 +89,12 @@ def baseline_payload(sub: Submission) -> dict[str, Any] | None:
     NaN count; ``None`` for other submissions."""
     if sub.kind != Submission.KIND_BASELINE:
         return None
-    from .baselines import eta_s
-
-    p = sub.progress or {}
+    p, shown = sub.progress or {}, sub.job_progress
+    assert shown is not None
     return {
         "config": sub.config,
         "progress": {"done": p.get("done", 0), "total": p.get("total"), "tokens": p.get("tokens", 0),
-                     "eta_s": None if sub.is_final else eta_s(p), "updated_at": p.get("updated_at"),
-                     "deliveries": p.get("deliveries", 0)},
+                     "eta_s": shown.seconds_left, "updated_at": p.get("updated_at"),
+                     "deliveries": p.get("deliveries", 0), "shown": shown.as_dict()},
         "num_nan": sub.num_nan,
     }

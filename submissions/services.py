@@ -41,7 +41,7 @@ from qval import containers as qc
 from qval import predictions as qpred
 from qval.schema import PUBLIC_SPLITS, TARGETS
 
-from . import lifecycle
+from . import lifecycle, scoring
 from .models import Submission
 
 log = logging.getLogger(__name__)
@@ -385,7 +385,8 @@ def _start_check(pk: int) -> Submission | None:
 
 
 def validate_submission(pk: int) -> str:
-    """Parse and validate a received predictions file and queue it for scoring; return its state.
+    """Parse and validate a received predictions file and queue it for scoring (with its queue deadline,
+    ``QVAL_SCORING_S``), keeping what the parse gave for it; return its state.
 
     A bad file fails with every problem listed (the user's fault); an error of ours fails it
     without counting towards the quota.
@@ -419,7 +420,7 @@ def validate_submission(pk: int) -> str:
             sub.problems = [{"code": "work_limit", "message": refusal, "rows": []}]
             sub.transition(Submission.FAILED, error=refusal, fault=Submission.FAULT_USER)  # its rows were read: they count
             return sub.state
-        sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_SCORING_S)
+        scoring.keep_parse(sub, preds)  # its scoring reads this, not the file again
         lifecycle.dispatch(sub)
     return sub.state
 
@@ -565,7 +566,6 @@ def inspect_archive(pks: Sequence[int]) -> list[str]:
         return [sub.state for sub in subs]
     for sub in subs:
         sub.image_id = image_id
-        sub.deadline = timezone.now() + timedelta(seconds=settings.QVAL_CONTAINER_QUEUE_S)
         lifecycle.dispatch(sub)
     return [sub.state for sub in subs]
 

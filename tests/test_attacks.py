@@ -400,8 +400,8 @@ class TestStuckStates:
         ids, labels = actor_points(frozenlake, "test")
         sub = upload(api, csv_bytes(ids, labels))
         Submission.objects.filter(pk=sub["id"]).update(state=state)
-        assert lifecycle.reap_overdue() == []  # not overdue yet
-        assert lifecycle.reap_overdue(timezone.now() + timedelta(days=2)) == [sub["id"]]
+        assert lifecycle.JOB.reap_overdue() == []  # not overdue yet
+        assert lifecycle.JOB.reap_overdue(timezone.now() + timedelta(days=2)) == [sub["id"]]
         reaped = Submission.objects.get(pk=sub["id"])
         assert (reaped.state, reaped.error, reaped.fault) == ("failed", reason, Submission.FAULT_SYSTEM)
         assert services.quota_used(reaped.user) == 0  # the platform's fault: not counted

@@ -336,9 +336,9 @@ def _queued(user, loaded, split: str = "dev", minutes: float = -1) -> Submission
 
 
 @pytest.mark.django_db
-def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
+def test_the_reaper_fails_submissions_past_their_deadline(user, loaded, settings) -> None:  # type: ignore[no-untyped-def]
+    from jobs.tasks import reap_jobs
     from qval_site.celery import app
-    from workers.tasks import reap_overdue_submissions
 
     in_queue = _queued(user, loaded)
     running = _queued(user, loaded)
@@ -347,7 +347,7 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
     a_file = Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="f",
                                        filename="f.csv", state=Submission.QUEUED)
 
-    assert sorted(lifecycle.reap_overdue()) == sorted([in_queue.pk, running.pk])
+    assert sorted(lifecycle.JOB.reap_overdue()) == sorted([in_queue.pk, running.pk])
     for sub, reason in ((in_queue, lifecycle.QUEUE_DEADLINE_REASON), (running, lifecycle.WORKER_DEADLINE_REASON)):
         sub.refresh_from_db()
         assert (sub.state, sub.error, sub.fault) == ("failed", reason, "system")
@@ -356,7 +356,7 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
     for sub in (on_time, a_file):
         sub.refresh_from_db()
         assert sub.state == "queued"
-    assert lifecycle.reap_overdue() == []  # already final
+    assert lifecycle.JOB.reap_overdue() == []  # already final
 
     # A worker that ends late leaves the reaper's verdict alone; a late task does not run.
     assert finish(running.pk, []) == "failed" and not running.results.exists()
@@ -365,15 +365,15 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded) -> None:
     assert running.error == lifecycle.WORKER_DEADLINE_REASON
     assert run_container_submission(in_queue.pk) == "failed"
 
-    # The task checks the deadline itself, too; the periodic task is the same function.
+    # The task checks the deadline itself, too; the periodic task (every kind's reaper) does the same.
     late = _queued(user, loaded)
     assert run_container_submission(late.pk) == "failed"
     late.refresh_from_db()
     assert late.error == lifecycle.QUEUE_DEADLINE_REASON and late.scoring_at is None
     Submission.objects.filter(pk=on_time.pk).update(deadline=timezone.now() - timedelta(seconds=1))
-    assert reap_overdue_submissions() == [on_time.pk]
-    schedule = app.conf.beat_schedule["reap-overdue-submissions"]
-    assert schedule["task"] == reap_overdue_submissions.name and schedule["schedule"] == 60.0
+    assert reap_jobs()["submission"]["overdue"] == [on_time.pk]
+    schedule = app.conf.beat_schedule["reap-jobs"]
+    assert schedule["task"] == reap_jobs.name and schedule["schedule"] == settings.QVAL_REAP_EVERY_S
     assert app.conf.task_routes["workers.tasks.run_container_submission"] == {"queue": "gpu"}
 
 

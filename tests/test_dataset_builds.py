@@ -1,6 +1,6 @@
 """Dataset builds for the site: the DatasetBuild record, the ``datasets`` queue task (in process
-and through a real Celery worker process), failures, the reaper, resume after an interruption,
-and ``manage.py build_dataset`` inline and with ``--queue``."""
+and through a real Celery worker process), failures, the reaper (every job's: a lost build's requeue is in
+tests/test_reapers.py), resume after an interruption, and ``manage.py build_dataset`` inline and with ``--queue``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from leaderboard import building
 from leaderboard.models import Dataset, DatasetBuild
 from qval import build, schema
 from tests.conftest import wait_for, worker_process
-from workers.builds import build_dataset, reap_stalled_builds
+from jobs.tasks import reap_jobs
+from workers.builds import build_dataset
 
 
 @pytest.fixture
@@ -213,14 +214,18 @@ def test_the_reaper_fails_stalled_and_never_started_builds(db, settings) -> None
     from qval_site.celery import app
 
     now = timezone.now()
+    # Each progress report moves a running build's deadline (the Recorder): the last one an hour ago, or 5 s.
     stalled = DatasetBuild.objects.create(name="alfworld", status="running", stage="label", done=3, total=60,
-                                          started_at=now - timedelta(hours=2), updated_at=now - timedelta(hours=1))
+                                          started_at=now - timedelta(hours=2), updated_at=now - timedelta(hours=1),
+                                          deadline=building.stall_deadline(now - timedelta(hours=1)))
     alive = DatasetBuild.objects.create(name="miniwob", status="running", stage="label",
-                                        started_at=now - timedelta(hours=2), updated_at=now - timedelta(seconds=5))
-    waiting = DatasetBuild.objects.create(name="frozenlake")
-    old = DatasetBuild.objects.create(name="frozenlake")
-    DatasetBuild.objects.filter(pk=old.pk).update(created_at=now - timedelta(days=2))
-    assert sorted(reap_stalled_builds()) == sorted([stalled.pk, old.pk])
+                                        started_at=now - timedelta(hours=2), updated_at=now - timedelta(seconds=5),
+                                        deadline=building.stall_deadline(now - timedelta(seconds=5)))
+    waiting = building.enqueue("frozenlake")
+    old = building.enqueue("frozenlake")
+    DatasetBuild.objects.filter(pk=old.pk).update(queued_at=now - timedelta(days=2),
+                                                  deadline=now - timedelta(days=2, seconds=-settings.QVAL_BUILD_QUEUE_S))
+    assert sorted(reap_jobs()["dataset build"]["overdue"]) == sorted([stalled.pk, old.pk])
     for b in (stalled, alive, waiting, old):
         b.refresh_from_db()
     assert stalled.status == "failed" and stalled.error.startswith("no progress for 1800 s")
@@ -228,9 +233,9 @@ def test_the_reaper_fails_stalled_and_never_started_builds(db, settings) -> None
     assert old.status == "failed" and "not started within" in old.error
     assert (alive.status, waiting.status) == ("running", "queued")
     assert building.active_build("miniwob") == alive and building.active_build("alfworld") is None
-    assert reap_stalled_builds() == []
-    schedule = app.conf.beat_schedule["reap-stalled-builds"]
-    assert schedule["task"] == reap_stalled_builds.name and schedule["schedule"] == 60.0
+    assert reap_jobs()["dataset build"]["overdue"] == []
+    schedule = app.conf.beat_schedule["reap-jobs"]
+    assert schedule["task"] == reap_jobs.name and schedule["schedule"] == settings.QVAL_REAP_EVERY_S
     assert app.conf.task_routes["workers.builds.build_dataset"] == {"queue": "datasets"}
 
 

@@ -109,7 +109,7 @@ def test_beat_killed_alone_the_reapers_run_again_after_its_restart(stack, token,
         stack.start_beat()
     data = stack.wait_final(token, pk)
     assert (data["state"], data["attempt"]) == ("finished", 2), data
-    assert "reap_stale_jobs" in stack.log("beat").rsplit("beat: Starting", 1)[-1]  # sent by the restarted beat
+    assert "jobs.tasks.reap_jobs" in stack.log("beat").rsplit("beat: Starting", 1)[-1]  # sent by the restarted beat
 
 
 def test_redis_restarted_with_submissions_queued(stack, token, frozenlake) -> None:

@@ -1,7 +1,8 @@
-"""Every long job has a heartbeat and a reaper (:mod:`jobs.heartbeat`): baseline runs, training runs and
-Best-of-N runs with a stale heartbeat are requeued once (the message lands on the real ``gpu`` queue of the
-test Redis), then failed; a fresh heartbeat is left alone. Real PostgreSQL and Redis; the reapers are called
-with a ``now`` in the future instead of waiting; the slow test kills a real gpu worker mid-training."""
+"""Every long job has a heartbeat and one reaper (:mod:`jobs.services`, every kind registered in
+:mod:`jobs.registry`): baseline runs, training runs, Best-of-N runs and dataset builds with a stale heartbeat are
+requeued once (the message lands on the real queue of the test Redis), then failed; a fresh heartbeat is left
+alone. Real PostgreSQL and Redis; the reapers are called with a ``now`` in the future instead of waiting; the slow
+test kills a real gpu worker mid-training."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def take_messages(queue: str) -> list[tuple[str, list]]:
         args = json.loads(base64.b64decode(message["body"]))[0]
         out.append((message["headers"]["task"], args))
     return out
+
+
+def sent_and_failed(kind, now: datetime | None = None) -> tuple[list[int], list[int]]:  # type: ignore[no-untyped-def]
+    """One round of ``kind``'s reaper (:meth:`jobs.services.JobKind.reap`): the ids it sent again and those it failed
+    past their deadline."""
+    reaped = kind.reap(now)
+    return reaped.resent, reaped.overdue
 
 
 def later(settings) -> datetime:  # type: ignore[no-untyped-def]
@@ -64,9 +72,9 @@ def test_a_lost_baseline_run_is_requeued_to_gpu_once_then_failed(launched, setti
     from submissions.models import Submission
 
     sub = launched
-    assert lifecycle.reap_stale() == []  # fresh: left alone
+    assert lifecycle.JOB.reap_lost() == []  # fresh: left alone
     with django_capture_on_commit_callbacks(execute=True):
-        assert lifecycle.reap_stale(now=later(settings)) == [sub.pk]
+        assert lifecycle.JOB.reap_lost(now=later(settings)) == [sub.pk]
     sub.refresh_from_db()
     assert (sub.state, sub.attempt, sub.heartbeat_at) == ("queued", 2, None)
     assert sub.deadline > timezone.now() + timedelta(seconds=settings.QVAL_BASELINE_S - 60)
@@ -76,7 +84,7 @@ def test_a_lost_baseline_run_is_requeued_to_gpu_once_then_failed(launched, setti
     again = _start(sub.pk, 2, "second@vm")
     assert again is not None and again.progress["deliveries"] == 2
     assert _start(sub.pk, 2, "third@vm") is None  # a duplicate delivery while second@vm beats: left alone
-    assert lifecycle.reap_stale(now=later(settings)) == [sub.pk]
+    assert lifecycle.JOB.reap_lost(now=later(settings)) == [sub.pk]
     sub.refresh_from_db()
     assert (sub.state, sub.fault) == (Submission.FAILED, "system")
     assert "stopped responding twice" in sub.error and "not counted towards your quota" in sub.error
@@ -93,7 +101,7 @@ def test_a_baseline_heartbeat_beats_while_it_runs_and_stops_after(launched, sett
     Submission.objects.filter(pk=launched.pk).update(heartbeat_at=old)
     with beating(Submission.objects.filter(state=Submission.SCORING), launched.pk):
         wait_for(lambda: Submission.objects.get(pk=launched.pk).heartbeat_at > old + timedelta(minutes=59), timeout=5)
-        assert lifecycle.reap_stale() == []
+        assert lifecycle.JOB.reap_lost() == []
     Submission.objects.filter(pk=launched.pk).update(state=Submission.FINISHED)
     before = Submission.objects.get(pk=launched.pk).heartbeat_at
     with beating(Submission.objects.filter(state=Submission.SCORING), launched.pk):
@@ -103,15 +111,15 @@ def test_a_baseline_heartbeat_beats_while_it_runs_and_stops_after(launched, sett
 
 def test_the_eta_counts_from_this_deliverys_first_report(launched) -> None:  # type: ignore[no-untyped-def]
     from qval.methods.run import Progress
-    from submissions.baselines import _ProgressWriter, eta_s
-    from submissions.models import Submission
+    from submissions.baselines import _ProgressWriter
+    from submissions.models import Submission, baseline_seconds_left
 
     writer = _ProgressWriter(launched)
     writer(Progress(done=2, total=10, tokens=5))
     progress = Submission.objects.get(pk=launched.pk).progress
-    assert progress["done"] == 2 and "beat" not in progress and eta_s(progress) is None  # one report: no rate
+    assert progress["done"] == 2 and "beat" not in progress and baseline_seconds_left(progress) is None  # one report: no rate
     progress.update(done=6, at=progress["first_at"] + 4.0)
-    assert eta_s(progress) == pytest.approx(4.0)  # 4 points in 4 s, 4 left
+    assert baseline_seconds_left(progress) == pytest.approx(4.0)  # 4 points in 4 s, 4 left
 
 
 def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # type: ignore[no-untyped-def]
@@ -123,10 +131,10 @@ def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # t
     fresh = services.create_run("qlass", loaded)
     TrainingRun.objects.filter(pk__in=[run.pk, fresh.pk]).update(status="running", worker="lost@vm",
                                                                   heartbeat_at=timezone.now())
-    assert services.reap_stale() == []
+    assert services.JOB.reap_lost() == []
     TrainingRun.objects.filter(pk=fresh.pk).update(heartbeat_at=later(settings))  # beats on
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.reap_stale(now=later(settings)) == [run.pk]
+        assert services.JOB.reap_lost(now=later(settings)) == [run.pk]
     run.refresh_from_db()
     assert (run.status, run.attempt, run.heartbeat_at) == ("queued", 2, None)
     assert run.sent_at is not None and run.queued_at > run.created_at  # queued again, and sent
@@ -135,7 +143,7 @@ def test_a_lost_training_run_is_requeued_once_then_failed(loaded, settings,  # t
 
     TrainingRun.objects.filter(pk=run.pk).update(status="running", worker="second@vm", heartbeat_at=timezone.now())
     assert services.run_training(run.pk, "third@vm").status == "running"  # a redelivery while second@vm beats
-    assert services.reap_stale(now=later(settings)) == [run.pk]
+    assert services.JOB.reap_lost(now=later(settings)) == [run.pk]
     run.refresh_from_db()
     assert run.status == "failed" and run.finished_at is not None
     assert run.error.startswith("the worker running it stopped responding twice")
@@ -150,32 +158,60 @@ def test_a_lost_best_of_n_run_is_requeued_once_then_resumes_and_fails_the_second
 
     run = best_of_n.create_run("frozenlake", "oracle", n=2, num_episodes=3)
     assert best_of_n.start(run.pk, "first@vm") is not None
-    assert best_of_n.reap_stale() == []
+    assert best_of_n.JOB.reap_lost() == []
     assert best_of_n.start(run.pk, "other@vm") is None  # a duplicate delivery while first@vm beats
     with django_capture_on_commit_callbacks(execute=True):
-        assert best_of_n.reap_stale(now=later(settings)) == [run.pk]
+        assert best_of_n.JOB.reap_lost(now=later(settings)) == [run.pk]
     run.refresh_from_db()
     assert (run.status, run.attempt, run.heartbeat_at) == ("queued", 2, None)
     assert take_messages("gpu") == [("workers.best_of_n.play_best_of_n", [run.pk])]
 
     assert best_of_n.start(run.pk, "second@vm") is not None
-    assert best_of_n.reap_stale(now=later(settings)) == [run.pk]
+    assert best_of_n.JOB.reap_lost(now=later(settings)) == [run.pk]
     run.refresh_from_db()
     assert run.status == "failed" and "stopped responding twice" in run.error
     assert best_of_n.start(run.pk, "late@vm") is None
     assert take_messages("gpu") == []
     BestOfNRun.objects.filter(pk=run.pk).update(status="running", attempt=1, heartbeat_at=None)
-    assert best_of_n.reap_stale(now=later(settings)) == []  # never stamped: not this reaper's to judge
+    assert best_of_n.JOB.reap_lost(now=later(settings)) == []  # never stamped: not this reaper's to judge
 
 
-def test_the_reapers_are_sent_by_beat_to_the_scoring_queue(settings) -> None:  # type: ignore[no-untyped-def]
+def test_one_reaper_is_sent_by_beat_to_the_scoring_queue_and_walks_every_kind(settings) -> None:  # type: ignore[no-untyped-def]
+    from jobs import registry
     from qval_site.celery import app
 
-    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
-    for name in ("workers.tasks.reap_stale_jobs", "learning.tasks.reap_stale_training_runs",
-                 "workers.best_of_n.reap_stale_best_of_n_runs"):
-        app.loader.import_default_modules()
-        assert name in tasks and name in app.tasks and settings.CELERY_TASK_ROUTES[name] == {"queue": "scoring"}
+    reapers = [entry for entry in settings.CELERY_BEAT_SCHEDULE.values() if "reap" in entry["task"]]
+    assert reapers == [{"task": "jobs.tasks.reap_jobs", "schedule": settings.QVAL_REAP_EVERY_S}]
+    app.loader.import_default_modules()
+    assert "jobs.tasks.reap_jobs" in app.tasks
+    assert settings.CELERY_TASK_ROUTES["jobs.tasks.reap_jobs"] == {"queue": "scoring"}
+    names = [kind.name for kind in registry.kinds()]
+    assert names == ["submission", "training run", "best-of-n run", "dataset build"]
+
+
+def test_a_lost_dataset_build_is_requeued_to_datasets_once_then_failed(db, settings,  # type: ignore[no-untyped-def]
+                                                                       django_capture_on_commit_callbacks) -> None:
+    from leaderboard import building
+    from leaderboard.models import DatasetBuild
+
+    take_messages("datasets")
+    with django_capture_on_commit_callbacks(execute=True):
+        b = building.enqueue("frozenlake")
+    assert take_messages("datasets") == [("workers.builds.build_dataset", [b.pk])]
+    assert building.start(b.pk, "first@vm") is not None
+    assert building.start(b.pk, "other@vm") is None  # a duplicate delivery while first@vm beats
+    assert building.JOB.reap_lost() == []
+    with django_capture_on_commit_callbacks(execute=True):
+        assert building.JOB.reap_lost(now=later(settings)) == [b.pk]
+    b.refresh_from_db()
+    assert (b.status, b.attempt, b.heartbeat_at) == ("queued", 2, None)  # it resumes from its checkpoint
+    assert take_messages("datasets") == [("workers.builds.build_dataset", [b.pk])]
+    assert building.start(b.pk, "second@vm") is not None
+    assert building.JOB.reap_lost(now=later(settings)) == [b.pk]
+    b.refresh_from_db()
+    assert b.status == "failed" and "stopped responding twice" in b.error and b.finished_at is not None
+    assert building.start(b.pk, "late@vm") is None and DatasetBuild.objects.get(pk=b.pk).status == "failed"
+    assert take_messages("datasets") == []
 
 
 @pytest.mark.slow
@@ -199,9 +235,9 @@ def test_a_training_run_whose_worker_is_killed_is_reaped_and_finishes_on_another
         first.wait()
     assert TrainingRun.objects.get(pk=run.pk).status == "running"
     with worker_process("gpu", f"test-reap-b-{os.getpid()}@%h", data_dir, log, 20, flush=True, **fast):
-        assert services.reap_stale() == []  # not stale yet
+        assert services.JOB.reap_lost() == []  # not stale yet
         now = timezone.now() + timedelta(seconds=settings.QVAL_HEARTBEAT_STALE_S + 1)
-        assert services.reap_stale(now=now) == [run.pk]
+        assert services.JOB.reap_lost(now=now) == [run.pk]
         done = wait_for(lambda: TrainingRun.objects.filter(pk=run.pk, status__in=["finished", "failed"]).first(),
                         timeout=900, interval=1.0)
     assert done.status == "finished", (done.error, log.read_text()[-3000:])
@@ -226,17 +262,17 @@ def test_a_submission_whose_message_never_left_is_sent_again_by_the_reaper(loade
     assert Submission.objects.get(pk=sent.pk).sent_at is not None
     assert take_messages("scoring") == [("workers.tasks.validate_upload", [sent.pk])]
 
-    assert lifecycle.resend_unsent() == []  # too young: its message may be on its way
+    assert lifecycle.JOB.resend_unsent() == []  # too young: its message may be on its way
     later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
-    assert lifecycle.resend_unsent(now=later_on) == [lost.pk]
+    assert lifecycle.JOB.resend_unsent(now=later_on) == [lost.pk]
     assert take_messages("scoring") == [("workers.tasks.validate_upload", [lost.pk])]
     assert Submission.objects.get(pk=lost.pk).sent_at is not None
-    assert lifecycle.resend_unsent(now=later_on) == []  # sent once
+    assert lifecycle.JOB.resend_unsent(now=later_on) == []  # sent once
 
     # A queued job whose message was lost is sent to its queue (the attempt is not counted again).
     Submission.objects.filter(pk=lost.pk).update(state=Submission.QUEUED, queued_at=timezone.now(), sent_at=None,
                                                  attempt=1)
-    assert lifecycle.resend_unsent(now=later_on) == [lost.pk]
+    assert lifecycle.JOB.resend_unsent(now=later_on) == [lost.pk]
     assert take_messages("scoring") == [("workers.tasks.score_submission", [lost.pk, 1])]
     assert Submission.objects.get(pk=lost.pk).attempt == 1
 
@@ -255,6 +291,7 @@ def broker_down(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def
 
 def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_and_trained(  # type: ignore[no-untyped-def]
         loaded, settings, broker_down, django_capture_on_commit_callbacks) -> None:
+    from jobs.tasks import reap_jobs
     from learning import services, tasks
     from learning.models import TrainingRun
 
@@ -264,14 +301,14 @@ def test_a_training_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_an
     assert (run.status, run.sent_at) == ("queued", None)
     broker_down.undo()
 
-    assert services.reap_unsent() == ([], [])  # too young: its message may be on its way
+    assert sent_and_failed(services.JOB) == ([], [])  # too young: its message may be on its way
     later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
-    assert services.reap_unsent(now=later_on) == ([run.pk], [])
+    assert sent_and_failed(services.JOB, now=later_on) == ([run.pk], [])
     [(task, args)] = take_messages("gpu")
     assert (task, args) == ("learning.tasks.train_learned", [run.pk])
     assert TrainingRun.objects.get(pk=run.pk).sent_at is not None
-    assert services.reap_unsent(now=later_on) == ([], [])  # sent once
-    tasks.reap_stale_training_runs()  # what beat sends: nothing left to send
+    assert sent_and_failed(services.JOB, now=later_on) == ([], [])  # sent once
+    reap_jobs()  # what beat sends: nothing left to send
     assert take_messages("gpu") == []
     assert tasks.train_learned.apply(args=args).get() == "finished"  # the worker's delivery
 
@@ -288,7 +325,7 @@ def test_a_best_of_n_run_queued_while_the_broker_is_down_is_sent_by_its_reaper_a
     broker_down.undo()
 
     later_on = timezone.now() + timedelta(seconds=settings.QVAL_RESEND_AFTER_S + 1)
-    assert best_of_n.reap_unsent(now=later_on) == ([run.pk], [])
+    assert sent_and_failed(best_of_n.JOB, now=later_on) == ([run.pk], [])
     [(task, args)] = take_messages("gpu")
     assert (task, args) == ("workers.best_of_n.play_best_of_n", [run.pk])
     assert play_best_of_n.apply(args=args).get() == "finished"  # the worker's delivery
@@ -311,8 +348,8 @@ def test_a_run_not_started_within_the_queue_limit_fails_with_the_reason(  # type
                                             ("workers.best_of_n.play_best_of_n", [waiting.pk])]
 
     overdue = timezone.now() + timedelta(seconds=settings.QVAL_RUN_QUEUE_S + 1)
-    assert services.reap_unsent(now=overdue) == ([], [unsent.pk, sent.pk])
-    assert best_of_n.reap_unsent(now=overdue) == ([], [waiting.pk])
+    assert sent_and_failed(services.JOB, now=overdue) == ([], [unsent.pk, sent.pk])
+    assert sent_and_failed(best_of_n.JOB, now=overdue) == ([], [waiting.pk])
     for run in (unsent, sent, waiting):
         run.refresh_from_db()
         assert run.status == "failed" and run.finished_at is not None
@@ -338,7 +375,7 @@ def test_late_deliveries_of_a_file_job_do_nothing_and_the_history_is_appended(  
     assert ("workers.tasks.score_submission", [pk, 1]) in take_messages("scoring")  # after its check's message
     assert lifecycle.claim(pk, 1, "w1@vm", kinds={Submission.KIND_FILE}) is not None  # w1 dies after this
     with django_capture_on_commit_callbacks(execute=True):
-        assert lifecycle.reap_stale(now=later(settings)) == [pk]
+        assert lifecycle.JOB.reap_lost(now=later(settings)) == [pk]
     assert take_messages("scoring") == [("workers.tasks.score_submission", [pk, 2])]
 
     assert score_submission(pk, 1) == Submission.QUEUED  # the lost attempt's message, redelivered: ignored

@@ -196,7 +196,7 @@ def test_a_lost_job_is_requeued_once_with_a_new_token_then_failed(
     app.send_task = lambda name, args, queue: sent.append(args)  # type: ignore[method-assign]
     try:
         with django_capture_on_commit_callbacks(execute=True):
-            assert lifecycle.reap_stale() == [sub.pk]
+            assert lifecycle.JOB.reap_lost() == [sub.pk]
     finally:
         app.send_task = original  # type: ignore[method-assign]
     sub.refresh_from_db()
@@ -208,7 +208,7 @@ def test_a_lost_job_is_requeued_once_with_a_new_token_then_failed(
     assert _job(token2).post(f"/api/v1/jobs/{sub.pk}/start").status_code == 200
 
     Submission.objects.filter(pk=sub.pk).update(heartbeat_at=stale)
-    assert lifecycle.reap_stale() == [sub.pk]
+    assert lifecycle.JOB.reap_lost() == [sub.pk]
     sub.refresh_from_db()
     assert sub.state == "failed" and sub.fault == "system" and "stopped responding twice" in sub.error
     assert _job(token2).post(f"/api/v1/jobs/{sub.pk}/heartbeat").status_code == 409

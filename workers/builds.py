@@ -9,8 +9,9 @@
   its dataset then sends :data:`SEED_TASK` (queue ``scoring``, by name: the seeding sits in ``qval_site``,
   above this app) for it: a dataset that ``make up`` left building gets its reference rows (baselines,
   learned methods' training runs, Best-of-N runs) once it is ready.
-* ``reap_stalled_builds`` (sent every minute by Celery beat) fails running builds without
-  progress for ``QVAL_BUILD_STALL_S`` (their worker died) and queued ones never started.
+* A build is a job like every other (:data:`leaderboard.building.JOB`): it beats while it runs, and the one
+  reaper (``jobs.tasks.reap_jobs``) queues it again once when its worker is lost (it resumes from its checkpoint),
+  and fails one without progress for ``QVAL_BUILD_STALL_S`` (hung) or never started.
 * When a worker consuming ``datasets`` starts, the builds it was running when it died are failed
   at once (``worker restarted``).
 
@@ -45,11 +46,11 @@ def build_dataset(self, build_id: int) -> str:  # type: ignore[no-untyped-def]
         return status
     log.info("dataset build %s: %s started", b.pk, b.name)
     try:
-        built = building.run_build(b.name, progress=building.Recorder(b.pk), refresh=b.refresh)
+        with building.JOB.beating(b):
+            built = building.run_build(b.name, progress=building.Recorder(b.pk), refresh=b.refresh)
     except Exception as exc:  # noqa: BLE001 - every failure is recorded with its reason
         log.exception("dataset build %s (%s) failed", b.pk, b.name)
-        building.fail(b.pk, building.reason_of(exc))
-        return DatasetBuild.FAILED
+        return building.JOB.fail(b.pk, building.reason_of(exc), attempt=b.attempt)
     building.finish(b.pk, built)
     log.info("dataset build %s: %s %s at %s", b.pk, "loaded" if built.created else "already had",
              built.dataset.manifest.key, built.path)
@@ -61,15 +62,6 @@ def build_dataset(self, build_id: int) -> str:  # type: ignore[no-untyped-def]
         else:
             log.info("dataset build %s: reference rows of %s sent to be queued", b.pk, built.loaded.key)
     return DatasetBuild.FINISHED
-
-
-@shared_task(name="workers.builds.reap_stalled_builds")
-def reap_stalled_builds() -> list[int]:
-    """Fail stalled and never-started builds (:func:`leaderboard.building.reap`)."""
-    reaped = building.reap()
-    if reaped:
-        log.warning("reaped %d stalled dataset builds: %s", len(reaped), reaped)
-    return reaped
 
 
 @celeryd_after_setup.connect

@@ -76,9 +76,8 @@ def status() -> dict[str, Any]:
         "workers": workers,
         "recent_failures": failures,
         "builds": [
-            {"id": b.pk, "name": b.name, "status": b.status, "stage": b.stage, "done": b.done, "total": b.total,
-             "percent": b.percent, "time_left": b.time_left, "started": b.started_at, "finished": b.finished_at, "dataset": b.dataset_key,
-             "error": b.error}
+            {"id": b.pk, "name": b.name, "status": b.status, "stage": b.stage, "progress": b.job_progress.as_dict(),
+             "started": b.started_at, "finished": b.finished_at, "dataset": b.dataset_key, "error": b.error}
             for b in DatasetBuild.objects.all()[:RECENT_BUILDS]
         ],
     }

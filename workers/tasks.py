@@ -13,10 +13,10 @@
   :class:`qval.vllm.VLLMManager` (started on first use, reused across jobs, stopped when the
   worker process shuts down);
 * ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted
-  (:mod:`workers.jobs`, :mod:`qval.remote_worker`);
-* ``reap_overdue_submissions`` (sent every minute by Celery beat) fails submissions whose
-  deadline passed; ``reap_stale_jobs`` (every ``QVAL_REAP_EVERY_S``) requeues once, then fails,
-  jobs whose worker stopped sending heartbeats.
+  (:mod:`workers.jobs`, :mod:`qval.remote_worker`).
+
+Their reaper is every job's (``jobs.tasks.reap_jobs``): it fails submissions whose deadline passed and requeues
+once, then fails, jobs whose worker stopped sending heartbeats.
 
 A job's lifecycle is :mod:`submissions.lifecycle`: each job task gets the submission id and the attempt its
 message was sent for, claims it (:func:`submissions.lifecycle.claim`: a delivery for a final submission or
@@ -53,7 +53,7 @@ from qval import containers as qc
 from qval.envs.terminal import sweep_leftovers
 from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
 from qval.vllm import ServeSpec, VLLMManager
-from submissions import baselines, lifecycle, scoring, services
+from submissions import baselines, ladder, lifecycle, scoring, services
 from submissions.models import Submission
 from workers import jobs
 
@@ -159,7 +159,8 @@ def score_container_run(sub: Submission, result: qc.RunResult, usage: dict[str, 
     # Kept as scored, so the submission can be compared like an uploaded file.
     run["predictions"] = default_storage.save(
         f"predictions/{timezone.now():%Y/%m}/{sub.pk}-predictions.jsonl", ContentFile(evaluation.run.predictions or b""))
-    return lifecycle.finish(sub.pk, evaluation.rows, sub.attempt, **run)
+    scored = ladder.Scored(truth, evaluation.preds) if evaluation.preds is not None else None
+    return lifecycle.finish(sub.pk, evaluation.rows, sub.attempt, scored=scored, **run)
 
 
 @shared_task(bind=True, name="workers.tasks.run_baseline_submission", acks_late=True)
@@ -218,28 +219,6 @@ def result_fields(evaluation: qc.Evaluation) -> dict[str, Any]:
         "stdout": run.stdout.replace("\x00", "\ufffd"),
         "stderr": run.stderr.replace("\x00", "\ufffd"),
     }
-
-
-@shared_task(name="workers.tasks.reap_overdue_submissions")
-def reap_overdue_submissions() -> list[int]:
-    """Fail the submissions whose deadline passed (:func:`submissions.lifecycle.reap_overdue`)."""
-    reaped = lifecycle.reap_overdue()
-    if reaped:
-        log.warning("reaped %d overdue submissions: %s", len(reaped), reaped)
-    return reaped
-
-
-@shared_task(name="workers.tasks.reap_stale_jobs")
-def reap_stale_jobs() -> list[int]:
-    """Requeue once, or fail, the jobs whose worker stopped sending heartbeats (:func:`submissions.lifecycle.reap_stale`);
-    send again the messages that never reached the broker (:func:`submissions.lifecycle.resend_unsent`)."""
-    reaped = lifecycle.reap_stale()
-    if reaped:
-        log.warning("%d jobs lost their worker (requeued once, then failed): %s", len(reaped), reaped)
-    resent = lifecycle.resend_unsent()
-    if resent:
-        log.warning("%d submissions sent again (their message never reached the broker): %s", len(resent), resent)
-    return reaped
 
 
 _heartbeat_stop = threading.Event()

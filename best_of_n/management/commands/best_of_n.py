@@ -42,7 +42,7 @@ class Command(BaseCommand):
         try:
             run = best_of_n.play(started)
         except Exception as exc:  # noqa: BLE001 - recorded, then reported
-            best_of_n.fail(run.pk, str(exc))
+            best_of_n.JOB.fail(run.pk, str(exc), attempt=started.attempt)
             raise CommandError(f"best-of-n run #{run.pk} failed: {exc}") from exc
         s = run.summary
         self.stdout.write(f"best-of-n run #{run.pk}: success {s['success']['value']:.3f} "

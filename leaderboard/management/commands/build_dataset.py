@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
 from leaderboard import building
 from leaderboard.loading import DatasetConflict
@@ -92,16 +91,17 @@ class Command(BaseCommand):
         if active is not None and active.status == DatasetBuild.RUNNING:
             raise CommandError(f"build #{active.pk} of {name} is running ({active.worker}); wait for it "
                                "(they would share a checkpoint)")
-        record = DatasetBuild.objects.create(name=name, status=DatasetBuild.RUNNING, started_at=timezone.now(),
-                                             updated_at=timezone.now(), worker=f"inline@{socket.gethostname()}")
+        record = building.start_inline(name, f"inline@{socket.gethostname()}")
         recorder = building.Recorder(record.pk, echo=terminal_bar(sys.stderr.isatty()))
         try:
-            built = building.run_build(name, progress=recorder, out=out, load=not no_load)
+            with building.JOB.beating(record):
+                built = building.run_build(name, progress=recorder, out=out, load=not no_load)
         except DatasetConflict as exc:
-            building.fail(record.pk, str(exc))
+            building.JOB.fail(record.pk, str(exc))
             raise CommandError(str(exc)) from exc
         except BaseException as exc:  # Ctrl-C included: the record must not stay running
-            building.fail(record.pk, "interrupted" if isinstance(exc, KeyboardInterrupt) else building.reason_of(exc))
+            building.JOB.fail(record.pk, "interrupted" if isinstance(exc, KeyboardInterrupt)
+                              else building.reason_of(exc))
             raise
         m = built.dataset.manifest
         self.stdout.write(f"built {m.key} fingerprint {m.fingerprint} at {built.path}")
