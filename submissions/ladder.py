@@ -60,9 +60,11 @@ class _Scored(Protocol):
 
 def on_ladder(sub: Submission) -> bool:
     """Whether ``sub`` is on a ladder: a user's submission to a hidden split that the board may rank
-    (an uploaded file on an open-book dataset is ranked nowhere: :meth:`Submission.rankable`)."""
+    (an uploaded file on an open-book dataset is ranked nowhere: :meth:`Submission.rankable`), of an
+    environment that is not open book (whose labels follow from the public inputs: there is nothing for
+    a budget to protect, so a method container there shows every metric, as platform rows do)."""
     return (sub.source == Submission.SOURCE_USER and sub.user_id is not None and sub.split not in PUBLIC_SPLITS
-            and sub.ranked() and not sub.training_runs.exists())
+            and not sub.dataset.environment.open_book and sub.ranked() and not sub.training_runs.exists())
 
 
 def scope(sub: Submission) -> QuerySet[Submission]:

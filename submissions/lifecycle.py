@@ -235,7 +235,7 @@ def finish(submission_id: int, rows: list[MetricRow], attempt: int | None = None
     the scoring read). A submission no longer ``scoring`` at ``attempt`` (the reaper failed or requeued it
     meanwhile) keeps its state and gets no results.
     """
-    sub = Submission.objects.select_related("user", "dataset").get(pk=submission_id)
+    sub = Submission.objects.select_related("user", "dataset__environment").get(pk=submission_id)
     if not JOB.is_current(sub, attempt, "finishing"):
         return sub.state  # checked again under its lock below
     laddered = ladder.on_ladder(sub)
