@@ -20,6 +20,7 @@ import pytest
 
 from qval import build, schema
 from qval.envs.base import Environment
+from qval.envs import registry
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -83,8 +84,8 @@ def frozenlake(data_dir: Path, test_split_secret: str) -> schema.Dataset:
     """The FrozenLake dataset built by our pipeline (once per session, its test split drawn from the
     session's secret), written where the site keeps a loaded dataset's files
     (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
-    spec = build.BUILDERS["frozenlake"]()[1]
-    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
+    spec = registry.BUILDERS["frozenlake"]()[1]
+    return build.build(registry.BUILDERS["frozenlake"], data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
 
 
 @pytest.fixture
