@@ -176,7 +176,7 @@ def _build_digest(env_key: str) -> str:
     environment class ``env_key`` starts with, and what they import, transitively (so a change to a method,
     the scorer or another environment's adapter does not build the cached datasets again)."""
     name = env_key.split("(")[0].strip()
-    adapters = [path for path in (REPO / "qval" / "envs").glob("*.py") if f"\nclass {name}(" in path.read_text()]
+    adapters = [path for path in (REPO / "qval" / "envs").rglob("*.py") if f"\nclass {name}(" in path.read_text()]
     assert len(adapters) == 1, f"no single adapter in qval/envs defines class {name!r} (from {env_key!r})"
     todo = {REPO / "qval" / "build.py", REPO / "qval" / "__init__.py", *adapters}
     seen: set[Path] = set()

@@ -281,7 +281,8 @@ def test_the_same_state_gives_the_same_png_restored_or_replayed(env: ALFWorld, g
 
 def test_the_core_file_digest_of_cached_builds_covers_the_renderer() -> None:
     """``tests/conftest.py::_build_digest`` follows module-level imports: a renderer change rebuilds the cache."""
-    assert REPO / "qval" / "envs" / "alfworld_image.py" in _imported_core_files(REPO / "qval" / "envs" / "alfworld.py")
+    alfworld = REPO / "qval" / "envs" / "alfworld"
+    assert alfworld / "image.py" in _imported_core_files(alfworld / "adapter.py")
 
 
 def test_version_1_1_adds_images_and_goal_images_to_1_0() -> None:
