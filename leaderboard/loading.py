@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from django.db import transaction
 
-from qval import published, schema
+from qval import paper, schema
 from qval.envs import registry
 from qval.predictions import SplitIndex
 from qval.scoring import Truth
@@ -113,11 +113,11 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
     """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only), with each
     point's trajectory and task, which its intervals resample (:mod:`qval.sampling`).
 
-    A dataset we do not host (a published one, :mod:`submissions.importing`) has its labels
-    in the project's data file instead (:func:`qval.published.truth`; its rows are all on one split).
+    A dataset we do not host (a paper's, :mod:`submissions.importing`) has its labels in the paper's data
+    instead (:meth:`qval.paper.base.PublishedResults.truth`; its rows are all on one split).
     """
     if not dataset.hosted:
-        return published.truth(dataset.environment.slug, target)
+        return paper.truth(dataset.slug, target)
     labels = dict(
         Label.objects.filter(labelset__dataset=dataset, split=split, target=target).values_list("item_id", "value")
     )

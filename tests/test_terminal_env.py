@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from qval import best_of_n as bon
-from qval import build, labelling, published, schema
+from qval import build, labelling, schema
+from qval.paper.qval_v1 import published
 from qval.envs.terminalbench.adapter import (
     CONTAINER_LABEL,
     EPISODE_PREFIX,
