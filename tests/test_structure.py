@@ -1,12 +1,13 @@
 """The project's structure, read from its source files with ``ast`` (nothing of the project is imported
-except the migration modules):
+except the migration modules and the environment registry, which says what the environments are called):
 
 - no circle between modules: every ``import`` counts, at module level, inside functions and under
   ``if TYPE_CHECKING``, with relative imports resolved and ``from package import module`` counted as an
   import of that module;
 - no cycle between apps (the top-level packages: ``qval``, ``qval_site``, ``leaderboard``, ...), and the
   Django-free core ``qval`` imports neither Django nor any app;
-- no cycle between apps in the migration graph (each migration's ``dependencies``).
+- no cycle between apps in the migration graph (each migration's ``dependencies``);
+- no module outside an environment's folder names an environment (:mod:`qval.envs.registry` is the one place).
 
 A task sent by name (``current_app.send_task("workers.tasks.x", ...)``) is no import: that is how a
 service enqueues a task whose module imports the service.
