@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from qval import build, containers, schema
+from qval.envs import registry
 from qval import predictions as qpred
 from qval.scoring import score, truth_from_dataset
 
@@ -50,7 +51,7 @@ BENCH_SECRET = "container-overhead-benchmark"
 
 def prepare(work: Path, engine: containers.Engine) -> tuple[schema.Dataset, Path]:
     """The FrozenLake dataset and the starter kit saved as an archive (the file a user uploads)."""
-    ds = build.build("frozenlake", work / "frozenlake", secret=BENCH_SECRET)
+    ds = build.build(registry.builder("frozenlake"), work / "frozenlake", secret=BENCH_SECRET)
     base = subprocess.run([str(REPO / "scripts" / "build-base-image.sh")], capture_output=True, text=True)
     if base.returncode != 0:
         sys.exit(f"building the base image failed:\n{base.stderr}")

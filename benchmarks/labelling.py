@@ -25,7 +25,7 @@ Usage::
 MiniWoB restores by replay only; it has two modes, on ``miniwob@1.2``'s spec (images and goal
 images) and its first trajectories: ``old`` (BrowserGym's chat page and a screenshot at every
 reset and step, a rollout per label and a restore per candidate's next state: the path before
-lean episodes) and ``new`` (lean episodes and shared rollouts, :mod:`qval.envs.miniwob`).  Both
+lean episodes) and ``new`` (lean episodes and shared rollouts, :mod:`qval.envs.miniwob.adapter`).  Both
 must give the same records and labels; their images are not compared (Chromium's hover repaint
 makes a few differ between two runs of the old path too, ``tests/test_miniwob.py``).
 
@@ -49,10 +49,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from qval import build, labelling  # noqa: E402
-from qval.envs.alfworld import ALFWorld, choose_scenes  # noqa: E402
+from qval.envs.alfworld.adapter import ALFWorld, choose_scenes  # noqa: E402
 from qval.envs.base import Environment, Snapshot  # noqa: E402
-from qval.envs.frozenlake import FrozenLake  # noqa: E402
-from qval.envs.terminal import Terminal, load_tasks  # noqa: E402
+from qval.envs.frozenlake.adapter import FrozenLake  # noqa: E402
+from qval.envs import registry  # noqa: E402
+from qval.envs.terminalbench.adapter import Terminal, load_tasks  # noqa: E402
 
 
 def sampled_turns(env: Environment, spec: build.DatasetSpec) -> list[tuple[build.Trajectory, build.Turn]]:
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def frozenlake_and_alfworld(args: argparse.Namespace) -> None:
     """FrozenLake and ALFWorld rows: ``replay`` against ``restore``."""
-    fl_env, fl_spec = build.frozenlake_8x8()
+    fl_env, fl_spec = registry.builder("frozenlake")()
     fl_spec = replace(fl_spec, num_trajectories=args.frozenlake_trajectories,
                       max_states_per_trajectory=args.states_per_trajectory, modalities=("text",),
                       end_images=False, secret_test=False)  # labels only, public maps
@@ -142,7 +143,7 @@ def frozenlake_and_alfworld(args: argparse.Namespace) -> None:
         "restore": lambda: label_all(FrozenLake(map_seeds=fl_maps), fl_points, fl_spec),
     })
 
-    _, alf_spec = build.alfworld_text()
+    _, alf_spec = registry.builder("alfworld")()
     alf_spec = replace(alf_spec, num_trajectories=args.alfworld_trajectories,
                        max_states_per_trajectory=args.states_per_trajectory, secret_test=False)
     scenes = choose_scenes(args.alfworld_scenes, seed=0)
@@ -156,9 +157,9 @@ def frozenlake_and_alfworld(args: argparse.Namespace) -> None:
 
 def miniwob(trajectories: int, states_per_trajectory: int) -> None:
     """MiniWoB rows on ``miniwob@1.2``'s spec: ``old`` against ``new`` (module docstring)."""
-    from qval.envs.miniwob import MiniWoB  # BrowserGym + Playwright: imported when used
+    from qval.envs.miniwob.adapter import MiniWoB  # BrowserGym + Playwright: imported when used
 
-    collector, spec = build.miniwob()
+    collector, spec = registry.builder("miniwob")()
     spec = replace(spec, num_trajectories=trajectories, secret_test=False,
                    max_states_per_trajectory=min(states_per_trajectory, spec.max_states_per_trajectory))
     points = sampled_turns(collector, spec)
@@ -183,7 +184,7 @@ def terminal(num_tasks: int, per_task: int, states_per_trajectory: int) -> None:
         by_kind.setdefault(template.kind, []).append(task_id)
     ordered = [task for group in zip(*by_kind.values()) for task in group]  # one of each kind, then again
     tasks = ordered[:num_tasks]
-    _, tb_spec = build.terminalbench_lite()
+    _, tb_spec = registry.builder("terminalbench-lite")()
     tb_spec = replace(tb_spec, num_trajectories=len(tasks) * per_task,
                       secret_test=False, max_states_per_trajectory=min(states_per_trajectory, 3))
     collector = Terminal(tasks)

@@ -15,7 +15,7 @@ Datasets (text only, public test splits, built in memory):
   test states' maps were seen in training: the setting where exact ``tabular`` features apply.
 * ``unseen``: ``frozenlake-8x8@1.1``'s 20 maps split *by map* (test maps never seen in training),
   as the hosted dataset: features must generalise across maps (``tabular`` is not run there).
-* ``alfworld``: ``alfworld-pick-place@1.0`` (:func:`qval.build.alfworld_text_v1_0`): the hosted 1.1's
+* ``alfworld``: ``alfworld-pick-place@1.0`` (:data:`qval.envs.alfworld.datasets.PICK_PLACE_V1_0`): the hosted 1.1's
   train and dev splits byte for byte, and 10 public test scenes (1.1's are secret), split by scene, so
   the test scenes are unseen as on ``unseen``; its game generation and labels take minutes.
 
@@ -52,7 +52,8 @@ if str(ROOT) not in sys.path:
 from qval import best_of_n as bon  # noqa: E402
 from qval import build, schema  # noqa: E402
 from qval.envs.base import Environment  # noqa: E402
-from qval.envs.frozenlake import FrozenLake  # noqa: E402
+from qval.envs import registry  # noqa: E402
+from qval.envs.frozenlake.adapter import FrozenLake  # noqa: E402
 from qval.learned import methods  # noqa: E402
 from qval.learned.data import read_inputs  # noqa: E402
 from qval.learned.features import FeatureCache, featuriser_from_spec  # noqa: E402
@@ -74,8 +75,8 @@ ENVIRONMENT = {"shared": "frozenlake", "unseen": "frozenlake", "alfworld": "alfw
 def dataset(name: str) -> tuple[Environment, build.DatasetSpec]:
     """The environment and text-only spec of ``shared``, ``unseen`` or ``alfworld`` (module docstring)."""
     if name == "alfworld":
-        return build.alfworld_text_v1_0()  # text only, public test split
-    env, spec = build.frozenlake_8x8_v1_1()
+        return registry.VERSIONS["alfworld-pick-place@1.0"]()  # text only, public test split
+    env, spec = registry.VERSIONS["frozenlake-8x8@1.1"]()
     spec = replace(spec, modalities=("text",), end_images=False, secret_test=False)
     if name == "shared":
         env = FrozenLake(map_seeds=tuple(range(42, 46)), size=8, horizon=30)

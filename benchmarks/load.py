@@ -36,6 +36,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qval import build  # noqa: E402
+from qval.envs import registry  # noqa: E402
 from qval import schema  # noqa: E402
 from tests.stack import Stack  # noqa: E402
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="qval-load-") as tmp:
         root = Path(tmp)
-        ds = build.build("frozenlake", root / "built" / "frozenlake-8x8-1.1")
+        ds = build.build(registry.builder("frozenlake"), root / "built" / "frozenlake-8x8-1.1")
         stack = Stack(root / "stack", args.port, env={"QVAL_BOOTSTRAP_RESAMPLES": "1000"})
         try:
             stack.start(root / "built" / "frozenlake-8x8-1.1", scoring_concurrency=args.scoring_concurrency)

@@ -102,11 +102,12 @@ def main() -> int:
     import torch
 
     from qval import build
+    from qval.envs import registry
     from qval.backbone import make_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="qval-lora-bench-"))
     checkpoint = make_tiny_model(work / "model", hidden_size=args.hidden, num_layers=args.layers)
-    env, spec = build.BUILDERS["frozenlake"]()
+    env, spec = registry.builder("frozenlake")()
     spec = replace(spec, version="lora-bench", num_trajectories=20, modalities=("text",), end_images=False,
                    secret_test=False)
     build.build_dataset(env, spec).write(work / "data")

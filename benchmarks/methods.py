@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qval import build, schema  # noqa: E402
+from qval.envs import registry  # noqa: E402
 from qval.backbone import BackboneServer, TransformersBackend, make_tiny_model  # noqa: E402
 from qval.methods.run import run_method  # noqa: E402
 
@@ -51,7 +52,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qval-bench-") as tmp:
         work = Path(tmp)
         backbone = args.backbone or str(make_tiny_model(work / "tiny"))
-        ds = schema.Dataset.read(args.dataset) if args.dataset else build.build("frozenlake", work / "frozenlake")
+        ds = schema.Dataset.read(args.dataset) if args.dataset else build.build(registry.builder("frozenlake"), work / "frozenlake")
         ds = schema.Dataset(manifest=ds.manifest, states=ds.states_in("dev")[: args.points], q_labels=ds.q_labels,
                             v_labels=ds.v_labels)
         options = {"max_tokens": args.max_tokens}

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.test.utils import setup_test_environment
 
     from qval import build
+    from qval.envs import registry
 
     setup_test_environment()
     work = Path(tempfile.mkdtemp(prefix="qval-upload-bench-"))
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         from submissions import services
         from submissions.models import Submission
 
-        spec = build.BUILDERS["frozenlake"]()[1]
-        ds = build.build("frozenlake", work / "datasets" / f"{spec.slug}-{spec.version}")
+        spec = registry.builder("frozenlake")()[1]
+        ds = build.build(registry.builder("frozenlake"), work / "datasets" / f"{spec.slug}-{spec.version}")
         loaded = load_dataset(ds)[0]
         user = get_user_model().objects.create_user(username="bench", password="x" * 12)
         ids = [s.actor_candidate.id for s in ds.states if s.split == "dev"]

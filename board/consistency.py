@@ -9,7 +9,9 @@ from collections import Counter
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from qval import consistency, errata, paper_tau, published
+from qval import consistency, errata
+from qval.paper.qval_v1 import tau as paper_tau
+from qval.paper.qval_v1 import published
 from submissions.models import Result, Submission
 
 from .results import public_results

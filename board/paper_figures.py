@@ -24,7 +24,7 @@ Each view opens on the slice the paper plots and says which it is; the filters c
   (sample std of the environment means / √k), as the paper's caption says.
 * **Fig. 5**: TerminalBench, Q, text: each method × backbone under the first labelling backbone (the
   selected source's rows; for the reported ones GPT-5.5) against Table 6 (Claude Opus 4.7,
-  :mod:`qval.relabelled`), and the paper's bars: per method the mean over backbones under each labelling.
+  :mod:`qval.paper.qval_v1.relabelled`), and the paper's bars: per method the mean over backbones under each labelling.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 
-from qval import errata, families, metric_registry, relabelled
+from qval import errata, families, metric_registry
+from qval.paper.qval_v1 import published, relabelled
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
@@ -54,8 +55,9 @@ PAPER_SLICE: dict[str, tuple[str, str]] = {
 STATE_LOCAL: tuple[str, ...] = ("ranking", "Δbelief", "sdpo", "sdpo-gt")
 """Methods that output only a permutation per state: the paper scores them by the state-local Spearman."""
 
-ENVIRONMENT_ORDER: tuple[str, ...] = ("frozenlake", "alfworld", "openapps", "terminalbench")
-"""The paper's environments from simpler closed-action to open-ended (Fig. 3); others follow alphabetically."""
+ENVIRONMENT_ORDER: tuple[str, ...] = tuple(published.ENVIRONMENTS.values())
+"""The paper's environments (their slugs) from simpler closed-action to open-ended, its order (Fig. 3); others
+follow alphabetically."""
 
 LOCAL_METRIC = "ranking_spearman"
 
@@ -479,7 +481,8 @@ PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
                 ("backbone", "source", "modality", "family", "metric"),
                 "Direct, Code and Pre-trained methods (text; image for pre-trained): per target the mean over "
                 "the environments with V labels of the means over backbones, ± 1 SE across those environments"),
-    PaperFigure("fig5", "Figure 5: TerminalBench labelled by two backbones", fig5, {"environment": "terminalbench"},
+    PaperFigure("fig5", "Figure 5: TerminalBench labelled by two backbones", fig5,
+                {"environment": published.ENVIRONMENTS["TerminalBench"]},
                 ("backbone", "source", "metric"),
                 "TerminalBench, target Q, text: each method × backbone under GPT-5.5 labels (x) and under Claude "
                 "Opus 4.7 labels (y, the paper's Table 6), and per method the mean over backbones under each, as "

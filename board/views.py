@@ -14,7 +14,9 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import consistency as qconsistency
-from qval import budget, families, ladder, metrics, paper_settings, published
+from qval import budget, families, ladder, metrics
+from qval.paper.qval_v1 import settings as paper_settings
+from qval.paper.qval_v1 import published
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
@@ -392,7 +394,7 @@ def builtin_method(name: str) -> dict[str, object] | None:
 
 
 def method_paper_settings(name: str, builtin: dict[str, object] | None) -> list[tuple[paper_settings.PaperSetting, object]]:
-    """The paper's settings of method ``name`` (:func:`qval.paper_settings.method_settings`), each with the
+    """The paper's settings of method ``name`` (:func:`qval.paper.qval_v1.settings.method_settings`), each with the
     built-in method's value of the same setting (``None`` where it has no such parameter or is no built-in)."""
     params = builtin["spec"].params if builtin else {}  # type: ignore[attr-defined]
     return [(s, params.get(s.site_param) if s.site_param else None) for s in paper_settings.method_settings(name)]

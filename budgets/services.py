@@ -30,6 +30,7 @@ from leaderboard import building
 from leaderboard.models import Dataset, DatasetBuild, State
 from qval import budget as qbudget
 from qval import build
+from qval.envs import registry
 from qval.schema import PUBLIC_SPLITS
 
 from .models import Refresh, Release, SplitBudget
@@ -153,7 +154,7 @@ def request_refresh(dataset: Dataset, reason: str) -> Refresh | None:
     with transaction.atomic():
         dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
         why_not = None
-        name = build.builder_name(dataset.key)
+        name = registry.builder_name(dataset.key)
         latest = Refresh.objects.filter(dataset__slug=dataset.slug).order_by("-created_at").first()
         if not dataset.hosted or not dataset.secret_test:
             why_not = "its test split is not drawn from the secret"

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from jobs.services import JobKind
 from qval import build, schema
+from qval.envs import registry
 from qval.offthread import call_in_thread
 
 from .loading import DatasetConflict, load_dataset
@@ -62,7 +63,7 @@ def _call_builder(name: str, out: Path, progress: Progress, checkpoint: Path, re
     """``build.build`` in a thread of its own (:func:`qval.offthread.call_in_thread`: an environment may run
     an event loop in its thread, where Django refuses database calls), each progress report saved here."""
     return call_in_thread(
-        lambda relay: build.build(name, out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET,
+        lambda relay: build.build(registry.BUILDERS[name], out, progress=relay, work_dir=checkpoint, secret=settings.QVAL_TEST_SPLIT_SECRET,
                                   refresh=refresh),
         progress, name=f"build-{name}")
 
@@ -71,8 +72,8 @@ def run_build(name: str, progress: Progress | None = None, out: Path | None = No
               refresh: int = 0) -> Built:
     """Build dataset ``name`` (``refresh``: its fresh hidden split number ``refresh``, :func:`qval.build.refreshed`),
     write it to ``out`` (default :func:`leaderboard.models.dataset_folder`), optionally load it."""
-    if name not in build.BUILDERS:
-        raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
+    if name not in registry.BUILDERS:
+        raise KeyError(f"unknown dataset {name!r}; choose one of {', '.join(registry.BUILDERS)}")
     report: Progress = progress or (lambda done, total, stage: None)
     staging = datasets_dir() / f".build-{name}{build.REFRESH_MARK}{refresh}" if refresh else datasets_dir() / f".build-{name}"
     if staging.exists():
@@ -226,6 +227,6 @@ def fail_worker_builds(worker: str | None = None) -> int:
 def is_loaded(name: str) -> bool:
     """Whether the version builder ``name`` makes now is loaded (an older version of the dataset
     does not count, so ``make up`` builds a new version such as one with a secret test split)."""
-    env, spec = build.BUILDERS[name]()
+    env, spec = registry.BUILDERS[name]()
     env.close()
     return Dataset.objects.filter(slug=spec.slug, version=spec.version).exists()

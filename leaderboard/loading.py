@@ -5,44 +5,12 @@ from __future__ import annotations
 import numpy as np
 from django.db import transaction
 
-from qval import published, schema
+from qval import paper, schema
+from qval.envs import registry
 from qval.predictions import SplitIndex
 from qval.scoring import Truth
 
 from .models import Candidate, Dataset, Environment, Label, LabelSet, State
-
-ENVIRONMENTS = {
-    "frozenlake": {
-        "name": "FrozenLake",
-        "description": "Gymnasium's FrozenLake grid world: reach the goal without falling into a hole.",
-        "url": "https://gymnasium.farama.org/environments/toy_text/frozen_lake/",
-        "open_book": True,  # an observation is the whole map: a shortest-path search labels it exactly
-    },
-    "alfworld": {
-        "name": "ALFWorld",
-        "description": "Household tasks aligned with the ALFRED embodied benchmark: find, pick up and place "
-                       "objects by typed commands (TextWorld engine); observed as text or as rendered images.",
-        "url": "https://alfworld.github.io/",
-    },
-    "miniwob": {
-        "name": "MiniWoB++",
-        "description": "Web interaction tasks (click, type, choose) in a real browser through BrowserGym; text "
-                       "(accessibility tree) and screenshots with set-of-marks element ids.",
-        "url": "https://miniwob.farama.org/",
-        # the goal states what success needs and the tree shows the page: a seed search matches an instance
-        # (enter-text, use-spinner: tens of seeds), replayed and labelled by the public labeller
-        "open_book": True,
-    },
-    "terminalbench": {
-        "name": "TerminalBench",
-        "description": "Shell tasks in Terminal-Bench's format (an instruction, a scripted solution, tests that decide "
-                       "success): files and text, git, Python, archives, permissions and simple services, every "
-                       "command run in a podman sandbox; hosted as TerminalBench-lite, tasks written for QVal.",
-        "url": "https://www.tbench.ai/",
-        # the instruction prints a hidden instance's parameter values: the public task file replayed labels it
-        "open_book": True,
-    },
-}
 
 
 class DatasetConflict(RuntimeError):
@@ -67,8 +35,7 @@ def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
                 f"the new build has {fingerprint[:12]}…; a changed build needs a new version"
             )
         return existing, False
-    env_info = ENVIRONMENTS.get(m.environment, {"name": m.environment})
-    env, _ = Environment.objects.get_or_create(slug=m.environment, defaults=env_info)
+    env, _ = Environment.objects.get_or_create(slug=m.environment, defaults=registry.catalogue(m.environment))
     manifest = {k: v for k, v in vars(m).items()}
     manifest["fingerprint"] = fingerprint
     dataset = Dataset.objects.create(
@@ -146,11 +113,11 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
     """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only), with each
     point's trajectory and task, which its intervals resample (:mod:`qval.sampling`).
 
-    A dataset we do not host (a published one, :mod:`submissions.importing`) has its labels
-    in the project's data file instead (:func:`qval.published.truth`; its rows are all on one split).
+    A dataset we do not host (a paper's, :mod:`submissions.importing`) has its labels in the paper's data
+    instead (:meth:`qval.paper.base.PublishedResults.truth`; its rows are all on one split).
     """
     if not dataset.hosted:
-        return published.truth(dataset.environment.slug, target)
+        return paper.truth(dataset.slug, target)
     labels = dict(
         Label.objects.filter(labelset__dataset=dataset, split=split, target=target).values_list("item_id", "value")
     )

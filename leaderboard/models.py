@@ -101,15 +101,17 @@ class Dataset(models.Model):
     def labels_have_both_signs(self, target: str) -> bool:
         """Whether some label of ``target`` is positive and some negative (:func:`qval.metrics.both_signs`);
         sign agreement is shown only then.  A hosted dataset answers from its public splits (a hidden
-        split's labels never decide what a page shows), an authors' dataset from the labels of its
-        environment's published re-scoring file (``True`` where there is none: nothing is hidden)."""
-        from qval import metrics, published
+        split's labels never decide what a page shows), an authors' dataset from the labels its
+        paper publishes (:func:`qval.paper.truth`; ``True`` where there are none: nothing is
+        hidden)."""
+        from qval import metrics, paper
+        from qval.paper.base import PublishedDataError
         from qval.schema import PUBLIC_SPLITS
 
         if not self.hosted:
             try:
-                return metrics.both_signs(published.truth(self.environment.slug, target).point_labels)
-            except published.PublishedDataError:
+                return metrics.both_signs(paper.truth(self.slug, target).point_labels)
+            except PublishedDataError:
                 return True
         labels = Label.objects.filter(labelset__dataset=self, split__in=sorted(PUBLIC_SPLITS), target=target)
         return labels.filter(value__gt=0).exists() and labels.filter(value__lt=0).exists()

@@ -52,11 +52,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from qval import build, hidden, labelling, metrics, schema
+from qval.envs import registry
 from qval.envs.base import Environment, Snapshot
 
-DATASET_SLUGS: dict[str, str] = {"frozenlake": "frozenlake-8x8", "alfworld": "alfworld-pick-place", "miniwob": "miniwob",
-                                 "terminalbench-lite": "terminalbench-lite"}
-"""The datasets (keys of :data:`qval.build.BUILDERS`) whose environments the track plays, and their slugs."""
+DATASET_SLUGS: dict[str, str] = registry.best_of_n()
+"""The datasets (builders of :mod:`qval.envs.registry`) whose environments the track plays, and their slugs: each
+environment folder names its own (:attr:`qval.envs.entry.EnvironmentEntry.best_of_n`)."""
 ENVIRONMENTS: tuple[str, ...] = tuple(DATASET_SLUGS)
 
 STEPPINGS: tuple[str, ...] = ("restore", "replay")
@@ -168,15 +169,15 @@ class Setting:
 
 # -- environments ------------------------------------------------------------------------
 def environment(name: str, secret: str | None, *,
-                builder: Callable[[], tuple[Environment, build.DatasetSpec]] | None = None
+                builder: build.Builder | None = None
                 ) -> tuple[Environment, build.DatasetSpec]:
     """The environment and spec of dataset ``name`` (:data:`ENVIRONMENTS`) with its Best-of-N tasks drawn from
     ``secret`` (the maintainer's test-split secret; module docstring): at each test position, the first draw
     whose instance is none of the dataset's tasks' (train, dev and the secret test split).  ``builder`` stands in
-    for ``qval.build.BUILDERS[name]`` (the same environment with fewer tasks, where every reset costs seconds)."""
+    for the registered builder ``name`` (the same environment with fewer tasks, where every reset costs seconds)."""
     if name not in ENVIRONMENTS:
         raise BestOfNError(f"unknown environment {name!r}; expected one of {', '.join(ENVIRONMENTS)}")
-    env, spec = (builder or build.BUILDERS[name])()
+    env, spec = (builder or registry.builder(name))()
     if not spec.secret_test:
         raise BestOfNError(f"{spec.slug}@{spec.version}: its test split is public, so Best-of-N has no secret tasks")
     if not secret:

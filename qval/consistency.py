@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qval.published import DATA_DIR, PublishedDataError, ReportedResult
+from qval.paper.qval_v1.published import DATA_DIR, PublishedDataError, ReportedResult
 
 LABEL_SOURCES_FILE: Path = DATA_DIR / "label-sources.json"
 

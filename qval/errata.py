@@ -4,7 +4,7 @@ own website data (``reported.json``), and which of the two this site shows (the 
 The list is project data (``data/qval-v1.0/errata.json``, with its provenance).  :func:`find_errata`
 derives it from the paper's text (``qval-paper.txt``, a PDF extraction) and the reported records; the
 tests check the file still equals it.  The extraction needs reading, as Table 6 does
-(:mod:`qval.relabelled`): each method takes a ρ line and a τ line, the six backbone columns are the
+(:mod:`qval.paper.qval_v1.relabelled`): each method takes a ρ line and a τ line, the six backbone columns are the
 authors' order (:data:`BACKBONES`, the header's names are garbled), and some printed labels slip
 (:data:`TABLES`; the slips were found by matching each printed line with the authors' data, and every
 line but the ``verifier`` ones then matches all its cells to three decimals).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qval.published import DATA_DIR, METRIC_TYPES, PublishedDataError, ReportedResult
+from qval.paper.qval_v1.published import DATA_DIR, METRIC_TYPES, PublishedDataError, ReportedResult
 
 ERRATA_FILE: Path = DATA_DIR / "errata.json"
 
@@ -85,7 +85,7 @@ class Erratum:
 
 def paper_cells(paper_text: str, table: PaperTable) -> dict[tuple[str, str], float]:
     """The ρ cells ``(method, backbone) → printed value`` of ``table`` in the paper's text (a ``±``
-    cell gives its mean; a dash, no cell); :class:`~qval.published.PublishedDataError` when the table
+    cell gives its mean; a dash, no cell); :class:`~qval.paper.qval_v1.published.PublishedDataError` when the table
     or one of its printed lines is missing."""
     start = paper_text.find(f"\nTable {table.number}:")
     end = paper_text.find(f"\nTable {table.number + 1}:", start)
@@ -164,8 +164,8 @@ def not_in_tables(reported: Sequence[ReportedResult] | None = None) -> dict[tupl
     ``(environment, target, modality, method, backbone)``, each with why: an erratum (the table prints another
     number, :func:`errata`), or a method of :data:`TABLES` whose printed line holds no value of it (Table 7's
     ``codegen-avg`` line holds codegen's τ, and no other line holds codegen-avg's ρ), so no table prints it.
-    ``reported``: the authors' records (default :func:`qval.published.reported`)."""
-    from qval import published
+    ``reported``: the authors' records (default :func:`qval.paper.qval_v1.published.reported`)."""
+    from qval.paper.qval_v1 import published
 
     records = published.reported()[1] if reported is None else reported
     out: dict[tuple[str, str, str, str, str], str] = {}

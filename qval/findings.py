@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qval import families
-from qval.published import DATA_DIR, PublishedDataError
+from qval.paper.qval_v1.published import DATA_DIR, PublishedDataError
 
 CLAIMS_FILE: Path = DATA_DIR / "claims.json"
 
@@ -138,7 +138,7 @@ class Finding:
 
 def claims(path: Path = CLAIMS_FILE) -> tuple[dict[str, Any], list[Claim]]:
     """The provenance and the claims of ``claims.json``; a claim without a rule or view raises
-    :class:`~qval.published.PublishedDataError`."""
+    :class:`~qval.paper.qval_v1.published.PublishedDataError`."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         out = [Claim(**entry) for entry in data["claims"]]

@@ -1,7 +1,7 @@
 """The numeric scoring engine: correlations, ranking and selection metrics, bootstrap CIs.
 
 Pointwise metrics follow the QVal v1.0 reference implementation (checked number for number
-against its published summary files, see :mod:`qval.reference`):
+against its published summary files, see :mod:`qval.paper.qval_v1.reference`):
 
 * a pair is dropped when either value is NaN; ``num_points`` counts the pairs that remain;
 * ``spearman``, ``kendall_tau`` (tau-b) and ``pearson`` are :func:`scipy.stats.spearmanr`,

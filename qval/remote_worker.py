@@ -49,7 +49,7 @@ from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_
 
 from qval import containers as qc
 from qval.backbone import Backend, BackboneServer, Backends
-from qval.envs.terminal import sweep_leftovers
+from qval.envs.terminalbench.adapter import sweep_leftovers
 from qval.vllm import VLLMManager
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from leaderboard.exports import DATASET_FORMATS, SPLIT_FORMATS
 from leaderboard.models import MODALITY_CHOICES, Dataset, DatasetBuild
 from leaderboard.task_table import split_counts
 from board.views import download_response
-from qval import relabelled
+from qval.paper.qval_v1 import relabelled
 from qval.schema import PUBLIC_SPLITS, TARGETS
 from submissions import comparison
 from submissions.models import Submission
@@ -400,7 +400,7 @@ class Compare(APIView):
 
 
 class PublishedTable6(APIView):
-    """The paper's Table 6 (:mod:`qval.relabelled`): TerminalBench's 9 methods × 6 backbones relabelled by Claude
+    """The paper's Table 6 (:mod:`qval.paper.qval_v1.relabelled`): TerminalBench's 9 methods × 6 backbones relabelled by Claude
     Opus 4.7, ρ and τ as printed (codegen: mean, std, min, max over its 16 samples) with their significance marks,
     and the provenance of the conversion from the paper's text.  These rows are not on the boards: their labels
     are not the ones every other TerminalBench row was scored against."""

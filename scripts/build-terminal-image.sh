@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the image the TerminalBench environment (qval/envs/terminal.py) runs its shell commands in,
+# Build the image the TerminalBench environment (qval/envs/terminalbench/adapter.py) runs its shell commands in,
 # offline from Debian packages (scripts/lib/debian-rootfs.sh): bash, coreutils, findutils, grep, sed,
 # awk (mawk), diffutils, tar, gzip, git, procps and python3 unpacked into a root filesystem (no
 # maintainer scripts, no apt, no perl) and imported as one layer.

@@ -20,6 +20,7 @@ import pytest
 
 from qval import build, schema
 from qval.envs.base import Environment
+from qval.envs import registry
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -83,8 +84,8 @@ def frozenlake(data_dir: Path, test_split_secret: str) -> schema.Dataset:
     """The FrozenLake dataset built by our pipeline (once per session, its test split drawn from the
     session's secret), written where the site keeps a loaded dataset's files
     (``QVAL_DATASETS_DIR/<slug>-<version>``, images included)."""
-    spec = build.BUILDERS["frozenlake"]()[1]
-    return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
+    spec = registry.BUILDERS["frozenlake"]()[1]
+    return build.build(registry.BUILDERS["frozenlake"], data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
 
 
 @pytest.fixture
@@ -175,7 +176,7 @@ def _build_digest(env_key: str) -> str:
     environment class ``env_key`` starts with, and what they import, transitively (so a change to a method,
     the scorer or another environment's adapter does not build the cached datasets again)."""
     name = env_key.split("(")[0].strip()
-    adapters = [path for path in (REPO / "qval" / "envs").glob("*.py") if f"\nclass {name}(" in path.read_text()]
+    adapters = [path for path in (REPO / "qval" / "envs").rglob("*.py") if f"\nclass {name}(" in path.read_text()]
     assert len(adapters) == 1, f"no single adapter in qval/envs defines class {name!r} (from {env_key!r})"
     todo = {REPO / "qval" / "build.py", REPO / "qval" / "__init__.py", *adapters}
     seen: set[Path] = set()

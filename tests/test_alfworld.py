@@ -8,7 +8,7 @@ import random
 import pytest
 
 from qval import build, labelling, schema
-from qval.envs.alfworld import (
+from qval.envs.alfworld.adapter import (
     ALFWorld,
     available_floorplans,
     choose_scenes,
@@ -17,6 +17,7 @@ from qval.envs.alfworld import (
     write_game,
 )
 from qval.envs.base import Snapshot
+from qval.envs import registry
 
 GAMMA = 0.95
 HORIZON = 15  # shorter than the dataset's 40 so that failing rollouts stay cheap
@@ -98,7 +99,7 @@ def test_scene_generation_is_deterministic_and_varied(tmp_path) -> None:
 
 
 def test_builder_is_sized_like_the_paper_with_disjoint_scene_splits() -> None:
-    env, spec = build.BUILDERS["alfworld"]()
+    env, spec = registry.BUILDERS["alfworld"]()
     assert isinstance(env, ALFWorld)
     assert len(env.tasks) == 30 and len({s.floorplan for s in env.scenes.values()}) == 30
     assert spec.num_trajectories == 60 and spec.discount == GAMMA and env.horizon == 40

@@ -14,7 +14,7 @@ from PIL import Image
 
 from qval import build, labelling, schema
 from qval import hidden as hidden_seeds
-from qval.envs.alfworld import (
+from qval.envs.alfworld.adapter import (
     TASK_TYPE,
     TASK_TYPES,
     ALFWorld,
@@ -24,8 +24,10 @@ from qval.envs.alfworld import (
     floorplans_for,
     generate_scene,
 )
-from qval.envs.alfworld_image import IMAGE_SIZE, render_view, view_of
+from qval.envs.alfworld.image import IMAGE_SIZE, render_view, view_of
 from qval.envs.base import Snapshot
+from qval.envs import registry
+from qval.envs.alfworld import datasets as alfworld_datasets
 from tests.conftest import REPO, _imported_core_files, cached_build
 
 GAMMA = 0.95
@@ -165,11 +167,11 @@ def test_hidden_test_scenes_keep_their_positions_type(game_root: Path) -> None:
 
 
 def test_builder_is_sized_for_200_test_points_with_a_third_of_each_type_per_split() -> None:
-    env, spec = build.BUILDERS["alfworld-all-types"]()
+    env, spec = registry.BUILDERS["alfworld-all-types"]()
     assert isinstance(env, ALFWorld) and spec.slug == "alfworld-all-types" and spec.version == "1.1"
-    assert len(env.tasks) == 6 * build.ALFWORLD_SCENES_PER_TYPE and env.horizon == 50
+    assert len(env.tasks) == 6 * alfworld_datasets.SCENES_PER_TYPE and env.horizon == 50
     for task_type in TASK_TYPES:  # distinct rooms within a type, each fit for it
-        floorplans = [fp for fp, _, t in build.ALFWORLD_ALL_TYPES_SCENES if t == task_type]
+        floorplans = [fp for fp, _, t in alfworld_datasets.ALL_TYPES_SCENES if t == task_type]
         assert len(set(floorplans)) == len(floorplans) and set(floorplans) <= set(floorplans_for(task_type))
     assert spec.secret_test and spec.split_by == "task" and spec.splits == ("train", "dev", "test")
     per_split: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -181,7 +183,7 @@ def test_builder_is_sized_for_200_test_points_with_a_third_of_each_type_per_spli
         trajectories = spec.num_trajectories // len(env.tasks) * scenes
         assert trajectories * spec.max_states_per_trajectory >= 200, split
     # The original pick & place dataset is untouched: untyped scenes, its original config key.
-    old_env, old_spec = build.BUILDERS["alfworld"]()
+    old_env, old_spec = registry.BUILDERS["alfworld"]()
     assert old_spec.slug == "alfworld-pick-place" and old_env.config()["task_type"] == TASK_TYPE
 
 
@@ -279,12 +281,13 @@ def test_the_same_state_gives_the_same_png_restored_or_replayed(env: ALFWorld, g
 
 def test_the_core_file_digest_of_cached_builds_covers_the_renderer() -> None:
     """``tests/conftest.py::_build_digest`` follows module-level imports: a renderer change rebuilds the cache."""
-    assert REPO / "qval" / "envs" / "alfworld_image.py" in _imported_core_files(REPO / "qval" / "envs" / "alfworld.py")
+    alfworld = REPO / "qval" / "envs" / "alfworld"
+    assert alfworld / "image.py" in _imported_core_files(alfworld / "adapter.py")
 
 
 def test_version_1_1_adds_images_and_goal_images_to_1_0() -> None:
-    env, spec = build.BUILDERS["alfworld-all-types"]()
-    old_env, old = build.alfworld_all_types_v1_0()
+    env, spec = registry.BUILDERS["alfworld-all-types"]()
+    old_env, old = registry.VERSIONS["alfworld-all-types@1.0"]()
     assert (spec.version, spec.modalities, spec.end_images) == ("1.1", ("text", "image"), True)
     assert (old.version, old.modalities, old.end_images) == ("1.0", ("text",), False)
     assert "a schematic render of the simulator state, not THOR's egocentric camera" in spec.description

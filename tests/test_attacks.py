@@ -43,6 +43,7 @@ from qval import predictions as qpred
 from qval.compare import friedman_nemenyi
 from qval.scoring import (DISCLOSED_DETAILS, DISCLOSED_DIGITS, Truth, disclose, disclose_value, score,
                           truth_from_dataset)
+from qval.envs import registry
 from submissions import lifecycle, services
 from submissions.models import Submission
 from tests.test_containers import image_archive
@@ -435,7 +436,7 @@ def without_goal_images(ds: schema.Dataset) -> schema.Dataset:
 
 def small_build(secret: str | None, trajectories: int = 20) -> schema.Dataset:
     """The current FrozenLake spec on its first ``trajectories`` trajectories (one per map for 20)."""
-    env, spec = build.BUILDERS["frozenlake"]()
+    env, spec = registry.BUILDERS["frozenlake"]()
     return build.build_dataset(env, replace(spec, num_trajectories=trajectories), secret=secret)
 
 
@@ -492,7 +493,7 @@ class TestSecretTestSplit:
 
     def test_public_seeds_of_the_old_version_do_not_give_the_test_split(self, frozenlake: schema.Dataset) -> None:
         """1.1's test maps (seeds 45, 50, 55, 60, in the repository) are not 1.2's."""
-        env, spec = build.frozenlake_8x8_v1_1()
+        env, spec = registry.VERSIONS["frozenlake-8x8@1.1"]()
         old = build.build_dataset(env, replace(spec, num_trajectories=20))
         old_maps = {s.observation.replace("@", "?") for s in old.states_in("test")}
         new_maps = {s.observation.replace("@", "?") for s in frozenlake.states_in("test")}
@@ -548,7 +549,7 @@ class TestSecretTestSplit:
         from leaderboard.loading import load_dataset
         from submissions.models import Submission
 
-        env, spec = build.frozenlake_8x8_v1_1()
+        env, spec = registry.VERSIONS["frozenlake-8x8@1.1"]()
         old = load_dataset(build.build_dataset(env, replace(spec, num_trajectories=10)))[0]
         assert old.superseded_test_split() == loaded and loaded.superseded_test_split() is None
 
@@ -576,7 +577,7 @@ class TestSecretTestSplit:
     def test_alfworld_test_scenes_come_from_the_secret(self, tmp_path: Path) -> None:
         """ALFWorld (text): the hidden scenes' ids (``hidden-{position}``) reveal nothing, train and dev
         do not depend on the secret, and a wrong secret gives other scenes."""
-        from qval.envs.alfworld import ALFWorld, choose_scenes
+        from qval.envs.alfworld.adapter import ALFWorld, choose_scenes
 
         scenes = choose_scenes(3, seed=0)
         spec = build.DatasetSpec(
@@ -603,7 +604,7 @@ class TestSecretTestSplit:
     def test_miniwob_test_instances_come_from_the_secret(self) -> None:
         """MiniWoB: the test tasks get ids that name their position, not their seed, and seeds from the
         secret; the manifest lists no secret seed; without the secret they cannot be played."""
-        env, spec = build.BUILDERS["miniwob"]()
+        env, spec = registry.BUILDERS["miniwob"]()
         assert spec.secret_test and spec.end_images
         public_tasks = list(env.tasks)
         names = spec.hidden_tasks(env)
@@ -617,7 +618,7 @@ class TestSecretTestSplit:
         assert len(seeds) == len(names)
         text = json.dumps(env.config())
         assert "hidden_tasks" in text and not any(str(seed) in text for seed in seeds)
-        unplayable, _ = build.BUILDERS["miniwob"]()
+        unplayable, _ = registry.BUILDERS["miniwob"]()
         build.hide_test_tasks(unplayable, spec, None)
         assert json.dumps(unplayable.config()) == text  # the manifest is the same with or without the secret
         with pytest.raises(RuntimeError, match="secret"):
@@ -626,7 +627,7 @@ class TestSecretTestSplit:
     @pytest.mark.slow
     def test_frozenlake_1_1_still_rebuilds(self, tmp_path: Path) -> None:
         """The superseded version keeps its published fingerprint (and the split fingerprints pinned above)."""
-        env, spec = build.frozenlake_8x8_v1_1()
+        env, spec = registry.VERSIONS["frozenlake-8x8@1.1"]()
         ds = build.build_dataset(env, spec)
         assert ds.compute_fingerprint() == FROZENLAKE_1_1_FINGERPRINT
         assert {s: ds.split_fingerprint(s) for s in schema.SPLITS} == FROZENLAKE_1_1_SPLITS

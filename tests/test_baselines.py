@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from qval import build, schema
 from qval.vllm import ServeSpec, VLLMError, VLLMManager
+from qval.envs import registry
 from tests.conftest import REPO, wait_for, worker_process
 
 STANDIN = [sys.executable, str(REPO / "scripts" / "vllm-standin")]
@@ -166,7 +167,7 @@ def mini_lake(transactional_db, data_dir: Path):  # type: ignore[no-untyped-def]
     """A small FrozenLake build (dev only) written under QVAL_DATASETS_DIR and loaded."""
     from leaderboard.loading import load_dataset
 
-    env, spec = build.BUILDERS["frozenlake"]()
+    env, spec = registry.BUILDERS["frozenlake"]()
     spec = dataclasses.replace(spec, slug="frozenlake-mini", version="0", num_trajectories=4,
                                max_states_per_trajectory=3, splits=("dev",), split_by="trajectory",
                                split_cycle=None, secret_test=False)

@@ -13,6 +13,8 @@ from scipy import stats
 
 from qval import best_of_n as bon
 from qval import build, schema
+from qval.envs import registry
+from qval.envs.miniwob import datasets as miniwob_datasets
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +138,8 @@ def test_a_registered_method_picks_through_its_run(frozen, frozenlake: schema.Da
 
 
 def test_dataset_slugs_are_the_builders() -> None:
-    from qval import build
-
-    assert bon.DATASET_SLUGS["frozenlake"] == build.frozenlake_8x8()[1].slug
-    assert bon.DATASET_SLUGS["alfworld"] == build.alfworld_text()[1].slug
+    assert bon.DATASET_SLUGS["frozenlake"] == registry.BUILDERS["frozenlake"]()[1].slug
+    assert bon.DATASET_SLUGS["alfworld"] == registry.BUILDERS["alfworld"]()[1].slug
 
 
 def test_a_recorded_episode_replays(frozen) -> None:  # type: ignore[no-untyped-def]
@@ -161,7 +161,7 @@ def played(env, spec, name: str, episodes: int, pickers: tuple[str, ...]) -> lis
 def scored_environment(name: str, secret: str, builder=None):  # type: ignore[no-untyped-def]
     """The environment the dataset is built from (``builder``'s, by default ``BUILDERS[name]``'s): its test tasks
     drawn from ``secret``."""
-    env, spec = (builder or build.BUILDERS[name])()
+    env, spec = (builder or registry.BUILDERS[name])()
     build.hide_test_tasks(env, spec, secret)
     return env, spec
 
@@ -218,11 +218,11 @@ def instances(env, tasks) -> set[str]:  # type: ignore[no-untyped-def]
 def small_miniwob():  # type: ignore[no-untyped-def]
     """``miniwob@2.0``'s environment and spec with 1 of its 14 seeds per task: its 16 tasks, the same split by task
     and the same secret test draws at 5 test positions (every instance costs a browser reset)."""
-    from qval.envs.miniwob import MiniWoB
+    from qval.envs.miniwob.adapter import MiniWoB
 
-    env, spec = build.BUILDERS["miniwob"]()
+    env, spec = registry.BUILDERS["miniwob"]()
     env.close()
-    return MiniWoB(task_names=build.MINIWOB_2_TASKS, seeds=range(1), horizon=12, goal_banner=True), spec
+    return MiniWoB(task_names=miniwob_datasets.TASKS_2, seeds=range(1), horizon=12, goal_banner=True), spec
 
 
 @pytest.mark.slow

@@ -201,8 +201,9 @@ def small_alfworld(data_dir: Path, secret: str) -> Any:
 
     from leaderboard.loading import load_dataset
     from qval import build
+    from qval.envs import registry
 
-    env, spec = build.BUILDERS["alfworld"]()
+    env, spec = registry.BUILDERS["alfworld"]()
     spec = replace(spec, num_trajectories=6, max_states_per_trajectory=2)
     dataset = build.build_dataset(env, spec, secret=secret)
     dataset.write(data_dir / "datasets" / f"{spec.slug}-{spec.version}")

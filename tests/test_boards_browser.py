@@ -77,7 +77,7 @@ def fresh_site(live_server, celery_worker_process, loaded) -> dict[str, object]:
     """What ``make up`` leaves: the published results imported, the reference rows of the hosted dataset run;
     what the walk needs from the database, read before the browser starts."""
     from learning.services import run_training
-    from qval import published
+    from qval.paper.qval_v1 import published
     from qval_site.reference_rows import seed_reference_rows
     from submissions.importing import import_results
     from submissions.models import Submission

@@ -12,6 +12,7 @@ import pytest
 
 from budgets.models import Refresh, Release, SplitBudget
 from qval import budget, build, scoring
+from qval.envs import registry
 from submissions.models import Submission
 from tests.test_attacks import _baseline_row
 from tests.test_ladder import _noisy, closed_book  # noqa: F401 - the fixture
@@ -70,14 +71,14 @@ class TestArithmetic:
                    if r.metric != "spearman")
 
     def test_a_fresh_split_is_a_new_version_with_the_same_public_splits(self) -> None:
-        env, spec = build.BUILDERS["frozenlake"]()
+        env, spec = registry.BUILDERS["frozenlake"]()
         env.close()
         fresh = build.refreshed(spec, 2)
         assert fresh.version == f"{spec.version}-r2" and build.split_version(fresh.version) == (spec.version, 2)
-        assert build.builder_name(f"{spec.slug}@{fresh.version}") == "frozenlake"
-        assert build.builder_for(f"{spec.slug}@{fresh.version}") is not None
+        assert registry.builder_name(f"{spec.slug}@{fresh.version}") == "frozenlake"
+        assert registry.builder_for(f"{spec.slug}@{fresh.version}") is not None
         assert build.split_version("1.0") == ("1.0", 0) and build.split_version("1.0-r0") == ("1.0-r0", 0)
-        _, old = build.VERSIONS["frozenlake-8x8@1.1"]()
+        _, old = registry.VERSIONS["frozenlake-8x8@1.1"]()
         with pytest.raises(ValueError):
             build.refreshed(old, 1)  # a test split rebuilt from public seeds has nothing to refresh
 

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from qval import build, cli, schema
+from qval import cli, schema
+from qval.envs import registry
 
-KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
+KEY = "{0.slug}@{0.version}".format(registry.BUILDERS["frozenlake"]()[1])
 
 
 @pytest.fixture

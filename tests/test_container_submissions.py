@@ -24,11 +24,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from qval import build
 from qval import containers as qc
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import disclose, score, truth_from_dataset
+from qval.envs import registry
 from submissions import lifecycle
 from submissions.lifecycle import fail, finish
 from submissions.models import Submission
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.container
 
 SESSION = uuid.uuid4().hex[:8]
 RESAMPLES = 200
-KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
+KEY = "{0.slug}@{0.version}".format(registry.BUILDERS["frozenlake"]()[1])
 FAILING_METHOD = """import sys
 print("reading /input")
 sys.stderr.write("Traceback: <b>model weights</b> not found\\n" * 5000)

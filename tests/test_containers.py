@@ -593,7 +593,8 @@ def test_sweep_removes_what_a_killed_worker_left(engine, probe_tar, frozenlake, 
         import os
         from pathlib import Path
         from qval import build, containers as qc
-        ds = build.build("frozenlake", Path({str(tmp_path / "ds")!r}))
+        from qval.envs import registry
+        ds = build.build(registry.BUILDERS["frozenlake"], Path({str(tmp_path / "ds")!r}))
         job = qc.Job(qc.Engine(work_root=Path({str(engine.work_root)!r})))
         image_id = job.load(Path({str(probe_tar)!r}))
         qc.write_input(ds, "dev", "q", job.input_dir)

@@ -19,6 +19,8 @@ from django.utils import timezone
 from leaderboard import building
 from leaderboard.models import Dataset, DatasetBuild
 from qval import build, schema
+from qval.envs import registry
+from qval.envs.frozenlake.adapter import FrozenLake
 from tests.conftest import wait_for, worker_process
 from jobs.tasks import reap_jobs
 from workers.builds import build_dataset
@@ -33,8 +35,8 @@ def datasets_dir(settings, tmp_path: Path) -> Path:
 
 def tiny_frozenlake():  # type: ignore[no-untyped-def]
     """The FrozenLake builder on 5 maps and 10 trajectories (one per train/dev/test share), images included."""
-    env, spec = build.BUILDERS["frozenlake"]()
-    env = build.FrozenLake(map_seeds=tuple(range(42, 47)), size=8, horizon=30)
+    env, spec = registry.BUILDERS["frozenlake"]()
+    env = FrozenLake(map_seeds=tuple(range(42, 47)), size=8, horizon=30)
     return env, dataclasses.replace(spec, slug="frozenlake-tiny", name="FrozenLake tiny", num_trajectories=10)
 
 
@@ -51,7 +53,7 @@ def tiny_reference(tmp_path_factory: pytest.TempPathFactory, test_split_secret: 
 @pytest.fixture
 def tiny(monkeypatch: pytest.MonkeyPatch, tiny_reference: schema.Dataset) -> schema.Dataset:
     """Builder ``tiny`` registered (in this process only)."""
-    monkeypatch.setitem(build.BUILDERS, "tiny", tiny_frozenlake)
+    monkeypatch.setitem(registry.BUILDERS, "tiny", tiny_frozenlake)
     return tiny_reference
 
 
@@ -112,7 +114,7 @@ def test_queue_if_missing_and_no_duplicates(db, datasets_dir, tiny, client, caps
                                             django_capture_on_commit_callbacks) -> None:
     from leaderboard.loading import load_dataset
 
-    current = build.BUILDERS["frozenlake"]()[1]  # the version `frozenlake` builds now counts as loaded ...
+    current = registry.BUILDERS["frozenlake"]()[1]  # the version `frozenlake` builds now counts as loaded ...
     load_dataset(dataclasses.replace(tiny, manifest=dataclasses.replace(tiny.manifest, slug=current.slug,
                                                                         version=current.version)))
     # ... an older version of a dataset does not.
@@ -156,7 +158,7 @@ def test_a_build_whose_environment_runs_an_event_loop_records_progress(db, datas
 
     threads = set()
 
-    class WithPlaywright(build.FrozenLake):  # type: ignore[name-defined]
+    class WithPlaywright(FrozenLake):
         playwright = None
 
         def _reset(self, task):  # type: ignore[no-untyped-def]
@@ -174,7 +176,7 @@ def test_a_build_whose_environment_runs_an_event_loop_records_progress(db, datas
         env.__class__ = WithPlaywright
         return env, dataclasses.replace(spec, slug="frozenlake-loop", num_trajectories=3)
 
-    monkeypatch.setitem(build.BUILDERS, "loop", with_playwright)
+    monkeypatch.setitem(registry.BUILDERS, "loop", with_playwright)
     record = DatasetBuild.objects.create(name="loop")
     assert build_dataset.apply(args=[record.pk]).get() == "finished"
     record.refresh_from_db()
@@ -189,16 +191,16 @@ def test_a_failing_build_ends_failed_with_its_reason(db, datasets_dir, monkeypat
     unknown.refresh_from_db()
     assert unknown.status == "failed" and unknown.error.startswith("unknown dataset 'nope'; choose one of")
 
-    class Exploding(build.FrozenLake):  # type: ignore[name-defined]
+    class Exploding(FrozenLake):
         def step(self, action):  # type: ignore[no-untyped-def]
             raise RuntimeError("the environment exploded")
 
     def exploding():  # type: ignore[no-untyped-def]
-        env, spec = build.BUILDERS["frozenlake"]()
+        env, spec = registry.BUILDERS["frozenlake"]()
         env.__class__ = Exploding
         return env, spec
 
-    monkeypatch.setitem(build.BUILDERS, "boom", exploding)
+    monkeypatch.setitem(registry.BUILDERS, "boom", exploding)
     boom = DatasetBuild.objects.create(name="boom")
     assert build_dataset.apply(args=[boom.pk]).get() == "failed"
     boom.refresh_from_db()
@@ -330,16 +332,16 @@ def test_builds_in_the_admin(admin_client, db) -> None:
 
 
 def test_every_dataset_version_names_the_builder_that_makes_it() -> None:
-    """``qval.build.VERSIONS`` (how a loaded dataset finds its environment, superseded versions included) maps each
+    """``qval.envs.registry.VERSIONS`` (how a loaded dataset finds its environment, superseded versions included) maps each
     ``slug@version`` to a builder whose spec is that version, and holds every current builder."""
-    assert set(build.BUILDERS.values()) <= set(build.VERSIONS.values())
-    for key, make in build.VERSIONS.items():
+    assert set(registry.BUILDERS.values()) <= set(registry.VERSIONS.values())
+    for key, make in registry.VERSIONS.items():
         env, spec = make()
         try:
             assert f"{spec.slug}@{spec.version}" == key
         finally:
             env.close()
-    assert len({make for make in build.VERSIONS.values()}) == len(build.VERSIONS)
+    assert len({make for make in registry.VERSIONS.values()}) == len(registry.VERSIONS)
 
 
 def test_a_running_build_estimates_its_time_left_from_the_stage_rate(db, client) -> None:

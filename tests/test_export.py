@@ -15,6 +15,7 @@ import yaml
 from PIL import Image
 
 from qval import build, export, schema
+from qval.envs import registry
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the network (before `datasets` is imported)
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -25,7 +26,7 @@ LABELS = {"q_label", "v_label"}
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory, test_split_secret: str) -> tuple[schema.Dataset, Path]:
     """A small FrozenLake build (current spec, fewer trajectories; every split present), written."""
-    env, spec = build.BUILDERS["frozenlake"]()
+    env, spec = registry.BUILDERS["frozenlake"]()
     ds = build.build_dataset(env, replace(spec, num_trajectories=15, version="export-test"), secret=test_split_secret)
     folder = tmp_path_factory.mktemp("small")
     ds.write(folder)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from qval import build, schema
+from qval import schema
+from qval.envs import registry
 from tests.conftest import BASE_IMAGE, wait_for
 from tests.stack import Stack
 
@@ -32,7 +33,7 @@ SLOW_SCORING = {"QVAL_BOOTSTRAP_RESAMPLES": "400000"}  # many seconds of scoring
 
 
 def dataset_dir(frozenlake: schema.Dataset, data_dir: Path) -> Path:
-    spec = build.BUILDERS["frozenlake"]()[1]
+    spec = registry.BUILDERS["frozenlake"]()[1]
     return data_dir / "datasets" / f"{spec.slug}-{spec.version}"
 
 

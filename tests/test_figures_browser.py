@@ -52,7 +52,8 @@ def published(imported) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     browser starts: each claim's verdict and numbers, and each consistency cell's numbers and reason."""
     from board.consistency import rescored_values
     from board.findings import current_findings
-    from qval import consistency, published as qpublished
+    from qval import consistency
+    from qval.paper.qval_v1 import published as qpublished
 
     cells = consistency.table(qpublished.reported()[1], rescored_values())
     return {

@@ -17,15 +17,16 @@ from PIL import Image
 
 from qval import build, labelling, schema
 from qval.envs.base import Snapshot
-from qval.envs.frozenlake import FrozenLake, render_map
+from qval.envs.frozenlake.adapter import FrozenLake, render_map
+from qval.envs import registry
 
 GAMMA = 0.95
 HORIZON = 30
-# Written out independently of qval.envs.frozenlake: gymnasium's action ids.
+# Written out independently of qval.envs.frozenlake.adapter: gymnasium's action ids.
 OFFSETS = {"move left": (0, -1), "move down": (1, 0), "move right": (0, 1), "move up": (-1, 0)}
 
 
-ENV, SPEC = build.BUILDERS["frozenlake"]()
+ENV, SPEC = registry.BUILDERS["frozenlake"]()
 MAP_SEEDS = list(ENV.map_seeds)  # type: ignore[attr-defined]
 NUM_MAPS = len(MAP_SEEDS)
 V1_0_FINGERPRINT = "155c595b63d199e39054bde2c7ca319e01fc62b9f4151605a02a2c1e4c0c3b41"
@@ -217,7 +218,7 @@ def test_missing_or_changed_image_is_detected_on_read(dataset: schema.Dataset, t
 
 def test_text_only_datasets_keep_their_fingerprint(tmp_path) -> None:
     """frozenlake-8x8@1.0 rebuilds to its published fingerprint: no image, no image part."""
-    env, spec = build.frozenlake_8x8_v1_0()
+    env, spec = registry.VERSIONS["frozenlake-8x8@1.0"]()
     ds = build.build_dataset(env, spec)
     ds.write(tmp_path / "v1.0")
     assert ds.manifest.fingerprint == V1_0_FINGERPRINT and ds.manifest.modalities == ["text"]
@@ -284,7 +285,7 @@ def test_labelling_rejects_bad_settings() -> None:
 def test_rebuild_is_byte_identical_and_fingerprint_is_checked(
     dataset: schema.Dataset, test_split_secret: str, tmp_path
 ) -> None:
-    again = build.build("frozenlake", tmp_path / "again", secret=test_split_secret)
+    again = build.build(registry.BUILDERS["frozenlake"], tmp_path / "again", secret=test_split_secret)
     assert again.manifest.fingerprint == dataset.manifest.fingerprint
     first_dir = tmp_path / "first"
     dataset.write(first_dir)
@@ -303,8 +304,8 @@ def test_rebuild_is_byte_identical_and_fingerprint_is_checked(
 
 
 def test_unknown_builder_is_a_clear_error(tmp_path) -> None:
-    with pytest.raises(KeyError, match="unknown dataset 'nope'; choose one of frozenlake"):
-        build.build("nope", tmp_path)
+    with pytest.raises(KeyError, match="unknown dataset 'nope'; choose one of .*frozenlake"):
+        build.build(registry.builder("nope"), tmp_path)
 
 
 # -- resume -------------------------------------------------------------------------------
@@ -379,7 +380,7 @@ def test_corrupt_last_checkpoint_line_is_ignored(tmp_path) -> None:
 
 
 def test_build_with_work_dir_resumes_and_cleans_up(tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(build.BUILDERS, "small-frozenlake", lambda: small(num_trajectories=8))
+    monkeypatch.setitem(registry.BUILDERS, "small-frozenlake", lambda: small(num_trajectories=8))
     work = tmp_path / "work"
 
     def stop_at_3(done: int, total: int, stage: str) -> None:
@@ -387,10 +388,10 @@ def test_build_with_work_dir_resumes_and_cleans_up(tmp_path, monkeypatch) -> Non
             raise Stop
 
     with pytest.raises(Stop):
-        build.build("small-frozenlake", tmp_path / "out", stop_at_3, work_dir=work)
+        build.build(registry.BUILDERS["small-frozenlake"], tmp_path / "out", stop_at_3, work_dir=work)
     (folder,) = list(work.iterdir())  # one checkpoint, named by slug, version and the config hash
     assert folder.name.startswith(f"{SPEC.slug}-test-") and (folder / "checkpoint.jsonl").is_file()
-    ds = build.build("small-frozenlake", tmp_path / "out", work_dir=work)
+    ds = build.build(registry.BUILDERS["small-frozenlake"], tmp_path / "out", work_dir=work)
     assert ds.manifest.build_info["states_resumed"] == 3
     assert list(work.iterdir()) == []  # removed once written
     assert schema.Dataset.read(tmp_path / "out").manifest.fingerprint == ds.manifest.fingerprint
@@ -418,7 +419,7 @@ def test_shared_rollouts_give_the_same_dataset_with_fewer_restores() -> None:
         datasets[shared] = build.build_dataset(env, spec)
         restores[shared] = counted[0]
     assert labelling.shares_rollouts(env, 1) and not labelling.shares_rollouts(env, 2)
-    assert build.frozenlake_8x8()[0].deterministic  # the hosted builds share rollouts
+    assert registry.BUILDERS["frozenlake"]()[0].deterministic  # the hosted builds share rollouts
     old, new = datasets[False], datasets[True]
     assert new.states and new.compute_fingerprint() == old.compute_fingerprint()
     assert dict(new.images) == dict(old.images) and any(s.end_image for s in new.states)

@@ -17,7 +17,7 @@ import pytest
 from qval import schema
 from qval.build import encode_png
 from qval.envs.base import Snapshot
-from qval.envs.frozenlake import FrozenLake, render_map
+from qval.envs.frozenlake.adapter import FrozenLake, render_map
 from qval.methods import encoders, goals
 from qval.methods.embedding import cosine, sor_probability, sor_threshold, vlm_rm
 from qval.methods.pretrained import negative_l2

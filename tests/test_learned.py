@@ -16,12 +16,13 @@ from scipy.stats import spearmanr
 
 from qval import build, schema
 from qval.envs.base import Environment, Snapshot
-from qval.envs.frozenlake import FrozenLake
+from qval.envs.frozenlake.adapter import FrozenLake
 from qval.learned import experience, methods, store
 from qval.learned.data import Point, read_inputs
 from qval.learned.experience import Edge, TreeNode
 from qval.learned.features import CrossedNgrams, FeatureCache, HashedNgrams
 from qval.learned.trainers import expectile_loss, iql_q_target
+from qval.envs import registry
 from tests.conftest import cached_build
 
 FAST = {"best-of-q": {"steps": 300, "target_every": 10, "lr": 3e-3}, "qlass": {"steps": 300, "width": 2}, "amc-value": {"steps": 300, "samples": 2}}
@@ -380,7 +381,7 @@ def test_best_of_q_iql_targets_on_a_stochastic_mdp_recover_q_star_of_the_data() 
 
 # -- training on FrozenLake ----------------------------------------------------------------
 def small_frozenlake() -> tuple[FrozenLake, build.DatasetSpec]:
-    env, spec = build.BUILDERS["frozenlake"]()
+    env, spec = registry.BUILDERS["frozenlake"]()
     return env, replace(spec, version="learned-test", num_trajectories=40, modalities=("text",), end_images=False,
                         secret_test=False)  # a public test split: the fixture builds without the secret
 
@@ -397,7 +398,7 @@ class RecordingLake(FrozenLake):
     """FrozenLake that records every task it is reset to."""
 
     def __init__(self) -> None:
-        env, _ = build.BUILDERS["frozenlake"]()
+        env, _ = registry.BUILDERS["frozenlake"]()
         super().__init__(map_seeds=env.map_seeds, size=8, horizon=env.horizon)  # type: ignore[attr-defined]
         self.reset_tasks: set[str] = set()
 
@@ -492,7 +493,7 @@ def test_trained_models_are_reproducible_stored_and_q_aligned(fl_dir: Path, tmp_
 def shared_map_lake() -> tuple[FrozenLake, build.DatasetSpec]:
     """Four FrozenLake maps whose trajectories go to train, dev and test within each map (tabular features
     know only the maps they were trained on), text only."""
-    _, spec = build.BUILDERS["frozenlake"]()
+    _, spec = registry.BUILDERS["frozenlake"]()
     env = FrozenLake(map_seeds=tuple(range(42, 46)), size=8, horizon=30)
     return env, replace(spec, version="tabular-check", num_trajectories=40, modalities=("text",), end_images=False,
                         secret_test=False, split_by="trajectory", split_cycle=("train", "dev", "train", "test", "train"))
@@ -519,7 +520,7 @@ path need."""
 
 
 def test_tabular_grid_features_are_exact_one_hots() -> None:
-    from qval.envs.frozenlake import ACTIONS
+    from qval.envs.frozenlake.adapter import ACTIONS
     from qval.learned.features import TabularGrid, featuriser_from_spec
 
     tab = featuriser_from_spec("tabular")
@@ -706,7 +707,7 @@ def train_and_score_everywhere(env_key: str, make_env: Callable[[], Environment]
 
 @pytest.mark.slow
 def test_every_learned_method_trains_on_alfworld(tmp_path: Path) -> None:
-    from qval.envs.alfworld import ALFWorld, choose_scenes
+    from qval.envs.alfworld.adapter import ALFWorld, choose_scenes
 
     spec = build.DatasetSpec(slug="alfworld-small", name="ALFWorld small", version="0", description="test build",
                              modalities=("text",), num_trajectories=3, max_states_per_trajectory=2, epsilon=0.3,
@@ -720,7 +721,7 @@ def test_every_learned_method_trains_on_alfworld(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
-    from qval.envs.miniwob import MiniWoB
+    from qval.envs.miniwob.adapter import MiniWoB
 
     # tasks login-user:0, enter-password:0, login-user:1, enter-password:1 → train, dev, test, train
     # (both need three actions, so an ε = 0 trajectory has a middle turn to sample)

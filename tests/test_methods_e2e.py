@@ -35,8 +35,8 @@ def small(slug: str, **changes: object) -> build.DatasetSpec:
 @pytest.fixture(scope="module")
 def datasets(frozenlake: schema.Dataset, tmp_path_factory: pytest.TempPathFactory) -> dict[str, schema.Dataset]:
     """Dev data of the three text environments (FrozenLake: the session's build; ALFWorld, MiniWoB: small builds)."""
-    from qval.envs.alfworld import ALFWorld, choose_scenes
-    from qval.envs.miniwob import MiniWoB
+    from qval.envs.alfworld.adapter import ALFWorld, choose_scenes
+    from qval.envs.miniwob.adapter import MiniWoB
 
     alfworld_dir = cached_build(
         "ALFWorld(choose_scenes(2, seed=7), horizon=15)",

@@ -23,11 +23,12 @@ import pandas as pd
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from qval import build, metric_registry, metrics, schema, scoring
+from qval import metric_registry, metrics, schema, scoring
+from qval.envs import registry
 from submissions.models import Submission
 from workers.tasks import score_submission, validate_upload
 
-KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
+KEY = "{0.slug}@{0.version}".format(registry.BUILDERS["frozenlake"]()[1])
 ROOT = Path(__file__).resolve().parent.parent
 TOY = "mean_gap"
 

@@ -17,7 +17,8 @@ import pytest
 
 from qval import build, labelling
 from qval.envs.base import Snapshot
-from qval.envs.miniwob import TASK_NAMES, MiniWoB
+from qval.envs.miniwob.adapter import TASK_NAMES, MiniWoB
+from qval.envs import registry
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -41,7 +42,7 @@ def test_tasks_are_listed_seed_major(env: MiniWoB) -> None:
 
 def test_miniwob_2_has_every_task_name_in_every_split() -> None:
     """``miniwob@2.0``'s split by task, computed from the environment's task list (nothing is played)."""
-    env, spec = build.BUILDERS["miniwob"]()
+    env, spec = registry.BUILDERS["miniwob"]()
     assert (spec.version, spec.split_by, spec.cycle) == ("2.0", "task", ("train", "dev", "test"))
     assert spec.secret_test and spec.sample_first_turn and env.goal_banner and spec.num_trajectories == len(env.tasks)
     names = [task.split(":")[0] for task in env.tasks]
@@ -59,7 +60,7 @@ def test_miniwob_2_has_every_task_name_in_every_split() -> None:
     # every state names its MiniWoB task (the dataset page and the API count states per name); 1.2 names none
     build.hide_test_tasks(env, spec, "a secret")
     assert [env.task_type(t) for t in env.tasks] == names and "task_type" in env.config()
-    old, _ = build.miniwob_v1_2()
+    old, _ = registry.VERSIONS["miniwob@1.2"]()
     assert old.task_type(old.tasks[0]) is None and "task_type" not in old.config()
 
 
@@ -101,7 +102,7 @@ def test_early_submit_gets_zero_and_the_optimal_action_the_highest_q(env: MiniWo
 def test_pages_run_in_utc_and_en_us_whatever_the_machine() -> None:
     """enter-time's and enter-date's goals come from the page clock: a build on a machine in another zone or
     language must draw the same goals (a process of its own, started in Tahiti with a German locale)."""
-    probe = ("from qval.envs.miniwob import MiniWoB\n"
+    probe = ("from qval.envs.miniwob.adapter import MiniWoB\n"
              "env = MiniWoB(task_names=('enter-time',), seeds=(0,), horizon=4)\n"
              "env.reset('enter-time:0')\n"
              "print(env.evaluate('() => [Intl.DateTimeFormat().resolvedOptions().timeZone, navigator.language]'))\n"
@@ -190,7 +191,7 @@ def test_lean_episodes_and_shared_rollouts_build_the_same_dataset(env: MiniWoB) 
     from qval import build
 
     env.close()  # one live page at a time (BrowserGym's visibility); the fixture's next reset starts again
-    _, spec = build.miniwob()
+    _, spec = registry.BUILDERS["miniwob"]()
     spec = replace(spec, slug="miniwob-tiny", num_trajectories=1, max_states_per_trajectory=1, secret_test=False)
     built = {}
     for way in ("old", "fast", "old again"):

@@ -25,17 +25,16 @@ from collections import Counter
 import pytest
 
 from qval import hidden
-from qval.envs import alfworld
-from qval.envs.terminal import TaskTemplate, load_tasks
+from qval.envs import registry
+from qval.envs.alfworld import adapter as alfworld
+from qval.envs.terminalbench.adapter import TaskTemplate, load_tasks
 
 OPEN_BOOK = {"frozenlake": True, "miniwob": True, "terminalbench": True, "alfworld": False}
 """Each hosted environment's answer."""
 
 
 def test_each_hosted_environment_is_flagged_as_decided() -> None:
-    from leaderboard.loading import ENVIRONMENTS
-
-    assert {slug: bool(info.get("open_book")) for slug, info in ENVIRONMENTS.items()} == OPEN_BOOK
+    assert {name: entry.open_book for name, entry in registry.ENVIRONMENTS.items()} == OPEN_BOOK
 
 
 @pytest.mark.django_db
@@ -99,7 +98,7 @@ def test_terminalbench_parameter_values_would_be_read_from_any_space() -> None:
 @pytest.mark.browser
 def test_a_hidden_miniwob_page_is_found_by_a_seed_search_and_labelled_alike() -> None:
     from qval import labelling
-    from qval.envs.miniwob import MiniWoB
+    from qval.envs.miniwob.adapter import MiniWoB
 
     secret_seed = hidden.derive_seed(secrets.token_hex(32), "miniwob@probe", "task", 0)
     secret_env = MiniWoB(task_names=("use-spinner",), seeds=(0,), horizon=4)

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from qval import consistency, errata, metric_registry, published, relabelled
+from qval import consistency, errata, metric_registry
+from qval.paper.qval_v1 import published
+from qval.paper.qval_v1 import relabelled
 from tests.test_published import REFERENCE_DIR, _import, reference_dir  # noqa: F401 (a fixture)
 
 PAPER_TEXT = REFERENCE_DIR.parents[1] / "seeds" / "qval-paper.txt"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from qval import relabelled
+from qval.paper.qval_v1 import relabelled
 
 PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "qval-paper.txt"
 FIGURES = ("fig2", "fig3", "fig4-left", "fig4-right", "fig5")

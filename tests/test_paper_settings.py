@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from qval import families, paper_settings
-from qval.published import PublishedDataError
+from qval import families
+from qval.paper.qval_v1 import settings as paper_settings
+from qval.paper.qval_v1.published import PublishedDataError
 
 PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "qval-paper.txt"
 

@@ -1,4 +1,4 @@
-"""The Kendall τ of the paper's appendix tables (:mod:`qval.paper_tau`): the data file is the conversion of
+"""The Kendall τ of the paper's appendix tables (:mod:`qval.paper.qval_v1.tau`): the data file is the conversion of
 the paper's text, each τ belongs to exactly one reported row, the import puts it on the row (API and pages),
 and the count of published numbers the site states is the count of its data files."""
 
@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from qval import errata, paper_tau, published, relabelled
+from qval import errata
+from qval.paper.qval_v1 import tau as paper_tau
+from qval.paper.qval_v1 import published
+from qval.paper.qval_v1 import relabelled
 
 PAPER_TEXT = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "qval-paper.txt"
 
@@ -137,7 +140,7 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
     # Importing again keeps the rows (the τ file is part of the digest), and the pages say how many numbers.
     assert _import().results == 0
     # A database imported under the previous layout (ρ alone) gets the τ on its next import.
-    from submissions.importing import REPORTED_LAYOUT
+    from qval.paper.qval_v1.importer import REPORTED_LAYOUT
     from submissions.models import Submission
 
     reported = Submission.objects.filter(source="reported")

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qval import metrics, published, scoring
+from qval import metrics, scoring
+from qval.paper.qval_v1 import published
 from qval import predictions as qpred
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "qval-v1.0"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qval.reference import Rescore, parse_reference_values, rescore_summary
+from qval.paper.qval_v1.reference import Rescore, parse_reference_values, rescore_summary
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "qval-v1.0"
 

@@ -16,11 +16,12 @@ from scipy.stats import spearmanr
 
 from .conftest import broker_messages, clear_queue
 
-from qval import build, schema
+from qval import schema
 from qval.methods.reference import NAMES, goal_distance, methods_for, uniform
 from qval.methods.registry import MethodError, get_method
 from qval.methods.run import run_method
 from qval.scoring import Truth, score
+from qval.envs import registry
 
 LEGEND = "FrozenLake: you are @. Reach the goal G without falling into a hole H (S start, F frozen ice)."
 
@@ -147,12 +148,12 @@ def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> N
 def tiny_lake(monkeypatch):  # type: ignore[no-untyped-def]
     """Builder ``tiny-lake``: a few FrozenLake trajectories split between dev and a public test split."""
     def tiny():  # type: ignore[no-untyped-def]
-        env, spec = build.BUILDERS["frozenlake"]()
+        env, spec = registry.BUILDERS["frozenlake"]()
         return env, dataclasses.replace(spec, slug="frozenlake-tiny", version="0", num_trajectories=6,
                                         max_states_per_trajectory=2, splits=("dev", "test"), split_by="task",
                                         split_cycle=None, secret_test=False, end_images=False)
 
-    monkeypatch.setitem(build.BUILDERS, "tiny-lake", tiny)
+    monkeypatch.setitem(registry.BUILDERS, "tiny-lake", tiny)
 
 
 def test_a_finished_dataset_build_seeds_its_reference_rows(db, tiny_lake, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

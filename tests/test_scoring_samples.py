@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from qval import published
+from qval.paper.qval_v1 import published
 from qval.scoring import MetricRow, Truth, sample_table, score, score_samples
 
 SCIPY = {"spearman": stats.spearmanr, "kendall_tau": stats.kendalltau, "pearson": stats.pearsonr}

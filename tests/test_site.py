@@ -19,13 +19,13 @@ from django.core.management import call_command
 from scipy import stats
 
 from leaderboard.models import Backbone, Candidate, Dataset, Label, Method, State
-from qval import build
+from qval.envs import registry
 from submissions.models import Result, Submission
 from workers.tasks import score_submission, validate_upload
 
 pytestmark = pytest.mark.django_db
 
-KEY = "{0.slug}@{0.version}".format(build.BUILDERS["frozenlake"]()[1])
+KEY = "{0.slug}@{0.version}".format(registry.BUILDERS["frozenlake"]()[1])
 
 
 def csv_bytes(ids: list[str], scores: list[float] | np.ndarray) -> bytes:

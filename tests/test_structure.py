@@ -1,12 +1,13 @@
 """The project's structure, read from its source files with ``ast`` (nothing of the project is imported
-except the migration modules):
+except the migration modules and the environment registry, which says what the environments are called):
 
 - no circle between modules: every ``import`` counts, at module level, inside functions and under
   ``if TYPE_CHECKING``, with relative imports resolved and ``from package import module`` counted as an
   import of that module;
 - no cycle between apps (the top-level packages: ``qval``, ``qval_site``, ``leaderboard``, ...), and the
   Django-free core ``qval`` imports neither Django nor any app;
-- no cycle between apps in the migration graph (each migration's ``dependencies``).
+- no cycle between apps in the migration graph (each migration's ``dependencies``);
+- no module outside an environment's folder names an environment (:mod:`qval.envs.registry` is the one place).
 
 A task sent by name (``current_app.send_task("workers.tasks.x", ...)``) is no import: that is how a
 service enqueues a task whose module imports the service.
@@ -313,3 +314,33 @@ def test_the_graph_finds_circles(tmp_path: Path) -> None:
     assert strongly_connected(arrows) == [["a.sub.z", "a.x", "a.y"]]
     assert shortest_cycle(arrows, ["a.sub.z", "a.x", "a.y"]) == ["a.sub.z", "a.x", "a.y", "a.sub.z"]
 
+
+
+ENVIRONMENT_NAMES_ALLOWED_IN = ("qval/paper/",)
+"""Where, besides the environment folders, an environment's name may be written: a paper's mapping of its
+environment names onto ours (:meth:`qval.paper.base.PublishedResults.environments`: its results sit on our
+environments' rows)."""
+
+
+def test_the_environment_registry_is_the_one_place_that_lists_environments() -> None:
+    """No module outside an environment's own folder (``qval/envs/<name>/``) writes the name of an environment, one of
+    its builders or one of its datasets' slugs as a string: the builds, the site's catalogue, Best-of-N and the
+    methods read :mod:`qval.envs.registry` (which imports the folders, so this test imports it too).  Tests,
+    benchmarks, scripts and migrations (which freeze what they change) may name them."""
+    from qval.envs import registry
+
+    names = {*registry.ENVIRONMENTS, *registry.BUILDERS, *(key.partition("@")[0] for key in registry.VERSIONS)}
+    assert {"frozenlake", "alfworld-all-types", "terminalbench-lite"} <= names  # the registry found the folders
+    folders = {entry.folder.resolve() for entry in registry.ENVIRONMENTS.values()}
+    skipped = {"tests", "benchmarks", "scripts", "examples"}
+    written: list[str] = []
+    for path in sorted(REPO.glob("*/**/*.py")):
+        relative = path.relative_to(REPO)
+        if relative.parts[0] in skipped or "migrations" in relative.parts or \
+                relative.as_posix().startswith(ENVIRONMENT_NAMES_ALLOWED_IN) or \
+                any(folder in path.resolve().parents for folder in folders):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                written.append(f"{relative}:{node.lineno}: {node.value!r}")
+    assert not written, "environments named outside their folders (read qval.envs.registry):\n" + "\n".join(written)

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from qval import best_of_n as bon
-from qval import build, labelling, published, schema
-from qval.envs.terminal import (
+from qval import build, labelling, schema
+from qval.paper.qval_v1 import published
+from qval.envs.terminalbench.adapter import (
     CONTAINER_LABEL,
     EPISODE_PREFIX,
     KINDS,
@@ -31,6 +32,7 @@ from qval.envs.terminal import (
     parse_task,
     sweep_leftovers,
 )
+from qval.envs import registry
 from tests.conftest import REPO, cached_build
 
 GAMMA = 0.95
@@ -238,7 +240,7 @@ def test_the_secret_test_positions_are_solvable_with_drawn_parameters(engine, te
     """The tasks the full build's secret test split plays (the second copy of every task file), with drawn parameter
     values (two environments in two threads, each solving half of them)."""
     envs = [Terminal(engine=engine, copies=2), Terminal(engine=engine, copies=2)]
-    _, spec = build.terminalbench_lite()
+    _, spec = registry.BUILDERS["terminalbench-lite"]()
     test_tasks = spec.hidden_tasks(envs[0])
     assert test_tasks == [f"{file}#2" for file in envs[0].templates]
     for env in envs:
@@ -351,7 +353,7 @@ def test_best_of_n_plays_terminal_tasks_that_none_of_the_dataset_shows(  # type:
 
     def small():  # type: ignore[no-untyped-def]
         """``terminalbench-lite@1.1``'s spec (its secret's key) on six of its files, each played twice."""
-        _, spec = build.terminalbench_lite()
+        _, spec = registry.BUILDERS["terminalbench-lite"]()
         files = sorted(load_tasks())[::5]
         return Terminal(files, engine=engine, copies=2), replace(spec, split_cycle=("train", "dev") * 3 + ("test",) * 6)
 

@@ -50,7 +50,7 @@ from django.utils import timezone
 
 from leaderboard.loading import inputs_for, truth_for
 from qval import containers as qc
-from qval.envs.terminal import sweep_leftovers
+from qval.envs.terminalbench.adapter import sweep_leftovers
 from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
 from qval.vllm import ServeSpec, VLLMManager
 from submissions import baselines, ladder, lifecycle, scoring, services
@@ -242,7 +242,7 @@ def sweep_container_jobs(sender: str, instance: Any, **kwargs: Any) -> None:
     """At the start of a worker consuming ``gpu``, before it takes a job: remove the containers,
     job directories and mounts a killed worker left (:func:`qval.containers.sweep`); at the start of one
     consuming ``gpu`` or ``datasets`` (which play TerminalBench-lite): the terminal sandbox containers and
-    episode folders older than a command can live (:func:`qval.envs.terminal.sweep_leftovers`)."""
+    episode folders older than a command can live (:func:`qval.envs.terminalbench.adapter.sweep_leftovers`)."""
     queues = instance.app.amqp.queues.consume_from
     if "gpu" in queues:
         removed = qc.sweep(services.container_engine())

@@ -1,6 +1,6 @@
 """MiniWoB and TerminalBench are open book (issue 32, item 4: README, *Threat model*): their labels follow
 from a state's public row plus public code, as FrozenLake's do. Flag the environments a database already has
-(new ones get the flag from leaderboard.loading.ENVIRONMENTS); their test boards then rank only platform-run rows."""
+(new ones get the flag from their environment folder, qval.envs.registry); their test boards then rank only platform-run rows."""
 
 from django.db import migrations
 

@@ -1,6 +1,7 @@
-"""Environment adapters: the interface (:mod:`.base`) and its implementations."""
+"""Environments: the adapter interface (:mod:`.base`), one folder per environment, and the registry that
+finds them (:mod:`.registry`).
 
-from .base import Environment, EpisodeOver, Snapshot, StepResult
-from .frozenlake import FrozenLake, FrozenLakeSnapshot
-
-__all__ = ["Environment", "EpisodeOver", "FrozenLake", "FrozenLakeSnapshot", "Snapshot", "StepResult"]
+A folder ``qval/envs/<name>/`` holds everything about one environment: its adapter (``adapter.py``), its
+dataset versions as specs (``datasets.py``), its method context per prompt version (``prompts/<version>.json``)
+and, in ``__init__.py``, its :class:`~.entry.EnvironmentEntry` (catalogue entry, open book, builders, Best-of-N).
+"""

@@ -177,7 +177,7 @@ class TabularGrid:
         if maps < 1 or cells < 1:
             raise ValueError(f"maps and cells must be positive, got {maps} and {cells}")
         if actions is None:
-            from qval.envs.frozenlake import ACTIONS
+            from qval.envs.frozenlake.adapter import ACTIONS
 
             actions = ACTIONS
         self.maps, self.cells, self.actions = maps, cells, tuple(actions)

@@ -1,6 +1,6 @@
 """Entry points: train a learned method on a dataset directory, score a split, adapt to the method registry.
 
-* :func:`environment_for`: the dataset's environment and spec, from :data:`qval.build.VERSIONS`
+* :func:`environment_for`: the dataset's environment and spec, from :data:`qval.envs.registry.VERSIONS`
   (matched by slug and version).
 * :func:`train`: read the inputs (never the labels), gather experience, fit, store the weights
   (:func:`qval.learned.store.save`) under ``{root}/…``; returns the stored folder and model.
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from qval import build, schema
+from qval.envs import registry
 from qval.envs.base import Environment
 from qval.learned import defaults
 from qval.learned.data import Inputs, Point, read_inputs
@@ -71,12 +72,12 @@ Progress = Callable[[int, int, str], None]
 
 
 def environment_for(inputs: Inputs) -> tuple[Environment, build.DatasetSpec]:
-    """The environment and spec that built the dataset (:func:`qval.build.builder_for`: superseded versions and
+    """The environment and spec that built the dataset (:func:`qval.envs.registry.builder_for`: superseded versions and
     fresh hidden splits included)."""
-    make = build.builder_for(f"{inputs.manifest.slug}@{inputs.manifest.version}")
+    make = registry.builder_for(f"{inputs.manifest.slug}@{inputs.manifest.version}")
     if make is None:
         raise ValueError(f"no environment builds {inputs.manifest.key}; the learned methods need the dataset's "
-                         f"environment (one of qval.build.VERSIONS) to gather train experience")
+                         f"environment (one of qval.envs.registry.VERSIONS) to gather train experience")
     return make()
 
 

@@ -1,10 +1,11 @@
 """The shared method context of every prompted method, and its versioned prompt templates.
 
 Templates live in ``prompts/<PROMPT_VERSION>/`` beside this module (``string.Template`` files,
-``${slot}`` placeholders), with the per-environment texts (task, reward, observation and
-action spaces, horizon, verifier criteria) in ``prompts/<PROMPT_VERSION>/environments/<env>.json``.
-:func:`prompt_hash` is the SHA-256 of that whole folder, recorded with every run.  A changed
-wording is a new version folder, so older runs stay reproducible.
+``${slot}`` placeholders); the per-environment texts (task, reward, observation and action spaces,
+horizon, verifier criteria) live in each environment's folder, ``prompts/<PROMPT_VERSION>.json``
+(:meth:`qval.envs.entry.EnvironmentEntry.prompt_context`).  :func:`prompt_hash` is the SHA-256 of
+the templates and every environment's texts, recorded with every run.  A changed wording is a new
+version, so older runs stay reproducible.
 
 A *point* (:class:`Point`) is one evaluation point: a state and, for target ``q``, one of its
 candidates; its text (:func:`point_text`) follows the shared context of the QVal paper
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from qval import schema
+from qval.envs import registry
 
 PROMPT_VERSION = "v1"
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts" / PROMPT_VERSION
@@ -74,21 +76,29 @@ def render(name: str, **slots: Any) -> str:
 
 @functools.lru_cache(maxsize=None)
 def env_text(environment: str) -> EnvText:
-    """The texts of ``environment`` (a dataset manifest's ``environment``)."""
-    path = PROMPTS_DIR / "environments" / f"{environment}.json"
-    if not path.is_file():
-        known = sorted(p.stem for p in (PROMPTS_DIR / "environments").glob("*.json"))
-        raise PromptError(f"no method context for environment {environment!r}; known: {', '.join(known)}")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """The texts of ``environment`` (a dataset manifest's ``environment``), from its folder."""
+    texts = _environment_texts()
+    if environment not in texts:
+        raise PromptError(f"no method context for environment {environment!r}; known: {', '.join(sorted(texts))}")
+    data = json.loads(texts[environment].read_text(encoding="utf-8"))
     return EnvText(name=environment, criteria=tuple(data.pop("criteria")), **data)
+
+
+def _environment_texts() -> dict[str, Path]:
+    """Environment name -> its texts of :data:`PROMPT_VERSION`, for every registered environment that has them."""
+    paths = {name: entry.prompt_context(PROMPT_VERSION) for name, entry in registry.ENVIRONMENTS.items()}
+    return {name: path for name, path in paths.items() if path.is_file()}
 
 
 @functools.lru_cache(maxsize=None)
 def prompt_hash() -> str:
-    """SHA-256 over every file of the prompt version folder (names and bytes)."""
+    """SHA-256 over every file of the prompt version: the templates' folder and each environment's texts, named
+    ``environments/<env>.json`` (names and bytes, in path order)."""
+    files = {p.relative_to(PROMPTS_DIR).as_posix(): p for p in PROMPTS_DIR.rglob("*") if p.is_file()}
+    files.update({f"environments/{name}.json": path for name, path in _environment_texts().items()})
     h = hashlib.sha256()
-    for path in sorted(p for p in PROMPTS_DIR.rglob("*") if p.is_file()):
-        h.update(path.relative_to(PROMPTS_DIR).as_posix().encode() + b"\0" + path.read_bytes())
+    for name in sorted(files, key=lambda n: n.split("/")):
+        h.update(name.encode() + b"\0" + files[name].read_bytes())
     return h.hexdigest()
 
 

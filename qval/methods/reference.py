@@ -10,7 +10,7 @@ None of them needs a backbone (``needs="none"``); all are family ``other``.
   action is taken in).  Positive, not negated: an agent that is still going after more steps has
   usually come closer to finishing its task, so later states tend to be worth more.  Every candidate
   of a state gets the same score, so it has no ranking variant.
-* ``goal-distance`` (FrozenLake only, :data:`ENVIRONMENTS`): minus the number of moves from the
+* ``goal-distance`` (FrozenLake only: its folder declares it, :attr:`qval.envs.entry.EnvironmentEntry.methods`): minus the number of moves from the
   agent's cell to the goal on the map the observation prints (breadth-first search through ``S`` and
   ``F`` cells); for target Q the cell the action leads to (the candidate's next observation), for V
   the current one.  A hole, or a cell walled off from the goal, scores ``-(rows × columns)``, below
@@ -29,15 +29,12 @@ import hashlib
 from collections.abc import Sequence
 
 from qval import schema
+from qval.envs import registry
 from qval.methods.context import points_of
 from qval.methods.registry import MethodContext, MethodError, MethodOutput, method
 
 CONSTANT: float = 0.0
 """The score ``constant`` gives every point."""
-
-ENVIRONMENTS: dict[str, tuple[str, ...]] = {"goal-distance": ("frozenlake",)}
-"""Reference methods that apply to some environments only (by :attr:`qval.schema.Manifest.environment`);
-the others apply to every environment."""
 
 NAMES: tuple[str, ...] = ("random", "constant", "step-index", "goal-distance")
 """Every reference method, in the order the boards are seeded with them."""
@@ -46,8 +43,10 @@ _CELLS = frozenset("SFHG@")
 
 
 def methods_for(environment: str) -> tuple[str, ...]:
-    """The reference methods that apply to a dataset of ``environment`` (in :data:`NAMES` order)."""
-    return tuple(n for n in NAMES if environment in ENVIRONMENTS.get(n, (environment,)))
+    """The reference methods that apply to a dataset of ``environment`` (in :data:`NAMES` order): those no
+    environment declares its own (:func:`qval.envs.registry.environment_only_methods`), and its own."""
+    only = registry.environment_only_methods()
+    return tuple(n for n in NAMES if n not in only or n in registry.methods_only_for(environment))
 
 
 def modalities_for(name: str, offered: Sequence[str]) -> tuple[str, ...]:
@@ -122,7 +121,7 @@ def goal_distance(observation: str, before: str | None = None) -> float:
     goal when no ``G`` is left on the map, and on passable ice when one is (a sampled state never ends an
     episode).  A hole or a cell cut off from the goal scores ``-(rows × columns)``.
     """
-    from qval.envs.frozenlake import UNREACHABLE, goal_distances  # gymnasium: imported on use
+    from qval.envs.frozenlake.adapter import UNREACHABLE, goal_distances  # gymnasium: imported on use
 
     rows = grid_of(observation)
     ncol = len(rows[0])
@@ -145,7 +144,7 @@ def goal_distance(observation: str, before: str | None = None) -> float:
                     "observation shows the whole map, which is what lets a 20-line search score well here.")
 def goal_distance_scores(ctx: MethodContext) -> MethodOutput:
     """``goal-distance``: :func:`goal_distance` of every candidate's next observation (Q) or state (V)."""
-    if ctx.dataset.manifest.environment not in ENVIRONMENTS["goal-distance"]:
+    if "goal-distance" not in registry.methods_only_for(ctx.dataset.manifest.environment):
         raise MethodError(f"goal-distance reads FrozenLake maps; dataset {ctx.dataset.manifest.key} is "
                           f"{ctx.dataset.manifest.environment}")
     scored = _scored_ids(ctx, per_candidate=True)

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from leaderboard import building
 from leaderboard.loading import DatasetConflict
 from leaderboard.models import DatasetBuild
-from qval import build
+from qval.envs import registry
 
 
 def terminal_bar(interactive: bool):  # type: ignore[no-untyped-def]
@@ -42,7 +42,7 @@ class Command(BaseCommand):
     help = "Build a dataset (collect, sample, label, split), write it under QVAL_DATA_DIR and load it."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("names", nargs="+", metavar="name", help=f"dataset to build: {', '.join(build.BUILDERS)}")
+        parser.add_argument("names", nargs="+", metavar="name", help=f"dataset to build: {', '.join(registry.BUILDERS)}")
         parser.add_argument("--out", type=Path, help="directory to write (default QVAL_DATA_DIR/datasets/<slug>-<version>)")
         parser.add_argument("--no-load", action="store_true", help="write the files only")
         parser.add_argument("--queue", action="store_true", help="queue the build on the datasets Celery queue")
@@ -55,8 +55,8 @@ class Command(BaseCommand):
     def handle(self, *args: object, **opts: object) -> None:
         names = [str(n) for n in opts["names"]]  # type: ignore[attr-defined]
         for name in names:
-            if name not in build.BUILDERS:
-                raise CommandError(f"unknown dataset {name!r}; choose one of {', '.join(build.BUILDERS)}")
+            if name not in registry.BUILDERS:
+                raise CommandError(f"unknown dataset {name!r}; choose one of {', '.join(registry.BUILDERS)}")
         if opts["queue"]:
             if opts["out"] or opts["no_load"]:
                 raise CommandError("--queue builds under QVAL_DATASETS_DIR and loads: no --out or --no-load")

@@ -1,4 +1,4 @@
-"""``manage.py import_results``: import the published QVal v1.0 results (idempotent)."""
+"""``manage.py import_results``: import every paper's published results (:mod:`qval.paper`; idempotent)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from submissions.importing import import_results
-from qval.published import PublishedDataError
+from qval.paper.base import PublishedDataError
 
 
 class Command(BaseCommand):
-    help = "Import the QVal v1.0 reported results and re-score the authors' stored predictions (idempotent)."
+    help = "Import every paper's reported results and re-score their stored predictions (idempotent)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--resamples", type=int, default=None,

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from qval import families, metrics, scoring
+from qval.paper.base import PublishedDataError
 
-DATA_DIR: Path = Path(__file__).resolve().parent / "data" / "qval-v1.0"
+DATA_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "qval-v1.0"
 REPORTED_FILE: Path = DATA_DIR / "reported.json"
 
 REFERENCE_REPOSITORY = "bethgelab/qval"
@@ -92,10 +93,6 @@ SUMMARY_ENVIRONMENTS: dict[str, str] = {
 GROUND_TRUTH: dict[str, str] = {"qv_mc_max": "q", "sv_mc_max": "v"}
 """Ground-truth estimators imported (Max-Value Monte Carlo, as on our leaderboard) and their target."""
 RANKING_GROUND_TRUTH = "ranking_gt_qv_mc_max"
-
-
-class PublishedDataError(ValueError):
-    """A published-results data file that does not have the expected shape (says where)."""
 
 
 # -- conversion (run once; kept so the tests can check the data files) -----------------

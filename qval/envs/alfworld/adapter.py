@@ -41,7 +41,7 @@
 * **Image.**  :meth:`ALFWorld.observation_image`: a schematic render of the simulator state, not THOR's
   egocentric camera (AI2-THOR cannot run here) — the task line, the receptacle at the agent's location
   (closed: nothing of its contents), the objects seen there and held, with their examined states, and the
-  room's receptacles; drawn from the engine's facts by :mod:`qval.envs.alfworld_image`.
+  room's receptacles; drawn from the engine's facts by :mod:`qval.envs.alfworld.image`.
 * **Candidates.**  :meth:`ALFWorld.sample_candidates`: the actor's action and three other
   admissible commands drawn by the builder's RNG, listed in admissible-command order.
 * **Restore.**  ``restore_mode="direct"`` (default): :meth:`ALFWorld.snapshot` keeps
@@ -81,8 +81,8 @@ from textworld.envs import PddlEnv
 from PIL import Image
 from textworld.logic import Rule
 
-from .alfworld_image import View, render_view, view_of
-from .base import Environment, Snapshot
+from ..base import Environment, Snapshot
+from .image import View, render_view, view_of
 
 TASK_TYPE = "pick_and_place_simple"
 """The task type of the original (untyped) scenes, ``alfworld-pick-place``'s."""
@@ -651,6 +651,7 @@ class ALFWorld(Environment):
             "textworld_version": metadata.version("textworld"),
             "fast_downward_textworld_version": metadata.version("fast-downward-textworld"),
             **({"task_types": list(TASK_TYPES)} if self.typed else {"task_type": TASK_TYPE}),
+            # the name it had when the datasets were published (a fingerprint covers it): now adapter.generate_scene
             "scene_generator": f"qval.envs.alfworld.generate_scene v{GENERATOR_VERSION} from the wheel's FloorPlan layouts",
             "scenes": scenes,
             **({"hidden_scenes": hidden_rule} if self.hidden else {}),
@@ -693,7 +694,7 @@ class ALFWorld(Environment):
         """A schematic render of the simulator state, not THOR's egocentric camera (which cannot run here):
         the task line, the receptacle the agent stands at (a closed one shows nothing of its contents), the
         objects it can see there and what it holds, with their examined states, and the room's receptacles
-        with the current one highlighted (:mod:`qval.envs.alfworld_image`)."""
+        with the current one highlighted (:mod:`qval.envs.alfworld.image`)."""
         return render_view(self.image_key())
 
     def image_key(self) -> View:

@@ -31,7 +31,7 @@ from typing import Any
 
 from qval import families
 from qval.errata import BACKBONES
-from qval.published import DATA_DIR, PAPER, PublishedDataError
+from qval.paper.qval_v1.published import DATA_DIR, PAPER, PublishedDataError
 
 SETTINGS_FILE: Path = DATA_DIR / "settings.json"
 
@@ -171,7 +171,7 @@ def _table4(paper_text: str) -> dict[str, Any]:
 
 def convert_settings(paper_text: str) -> dict[str, Any]:
     """The project's settings data (``settings.json``) of the paper's text; a table that does not have the
-    expected shape raises :class:`~qval.published.PublishedDataError` saying where."""
+    expected shape raises :class:`~qval.paper.qval_v1.published.PublishedDataError` saying where."""
     return {
         "provenance": {
             "paper": f"{PAPER['title']} (arXiv {PAPER['arxiv']})",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qval.published import DATA_DIR, PublishedDataError
+from qval.paper.qval_v1.published import DATA_DIR, PublishedDataError
 
 TABLE6_FILE: Path = DATA_DIR / "table6.json"
 
@@ -93,7 +93,7 @@ def _match(pattern: re.Pattern[str], cell: str, where: str) -> tuple[str, ...]:
 
 def convert_table6(paper_text: str) -> dict[str, Any]:
     """The project's Table 6 data of the paper's text (``qval-paper.txt``); a table that does not
-    have the expected rows and cells raises :class:`~qval.published.PublishedDataError`."""
+    have the expected rows and cells raises :class:`~qval.paper.qval_v1.published.PublishedDataError`."""
     start = paper_text.find("\nTable 6:")
     end = paper_text.find("\nTable 7:", start)
     if start < 0 or end < 0:

@@ -4,7 +4,7 @@ authors' reported rows (``reported.json``), which carry ρ alone.
 The list is project data (``data/qval-v1.0/tau.json``, with its provenance): :func:`convert_tau`
 made it once from the paper's text (``qval-paper.txt``, a PDF extraction) and the reported records,
 and the tests check the file still equals it.  The text is read as :mod:`qval.errata` and
-:mod:`qval.relabelled` read it: each printed method takes a ρ line (label, ``ρ``, cells) and usually a
+:mod:`qval.paper.qval_v1.relabelled` read it: each printed method takes a ρ line (label, ``ρ``, cells) and usually a
 τ line under it (``τ``, cells); the columns are the backbones in the authors' order whatever the
 garbled header says (a table with a repeated tail of cells is read for its first columns only); the
 printed labels slip in several tables, which :data:`TABLES` records line by line.  The slips follow one
@@ -14,7 +14,7 @@ move down by one.  With that reading every printed ρ cell equals the authors' n
 except the ``verifier`` cells the errata list (:mod:`qval.errata`).
 
 Global τ (of a ``spearman`` row) and state-local τ (a ``ranking_spearman`` row's mean ± std over
-states) are both kept; Table 6 (another labelling backbone, no reported row) is :mod:`qval.relabelled`'s.
+states) are both kept; Table 6 (another labelling backbone, no reported row) is :mod:`qval.paper.qval_v1.relabelled`'s.
 
 Nothing here knows about Django.
 """
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qval import relabelled
 from qval.errata import BACKBONES, ROUNDING, errata
-from qval.published import DATA_DIR, PAPER, PublishedDataError, ReportedResult, reported
+from qval.paper.qval_v1 import relabelled
+from qval.paper.qval_v1.published import DATA_DIR, PAPER, PublishedDataError, ReportedResult, reported
 
 TAU_FILE: Path = DATA_DIR / "tau.json"
 
@@ -168,7 +168,7 @@ def _row(by_key: dict[tuple[str, ...], list[ReportedResult]], table: TauTable, m
 
 def paper_tau(paper_text: str, records: Sequence[ReportedResult]) -> list[TauCell]:
     """Every printed τ of :data:`TABLES` in the paper's text, each matched to exactly one reported record;
-    :class:`~qval.published.PublishedDataError` when a table's printed lines are not those :data:`TABLES`
+    :class:`~qval.paper.qval_v1.published.PublishedDataError` when a table's printed lines are not those :data:`TABLES`
     expects or a cell matches no record or several."""
     by_key: dict[tuple[str, ...], list[ReportedResult]] = {}
     for r in records:
@@ -215,6 +215,7 @@ def convert_tau(paper_text: str, records: Sequence[ReportedResult]) -> dict[str,
         "provenance": {
             "paper": f"{PAPER['title']} (arXiv {PAPER['arxiv']})",
             "where": "Appendix E, Tables " + ", ".join(str(t.number) for t in TABLES) + " (the τ lines)",
+            # the module names are those of when the file was made (now qval.paper.qval_v1.tau and .relabelled)
             "reading": "columns in the authors' backbone order (the headers are garbled; a repeated tail of cells "
                        "is ignored); printed labels read as qval.paper_tau.TABLES says: the line labelled "
                        "'codegen-avg' holds codegen's τ and the labels after it slip by one; a cell is matched to "

@@ -33,7 +33,7 @@ import gymnasium
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from PIL import Image, ImageDraw
 
-from .base import Environment, Snapshot
+from ..base import Environment, Snapshot
 
 ACTIONS: tuple[str, ...] = ("move left", "move down", "move right", "move up")
 """Action texts; position ``i`` is gymnasium's action id ``i`` (LEFT, DOWN, RIGHT, UP)."""

@@ -77,7 +77,7 @@ from browsergym.miniwob import all as miniwob_tasks
 from browsergym.utils.obs import IGNORED_AXTREE_PROPERTIES, flatten_axtree_to_str
 from PIL import Image, ImageDraw, ImageFont
 
-from .base import Environment
+from ..base import Environment
 
 log = logging.getLogger(__name__)
 

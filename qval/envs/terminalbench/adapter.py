@@ -1,6 +1,6 @@
 """TerminalBench-style shell tasks as a QVal environment adapter, every command run in a podman sandbox.
 
-* **Tasks.**  One TOML file per task in ``qval/envs/terminal_tasks/`` (:func:`load_tasks`), in
+* **Tasks.**  One TOML file per task in ``qval/envs/terminalbench/tasks/`` (:func:`load_tasks`), in
   Terminal-Bench's layout made compact: ``instruction``; ``setup``, the shell script that makes the
   initial ``/app``; ``solution``, the scripted solution as a list of shell commands (the reference
   policy); ``tests``, the shell script that decides success (run with ``set -e``; exit status 0: solved;
@@ -81,9 +81,9 @@ from typing import Any, Sequence
 
 from qval.containers import Engine, Limits
 
-from .base import Environment, Snapshot
+from ..base import Environment, Snapshot
 
-TASK_DIR = Path(__file__).with_name("terminal_tasks")
+TASK_DIR = Path(__file__).with_name("tasks")
 """Where the task files are (one ``<task id>.toml`` each)."""
 
 IMAGE = "localhost/qval-terminal:bookworm"

@@ -1,7 +1,7 @@
 """ALFWorld's image observation: a schematic render of the simulator state, not THOR's egocentric camera.
 
 The QVal paper's ALFWorld images are AI2-THOR's first-person renders; THOR cannot run here, so
-:class:`~qval.envs.alfworld.ALFWorld` draws what the text engine's PDDL facts say the agent perceives:
+:class:`~qval.envs.alfworld.adapter.ALFWorld` draws what the text engine's PDDL facts say the agent perceives:
 
 * :func:`view_of` reads the facts into a :class:`View` — the task line, the room's receptacles, the
   receptacle(s) at the agent's location with their open/closed state and, when their inside can be
