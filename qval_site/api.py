@@ -140,8 +140,9 @@ class SubmissionUpload(serializers.Serializer):
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
-    public = serializers.BooleanField(required=False, default=True,
-                                      help_text="false: the row is its owner's only (no board, figure or permalink)")
+    public = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                      help_text="false: the row is its owner's only (no board, figure or permalink); "
+                                                "by default true on the test split, false on dev (a self-check)")
     description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
     paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
     code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
@@ -161,8 +162,9 @@ class ContainerUpload(serializers.Serializer):
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
-    public = serializers.BooleanField(required=False, default=True,
-                                      help_text="false: the row is its owner's only (no board, figure or permalink)")
+    public = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                      help_text="false: the row is its owner's only (no board, figure or permalink); "
+                                                "by default true on the test split, false on dev (a self-check)")
     description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
     paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
     code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
@@ -171,7 +173,7 @@ class ContainerUpload(serializers.Serializer):
 
 def card_of(data: dict[str, Any]) -> MethodCard:
     """The method card of an upload's validated fields."""
-    return MethodCard(public=data.get("public", True), description=data.get("description", ""),
+    return MethodCard(public=data.get("public"), description=data.get("description", ""),
                       paper_url=data.get("paper_url", ""), code_url=data.get("code_url", ""),
                       open_weights=data.get("open_weights"))
 

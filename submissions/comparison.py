@@ -186,22 +186,39 @@ def resolve_pair(
     return a, b
 
 
+def _comparable(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """The finished submissions ``user`` may compare: public rows that are not uploaded files, and ``user``'s own;
+    neither reported nor re-scored without per-point predictions, nor withheld by the Ladder."""
+    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
+    return (
+        Submission.objects.filter(state=Submission.FINISHED)
+        .filter(~Q(source=Submission.SOURCE_USER) | mine)
+        .exclude(ladder_climbed=False)
+        .exclude(source=Submission.SOURCE_REPORTED)
+        .exclude(source=Submission.SOURCE_RESCORED, predictions="")
+        .select_related("method", "backbone", "user", "dataset")
+    )
+
+
+STARTS_SHOWN = 200
+"""Rows the compare page offers as A when none is chosen (the newest)."""
+
+
+def starting_points(user: AbstractBaseUser | AnonymousUser) -> list[Submission]:
+    """What the compare page offers as A before one is chosen: ``user``'s own finished submissions first, then the
+    other rows it may compare, the newest :data:`STARTS_SHOWN` in all, ordered by dataset, split and target."""
+    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
+    rows = list(_comparable(user).filter(mine).order_by("-finished_at")[:STARTS_SHOWN])
+    rows += list(_comparable(user).exclude(mine).order_by("-finished_at")[:STARTS_SHOWN - len(rows)])
+    return sorted(rows, key=lambda s: (s.dataset.key, s.split, s.target, s.method_name, s.backbone_name, -s.pk))
+
+
 def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
     """The other finished submissions ``user`` can compare ``sub`` with (same dataset, split,
     target and rules; public or ``user``'s own; neither reported nor re-scored without
     per-point predictions, nor withheld by the Ladder)."""
-    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
-    return (
-        Submission.objects.filter(
-            state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules
-        )
-        .filter(~Q(source=Submission.SOURCE_USER) | mine)
-        .exclude(pk=sub.pk)
-        .exclude(ladder_climbed=False)
-        .exclude(source=Submission.SOURCE_REPORTED)
-        .exclude(source=Submission.SOURCE_RESCORED, predictions="")
-        .select_related("method", "backbone", "user")
-    )
+    return (_comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
+            .exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at"))
 
 
 def _summary(sub: Submission) -> dict[str, Any]:

@@ -449,7 +449,8 @@ def test_submission_page_and_api_show_every_result_row(client, user, api, loaded
     for metric, r in stored.items():
         assert api_rows[metric] == {"metric": metric, "value": r.value, "p_value": r.p_value, "num_points": r.num_points,
                                     "num_dropped": r.num_dropped, "coverage": r.coverage,
-                                    "insufficient": r.insufficient, "details": r.details}
+                                    "insufficient": r.insufficient, "details": r.details,
+                                    "shown": metric != "sign_agreement"}  # what the page shows, for the CLI
         row = re.search(rf'<tr data-metric="{metric}">(.*?)</tr>', text, re.S)
         if metric == "sign_agreement":  # FrozenLake has no negative label: the page leaves it out, saying why
             assert row is None and 'id="one-sign-note"' in text
