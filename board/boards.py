@@ -27,11 +27,14 @@ Everything a page shows is computed once per results version (:func:`board.evalu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import metric_registry, ranks
@@ -368,9 +371,15 @@ def board_list(request: HttpRequest) -> HttpResponse:
                   {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(DEFAULT_METRIC)})
 
 
+PAGE_ROWS = 50
+"""Rows a board's page shows at a time (``?page=``), so that no page's cost grows with its board; its JSON has
+every row."""
+
+
 def board_detail(request: HttpRequest, key: str) -> HttpResponse:
     """One board: ``?source=`` (a key of :data:`TABS`: the main, verified board unless ``self-reported``),
-    ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission, ``?format=json`` for its rows."""
+    ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission, :data:`PAGE_ROWS` rows a page
+    (``?page=``), ``?format=json`` for every row."""
     slice_ = Slice.parse(key)
     ds = _dataset(slice_)
     metric = request.GET.get("metric") or DEFAULT_METRIC
@@ -384,14 +393,17 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
     index = _index()
     b = index.board(slice_, spec, all_submissions, tab)
-    if request.GET.get("format") == "json":
-        return JsonResponse({"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT,
-                             "target": slice_.target, "modality": slice_.modality, "metric": metric,
-                             "source": tab, "all_submissions": all_submissions, "rows": [r.as_dict() for r in b.rows],
-                             "unranked": b.unranked})
+    if request.GET.get("format") == "json":  # every row: its body made once per results version
+        body = evaluations.derived(("board-json", slice_, metric, all_submissions, tab), lambda _: json.dumps(
+            {"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT, "target": slice_.target,
+             "modality": slice_.modality, "metric": metric, "source": tab, "all_submissions": all_submissions,
+             "rows": [r.as_dict() for r in b.rows], "unranked": b.unranked}, cls=DjangoJSONEncoder).encode())
+        return HttpResponse(body, content_type="application/json")
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
+    page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))
     return render(request, "leaderboard/board_slice.html", {
-        "board": b, "dataset": ds, "metric": b.metric, "metrics": [metric_registry.get(m) for m in METRICS],
+        "board": b, "rows": page.object_list, "page": page, "dataset": ds, "metric": b.metric,
+        "metrics": [metric_registry.get(m) for m in METRICS],
         "sources": SOURCES, "authors": AUTHORS, "tabs": TABS, "tab": TABS[tab],
         "other_tab_rows": len(index.board(slice_, spec, all_submissions, other).rows),
         "open_book": [ds.environment] if ds.hosted and ds.environment.open_book else [],

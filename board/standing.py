@@ -44,10 +44,13 @@ class Standing:
 
     @property
     def url(self) -> str:
-        """The board's page as it shows this row: its tab, and ``all=1`` when the row is not its entry's best."""
+        """The board's page that shows this row: its tab, ``all=1`` when the row is not its entry's best, its page
+        of rows, and the row's anchor."""
+        page = self.position // boards.PAGE_ROWS + 1
         query = {**({"source": self.board.tab} if self.board.tab != VERIFIED else {}),
-                 **({"all": "1"} if self.board.all_submissions else {})}
-        return reverse("board", args=[self.board.slice.key]) + (f"?{urlencode(query)}" if query else "")
+                 **({"all": "1"} if self.board.all_submissions else {}), **({"page": str(page)} if page > 1 else {})}
+        return (reverse("board", args=[self.board.slice.key]) + (f"?{urlencode(query)}" if query else "")
+                + f"#row-{self.row.evaluation.submission_id}")
 
     @property
     def tab_label(self) -> str:
