@@ -10,7 +10,8 @@ method that submitted many times counts once per evaluation.  The statistics are
 The critical difference (:func:`critical_difference_of`) reads the evaluations itself, for one
 :class:`CDChoice`: by default the QVal v1.0 paper's numbers (source *reported*), one evaluation per
 environment and backbone, and only the methods that have a value on every chosen evaluation (the others
-are named with the evaluations they miss).
+are named with the evaluations they miss); its blocks are the environments (the mean over backbones), which
+are independent, not the evaluations, which are not.
 
 What the pages and the API show of one :class:`Selection` or :class:`CDChoice` (:func:`summary`,
 :func:`critical_difference_of`) is kept per results version (:func:`board.evaluations.derived`), as the board is: computed once per
@@ -20,7 +21,7 @@ process after a result changes, then read from memory.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,7 +36,11 @@ METRICS = {name: metric_registry.get(name).label for name in metric_registry.COM
 SPLITS = ("dev", "test")
 TARGETS = ("q", "v")
 ALPHA = 0.05
-"""Significance level of the Nemenyi critical difference."""
+"""Significance level of the Friedman test and the Nemenyi critical difference."""
+BLOCKS_ENVIRONMENT, BLOCKS_EVALUATION = "environment", "evaluation"
+BLOCKS: tuple[str, ...] = (BLOCKS_ENVIRONMENT, BLOCKS_EVALUATION)
+"""The critical difference's blocks: environments (each method's mean over its backbones; the default, as
+evaluations that share an environment are not independent) or every evaluation (as if independent)."""
 
 
 class InvalidSelection(ValueError):
@@ -273,11 +278,14 @@ class CDChoice:
     methods: tuple[str, ...] = ()
     environments: tuple[str, ...] = ()
     backbones: tuple[str, ...] = ()
+    blocks: str = "environment"
+    """The independent units the test ranks within (:data:`BLOCKS`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the API: the selection's fields, then the filters as lists."""
         return {**vars(self.selection), "modality": self.modality, "source": list(self.sources),
-                "method": list(self.methods), "environment": list(self.environments), "backbone": list(self.backbones)}
+                "method": list(self.methods), "environment": list(self.environments), "backbone": list(self.backbones),
+                "blocks": self.blocks}
 
 
 class QueryParams(Protocol):
@@ -307,7 +315,10 @@ def read_cd_choice(params: QueryParams) -> CDChoice:
     for source in sources:
         if source not in CD_SOURCES:
             raise InvalidSelection("source", f"unknown source {source!r}; choose among {', '.join(CD_SOURCES)}")
-    return CDChoice(selection, modality, sources, many("method"), many("environment"), many("backbone"))
+    blocks = params.get("blocks") or BLOCKS_ENVIRONMENT
+    if blocks not in BLOCKS:
+        raise InvalidSelection("blocks", f"unknown blocks {blocks!r}; choose one of {', '.join(BLOCKS)}")
+    return CDChoice(selection, modality, sources, many("method"), many("environment"), many("backbone"), blocks)
 
 
 def cd_evaluation(e: evaluations.Evaluation, source: str) -> str:
@@ -391,10 +402,37 @@ class CriticalDifferenceTable:
     result: compare.CriticalDifference | None
     reason: str | None
     left_out: tuple[LeftOut, ...] = ()
+    blocks: str = BLOCKS_ENVIRONMENT
+    """The independent units the test ranks within (:data:`BLOCKS`)."""
+    block_names: tuple[str, ...] = ()
+    block_matrix: tuple[tuple[float, ...], ...] = ()
+    """Per block, each method's mean over the block's evaluations: what the Friedman test ranks."""
 
     def rows(self) -> list[tuple[str, tuple[float, ...]]]:
         """``(evaluation, values per method)`` of every row of the matrix."""
         return list(zip(self.evaluations, self.matrix))
+
+    def block_rows(self) -> list[tuple[str, tuple[float, ...]]]:
+        """``(block, mean per method)`` of every block the test ranks within."""
+        return list(zip(self.block_names, self.block_matrix))
+
+    @property
+    def differences_found(self) -> bool:
+        """Whether the Friedman test rejects "all methods rank alike" at :data:`ALPHA`: only then are the
+        Nemenyi bars drawn (otherwise one bar holds every method: no pair is shown to differ)."""
+        r = self.result
+        return r is not None and r.p_value is not None and r.p_value < r.alpha
+
+    @property
+    def units(self) -> str:
+        """What the test's units are, in words: ``4 environments (each the mean of its 6, 6, 6 and 6
+        evaluations, one per backbone)`` or ``24 evaluations (environment x backbone, taken as independent)``."""
+        if self.blocks == BLOCKS_EVALUATION:
+            return (f"{len(self.evaluations)} evaluations (environment × backbone), taken as independent, which "
+                    "evaluations sharing an environment are not")
+        sizes = [sum(1 for ev in self.evaluations if _block(ev) == b) for b in self.block_names]
+        return (f"{len(self.block_names)} environment{'s' if len(self.block_names) != 1 else ''} (each the mean "
+                f"of its evaluations over backbones: {', '.join(str(n) for n in sizes)})")
 
     def ranking(self) -> list[dict[str, Any]]:
         """Methods from best to worst average rank: name, average rank, clique numbers."""
@@ -417,6 +455,8 @@ class CriticalDifferenceTable:
             "methods": list(self.methods),
             "evaluations": list(self.evaluations),
             "matrix": [list(row) for row in self.matrix],
+            "blocks": {"unit": self.blocks, "units": self.units, "names": list(self.block_names),
+                       "matrix": [list(row) for row in self.block_matrix]},
             "left_out": [m.as_dict() for m in self.left_out],
             "reason": self.reason,
             "critical_difference": None
@@ -427,8 +467,9 @@ class CriticalDifferenceTable:
                 "q_alpha": r.q_alpha,
                 "friedman_statistic": r.statistic,
                 "friedman_p_value": r.p_value,
-                "num_evaluations": r.num_evaluations,
+                "num_blocks": r.num_evaluations,
                 "num_dropped": r.num_dropped,
+                "differences_found": self.differences_found,
                 "average_ranks": dict(zip(r.methods, r.average_ranks)),
                 "ranking": self.ranking(),
                 "cliques": r.groups(),
@@ -436,14 +477,28 @@ class CriticalDifferenceTable:
         }
 
 
-def critical_difference(entries: list[Entry], alpha: float = ALPHA, methods: tuple[str, ...] = ()) -> CriticalDifferenceTable:
+def _block(evaluation: str) -> str:
+    """The environment (or hosted dataset) of a :func:`cd_evaluation` label: what precedes its backbone."""
+    return evaluation.rsplit(" / ", 1)[0]
+
+
+def critical_difference(entries: list[Entry], alpha: float = ALPHA, methods: tuple[str, ...] = (),
+                        blocks: str = BLOCKS_ENVIRONMENT) -> CriticalDifferenceTable:
     """The critical difference of ``methods`` (all of ``entries``' when empty) over the evaluations
     (``Entry.dataset``) on which any of them has a value.
 
     Only a method with a value on every one of those evaluations is compared; the others are
-    :class:`LeftOut` with the evaluations they miss.  The Friedman test and Nemenyi critical difference
-    at ``alpha`` run when at least 3 methods and 2 evaluations are left.
+    :class:`LeftOut` with the evaluations they miss.  Demšar's test needs independent blocks, and
+    evaluations that share an environment are not (in the published results the backbones of one
+    environment rank the methods alike, Kendall's W 0.66-0.88), so by default (``blocks`` =
+    :data:`BLOCKS_ENVIRONMENT`) each method's values are averaged over the evaluations of each environment
+    and the environments are the blocks; :data:`BLOCKS_EVALUATION` ranks within every evaluation, as if
+    independent.  The Friedman test and Nemenyi critical difference at ``alpha`` run when at least 3
+    methods and 2 blocks are left; the Nemenyi bars are drawn only when the Friedman test rejects (Demšar's
+    procedure), otherwise one bar holds every method.
     """
+    if blocks not in BLOCKS:
+        raise ValueError(f"unknown blocks {blocks!r}; expected one of {', '.join(BLOCKS)}")
     chosen = methods or tuple(sorted({e.method for e in entries}))
     values: dict[str, dict[str, float]] = {m: {} for m in chosen}
     for e in entries:
@@ -454,23 +509,36 @@ def critical_difference(entries: list[Entry], alpha: float = ALPHA, methods: tup
     left_out = tuple(LeftOut(m, tuple(ev for ev in names if ev not in values[m]), len(names))
                      for m in chosen if m not in kept)
     matrix = tuple(tuple(values[m][ev] for m in kept) for ev in names)
+    if blocks == BLOCKS_EVALUATION:
+        block_names, block_matrix = names, matrix
+    else:
+        block_names = tuple(sorted({_block(ev) for ev in names}))
+        block_matrix = tuple(tuple(float(np.mean([row[j] for ev, row in zip(names, matrix) if _block(ev) == b]))
+                                   for j in range(len(kept))) for b in block_names)
+    table = CriticalDifferenceTable(names, kept, matrix, None, None, left_out, blocks, block_names, block_matrix)
     reason = None
+    unit = "environments" if blocks == BLOCKS_ENVIRONMENT else "evaluations"
     if len(kept) < 3:
         reason = (f"the Friedman test needs at least 3 methods with a value on every chosen evaluation; "
                   f"{len(kept)} found ({', '.join(kept) or 'none'})")
-    elif len(names) < 2:
-        reason = f"the Friedman test needs at least 2 evaluations; {len(names)} chosen"
+    elif len(block_names) < 2:
+        reason = (f"the Friedman test needs at least 2 independent {unit}; {len(block_names)} chosen"
+                  + (" (choose blocks=evaluation to rank within each evaluation, as if independent)"
+                     if blocks == BLOCKS_ENVIRONMENT and len(names) >= 2 else ""))
     if reason is not None:
-        return CriticalDifferenceTable(names, kept, matrix, None, reason, left_out)
-    result = compare.friedman_nemenyi(np.array(matrix, dtype=np.float64), kept, alpha=alpha)
-    return CriticalDifferenceTable(names, kept, matrix, result, None, left_out)
+        return replace(table, reason=reason)
+    result = compare.friedman_nemenyi(np.array(block_matrix, dtype=np.float64), kept, alpha=alpha)
+    if result.p_value is None or result.p_value >= alpha:  # no difference shown: no bar may split the methods
+        result = replace(result, cliques=((0, len(kept) - 1),))
+    return replace(table, result=result)
 
 
 def critical_difference_of(choice: CDChoice) -> CriticalDifferenceTable:
     """:func:`critical_difference` of ``choice``'s methods over its :func:`cd_entries`, kept until the results
     version changes."""
     return evaluations.derived(("critical-difference", choice),
-                               lambda rows: critical_difference(cd_entries(choice, rows), methods=choice.methods))
+                               lambda rows: critical_difference(cd_entries(choice, rows), methods=choice.methods,
+                                                                blocks=choice.blocks))
 
 
 @dataclass(frozen=True)

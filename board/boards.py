@@ -10,7 +10,8 @@ nowhere.
 By default a board keeps one row per **entry**: submitter, method and backbone (the authors' imported rows
 are one submitter, reported and re-scored alike).  Of an entry's submissions it keeps the one with a
 confidence interval if any has one, then the best value, then the newest; ``?all=1`` ranks every
-submission.  Ranks are :mod:`qval.ranks` ranges on the rows' 95% intervals (CI non-overlap).
+submission.  Ranks are :mod:`qval.ranks` ranges (:mod:`board.ranking`): paired tests among rows that share their
+points, interval non-overlap for the others, approximate intervals for numbers reported without one.
 
 Every row carries a **source**: *verified* (the platform made its predictions: a built-in method, a
 method container, a training run -- :meth:`submissions.models.Submission.platform_run`), *self-reported*
@@ -37,10 +38,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from qval import metric_registry, ranks
+from qval import metric_registry, ranks, sampling
 from qval.metric_registry import MetricSpec
 
-from . import evaluations
+from . import evaluations, ranking
 from .evaluations import Evaluation, Score
 from leaderboard.models import Dataset
 
@@ -56,7 +57,7 @@ VERIFIED, SELF_REPORTED, REPORTED, RESCORED = "verified", "self-reported", "repo
 SOURCES: dict[str, tuple[str, str]] = {
     VERIFIED: ("verified", "run by the platform: a built-in method, a method container or a training run"),
     SELF_REPORTED: ("self-reported", "an uploaded predictions file: the submitter computed the scores"),
-    REPORTED: ("reported", "a number the QVal v1.0 authors report (no interval)"),
+    REPORTED: ("reported", "a number the QVal v1.0 authors report (no interval: ranked by an approximate one)"),
     RESCORED: ("re-scored", "the QVal v1.0 authors' published predictions, scored here"),
 }
 """Source badges of board rows: key -> (label, what it means)."""
@@ -101,12 +102,19 @@ class Row:
     score: Score
     source: str
     submitter: str
+    board_metric: MetricSpec
 
     @property
     def value(self) -> float:
         """The ranking metric's value."""
         assert self.score.value is not None
         return self.score.value
+
+    @property
+    def interval(self) -> ranks.Row:
+        """The interval the row is ranked by: its bootstrap interval, else an approximate one
+        (:func:`board.ranking.rank_row`)."""
+        return ranking.rank_row(self.board_metric, self.score)
 
     @property
     def source_label(self) -> str:
@@ -123,8 +131,10 @@ class Row:
         e, s = self.evaluation, self.score
         return {
             "rank": self.rank.label, "rank_best": self.rank.best, "rank_worst": self.rank.worst,
-            "rank_from_value_only": self.rank.point, "submission_id": e.submission_id, "method": e.method,
+            "rank_approximate": self.rank.approximate, "submission_id": e.submission_id, "method": e.method,
             "backbone": e.backbone, "value": s.value, "ci_low": s.ci_low, "ci_high": s.ci_high,
+            "ci_resampled": sampling.describe(s.resampled) if s.ci_low is not None else None,
+            "rank_interval": [self.interval.ci_low, self.interval.ci_high],
             "p_value": s.p_value, "num_points": s.num_points, "source": self.source, "baseline": self.baseline,
             "submitted_by": self.submitter, "date": e.date.isoformat() if e.date else None,
         }
@@ -155,7 +165,9 @@ TABS: dict[str, tuple[str, str]] = {
 
 ANY = "any"
 VIEWS: dict[str, tuple[str, str]] = {
-    REPORTED: ("reported", "the numbers reported by the authors of QVal v1.0, as the paper prints them"),
+    REPORTED: ("reported", "the numbers reported by the authors of QVal v1.0 in their website's data, which the "
+                           "paper's figures plot (15 of them no table of the paper prints as they are: 10 errata, 5 "
+                           "values no table holds; marked on the paper figures)"),
     RESCORED: ("re-scored", "the QVal v1.0 authors' published predictions, re-scored by us"),
     VERIFIED: ("verified", "rows the platform ran: built-in baselines, method containers, training runs"),
     SELF_REPORTED: ("self-reported", "uploaded predictions files, scored here"),
@@ -231,13 +243,6 @@ def _best_per_entry(rows: Iterable[Evaluation], metric: MetricSpec) -> list[Eval
     return list(chosen.values())
 
 
-def _rank_row(score: Score) -> ranks.Row:
-    assert score.value is not None
-    if score.ci_low is None or score.ci_high is None:
-        return ranks.Row(score.value)
-    return ranks.Row(score.value, score.ci_low, score.ci_high)
-
-
 class _Index:
     """The boards of one results version: the test-split evaluations by slice, the ids of the platform's
     runs (one query), and each board once it was asked for."""
@@ -251,6 +256,7 @@ class _Index:
                 self.slices.setdefault(Slice(e.dataset, e.target, e.modality), []).append(e)
         finished = Submission.objects.filter(Submission.platform_run(), state=Submission.FINISHED)
         self.platform_runs = frozenset(finished.values_list("pk", flat=True))
+        self.ranking = ranking.Context([e for slice_rows in self.slices.values() for e in slice_rows])
         self._boards: dict[tuple[Slice, str, bool], Board] = {}
 
     def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
@@ -269,8 +275,8 @@ class _Index:
         sign = 1 if metric.higher_is_better else -1
         kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
         scores = [e.scores[metric.name] for e in kept]
-        ranked = ranks.rank([_rank_row(s) for s in scores], higher_is_better=metric.higher_is_better)
-        rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e))
+        ranked = ranking.board_ranks(kept, metric, self.ranking)
+        rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e), metric)
                      for r, e, s in zip(ranked, kept, scores))
         return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued),
                      tab=tab)

@@ -43,6 +43,9 @@ class Score:
     """Of a state-local ρ: the state-local Kendall τ the paper prints beside it (mean over states, with
     ``tau_std``), a reported row's ``details.kendall_tau``; the site computes none."""
     tau_std: float | None = None
+    resampled: Mapping[str, Any] | None = None
+    """What the interval's resamples drew (a result's ``details.ci95_resampled``, :func:`qval.sampling.describe`);
+    ``None`` for an interval stored before intervals recorded it."""
     printed_marks: str = ""
     """The significance marks the paper prints beside this number (a reported row's ``details.paper.stars``;
     the paper gives marks, never a p-value)."""
@@ -137,11 +140,13 @@ def _load() -> list[Evaluation]:
     results = Result.objects.filter(submission__in=on_board(), metric__in=names).values_list(
         "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std",
         "details__kendall_tau__value", "details__kendall_tau__std", "details__paper__stars",
+        "details__ci95_resampled",
     )
-    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks in results:
+    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks, resampled in results:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
-        scores.setdefault(sid, {})[metric] = Score(value, p_value, num_points, low, high, _number(std),
-                                                   _number(tau), _number(tau_std), marks if isinstance(marks, str) else "")
+        scores.setdefault(sid, {})[metric] = Score(
+            value, p_value, num_points, low, high, _number(std), _number(tau), _number(tau_std),
+            resampled if isinstance(resampled, dict) else None, marks if isinstance(marks, str) else "")
     rows = []
     sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
     for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,

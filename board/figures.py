@@ -188,9 +188,23 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     return fig
 
 
+def fisher_mean_ci(values: Sequence[float | None], level: float = 0.95) -> compare.MeanInterval:
+    """The mean of correlations with a 95% interval that stays in [-1, 1]: :func:`qval.compare.mean_ci`'s
+    Student-t half-width taken on Fisher's z at the mean (the delta method, ``se_z = se / (1 - mean^2)``)
+    and mapped back with tanh."""
+    iv = compare.mean_ci(values, level)
+    if iv.mean is None or iv.low is None or iv.high is None:
+        return iv
+    edge = 1.0 - 1e-12
+    r = min(edge, max(-edge, iv.mean))
+    half = (iv.high - iv.mean) / (1.0 - r * r)
+    return compare.MeanInterval(iv.n, iv.mean, iv.std, math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half),
+                                iv.level, iv.num_missing)
+
+
 def per_environment(rows: Sequence[Evaluation], f: Filters) -> Figure:
-    """Paper Fig. 3: per method, the mean over backbones in each environment with a 95%
-    Student-t interval (one grouped bar per environment)."""
+    """Paper Fig. 3: per method, the mean over backbones in each environment with a 95% interval on Fisher's
+    z (:func:`fisher_mean_ci`, so it stays in [-1, 1]; one grouped bar per environment)."""
     chosen = best(rows, f.metric)
     order = _order(chosen)
     family_of = {e.method: e.family for e in chosen}
@@ -205,7 +219,7 @@ def per_environment(rows: Sequence[Evaluation], f: Filters) -> Figure:
             values = grouped.get((env, method))
             if not values:
                 continue
-            iv = compare.mean_ci(values)
+            iv = fisher_mean_ci(values)
             family = families.get(family_of[method]).name
             fig.rows.append({"method": method, "family": family, "environment": env, "metric": f.metric,
                              "n": iv.n, "mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
@@ -218,8 +232,8 @@ def per_environment(rows: Sequence[Evaluation], f: Filters) -> Figure:
         fig.traces.append({"type": "bar", "x": xs, "y": ys, "name": plain(env), "text": texts, "textposition": "none",
                            "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points"},
                            "error_y": {"type": "data", "symmetric": False, "array": highs, "arrayminus": lows}})
-    fig.layout = _layout("Per environment (mean over backbones, 95% CI)", barmode="group",
-                         yaxis={"title": {"text": _label(f.metric)}}, xaxis={"tickangle": -45})
+    fig.layout = _layout("Per environment (mean over backbones, 95% CI on Fisher's z)", barmode="group",
+                         yaxis={"title": {"text": _label(f.metric)}, "range": [-1, 1]}, xaxis={"tickangle": -45})
     return fig
 
 
@@ -355,6 +369,13 @@ FIGURES: dict[str, tuple[str, Builder]] = {
 }
 """Every figure page: name (its URL) -> (title, builder)."""
 
+UNPOOLED: dict[str, dict[str, str]] = {
+    "per-family": {"target": "q", "modality": "text"}, "per-environment": {"target": "q", "modality": "text"},
+    "heatmap": {"target": "q", "modality": "text"}, "text-vs-image": {"target": "q"}, "q-vs-v": {"modality": "text"},
+}
+"""The target and modality a figure page shows unless the reader picks another: one of each, so a figure never
+pools Q with V or text with image (a figure that compares the two has only the other fixed)."""
+
 
 def build(name: str, f: Filters) -> Figure:
     """Figure ``name`` over the evaluations selected by ``f`` (``KeyError`` for an unknown name).
@@ -436,8 +457,9 @@ def filter_fields(options: Mapping[str, list[tuple[str, str]]], values: Mapping[
 
 
 def any_value(name: str) -> str:
-    """The no-filter option of the figure pages' selects: ``any …`` except where a value is required."""
-    return "" if name in ("metric", "split", "source", "by") else f"any {name}"
+    """The no-filter option of the figure pages' selects: ``any …`` except where a value is required (the
+    target and modality too: :data:`UNPOOLED`)."""
+    return "" if name in ("metric", "split", "source", "by", "target", "modality") else f"any {name}"
 
 
 def figure_page(request: HttpRequest, name: str, template: str, context: dict[str, Any], *,

@@ -14,15 +14,17 @@ Each view opens on the slice the paper plots and says which it is; the filters c
   others; the two are drawn in separate blocks, never on one axis.
 * **One value per backbone**: where a source holds several evaluations of one method, environment
   and backbone (e.g. several datasets of one environment), their mean is that backbone's value.
-* **Intervals of Fig. 3**: the 95% Student-t interval of the mean over backbones, clipped to
-  [−1, 1] (a correlation's mean cannot leave it; with 2–6 backbones the t interval often would).
-  No interval with a single backbone.
+* **Intervals of Fig. 3**: as the paper draws them, the mean over backbones ± 1.96 standard errors
+  (sample std / √backbones; not clipped). No interval with a single backbone.
+* **Points no table prints** (:func:`qval.errata.not_in_tables`: the 10 verifier errata of Tables 7 and 13,
+  the 5 OpenApps codegen-avg values): marked × on Figs 2, 4 (left) and 5, hatched bars on Fig. 3, a dotted
+  marker on Fig. 4 (right), each hover saying why; the data rows carry it as ``not_in_tables``.
 * **Fig. 4 (right)**: per method and target, the mean over backbones in each environment, then the
   mean over the environments where the slice has both Q and V rows, ± its standard error
   (sample std of the environment means / √k), as the paper's caption says.
 * **Fig. 5**: TerminalBench, Q, text: each method × backbone under the first labelling backbone (the
   selected source's rows; for the reported ones GPT-5.5) against Table 6 (Claude Opus 4.7,
-  :mod:`qval.relabelled`).
+  :mod:`qval.relabelled`), and the paper's bars: per method the mean over backbones under each labelling.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 
-from qval import compare, families, metric_registry, relabelled
+from qval import errata, families, metric_registry, relabelled
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
@@ -98,14 +100,36 @@ def per_backbone(rows: Sequence[Evaluation], f: figures.Filters) -> dict[tuple[s
     return {key: sum(v) / len(v) for key, v in values.items()}
 
 
-def clipped_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
-    """``(mean, low, high)``: the Student-t interval of the mean (:func:`qval.compare.mean_ci`) clipped to
-    [−1, 1]; no interval for one value."""
-    iv = compare.mean_ci(list(values), level)
-    assert iv.mean is not None
-    if iv.low is None or iv.high is None:
-        return iv.mean, None, None
-    return iv.mean, max(-1.0, iv.low), min(1.0, iv.high)
+PAPER_Z = 1.96
+"""The paper's Fig. 3 error bars: the mean over backbones ± 1.96 standard errors."""
+
+
+def paper_interval(values: Sequence[float]) -> tuple[float, float | None, float | None]:
+    """``(mean, low, high)``: the mean ± :data:`PAPER_Z` standard errors (sample std, ``ddof=1``, over
+    √n), as the paper's Fig. 3 draws it (vlm-rm on FrozenLake: [−0.579, 0.039]); no interval for one value.
+    Not clipped: with 2–6 backbones it may leave [−1, 1], as the paper's does."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = PAPER_Z * math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+    return mean, mean - half, mean + half
+
+
+def off_table(f: figures.Filters) -> dict[tuple[str, str, str, str, str], str]:
+    """The reported values no table of the paper prints as plotted (:func:`qval.errata.not_in_tables`), keyed
+    ``(environment, target, modality, method, backbone)`` with why, when the figure shows the authors'
+    reported rows (alone or pooled); empty for another source."""
+    if f.source not in (boards.REPORTED, boards.ANY):
+        return {}
+    return errata.not_in_tables()
+
+
+def _off_key(e: Evaluation) -> tuple[str, str, str, str, str]:
+    return e.environment, e.target, e.modality, e.method, e.backbone
+
+
+OFF_TABLE_SYMBOL = "x"
+"""The marker of a point that no table of the paper prints as plotted (hover says why)."""
 
 
 def _families(rows: Sequence[Evaluation]) -> dict[str, families.Family]:
@@ -136,25 +160,29 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     global_metric = metric_of("", f)
     blocks = [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]
     shown: set[str] = set()
+    off = off_table(f)
     for metric, xaxis, yaxis in blocks:
         methods = _method_order({k[0] for k in values if metric_of(k[0], f) == metric})
         for fam in families.ALL:
             mine = [m for m in methods if family[m].slug == fam.slug]
             if not mine:
                 continue
-            xs, ys, texts, means = [], [], [], []
+            xs, ys, texts, means, symbols = [], [], [], [], []
             for m in mine:
                 points = sorted((k, v) for k, v in values.items() if k[0] == m)
                 for key, v in points:
                     e = info[key]
+                    note = off.get(_off_key(e))
                     xs.append(plain(m))
                     ys.append(v)
+                    symbols.append(OFF_TABLE_SYMBOL if note else "circle")
                     texts.append(f"{plain(m)} · {plain(e.environment)} · {plain(e.backbone or 'no backbone')}"
                                  f"<br>{e.target.upper()} · {e.modality} · {_label(metric)} "
-                                 f"{v:.{printed_digits(e.split not in PUBLIC_SPLITS)}f}")
+                                 f"{v:.{printed_digits(e.split not in PUBLIC_SPLITS)}f}"
+                                 + (f"<br>{plain(note)}" if note else ""))
                     fig.rows.append({"method": m, "family": fam.name, "environment": e.environment,
                                      "backbone": e.backbone, "target": e.target, "modality": e.modality,
-                                     "metric": metric, "value": v})
+                                     "metric": metric, "value": v, "not_in_tables": note or ""})
                 means.append(sum(v for _, v in points) / len(points))
             common = {"xaxis": xaxis, "yaxis": yaxis, "legendgroup": fam.slug, "marker": {"color": fam.colour}}
             fig.traces.append({"type": "bar", "x": [plain(m) for m in mine], "y": means, "name": f"{fam.name} mean",
@@ -163,10 +191,12 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
             fig.traces.append({"type": "scatter", "mode": "markers", "x": xs, "y": ys, "name": fam.name,
                                "showlegend": fam.slug not in shown, "text": texts,
                                "hovertemplate": "%{text}<extra></extra>",
-                               "meta": {"kind": "points", "metric": metric}, **common})
+                               "meta": {"kind": "points", "metric": metric},
+                               **common, "marker": {"color": fam.colour, "symbol": symbols}})
             shown.add(fam.slug)
     fig.layout = _layout(
-        "Figure 2: correlation by method (points: environment × backbone; bars: means)", barmode="overlay",
+        "Figure 2: correlation by method (points: environment × backbone, × not in the paper's tables; bars: means)",
+        barmode="overlay",
         xaxis={"domain": [0, 0.72], "title": {"text": f"global: {_label(global_metric)}"}, "tickangle": -45},
         xaxis2={"domain": [0.76, 1], "title": {"text": f"state-local: {_label(LOCAL_METRIC)}"}, "tickangle": -45},
         yaxis={"range": [-1, 1], "title": {"text": _label(global_metric)}},
@@ -176,12 +206,20 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
 
 
 def fig3(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
-    """Paper Fig. 3: per method and environment (difficulty order) the mean over backbones with a
-    clipped 95% t interval; global block on top, state-local below."""
+    """Paper Fig. 3: per method and environment (difficulty order) the mean over backbones ± 1.96 standard
+    errors (:func:`paper_interval`, as the paper draws it); global block on top, state-local below.  A bar
+    whose mean holds a value no table of the paper prints is hatched and its hover says which."""
     fig = figures.Figure("fig3", "Figure 3: per environment",
-                         ["method", "family", "environment", "metric", "backbones", "mean", "ci_low", "ci_high"])
+                         ["method", "family", "environment", "metric", "backbones", "mean", "ci_low", "ci_high",
+                          "not_in_tables"])
     sliced = [e for e in rows if in_slice(e, f)]
     values = per_backbone(sliced, f)
+    off = off_table(f)
+    notes: dict[tuple[str, str], list[str]] = {}
+    for e in sliced:
+        note = off.get(_off_key(e))
+        if note:
+            notes.setdefault((e.method, e.environment_slug), []).append(f"{e.backbone}: {note}")
     names = {e.environment_slug: e.environment for e in sliced}
     envs = sorted(names, key=_env_rank)
     family = _families(sliced)
@@ -189,27 +227,33 @@ def fig3(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     for metric, xaxis, yaxis in [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]:
         for m in _method_order({k[0] for k in values if metric_of(k[0], f) == metric}):
             fam = family[m]
-            xs, ys, lows, highs, texts = [], [], [], [], []
+            xs, ys, lows, highs, texts, hatch = [], [], [], [], [], []
             for env in envs:
                 per = [v for k, v in values.items() if k[0] == m and k[1] == env]
                 if not per:
                     continue
-                mean, low, high = clipped_interval(per)
+                mean, low, high = paper_interval(per)
+                held = notes.get((m, env), [])
                 fig.rows.append({"method": m, "family": fam.name, "environment": names[env], "metric": metric,
-                                 "backbones": len(per), "mean": mean, "ci_low": low, "ci_high": high})
+                                 "backbones": len(per), "mean": mean, "ci_low": low, "ci_high": high,
+                                 "not_in_tables": "; ".join(held)})
                 xs.append(plain(names[env]))
                 ys.append(mean)
                 lows.append(0.0 if low is None else mean - low)
                 highs.append(0.0 if high is None else high - mean)
+                hatch.append("/" if held else "")
                 texts.append(f"{plain(m)} in {plain(names[env])}: mean {mean:.3f} over {len(per)} backbone(s)"
-                             + (f"<br>95% CI [{low:.3f}, {high:.3f}]" if low is not None else ""))
+                             + (f"<br>± 1.96 SE: [{low:.3f}, {high:.3f}]" if low is not None else "")
+                             + "".join(f"<br>{plain(n)}" for n in held))
             fig.traces.append({"type": "bar", "x": xs, "y": ys, "name": plain(m), "xaxis": xaxis, "yaxis": yaxis,
-                               "marker": {"color": fam.colour, "line": {"color": "#333", "width": 0.5}},
+                               "marker": {"color": fam.colour, "line": {"color": "#333", "width": 0.5},
+                                          "pattern": {"shape": hatch}},
                                "legendgroup": fam.slug, "text": texts, "textposition": "none",
                                "hovertemplate": "%{text}<extra></extra>", "meta": {"kind": "points", "metric": metric},
                                "error_y": {"type": "data", "symmetric": False, "array": highs, "arrayminus": lows}})
     fig.layout = _layout(
-        "Figure 3: mean over backbones per environment (95% t interval, clipped to [−1, 1])", barmode="group",
+        "Figure 3: mean over backbones per environment (± 1.96 SE, as the paper; hatched: holds a value no table "
+        "prints)", barmode="group",
         height=760, grid={"rows": 2, "columns": 1, "pattern": "independent"},
         xaxis={"categoryorder": "array", "categoryarray": [names[e] for e in envs], "anchor": "y"},
         yaxis={"domain": [0.55, 1], "range": [-1, 1], "title": {"text": f"global: {_label(global_metric)}"}},
@@ -238,20 +282,31 @@ def fig4_left(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     by_modality = {m: per_backbone([e for e in chosen if e.modality == m], f) for m in figures.MODALITIES}
     names = {e.environment_slug: e.environment for e in chosen}
     family = _families(chosen)
+    off = off_table(f)
+
+    def note(key: tuple[str, str, str, str]) -> str:
+        """Why the point's text or image value is not in the paper's tables ('' when both are)."""
+        return "; ".join(off[k] for m in figures.MODALITIES
+                         if (k := (names[key[1]], target, m, key[0], key[3])) in off)
+
     points: dict[str, list[tuple[tuple[str, str, str, str], float, float]]] = {}
     for key in sorted(by_modality["text"].keys() & by_modality["image"].keys()):
         text, image = by_modality["text"][key], by_modality["image"][key]
         fam = family[key[0]]
         points.setdefault(fam.slug, []).append((key, text, image))
         fig.rows.append({"method": key[0], "family": fam.name, "environment": names[key[1]], "backbone": key[3],
-                         "target": target, "metric": metric_of(key[0], f), "text": text, "image": image})
+                         "target": target, "metric": metric_of(key[0], f), "text": text, "image": image,
+                         "not_in_tables": note(key)})
     for fam in families.ALL:
         mine = points.get(fam.slug)
         if mine:
             fig.traces.append({
-                "type": "scatter", "mode": "markers", "name": fam.name, "marker": {"color": fam.colour, "size": 9},
+                "type": "scatter", "mode": "markers", "name": fam.name,
+                "marker": {"color": fam.colour, "size": 9,
+                           "symbol": [OFF_TABLE_SYMBOL if note(k) else "circle" for k, _, _ in mine]},
                 "x": [p[1] for p in mine], "y": [p[2] for p in mine],
-                "text": [f"{plain(k[0])} · {plain(names[k[1]])} · {plain(k[3] or 'no backbone')}" for k, _, _ in mine],
+                "text": [f"{plain(k[0])} · {plain(names[k[1]])} · {plain(k[3] or 'no backbone')}"
+                         + (f"<br>{plain(note(k))}" if note(k) else "") for k, _, _ in mine],
                 "hovertemplate": "%{text}<br>text %{x:.3f} · image %{y:.3f}<extra></extra>", "meta": {"kind": "points"},
             })
     fig.traces.append(_diagonal())
@@ -273,7 +328,7 @@ def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure
     the mean over the environments that have both targets of the per-environment means over backbones,
     ± the standard error across those environment means."""
     fig = figures.Figure("fig4-right", "Figure 4 (right): Q vs V",
-                         ["method", "family", "target", "environments", "mean", "se"])
+                         ["method", "family", "target", "environments", "mean", "se", "not_in_tables"])
     chosen = [e for e in rows if (f.family or e.family in FIG4_RIGHT_FAMILIES)
               and e.modality == (f.modality or PAPER_SLICE.get(e.family, ("q", "text"))[1])]
     values = per_backbone(chosen, f)
@@ -281,6 +336,11 @@ def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure
                        & {e.environment_slug for e in chosen if e.target == "v"}, key=_env_rank)
     names = {e.environment_slug: e.environment for e in chosen}
     family = _families(chosen)
+    off = off_table(f)
+    held: dict[tuple[str, str], list[str]] = {}
+    for e in chosen:
+        if e.environment_slug in with_both and (note := off.get(_off_key(e))):
+            held.setdefault((e.method, e.target), []).append(f"{e.environment} · {e.backbone}: {note}")
     series: dict[str, list[dict[str, Any]]] = {"q": [], "v": []}
     for m in _method_order({k[0] for k in values}):
         summary = {}
@@ -296,7 +356,8 @@ def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure
             continue
         fam = family[m]
         for target, (k, mean, se) in summary.items():
-            row = {"method": m, "family": fam.name, "target": target, "environments": k, "mean": mean, "se": se}
+            row = {"method": m, "family": fam.name, "target": target, "environments": k, "mean": mean, "se": se,
+                   "not_in_tables": "; ".join(held.get((m, target), []))}
             fig.rows.append(row)
             series[target].append({**row, "colour": fam.colour})
     for target, symbol in (("q", "circle"), ("v", "circle-open")):
@@ -304,10 +365,12 @@ def fig4_right(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure
         fig.traces.append({
             "type": "scatter", "mode": "markers", "name": f"target {target.upper()}",
             "x": [plain(p["method"]) for p in pts], "y": [p["mean"] for p in pts],
-            "marker": {"color": [p["colour"] for p in pts], "symbol": symbol, "size": 11, "line": {"width": 2}},
+            "marker": {"color": [p["colour"] for p in pts], "size": 11, "line": {"width": 2},
+                       "symbol": [f"{symbol}-dot" if p["not_in_tables"] else symbol for p in pts]},
             "error_y": {"type": "data", "array": [p["se"] or 0.0 for p in pts]},
             "text": [f"{plain(p['method'])} ({p['family']}): {target.upper()} over {p['environments']} environments"
-                     for p in pts],
+                     + (f"<br>holds values not in the paper's tables: {plain(p['not_in_tables'])}"
+                        if p["not_in_tables"] else "") for p in pts],
             "hovertemplate": "%{text}<br>mean %{y:.3f} ± %{error_y.array:.3f}<extra></extra>",
             "meta": {"kind": "points", "target": target},
         })
@@ -322,7 +385,8 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     """Paper Fig. 5: TerminalBench Q text, each method × backbone under the first labelling backbone (x,
     the selected source's rows) against Table 6's Claude Opus 4.7 labels (y)."""
     fig = figures.Figure("fig5", "Figure 5: labelling backbones",
-                         ["method", "family", "backbone", "metric", "first_labels", "opus_labels", "opus_marks"])
+                         ["method", "family", "backbone", "metric", "first_labels", "opus_labels", "opus_marks",
+                          "not_in_tables"])
     metric = metric_of("", f)
     if metric not in ("spearman", "kendall_tau"):
         metric = "spearman"
@@ -332,32 +396,54 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     chosen = [e for e in rows if e.target == "q" and e.modality == "text" and e.method not in STATE_LOCAL]
     first = per_backbone(chosen, figures.Filters(**{**vars(f), "metric": metric}))
     family = _families(chosen)
-    points: dict[str, list[tuple[str, str, float, float]]] = {}
-    for (method, _env, _target, backbone), x in sorted(first.items()):
+    off = off_table(f)
+    envs = {e.environment_slug: e.environment for e in chosen}
+    points: dict[str, list[tuple[str, str, float, float, str]]] = {}
+    for (method, env, _target, backbone), x in sorted(first.items()):
         y = opus.get((method, backbone))
         if y is None:
             continue
         fam = family[method]
-        points.setdefault(fam.slug, []).append((method, backbone, x, y))
+        note = off.get((envs[env], "q", "text", method, backbone), "")
+        points.setdefault(fam.slug, []).append((method, backbone, x, y, note))
         fig.rows.append({"method": method, "family": fam.name, "backbone": backbone, "metric": metric,
-                         "first_labels": x, "opus_labels": y, "opus_marks": marks[(method, backbone)]})
+                         "first_labels": x, "opus_labels": y, "opus_marks": marks[(method, backbone)],
+                         "not_in_tables": note})
     for fam in families.ALL:
         mine = points.get(fam.slug)
         if mine:
             fig.traces.append({
-                "type": "scatter", "mode": "markers", "name": fam.name, "marker": {"color": fam.colour, "size": 9},
+                "type": "scatter", "mode": "markers", "name": fam.name,
+                "marker": {"color": fam.colour, "size": 9,
+                           "symbol": [OFF_TABLE_SYMBOL if p[4] else "circle" for p in mine]},
                 "x": [p[2] for p in mine], "y": [p[3] for p in mine],
-                "text": [f"{plain(p[0])} · {plain(p[1])}" for p in mine],
+                "text": [f"{plain(p[0])} · {plain(p[1])}" + (f"<br>{plain(p[4])}" if p[4] else "") for p in mine],
                 "customdata": [marks[(p[0], p[1])] for p in mine],
                 "hovertemplate": "%{text}<br>first %{x:.3f} · Opus 4.7 %{y:.3f}%{customdata}<extra></extra>",
                 "meta": {"kind": "points"},
             })
     fig.traces.append(_diagonal())
-    fig.layout = _layout("Figure 5: TerminalBench labels from two backbones",
-                         xaxis={"title": {"text": f"{_label(metric)}, first labels (GPT-5.5 for the reported rows)"},
-                                "range": [-1, 1]},
+    # The paper's bars: per method, the mean over backbones under each labelling (right panel).
+    by_method: dict[str, list[tuple[float, float]]] = {}
+    for row in fig.rows:
+        by_method.setdefault(row["method"], []).append((row["first_labels"], row["opus_labels"]))
+    order = _method_order(set(by_method))
+    for side, (name, colour) in enumerate((("first labels (GPT-5.5)", "#4c72b0"), ("Claude Opus 4.7 labels", "#dd8452"))):
+        means = [sum(p[side] for p in by_method[m]) / len(by_method[m]) for m in order]
+        fig.traces.append({
+            "type": "bar", "x": [plain(m) for m in order], "y": means, "name": f"mean, {name}", "xaxis": "x2",
+            "yaxis": "y2", "marker": {"color": colour}, "meta": {"kind": "means", "labels": name},
+            "text": [f"{plain(m)}: mean over {len(by_method[m])} backbones, {name}" for m in order],
+            "textposition": "none", "hovertemplate": "%{text}: %{y:.3f}<extra></extra>",
+        })
+    fig.layout = _layout("Figure 5: TerminalBench labels from two backbones (left: each method × backbone; "
+                         "right: per-method means)", barmode="group",
+                         xaxis={"domain": [0, 0.45], "title": {"text": f"{_label(metric)}, first labels (GPT-5.5 "
+                                                                       "for the reported rows)"}, "range": [-1, 1]},
                          yaxis={"title": {"text": f"{_label(metric)}, Claude Opus 4.7 labels (Table 6)"},
-                                "range": [-1, 1], "scaleanchor": "x"})
+                                "range": [-1, 1], "scaleanchor": "x"},
+                         xaxis2={"domain": [0.55, 1], "tickangle": -45},
+                         yaxis2={"anchor": "x2", "range": [-1, 1], "title": {"text": f"mean {_label(metric)}"}})
     return fig
 
 
@@ -383,7 +469,8 @@ PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
     PaperFigure("fig3", "Figure 3: correlation by environment", fig3, {},
                 ("backbone", "source", "target", "modality", "metric"),
                 "per method and environment (FrozenLake → ALFWorld → OpenApps → TerminalBench) the mean over "
-                "backbones with its 95% Student-t interval clipped to [−1, 1]; global block on top, state-local below"),
+                "backbones ± 1.96 standard errors (sample std over √backbones), as the paper draws them; global "
+                "block on top, state-local below"),
     PaperFigure("fig4-left", "Figure 4 (left): text vs image", fig4_left, {},
                 ("environment", "backbone", "source", "target", "family"),
                 "Direct and Ranking methods, target Q: each environment × backbone evaluated on both modalities, "
@@ -395,7 +482,8 @@ PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
     PaperFigure("fig5", "Figure 5: TerminalBench labelled by two backbones", fig5, {"environment": "terminalbench"},
                 ("backbone", "source", "metric"),
                 "TerminalBench, target Q, text: each method × backbone under GPT-5.5 labels (x) and under Claude "
-                "Opus 4.7 labels (y, the paper's Table 6)"),
+                "Opus 4.7 labels (y, the paper's Table 6), and per method the mean over backbones under each, as "
+                "the paper's bars"),
 )}
 """The paper's figures by URL name."""
 

@@ -366,7 +366,8 @@ def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], templat
     opening = figures.opening_source(fixed) if fixed else boards.DEFAULT_VIEW
     return figures.figure_page(
         request, name, template, {"figures": figures.FIGURES, "name": name, **extra},
-        read=lambda: figures.read_filters({"source": opening, **{k: v for k, v in request.GET.items() if v}}, **fixed),
+        read=lambda: figures.read_filters({"source": opening, **figures.UNPOOLED.get(name, {}),
+                                           **{k: v for k, v in request.GET.items() if v}}, **fixed),
         build=lambda f: figures.build(name, f),
         fields=lambda values: figures.filter_fields(options, values, figures.any_value),
         shown=lambda f: {"title": figures.FIGURES[name][0]})

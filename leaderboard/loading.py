@@ -143,7 +143,8 @@ def split_index(dataset: Dataset, split: str, target: str) -> SplitIndex:
 
 
 def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
-    """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only).
+    """The hidden labels of a split/target as a :class:`qval.scoring.Truth` (worker only), with each
+    point's trajectory and task, which its intervals resample (:mod:`qval.sampling`).
 
     A dataset we do not host (a published one, :mod:`submissions.importing`) has its labels
     in the project's data file instead (:func:`qval.published.truth`; its rows are all on one split).
@@ -155,8 +156,11 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
     )
     point_ids = split_index(dataset, split, target).expected_ids
     point_labels = np.array([labels[i] for i in point_ids], dtype=np.float64)
+    states = State.objects.filter(dataset=dataset, split=split).order_by("position")
+    drawn = list(states.values_list("trajectory", "task"))  # one point per state, in the points' order
+    design = {"trajectories": [t for t, _ in drawn], "tasks": [k for _, k in drawn]}
     if target == "v":
-        return Truth(point_ids=point_ids, point_labels=point_labels)
+        return Truth(point_ids=point_ids, point_labels=point_labels, **design)
     group_ids: list[list[str]] = []
     current_state = None
     cands = Candidate.objects.filter(state__dataset=dataset, state__split=split).order_by("state__position", "index")
@@ -166,7 +170,8 @@ def truth_for(dataset: Dataset, split: str, target: str) -> Truth:
             current_state = state_id
         group_ids[-1].append(cid)
     group_labels = [np.array([labels[c] for c in g], dtype=np.float64) for g in group_ids]
-    return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)
+    return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels,
+                 **design)
 
 
 def inputs_for(dataset: Dataset, split: str, *, hidden_goal_images: bool = False) -> schema.Dataset:

@@ -1,7 +1,8 @@
 """Comparing methods and summarising evaluations: the statistics behind the comparison pages.
 
 * :func:`paired_bootstrap` -- is method A's correlation with the labels higher than method
-  B's on the same points?  A paired percentile bootstrap of ``metric(A) - metric(B)``.
+  B's on the same points?  A paired bootstrap of ``metric(A) - metric(B)`` that resamples what was
+  drawn (trajectories or tasks, :mod:`qval.sampling`).
 * :func:`friedman_nemenyi` -- do several methods differ over many evaluations (e.g. one
   correlation per environment x backbone)?  The Friedman test, average ranks and the
   Nemenyi critical difference, with the groups a critical-difference diagram draws
@@ -25,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from qval import metric_registry, metrics
+from qval import metric_registry, metrics, sampling
 from qval.metrics import MIN_USABLE_POINTS
 
 FloatArray = NDArray[np.float64]
@@ -39,14 +40,17 @@ class PairedComparison:
 
     ``rho_a``/``rho_b``: the metric of A and of B on the common points; ``difference``:
     ``rho_a - rho_b``.  ``low``/``high``: percentile bootstrap interval of the difference at
-    ``level``; ``p_value``: two-sided bootstrap p-value of "no difference".  Any of these is
+    ``level`` and ``p_value`` the two-sided p-value of "no difference", both from the bootstrap's
+    standard error and Student's t over the resampled units (:func:`paired_bootstraps`).  Any of these is
     ``None`` when it is undefined: ``insufficient`` (fewer than ``min_points`` common
     points), a constant side, or no resample on which both metrics are defined.
     ``num_points``: points where the label, A and B are all finite; ``num_dropped``: the
     other points.  ``resamples``: resamples drawn (a work cap may make it smaller than
     requested; 0 when nothing was resampled); ``num_undefined``: resamples left out because
-    a metric was undefined on them.  ``std_error``: the standard deviation of the bootstrap
-    differences, the standard error of ``difference`` (the margin of :mod:`qval.ladder`).
+    a metric was undefined on them.  ``std_error``: the standard error of ``difference`` (the bootstrap
+    differences' spread with the small-sample factor of :func:`qval.metrics.cluster_se`; the margin of
+    :mod:`qval.ladder`).  ``unit``, ``clusters``, ``strata``: what the resamples drew
+    (:meth:`qval.sampling.Design.as_details`).
     """
 
     metric: str
@@ -64,6 +68,9 @@ class PairedComparison:
     seed: int
     insufficient: bool
     std_error: float | None = None
+    unit: str = sampling.POINT
+    clusters: int | None = None
+    strata: int = 1
 
     def significance(self) -> str:
         """Significance marks of :attr:`p_value` (see :func:`qval.metrics.significance_marks`)."""
@@ -72,27 +79,26 @@ class PairedComparison:
 
 def _common_points(
     labels: ArrayLike, scores_a: ArrayLike, scores_b: ArrayLike, rules: str
-) -> tuple[FloatArray, FloatArray, FloatArray, int]:
-    """Labels, A and B at the points where none of the three is NaN, and how many were dropped."""
+) -> tuple[FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]:
+    """Labels, A and B at the points where none of the three is NaN, and the mask of those points."""
     x = metrics.finite_or_nan(labels, "labels", rules)
     a = metrics.finite_or_nan(scores_a, "scores_a", rules)
     b = metrics.finite_or_nan(scores_b, "scores_b", rules)
     if not x.shape == a.shape == b.shape:
         raise ValueError(f"labels, scores_a and scores_b differ in length: {x.size}, {a.size}, {b.size}")
     keep = ~(np.isnan(x) | np.isnan(a) | np.isnan(b))
-    return x[keep], a[keep], b[keep], int(x.size - np.count_nonzero(keep))
+    return x[keep], a[keep], b[keep], keep
 
 
-def _bootstrap_p_value(differences: FloatArray) -> float:
-    """Two-sided percentile-bootstrap p-value of "difference = 0".
-
-    ``min(1, 2 * min(P(d* <= 0), P(d* >= 0)))`` where each proportion is
-    ``(1 + count) / (1 + B)``, so that it is never exactly 0.
-    """
-    total = differences.size + 1
-    below = (1 + np.count_nonzero(differences <= 0.0)) / total
-    above = (1 + np.count_nonzero(differences >= 0.0)) / total
-    return float(min(1.0, 2.0 * min(below, above)))
+def t_p_value(difference: float, std_error: float, design: sampling.Design) -> float:
+    """Two-sided p-value of "no difference": Student's t of ``difference / std_error`` with the design's
+    degrees of freedom (:attr:`qval.sampling.Design.dof`); 1 for a zero difference, 0 for a nonzero one
+    with no spread."""
+    if difference == 0.0:
+        return 1.0
+    if std_error == 0.0:
+        return 0.0
+    return float(2.0 * stats.t.sf(abs(difference) / std_error, design.dof))
 
 
 def paired_bootstrap(
@@ -106,11 +112,12 @@ def paired_bootstrap(
     level: float = 0.95,
     min_points: int = MIN_USABLE_POINTS,
     rules: str = metrics.QVAL_RULES,
+    design: sampling.Design | None = None,
 ) -> PairedComparison:
     """Paired bootstrap of ``metric(labels, A) - metric(labels, B)``: :func:`paired_bootstraps`
     of one metric."""
     return paired_bootstraps(labels, scores_a, scores_b, metric_names=(metric,), resamples=resamples, seed=seed,
-                             level=level, min_points=min_points, rules=rules)[metric]
+                             level=level, min_points=min_points, rules=rules, design=design)[metric]
 
 
 def paired_bootstraps(
@@ -124,30 +131,38 @@ def paired_bootstraps(
     level: float = 0.95,
     min_points: int = MIN_USABLE_POINTS,
     rules: str = metrics.QVAL_RULES,
+    design: sampling.Design | None = None,
 ) -> dict[str, PairedComparison]:
     """Paired bootstrap of ``metric(labels, A) - metric(labels, B)`` for each of ``metric_names``
     (point metrics of :mod:`qval.metric_registry`), keyed by metric in the order given.
 
-    Points where the label, A or B is NaN are dropped first.  Each resample draws point indices
-    with replacement and evaluates both methods on the *same* indices, so the difference keeps
-    the pairing (the two methods' errors on the same points are correlated).  Every metric reads
-    the same resamples (one :func:`qval.metrics.bootstrap` pass per distinct work cap), each with
-    its registered resampler, so what they share (how often each point is drawn, the labels'
-    ranks) is computed once.  Resamples on which either metric is undefined (a constant side)
-    are left out.  Work is capped as in :func:`qval.metrics.bootstrap_point_ci`, and above
-    :data:`qval.metrics.BOOTSTRAP_SUBSAMPLE_POINTS` common points a seeded subsample is
-    resampled and its spread rescaled (:func:`qval.metrics.bootstrap_subsample`).  The same
-    inputs and ``seed`` always give the same result, a metric the same whichever others are
-    asked with it, and swapping A and B negates the difference and the interval.  ``rules``
-    (:data:`qval.metrics.RULES`) are those both submissions were scored under: ``qval-v1.0``
-    keeps infinite scores as :func:`qval.metrics.correlate` does, ours refuse them.
+    Points where the label, A or B is NaN are dropped first (and from ``design``, the
+    :class:`qval.sampling.Design` of the given points: each point's trajectory and task; ``None`` when
+    they are not known, and then points are resampled).  Each resample draws the design's units with
+    replacement (trajectories, or tasks, :mod:`qval.sampling`) and evaluates both methods on the *same*
+    draw, so the difference keeps the pairing (the two methods' errors on the same points are
+    correlated).  The standard error of the difference is the resampled differences' spread with the
+    small-sample factor of :func:`qval.metrics.cluster_se`; the interval is ``difference ± t · se`` and
+    the p-value Student's t (:func:`t_p_value`), both with the design's degrees of freedom (clusters
+    minus strata).  Every metric reads the same resamples (one :func:`qval.metrics.bootstrap` pass per
+    distinct work cap), each with its registered resampler, so what they share (how often each point is
+    drawn, the labels' ranks) is computed once.  Resamples on which either metric is undefined (a
+    constant side) are left out.  Work is capped as in :func:`qval.metrics.bootstrap_point_ci`, and
+    above :data:`qval.metrics.BOOTSTRAP_SUBSAMPLE_POINTS` common points a seeded choice of whole units
+    is resampled and its spread rescaled (:func:`qval.metrics.plan`).  The same inputs and ``seed``
+    always give the same result, a metric the same whichever others are asked with it, and swapping A
+    and B negates the difference and the interval.  ``rules`` (:data:`qval.metrics.RULES`) are those
+    both submissions were scored under: ``qval-v1.0`` keeps infinite scores as
+    :func:`qval.metrics.correlate` does, ours refuse them.
     """
     metrics.check_rules(rules)
     specs = {name: metrics.point_metric(name) for name in metric_names}
     metrics.check_min_points(min_points)
     metrics.check_bootstrap(resamples, level)
-    x, a, b, dropped = _common_points(labels, scores_a, scores_b, rules)
+    x, a, b, keep = _common_points(labels, scores_a, scores_b, rules)
+    design = metrics.design_of(design, keep)
     n = int(x.size)
+    dropped = int(keep.size - n)
 
     def result(
         metric: str,
@@ -155,21 +170,21 @@ def paired_bootstraps(
         rho_b: float | None = None,
         differences: FloatArray | None = None,
         drawn: int = 0,
+        shrink: float = 1.0,
     ) -> PairedComparison:
         difference = None if rho_a is None or rho_b is None else rho_a - rho_b
         low = high = p_value = std_error = None
         undefined = 0
         if differences is not None:
-            defined = differences[~np.isnan(differences)]
-            undefined = drawn - int(defined.size)
-            if defined.size:
-                tail = (1.0 - level) / 2.0
-                low, high = (float(v) for v in np.quantile(defined, [tail, 1.0 - tail]))
-                p_value = _bootstrap_p_value(defined)
-                std_error = float(defined.std(ddof=1)) if defined.size > 1 else None
+            undefined = int(np.count_nonzero(np.isnan(differences)))
+            std_error = metrics.cluster_se(differences, design, shrink=shrink)
+            if std_error is not None and difference is not None:
+                half = metrics.t_quantile(level, design) * std_error
+                low, high = difference - half, difference + half
+                p_value = t_p_value(difference, std_error, design)
         return PairedComparison(
             metric, rho_a, rho_b, difference, low, high, p_value, level, n, dropped, drawn, undefined, seed,
-            insufficient=n < min_points, std_error=std_error,
+            insufficient=n < min_points, std_error=std_error, **design.as_details(),
         )
 
     if n < min_points:
@@ -177,40 +192,33 @@ def paired_bootstraps(
     estimates = {name: (metrics.correlate(x, a, name, min_points=min_points, rules=rules).value,
                         metrics.correlate(x, b, name, min_points=min_points, rules=rules).value) for name in specs}
     out = {name: result(name, *estimates[name]) for name in specs}
-    sub = metrics.bootstrap_subsample(n, seed)
-    points = (x, a, b) if sub is None else (x[sub.points], a[sub.points], b[sub.points])
+    how = metrics.plan(design, seed)
+    points = (x, a, b) if how.points is None else (x[how.points], a[how.points], b[how.points])
     m = int(points[0].size)
     todo = [name for name in specs if None not in estimates[name] and specs[name].resampler is not None]
     by_total: dict[int, list[str]] = {}
     for name in todo:
         by_total.setdefault(metrics.capped_resamples(resamples, m, specs[name].bootstrap_max_work), []).append(name)
     for total, names in by_total.items():
-        differences = _paired_differences(points, [specs[name] for name in names], total, seed)
+        differences = _paired_differences(points, [specs[name] for name in names], total, seed, how.design)
         for name, d in zip(names, differences):
-            if sub is not None:  # deviations from the subsample's own difference, rescaled to n points
-                centre_a, centre_b = (metrics.correlate(points[0], s, name, min_points=min_points, rules=rules).value
-                                      for s in points[1:])
-                if centre_a is None or centre_b is None:
-                    continue
-                rho_a, rho_b = estimates[name]
-                d = (rho_a - rho_b) + sub.scale * (d - (centre_a - centre_b))  # type: ignore[operator]
-            out[name] = result(name, *estimates[name], differences=d, drawn=total)
+            out[name] = result(name, *estimates[name], differences=d, drawn=total, shrink=how.shrink)
     return out
 
 
 def _paired_differences(
     points: tuple[FloatArray, FloatArray, FloatArray], specs: Sequence[metric_registry.MetricSpec], total: int,
-    seed: int,
+    seed: int, design: sampling.Design | None = None,
 ) -> list[FloatArray]:
     """``metric(x, a) - metric(x, b)`` of each metric of ``specs`` on the same ``total`` seeded
-    resamples (NaN where undefined), ``points = (x, a, b)``."""
+    resamples of ``design``'s units (points without one; NaN where undefined), ``points = (x, a, b)``."""
     x, a, b = points
     pairs = [(spec.resample(x, a), spec.resample(x, b)) for spec in specs]
 
     def statistic(draws: metrics.Resamples) -> FloatArray:
         return np.stack([stat_a(draws) - stat_b(draws) for stat_a, stat_b in pairs], axis=1)
 
-    return list(metrics.bootstrap(statistic, int(x.size), total, seed).reshape(total, len(specs)).T)
+    return list(metrics.bootstrap(statistic, int(x.size), total, seed, design).reshape(total, len(specs)).T)
 
 
 # -- Friedman test and Nemenyi critical difference --------------------------------------

@@ -157,3 +157,28 @@ def errata(path: Path = ERRATA_FILE) -> tuple[dict[str, Any], list[Erratum]]:
         return data["provenance"], [Erratum(**e) for e in data["errata"]]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise PublishedDataError(f"{path}: cannot read ({exc!r})") from exc
+
+
+def not_in_tables(reported: Sequence[ReportedResult] | None = None) -> dict[tuple[str, str, str, str, str], str]:
+    """The authors' reported values that the paper's tables do not print as the figures plot them, keyed
+    ``(environment, target, modality, method, backbone)``, each with why: an erratum (the table prints another
+    number, :func:`errata`), or a method of :data:`TABLES` whose printed line holds no value of it (Table 7's
+    ``codegen-avg`` line holds codegen's τ, and no other line holds codegen-avg's ρ), so no table prints it.
+    ``reported``: the authors' records (default :func:`qval.published.reported`)."""
+    from qval import published
+
+    records = published.reported()[1] if reported is None else reported
+    out: dict[tuple[str, str, str, str, str], str] = {}
+    for e in errata()[1]:
+        out[(e.environment, e.target, e.modality, e.method, e.backbone)] = (
+            f"erratum: Table {e.table} prints {e.paper:.3f}; the authors' data, plotted here, is {e.authors:.4f}")
+    for table in TABLES:
+        held = {m for m in table.lines.values() if m is not None}
+        unprinted = {label for label, m in table.lines.items() if m is None and label not in held}
+        for r in records:
+            if (r.environment, r.target, r.modality) == (table.environment, table.target, table.modality) \
+                    and r.method in unprinted:
+                out[(r.environment, r.target, r.modality, r.method, r.backbone)] = (
+                    f"not in the paper's tables: Table {table.number}'s {r.method} line prints another method's "
+                    "number; this value is the authors' website data only")
+    return out

@@ -49,6 +49,7 @@ from scipy import stats
 from qval import metrics
 from qval.budget import Ledger, affordable
 from qval.compare import paired_bootstrap
+from qval.sampling import Design
 
 LADDER_METRICS: tuple[str, ...] = ("spearman", "ranking_spearman")
 """The board's headline metrics the Ladder decides on (see the module doc)."""
@@ -150,22 +151,38 @@ def z_for(attempt: int, tests: int = 1) -> float:
     return float(stats.norm.isf(alpha_for(attempt) / max(tests, 1)))
 
 
-def global_step(labels: ArrayLike, new: ArrayLike, best: ArrayLike, *, rules: str = metrics.QVAL_RULES) -> Step:
+def global_step(labels: ArrayLike, new: ArrayLike, best: ArrayLike, *, rules: str = metrics.QVAL_RULES,
+                design: Design | None = None) -> Step:
     """The global ρ's :class:`Step`: paired bootstrap (:data:`RESAMPLES`, :data:`SEED`) of
-    ``spearman(labels, new) - spearman(labels, best)`` on the points both score; the fixed step is
+    ``spearman(labels, new) - spearman(labels, best)`` on the points both score, resampling what the
+    points' ``design`` drew (:mod:`qval.sampling`; points when ``None``); the fixed step is
     :data:`STEP` over ``sqrt(n - 1)`` (the spread of a label-free file's ρ on those ``n`` points)."""
-    pc = paired_bootstrap(labels, new, best, metric="spearman", resamples=RESAMPLES, seed=SEED, rules=rules)
+    pc = paired_bootstrap(labels, new, best, metric="spearman", resamples=RESAMPLES, seed=SEED, rules=rules,
+                          design=design)
     step = STEP / math.sqrt(pc.num_points - 1) if pc.num_points > 1 else None
     return Step("spearman", pc.difference, pc.std_error, step, pc.num_points)
 
 
-def state_step(new: ArrayLike, best: ArrayLike) -> Step:
+def _mean_std_error(d: np.ndarray, design: Design | None) -> float:
+    """The standard error of ``d.mean()``: ``sd / sqrt(n)`` for independent values; with a ``design``
+    whose trajectories are known, the cluster-robust one over its trajectories (states of a trajectory
+    are correlated): ``sqrt(G / (G - 1) * sum over trajectories of their summed deviations squared) / n``."""
+    n = d.size
+    if design is None or not design.known or design.num_trajectories < 2:
+        return float(d.std(ddof=1)) / math.sqrt(n)
+    sums = np.bincount(design.trajectory, weights=d - d.mean())
+    g = design.num_trajectories
+    return math.sqrt(g / (g - 1) * float((sums ** 2).sum())) / n
+
+
+def state_step(new: ArrayLike, best: ArrayLike, design: Design | None = None) -> Step:
     """The state-local ρ's :class:`Step` from two submissions' per-state values (NaN: none).
 
-    Over the states where both have a value: the mean of the differences and their sample
-    standard deviation over the square root of their number; the fixed step is :data:`STEP` times
-    the two submissions' pooled per-state standard deviation over that square root (the spread of
-    a mean of per-state values, whatever the two share).
+    Over the states where both have a value: the mean of the differences and its standard error
+    (over the trajectories of the states' ``design`` when given, else as if the states were
+    independent); the fixed step is :data:`STEP` times the two submissions' pooled per-state
+    standard deviation over the square root of their number (the spread of a mean of per-state
+    values, whatever the two share).
     """
     a, b = np.asarray(new, dtype=np.float64), np.asarray(best, dtype=np.float64)
     if a.shape != b.shape:
@@ -178,16 +195,17 @@ def state_step(new: ArrayLike, best: ArrayLike) -> Step:
     if n < 2:
         return Step("ranking_spearman", float(d.mean()), None, None, n)
     spread = math.sqrt((float(a[both].var(ddof=1)) + float(b[both].var(ddof=1))) / 2)
-    return Step("ranking_spearman", float(d.mean()), float(d.std(ddof=1)) / math.sqrt(n),
-                STEP * spread / math.sqrt(n), n)
+    kept = None if design is None else design.subset(both)
+    return Step("ranking_spearman", float(d.mean()), _mean_std_error(d, kept), STEP * spread / math.sqrt(n), n)
 
 
 def decide(labels: ArrayLike, new: Entry, best: Entry | None, *, attempt: int = 2,
-           rules: str = metrics.QVAL_RULES) -> Decision:
+           rules: str = metrics.QVAL_RULES, design: Design | None = None) -> Decision:
     """Whether the board moves to ``new`` from its current ``best`` (``None``: the first of its scope).
 
     ``labels``: the points' labels, in the order of :attr:`Entry.points`; ``attempt``: how many
-    submissions of this ladder the account has made, this one included (its level, :func:`z_for`).
+    submissions of this ladder the account has made, this one included (its level, :func:`z_for`);
+    ``design``: how the points (one per state) were drawn, which the standard errors resample.
     For each metric of :data:`LADDER_METRICS` the best shows the new submission must show it
     too, at least as high on the board, and a :class:`Step` is computed.  It climbs when nothing
     blocks it and a step is :attr:`Step.significant`.
@@ -205,8 +223,8 @@ def decide(labels: ArrayLike, new: Entry, best: Entry | None, *, attempt: int = 
     steps: list[Step] = []
     gains: list[str] = []
     for metric in shared:
-        step = global_step(labels, new.points, best.points, rules=rules) if metric == "spearman" \
-            else state_step(new.states, best.states)
+        step = global_step(labels, new.points, best.points, rules=rules, design=design) if metric == "spearman" \
+            else state_step(new.states, best.states, design)
         step = Step(step.metric, step.difference, step.std_error, step.step, step.num_paired, z)
         steps.append(step)
         if step.significant:
@@ -218,7 +236,7 @@ def decide(labels: ArrayLike, new: Entry, best: Entry | None, *, attempt: int = 
 
 
 def release(labels: ArrayLike, new: Entry, best: Entry | None, ledger: Ledger, *, attempt: int = 1,
-            rules: str = metrics.QVAL_RULES) -> Decision:
+            rules: str = metrics.QVAL_RULES, design: Design | None = None) -> Decision:
     """The site's release rule: :func:`decide`, and a climb spends its numbers from the split's ``ledger``.
 
     A ledger that is not open holds the submission undecided (``held``; nothing released, so nothing
@@ -229,7 +247,7 @@ def release(labels: ArrayLike, new: Entry, best: Entry | None, ledger: Ledger, *
     if ledger.state != "open":
         return Decision(False, best is None, (), f"the split's information budget is {ledger.state}: nothing more "
                         "is released about it", held=True)
-    decision = decide(labels, new, best, attempt=attempt, rules=rules)
+    decision = decide(labels, new, best, attempt=attempt, rules=rules, design=design)
     if not decision.climbs:
         return decision
     released = affordable(new.board, ledger.remaining)

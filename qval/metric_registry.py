@@ -58,6 +58,12 @@ class MetricSpec:
     metric says nothing unless some labels are positive and some negative (sign agreement: otherwise
     it only counts the scores' signs), so pages do not show it for a dataset without (:func:`shown`).
 
+    ``unit``: what its interval resamples, the unit the dataset's points were drawn in (:mod:`qval.sampling`):
+    ``"trajectory"`` (whole tasks where a dataset has at least 20 of them, trajectories within tasks where
+    it has fewer; points only where the trajectories are not known, and the interval says so), or
+    ``"none"`` without an interval.  ``interval_scale``: the scale its interval is computed on and mapped
+    back from (:data:`qval.metrics.INTERVAL_SCALES`; Fisher's z keeps a correlation's interval in [-1, 1]).
+
     ``function`` and ``resampler`` name (``"module:attribute"``) what computes it, by ``kind``:
 
     * ``point`` (over the evaluation points): ``function(x, y) -> (value, p_value)`` on the
@@ -92,6 +98,8 @@ class MetricSpec:
     constant_undefined: bool = False
     needs_both_signs: bool = False
     bootstrap_max_work: int = DEFAULT_BOOTSTRAP_MAX_WORK
+    unit: str = "trajectory"
+    interval_scale: str = "fisher_z"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -115,7 +123,9 @@ class MetricSpec:
         return _resolve(self.resampler)(*args, **kwargs)
 
 
-_SCIPY = "points resampled with replacement, percentile interval"
+_SCIPY = ("the dataset's trajectories resampled with replacement (whole tasks where it has 20 or more, "
+          "trajectories within each task where it has fewer), 95% interval on Fisher's z from the bootstrap's "
+          "standard error with Student's t over the resampled units")
 
 BUILTIN: tuple[MetricSpec, ...] = (
     MetricSpec("spearman", "Spearman ρ (global)", "global ρ", True, 3, "point",
@@ -134,22 +144,23 @@ BUILTIN: tuple[MetricSpec, ...] = (
     MetricSpec("sign_agreement", "Sign agreement", "sign", True, 3, "point",
                "Fraction of points whose score has the label's sign; binomial test against 0.5.", _SCIPY,
                function="qval.metrics:sign_agreement", resampler="qval.metrics:sign_agreement_resampler",
-               needs_both_signs=True),
+               needs_both_signs=True, interval_scale="logit"),
     MetricSpec("ranking_spearman", "Spearman ρ (state-local)", "state-local ρ", True, 3, "ranking",
                "Spearman between the candidates' Q labels and scores within each state, "
                "mean and sample std over the valid states.",
-               "states resampled with replacement, percentile interval",
+               "states resampled by the trajectories (or tasks) they were drawn in, as for the global ρ; 95% "
+               "interval on Fisher's z of the mean",
                function="qval.metrics:ranking_spearman", resampler="qval.metrics:bootstrap_ranking_ci",
                comparable=True, board=True),
     MetricSpec("top1_accuracy", "Top-1 accuracy", "top-1", True, 3, "selection",
                "Fraction of states where the highest-scored candidate has the best label.", "none",
-               function="qval.metrics:top1_accuracy"),
+               function="qval.metrics:top1_accuracy", unit="none"),
     MetricSpec("regret_at_1", "Regret@1", "regret", False, 3, "selection",
                "Mean of best label minus the label of the highest-scored candidate.", "none",
-               function="qval.metrics:regret_at_1"),
+               function="qval.metrics:regret_at_1", unit="none"),
     MetricSpec("pairwise_accuracy", "Pairwise accuracy", "pairwise", True, 3, "selection",
                "Fraction of candidate pairs with different labels that the scores order like the labels.",
-               "none", function="qval.metrics:pairwise_accuracy"),
+               "none", function="qval.metrics:pairwise_accuracy", unit="none"),
 )
 """The built-in metrics, in the order they are reported."""
 

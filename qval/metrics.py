@@ -33,6 +33,7 @@ reproduces the reference code exactly:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import sparse, special, stats
 
-from qval import metric_registry
+from qval import metric_registry, sampling
 
 MIN_USABLE_POINTS: int = 50
 """Fewest pairs a pointwise correlation is reported on (the reference's
@@ -56,8 +57,8 @@ BOOTSTRAP_CHUNK_ELEMENTS: int = 1 << 21
 """Resampled pairs held in memory at once by the vectorised bootstrap (per array)."""
 
 BOOTSTRAP_SUBSAMPLE_POINTS: int = 20_000
-"""Largest sample a point bootstrap resamples whole; a larger one is bootstrapped on a seeded
-random subsample of this many points, its spread rescaled (:func:`bootstrap_subsample`)."""
+"""Largest sample a bootstrap resamples whole; a larger one is bootstrapped on a seeded
+random choice of whole units holding about this many points, its spread rescaled (:func:`plan`)."""
 
 KENDALL_VECTOR_MAX_POINTS: int = BOOTSTRAP_SUBSAMPLE_POINTS
 """Largest sample whose bootstrap Kendall tau is computed by :class:`KendallResampler`
@@ -127,18 +128,25 @@ def finite_or_nan(values: ArrayLike, name: str, rules: str = QVAL_RULES) -> Floa
     return array
 
 
-def _paired(labels: ArrayLike, scores: ArrayLike, rules: str = QVAL_RULES) -> tuple[FloatArray, FloatArray, int]:
-    """Labels and scores with every pair holding a NaN removed, and how many were removed."""
+def _paired_mask(
+    labels: ArrayLike, scores: ArrayLike, rules: str = QVAL_RULES
+) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
+    """Labels and scores with every pair holding a NaN removed, and the mask of the pairs kept."""
     check_rules(rules)
     x = finite_or_nan(labels, "labels", rules)
     y = finite_or_nan(scores, "scores", rules)
     if x.shape != y.shape:
         raise ValueError(f"labels and scores differ in length: {x.size} != {y.size}")
     keep = ~(np.isnan(x) | np.isnan(y))
-    dropped = int(x.size - np.count_nonzero(keep))
-    if dropped:
-        return x[keep], y[keep], dropped
-    return x, y, 0
+    if keep.all():
+        return x, y, keep
+    return x[keep], y[keep], keep
+
+
+def _paired(labels: ArrayLike, scores: ArrayLike, rules: str = QVAL_RULES) -> tuple[FloatArray, FloatArray, int]:
+    """Labels and scores with every pair holding a NaN removed, and how many were removed."""
+    x, y, keep = _paired_mask(labels, scores, rules)
+    return x, y, int(keep.size - np.count_nonzero(keep))
 
 
 def _is_constant(values: FloatArray) -> bool:
@@ -506,15 +514,48 @@ def pairwise_accuracy(selection: Selection) -> tuple[float | None, int]:
 # -- bootstrap confidence intervals -----------------------------------------------------
 
 
+INTERVAL_SCALES: tuple[str, ...] = ("fisher_z", "logit", "identity")
+"""Scales an interval is computed on (a metric's :attr:`qval.metric_registry.MetricSpec.interval_scale`):
+Fisher's ``z = atanh(r)`` for a correlation, the logit for a proportion, the value itself for a
+difference; the interval is mapped back, so it stays in the metric's range."""
+
+_EDGE = 1e-12
+"""How far inside its range a value at the edge (a correlation of exactly 1) is put before the scale is
+taken, so that its transform is finite."""
+
+
+def _forward(scale: str, values: FloatArray) -> FloatArray:
+    """``values`` on ``scale`` (one of :data:`INTERVAL_SCALES`)."""
+    if scale == "fisher_z":
+        return np.arctanh(np.clip(values, -1.0 + _EDGE, 1.0 - _EDGE))
+    if scale == "logit":
+        p = np.clip(values, _EDGE, 1.0 - _EDGE)
+        return np.log(p) - np.log1p(-p)
+    if scale == "identity":
+        return np.asarray(values, dtype=np.float64)
+    raise ValueError(f"unknown interval scale {scale!r}; expected one of {', '.join(INTERVAL_SCALES)}")
+
+
+def _backward(scale: str, values: FloatArray) -> FloatArray:
+    """The inverse of :func:`_forward`."""
+    if scale == "fisher_z":
+        return np.tanh(values)
+    if scale == "logit":
+        return special.expit(values)
+    return values
+
+
 @dataclass(frozen=True)
 class Interval:
-    """A percentile bootstrap interval.
+    """A bootstrap interval of a statistic, resampling what was drawn (:mod:`qval.sampling`).
 
     ``low``/``high`` are ``None`` when the statistic cannot be bootstrapped (too few values,
-    undefined on the full sample, or undefined on every resample).  ``resamples`` is the
+    undefined on the full sample, or defined on fewer than two resamples).  ``resamples`` is the
     number of resamples drawn, which a work cap may make smaller than requested;
     ``subsample``: the points resampled when the sample was larger than
-    :data:`BOOTSTRAP_SUBSAMPLE_POINTS` (:func:`bootstrap_subsample`), else ``None``.
+    :data:`BOOTSTRAP_SUBSAMPLE_POINTS` (:meth:`qval.sampling.Design.subsample`), else ``None``.
+    ``unit``, ``clusters``, ``strata``: what the resamples drew (:meth:`qval.sampling.Design.as_details`),
+    which every page and API answer that shows the interval names.
     """
 
     low: float | None
@@ -522,6 +563,13 @@ class Interval:
     level: float
     resamples: int
     subsample: int | None = None
+    unit: str = sampling.POINT
+    clusters: int | None = None
+    strata: int = 1
+
+    def resampled(self) -> dict[str, object]:
+        """What the resamples drew, as a result's details record it (``ci95_resampled``)."""
+        return {"unit": self.unit, "clusters": self.clusters, "strata": self.strata}
 
 
 def check_bootstrap(resamples: int, level: float) -> None:
@@ -532,14 +580,44 @@ def check_bootstrap(resamples: int, level: float) -> None:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
 
 
-def _percentile_interval(statistics: FloatArray, level: float, resamples: int) -> Interval:
-    """Percentile interval of the defined (non-NaN) resample statistics."""
-    defined = statistics[~np.isnan(statistics)]
-    if not defined.size:
-        return Interval(None, None, level, resamples)
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(defined, [tail, 1.0 - tail])
-    return Interval(float(low), float(high), level, resamples)
+def cluster_se(resampled: FloatArray, design: sampling.Design, *, scale: str = "identity", shrink: float = 1.0
+               ) -> float | None:
+    """The standard error of a statistic from its resampled values (NaN ones left out) on ``scale``:
+    their standard deviation times ``shrink`` (``sqrt(m / n)`` when ``m`` of ``n`` points were resampled)
+    and times ``sqrt(design.variance_factor)`` (the bootstrap's small-sample shortfall over ``G``
+    clusters, :attr:`qval.sampling.Design.variance_factor`); ``None`` with fewer than two values."""
+    defined = resampled[~np.isnan(resampled)]
+    if defined.size < 2:
+        return None
+    return float(np.std(_forward(scale, defined), ddof=1)) * shrink * math.sqrt(design.variance_factor)
+
+
+def t_quantile(level: float, design: sampling.Design) -> float:
+    """Student's t quantile of a two-sided ``level`` with the design's degrees of freedom
+    (:attr:`qval.sampling.Design.dof`: clusters minus strata)."""
+    return float(stats.t.ppf(0.5 + level / 2.0, design.dof))
+
+
+def t_interval(
+    estimate: float | None, resampled: FloatArray, design: sampling.Design, *, level: float, resamples: int,
+    scale: str = "identity", shrink: float = 1.0, subsample: int | None = None,
+) -> Interval:
+    """The interval ``g(f(estimate) ± t · se)`` on ``scale`` (``f``, its inverse ``g``): ``se`` is
+    :func:`cluster_se` of the resampled values and ``t`` :func:`t_quantile`.  On Fisher's z a
+    correlation's interval stays in [-1, 1].
+
+    Why not the percentile interval: with 20 trajectories of 5 states (label ICC 0.6) the percentile
+    interval of a trajectory bootstrap covered the true Spearman rho in 92-93% of data sets and its paired
+    test rejected equal methods in 9% (4 maps as strata); this one covers 94-95% and rejects in 3%
+    (``benchmarks/uncertainty.py``)."""
+    base = Interval(None, None, level, resamples, subsample, **design.as_details())  # type: ignore[arg-type]
+    se = cluster_se(resampled, design, scale=scale, shrink=shrink)
+    if estimate is None or se is None:
+        return base
+    centre = float(_forward(scale, np.array([estimate]))[0])
+    half = t_quantile(level, design) * se
+    low, high = _backward(scale, np.array([centre - half, centre + half]))
+    return dataclasses.replace(base, low=float(low), high=float(high))
 
 
 def capped_resamples(resamples: int, n: int, max_work: int) -> int:
@@ -549,16 +627,22 @@ def capped_resamples(resamples: int, n: int, max_work: int) -> int:
 
 
 class Resamples:
-    """One chunk of bootstrap resamples of ``n`` points: ``idx[r]`` are the points resample ``r``
-    draws.  What several statistics read is derived once per chunk and shared: how often each
-    point is drawn (:meth:`counts`, :meth:`point_counts`) and anything a statistic keeps with
+    """One chunk of bootstrap resamples of ``n`` points: either ``idx[r]``, the points resample ``r``
+    draws (a resample of points, ``n`` draws each), or ``drawn[r]``, how often resample ``r`` draws each
+    point (a resample of clusters, :meth:`qval.sampling.Design.draw`, whose size :attr:`totals` varies
+    with the clusters drawn).  What several statistics read is derived once per chunk and shared: how
+    often each point is drawn (:meth:`counts`, :meth:`point_counts`) and anything a statistic keeps with
     :meth:`shared` (the labels' resampled ranks, which both methods of a comparison use)."""
 
-    def __init__(self, idx: NDArray[np.intp], n: int) -> None:
+    def __init__(self, idx: NDArray[np.intp] | None, n: int, *, drawn: NDArray[np.integer] | None = None) -> None:
+        if (idx is None) == (drawn is None):
+            raise ValueError("a chunk of resamples is given by drawn indices or by drawn counts, exactly one")
         self.idx = idx
         self.n = n
-        self.rows = int(idx.shape[0])
+        self.rows = int(idx.shape[0] if idx is not None else drawn.shape[0])  # type: ignore[union-attr]
         self._shared: dict[object, object] = {}
+        if drawn is not None:
+            self._shared["drawn"] = drawn
 
     def shared(self, key: object, make: Callable[[], T]) -> T:
         """``make()``, computed once per chunk for ``key``."""
@@ -567,64 +651,104 @@ class Resamples:
         return self._shared[key]  # type: ignore[return-value]
 
     @property
+    def totals(self) -> FloatArray:
+        """Points each resample draws (``n`` for a resample of points), ``(rows,)`` float64."""
+        if self.idx is not None:
+            return np.full(self.rows, float(self.n))
+        return self.shared("totals", lambda: self._drawn().sum(axis=1).astype(np.float64))
+
+    @property
     def dtype(self) -> type:
         """The float type of :meth:`counts`: float32 while every count, rank and cumulative count is
-        an exact float32 (below 2**22 points), else float64."""
-        return np.float32 if self.n < 1 << 22 else np.float64
+        an exact float32 (below 2**22 drawn points), else float64."""
+        largest = self.n if self.idx is not None else float(self.totals.max(initial=0.0))
+        return np.float32 if largest < 1 << 22 else np.float64
+
+    def indices(self, row: int) -> NDArray[np.intp]:
+        """The points resample ``row`` draws (each as often as it is drawn)."""
+        if self.idx is not None:
+            return self.idx[row]
+        return np.repeat(np.arange(self.n), self._drawn()[row])
+
+    def _drawn(self) -> NDArray[np.integer]:
+        """How often each point is drawn, ``(rows, n)`` integers."""
+        def make() -> NDArray[np.intp]:
+            assert self.idx is not None
+            flat = (self.idx + (np.arange(self.rows) * self.n)[:, None]).ravel()  # one resample at a time
+            return np.bincount(flat, minlength=self.rows * self.n).reshape(self.rows, self.n)
+        return self.shared("drawn", make)
 
     def counts(self) -> NDArray[np.floating]:
         """How often each point is drawn in each resample: an ``(n, rows)`` array of :attr:`dtype`
-        (point major, so gathering points copies contiguous rows; each column sums to ``n``)."""
+        (point major, so gathering points copies contiguous rows; column ``r`` sums to ``totals[r]``)."""
         return self.point_counts(self.dtype)[: self.n]
 
     def point_counts(self, dtype: type = np.float64) -> NDArray[np.floating]:
         """How often each point is drawn, ``(n + 1, rows)`` in ``dtype``, whose last row is zero
         (the padding slot of :class:`KendallResampler`)."""
-        def drawn() -> NDArray[np.intp]:
-            flat = (self.idx + (np.arange(self.rows) * self.n)[:, None]).ravel()  # one resample at a time
-            return np.bincount(flat, minlength=self.rows * self.n).reshape(self.rows, self.n)
-
         def make() -> NDArray[np.floating]:
             out = np.zeros((self.n + 1, self.rows), dtype=dtype)
-            out[: self.n] = self.shared("drawn", drawn).T
+            out[: self.n] = self._drawn().T
             return out
         return self.shared(("point_counts", dtype), make)
 
 
-def bootstrap(statistic: Callable[[Resamples], FloatArray], n: int, resamples: int, seed: int) -> FloatArray:
-    """The one bootstrap loop: ``statistic`` of ``resamples`` seeded resamples of ``n`` points
-    (each draws ``n`` indices with replacement), in chunks of at most
-    :data:`BOOTSTRAP_CHUNK_ELEMENTS` drawn indices.  The same ``seed`` draws the same resamples."""
+def bootstrap(
+    statistic: Callable[[Resamples], FloatArray], n: int, resamples: int, seed: int,
+    design: "sampling.Design | None" = None,
+) -> FloatArray:
+    """The one bootstrap loop: ``statistic`` of ``resamples`` seeded resamples of ``n`` points, in chunks
+    of at most :data:`BOOTSTRAP_CHUNK_ELEMENTS` points.  Without ``design`` each resample draws ``n``
+    indices with replacement; with one (a :class:`qval.sampling.Design` of the ``n`` points) it draws the
+    design's units (:meth:`qval.sampling.Design.draw`).  The same ``seed`` draws the same resamples."""
+    if design is not None and len(design) != n:
+        raise ValueError(f"the design has {len(design)} points, the sample {n}")
     rng = np.random.default_rng(seed)
     chunk = max(1, BOOTSTRAP_CHUNK_ELEMENTS // max(n, 1))
-    parts = [statistic(Resamples(rng.integers(0, n, size=(min(chunk, resamples - start), n)), n))
-             for start in range(0, resamples, chunk)]
+    parts = []
+    for start in range(0, resamples, chunk):
+        rows = min(chunk, resamples - start)
+        if design is None or design.unit == sampling.POINT:
+            draws = Resamples(rng.integers(0, n, size=(rows, n)), n)
+        else:
+            draws = Resamples(None, n, drawn=design.draw(rng, rows))
+        parts.append(statistic(draws))
     return np.concatenate(parts) if parts else np.empty(0)
 
 
+def design_of(design: sampling.Design | None, keep: NDArray[np.bool_]) -> sampling.Design:
+    """The design of the points ``keep`` leaves (``design`` is of all of them; ``None``: points whose
+    trajectories are not known); ``ValueError`` when its length is not the sample's."""
+    if design is None:
+        return sampling.Design.independent(int(np.count_nonzero(keep)))
+    if len(design) != keep.size:
+        raise ValueError(f"the design has {len(design)} points, the sample {keep.size}")
+    return design if keep.all() else design.subset(keep)
+
+
 @dataclass(frozen=True)
-class Subsample:
-    """The points a large sample's bootstrap resamples (:func:`bootstrap_subsample`): ``points``
-    (sorted indices) and ``scale = sqrt(m / n)``, by which a deviation of the subsample's
-    resampled statistic from its own value is shrunk to the full sample's spread."""
+class Plan:
+    """What a bootstrap of a sample resamples (:func:`plan`): ``points`` (sorted indices; ``None``: all of
+    them), their ``design``, and ``shrink = sqrt(m / n)``, by which the spread of a statistic on ``m`` of
+    ``n`` points is brought to the whole sample's."""
 
-    points: NDArray[np.intp]
-    scale: float
+    points: NDArray[np.intp] | None
+    design: sampling.Design
+    shrink: float
 
 
-def bootstrap_subsample(n: int, seed: int) -> Subsample | None:
-    """``None`` for at most :data:`BOOTSTRAP_SUBSAMPLE_POINTS` points (they are resampled whole);
-    else a seeded random subsample of that many points, without replacement.
+def plan(design: sampling.Design, seed: int) -> Plan:
+    """The whole sample up to :data:`BOOTSTRAP_SUBSAMPLE_POINTS` points; beyond, a seeded choice of whole
+    units holding about that many (:meth:`qval.sampling.Design.subsample`).
 
     A statistic with ``sqrt(n)`` asymptotics (every correlation here) varies on ``m`` points
-    ``sqrt(n / m)`` times as much as on ``n``: the interval is the full-sample estimate plus the
-    subsample's bootstrap deviations (resample minus subsample estimate) times ``sqrt(m / n)``
-    (subsampling, Politis & Romano 1994), at the cost of the ``m``-point bootstrap.
+    ``sqrt(n / m)`` times as much as on ``n``, so the subsample's bootstrap spread times ``sqrt(m / n)`` is
+    the whole sample's (subsampling, Politis & Romano 1994), at the cost of the ``m``-point bootstrap.
     """
-    if n <= BOOTSTRAP_SUBSAMPLE_POINTS:
-        return None
-    points = np.sort(np.random.default_rng([seed, n]).choice(n, BOOTSTRAP_SUBSAMPLE_POINTS, replace=False))
-    return Subsample(points, math.sqrt(BOOTSTRAP_SUBSAMPLE_POINTS / n))
+    points = design.subsample(BOOTSTRAP_SUBSAMPLE_POINTS, seed)
+    if points is None:
+        return Plan(None, design, 1.0)
+    return Plan(points, design.subset(points), math.sqrt(points.size / len(design)))
 
 
 def _centred_ranks(values: FloatArray) -> Callable[[Resamples], NDArray[np.floating]]:
@@ -648,7 +772,7 @@ def _centred_ranks(values: FloatArray) -> Callable[[Resamples], NDArray[np.float
         average = np.cumsum(group, axis=0)
         group -= 1.0
         group *= 0.5
-        group += (draws.n + 1) / 2.0
+        group += (draws.totals + 1.0).astype(group.dtype) / 2.0
         average -= group
         return np.take(average, position, axis=0)
 
@@ -713,14 +837,13 @@ def pearson_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], Flo
     tol_y = PEARSON_RECHECK_SHARE * float(np.max(yc * yc, initial=0.0))
 
     def statistic(draws: Resamples) -> FloatArray:
-        sx, sy, sxx, syy, sxy = columns.T @ _counts64(draws) / draws.n
+        sx, sy, sxx, syy, sxy = columns.T @ _counts64(draws) / draws.totals
         vx, vy = sxx - sx * sx, syy - sy * sy
         with np.errstate(invalid="ignore", divide="ignore"):
             r = (sxy - sx * sy) / np.sqrt(np.maximum(vx, 0.0) * np.maximum(vy, 0.0))
-        suspect = np.flatnonzero((vx <= tol_x) | (vy <= tol_y))
-        if suspect.size:
-            drawn = draws.idx[suspect]
-            r[suspect] = _pearson_rows(x[drawn], y[drawn])
+        for row in np.flatnonzero((vx <= tol_x) | (vy <= tol_y)):
+            drawn = draws.indices(int(row))
+            r[row] = _pearson_rows(x[drawn][None], y[drawn][None])[0]
         return np.clip(r, -1.0, 1.0)
 
     return statistic
@@ -739,7 +862,7 @@ def _pearson_rows(x: FloatArray, y: FloatArray) -> FloatArray:
 def sign_agreement_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
     """Sign agreement of each resample: the count-weighted mean of the per-point agreement."""
     agree = (np.sign(x) == np.sign(y)).astype(np.float64)
-    return lambda draws: agree @ _counts64(draws) / draws.n
+    return lambda draws: agree @ _counts64(draws) / draws.totals
 
 
 def kendall_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
@@ -752,7 +875,8 @@ def kendall_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], Flo
 
     def statistic(draws: Resamples) -> FloatArray:
         out = np.full(draws.rows, np.nan)
-        for row, draw in enumerate(draws.idx):
+        for row in range(draws.rows):
+            draw = draws.indices(row)
             xs, ys = x[draw], y[draw]
             if not (_is_constant(xs) or _is_constant(ys)):
                 out[row] = stats.kendalltau(xs, ys).statistic
@@ -816,7 +940,6 @@ class KendallResampler:
         cell = bx * self.ky + by  # each point's cell of the block grid: one sparse sum per resample
         self.cell_sums = sparse.csr_matrix((np.ones(n, dtype=self.dtype), (cell, np.arange(n))),
                                            shape=(self.kx * self.ky, n + 1))
-        self.total = n * (n - 1) // 2
         self.no_ties = self.x_runs.size == self.y_runs.size == n  # then every tie is a point drawn twice
 
     def _within(
@@ -875,7 +998,8 @@ class KendallResampler:
             by_x = counts[self.by_x]
             x_ties, joint_ties = self._tied(by_x, self.x_runs), self._tied(by_x, self.joint_runs)
             y_ties = self._tied(counts[self.by_y], self.y_runs)
-        total = self.total
+        drawn = counts.sum(axis=0, dtype=np.float64)  # points each resample draws (n unless clusters were drawn)
+        total = drawn * (drawn - 1.0) / 2.0
         with np.errstate(invalid="ignore", divide="ignore"):
             tau = (total - x_ties - y_ties + joint_ties - 2.0 * discordant) / np.sqrt(total - x_ties) / np.sqrt(total - y_ties)
         tau[(x_ties == total) | (y_ties == total)] = np.nan
@@ -891,37 +1015,35 @@ def bootstrap_point_ci(
     level: float = 0.95,
     seed: int = 0,
     rules: str = QVAL_RULES,
+    design: sampling.Design | None = None,
 ) -> Interval:
-    """Seeded percentile-bootstrap interval of a pointwise metric, resampling pairs.
+    """Seeded bootstrap interval of a pointwise metric, resampling what was drawn.
 
-    NaN pairs are dropped first; each resample draws that many pairs with replacement and the
-    metric's registered resampler (:mod:`qval.metric_registry`) evaluates it on every resample
-    at once.  Resamples on which the metric is undefined (a constant side) are left out of the
-    percentiles.  Work is capped at the metric's ``bootstrap_max_work`` resampled pairs, never
-    going below :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES` resamples.  Above
-    :data:`BOOTSTRAP_SUBSAMPLE_POINTS` pairs a seeded subsample is resampled and its spread
-    rescaled (:func:`bootstrap_subsample`).  The same inputs and ``seed`` always give the same
-    interval; a metric without a bootstrap gives ``None`` bounds.
+    NaN pairs are dropped first (and their points from ``design``, the :class:`qval.sampling.Design` of
+    the given points; ``None``: trajectories not known, points are resampled).  Each resample draws the
+    design's units with replacement and the metric's registered resampler (:mod:`qval.metric_registry`)
+    evaluates it on every resample at once; the interval is :func:`t_interval` on the metric's
+    ``interval_scale``.  Resamples on which the metric is undefined (a constant side) are left out.
+    Work is capped at the metric's ``bootstrap_max_work`` resampled pairs, never going below
+    :data:`BOOTSTRAP_MIN_CAPPED_RESAMPLES` resamples.  Above :data:`BOOTSTRAP_SUBSAMPLE_POINTS` pairs a
+    seeded choice of whole units is resampled and its spread rescaled (:func:`plan`).  The same inputs and
+    ``seed`` always give the same interval; a metric without a bootstrap gives ``None`` bounds.
     """
     spec = point_metric(metric)
     check_bootstrap(resamples, level)
-    x, y, _ = _paired(labels, scores, rules)
+    x, y, keep = _paired_mask(labels, scores, rules)
+    design = design_of(design, keep)
     n = int(x.size)
     if spec.resampler is None or n < 2 or (spec.constant_undefined and (_is_constant(x) or _is_constant(y))):
-        return Interval(None, None, level, 0)
-    sub = bootstrap_subsample(n, seed)
-    if sub is None:
-        total = capped_resamples(resamples, n, spec.bootstrap_max_work)
-        return _percentile_interval(bootstrap(spec.resample(x, y), n, total, seed), level, total)
-    xs, ys = x[sub.points], y[sub.points]
+        return Interval(None, None, level, 0, **design.as_details())  # type: ignore[arg-type]
+    estimate = _statistic(x, y, spec)[0]
+    how = plan(design, seed)
+    xs, ys = (x, y) if how.points is None else (x[how.points], y[how.points])
     m = int(xs.size)
-    centre, estimate = _statistic(xs, ys, spec)[0], _statistic(x, y, spec)[0]
     total = capped_resamples(resamples, m, spec.bootstrap_max_work)
-    if centre is None or estimate is None:
-        return Interval(None, None, level, total, m)
-    deviations = bootstrap(spec.resample(xs, ys), m, total, seed) - centre
-    ci = _percentile_interval(estimate + sub.scale * deviations, level, total)
-    return Interval(ci.low, ci.high, level, total, m)
+    drawn = bootstrap(spec.resample(xs, ys), m, total, seed, how.design)
+    return t_interval(estimate, drawn, design, level=level, resamples=total, scale=spec.interval_scale,
+                      shrink=how.shrink, subsample=None if how.points is None else m)
 
 
 def bootstrap_ranking_ci(
@@ -930,16 +1052,57 @@ def bootstrap_ranking_ci(
     resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    design: sampling.Design | None = None,
 ) -> Interval:
-    """Seeded percentile-bootstrap interval of the mean ranking Spearman, resampling states.
+    """Seeded bootstrap interval of the mean ranking Spearman, resampling what was drawn.
 
-    Skipped states (``None`` or NaN) are left out first; fewer than two valid states give
-    ``None`` bounds.
+    Skipped states (``None`` or NaN) are left out first, and from ``design`` (the
+    :class:`qval.sampling.Design` of the given states; ``None``: states are resampled one by one);
+    fewer than two valid states give ``None`` bounds.  The interval is :func:`t_interval` on Fisher's z.
     """
     check_bootstrap(resamples, level)
-    valid = _valid(per_state)
+    values = np.array([math.nan if v is None else v for v in per_state], dtype=np.float64)
+    keep = ~np.isnan(values)
+    valid = values[keep]
+    design = design_of(design, keep)
     n = int(valid.size)
     if n < 2:
-        return Interval(None, None, level, 0)
+        return Interval(None, None, level, 0, **design.as_details())  # type: ignore[arg-type]
     total = capped_resamples(resamples, n, metric_registry.DEFAULT_BOOTSTRAP_MAX_WORK)
-    return _percentile_interval(bootstrap(lambda draws: valid[draws.idx].mean(axis=1), n, total, seed), level, total)
+    drawn = bootstrap(lambda draws: valid @ _counts64(draws) / draws.totals, n, total, seed, design)
+    return t_interval(float(valid.mean()), drawn, design, level=level, resamples=total, scale="fisher_z")
+
+
+# -- approximate intervals of reported numbers ----------------------------------------------
+
+
+def approximate_ci(
+    metric: str, value: float, num_points: int, *, std: float | None = None, level: float = 0.95,
+) -> tuple[float, float] | None:
+    """An approximate interval of a number reported without one, from its point count alone: on Fisher's
+    ``z = atanh(r)`` with the standard error of the metric, mapped back (so it stays in [-1, 1]):
+
+    * ``spearman``: Bonett & Wright (Psychometrika 2000), ``sqrt((1 + r^2 / 2) / (n - 3))``;
+    * ``kendall_tau``: Fieller, Hartley & Pearson (1957), ``sqrt(0.437 / (n - 4))``;
+    * ``pearson``: ``1 / sqrt(n - 3)``;
+    * ``ranking_spearman`` (a mean over ``n`` states): with the states' ``std``, the delta method's
+      ``std / sqrt(n) / (1 - r^2)``.
+
+    Each treats the points as independent, which points drawn in trajectories are not: the interval is
+    too narrow by the design effect, which a reported number does not let us estimate, so pages mark it
+    approximate.  ``None`` for another metric, too few points, or a state-local value without ``std``."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    r = min(1.0 - _EDGE, max(-1.0 + _EDGE, float(value)))
+    if metric == "spearman" and num_points > 3:
+        se = math.sqrt((1.0 + r * r / 2.0) / (num_points - 3))
+    elif metric == "kendall_tau" and num_points > 4:
+        se = math.sqrt(0.437 / (num_points - 4))
+    elif metric == "pearson" and num_points > 3:
+        se = 1.0 / math.sqrt(num_points - 3)
+    elif metric == "ranking_spearman" and std is not None and num_points > 1:
+        se = std / math.sqrt(num_points) / (1.0 - r * r)
+    else:
+        return None
+    z, half = math.atanh(r), float(stats.norm.ppf(0.5 + level / 2.0)) * se
+    return math.tanh(z - half), math.tanh(z + half)

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from qval import metric_registry, metrics, schema
+from qval import metric_registry, metrics, sampling, schema
 from qval.predictions import SplitIndex
 
 DISCLOSED_DIGITS = 3
@@ -43,9 +43,10 @@ DISCLOSED_P_DIGITS = 2
 """Significant digits of a p-value disclosed about a hidden split (enough for the stars)."""
 PUBLIC_DIGITS = 4
 """Decimals a page prints of a number computed on public labels (train, dev), which is stored unrounded."""
-DISCLOSED_DETAILS = frozenset({"ci95", "significance", "samples", "num_states", "withheld"})
-"""The ``details`` keys that may be disclosed about a hidden split (:func:`disclose`): ``ci95`` and
-``significance`` of a global correlation, ``samples`` only as ``{"aggregation", "num_samples"}``,
+DISCLOSED_DETAILS = frozenset({"ci95", "ci95_resampled", "significance", "samples", "num_states", "withheld"})
+"""The ``details`` keys that may be disclosed about a hidden split (:func:`disclose`): ``ci95``, what its
+resamples drew (``ci95_resampled``: the unit and how many there are, counts of the split's trajectories or
+tasks, not of its labels) and ``significance`` of a global correlation, ``samples`` only as ``{"aggregation", "num_samples"}``,
 ``num_states`` (the states a ranking file scores: the file's count, not the labels') and
 ``withheld`` (why a row shows no value)."""
 WITHHELD_ON_HIDDEN: frozenset[str] = frozenset({"sign_agreement"})
@@ -67,13 +68,43 @@ class Truth:
 
     ``point_ids``/``point_labels``: the pointwise evaluation points in dataset order.
     ``group_ids``/``group_labels``: for target ``q``, every state's candidate ids and Q labels
-    (empty for target ``v``).
+    (empty for target ``v``).  ``trajectories``/``tasks``: where known, the trajectory and the task of
+    each point's state (one point per state, so they are the groups' too: the states in the same order),
+    which every interval and paired comparison resamples (:attr:`design`, :mod:`qval.sampling`);
+    ``None`` where they are not known (a published summary file records none), and then points are
+    resampled and the intervals say so.
     """
 
     point_ids: Sequence[str]
     point_labels: np.ndarray
     group_ids: Sequence[Sequence[str]] = ()
     group_labels: Sequence[np.ndarray] = ()
+    trajectories: Sequence[Hashable] | None = None
+    tasks: Sequence[Hashable] | None = None
+
+    def __post_init__(self) -> None:
+        if self.trajectories is None:
+            if self.tasks is not None:
+                raise ValueError("a truth's tasks need its trajectories")
+            return
+        n = len(self.point_ids)
+        if len(self.trajectories) != n or (self.tasks is not None and len(self.tasks) != n):
+            raise ValueError(f"a truth needs one trajectory and task per point ({n} points)")
+        if self.group_ids and len(self.group_ids) != n:
+            raise ValueError(f"a truth with trajectories has one point per state: {n} points, "
+                             f"{len(self.group_ids)} states")
+
+    @cached_property
+    def design(self) -> sampling.Design | None:
+        """The :class:`qval.sampling.Design` of the points (and of the states, in the same order), or
+        ``None`` when their trajectories are not known."""
+        if self.trajectories is None:
+            return None
+        return sampling.Design.of(self.trajectories, self.tasks)
+
+    def design_of(self, keep: np.ndarray) -> sampling.Design | None:
+        """:attr:`design` of the points (states) ``keep`` selects (a boolean mask over them)."""
+        return None if self.design is None else self.design.subset(keep)
 
     @cached_property
     def index(self) -> SplitIndex:
@@ -154,15 +185,17 @@ def _point_rows(
     dropped = int((provided & np.isnan(point_scores)).sum())
     labels = np.asarray(truth.point_labels, dtype=np.float64)[provided]
     used_scores = point_scores[provided]
+    design = truth.design_of(provided)
 
     rows: list[MetricRow] = []
     for name, corr in metrics.point_metrics(labels, used_scores, rules=rules).items():
         details: dict[str, Any] = {"significance": corr.significance()}
         if corr.value is not None and bootstrap_resamples and metric_registry.get(name).resampler is not None:
             ci = metrics.bootstrap_point_ci(
-                labels, used_scores, name, resamples=bootstrap_resamples, seed=seed, rules=rules
+                labels, used_scores, name, resamples=bootstrap_resamples, seed=seed, rules=rules, design=design
             )
             details["ci95"] = [ci.low, ci.high]
+            details["ci95_resampled"] = ci.resampled()
         rows.append(
             MetricRow(
                 metric=name,
@@ -417,15 +450,16 @@ def _ranking_rows(
     flat_scores = by_code[truth._group_codes]
     provided = given[truth._group_codes]
     groups = []
-    scored_states = 0
+    scored = np.zeros(len(truth.group_ids), dtype=bool)
     start = 0
-    for group, group_labels in zip(truth.group_ids, truth.group_labels):
+    for k, (group, group_labels) in enumerate(zip(truth.group_ids, truth.group_labels)):
         end = start + len(group)
         group_scores = flat_scores[start:end]
         start = end
         if provided[start - len(group) : end].any():
-            scored_states += 1
+            scored[k] = True
             groups.append((np.asarray(group_labels, dtype=np.float64), group_scores))
+    scored_states = int(scored.sum())
     coverage = float(provided.sum()) / provided.size  # candidates scored / candidates of the split
     dropped = int((provided & np.isnan(flat_scores)).sum())
     rows = []
@@ -439,8 +473,10 @@ def _ranking_rows(
             "num_states": scored_states,
         }
         if summary.mean is not None and bootstrap_resamples and spec.resampler is not None:
-            ci = spec.resample(summary.per_state, resamples=bootstrap_resamples, seed=seed)
+            ci = spec.resample(summary.per_state, resamples=bootstrap_resamples, seed=seed,
+                               design=truth.design_of(scored))
             details["ci95"] = [ci.low, ci.high]
+            details["ci95_resampled"] = ci.resampled()
         rows.append(MetricRow(metric=name, value=summary.mean, p_value=None, num_points=summary.num_valid,
                               num_dropped=dropped, coverage=coverage, insufficient=summary.mean is None,
                               details=details))
@@ -460,18 +496,27 @@ def truth_from_dataset(ds: "schema.Dataset", split: str, target: str) -> Truth:
     point_ids = ds.point_ids(split, target)
     labels = ds.labels_for(target)
     point_labels = np.array([labels[i] for i in point_ids], dtype=np.float64)
+    design = {"trajectories": [s.trajectory for s in states], "tasks": [s.task for s in states]}
     if target == "v":
-        return Truth(point_ids=point_ids, point_labels=point_labels)
+        return Truth(point_ids=point_ids, point_labels=point_labels, **design)
     group_ids = [[c.id for c in s.candidates] for s in states]
     group_labels = [np.array([ds.q_labels[c] for c in g], dtype=np.float64) for g in group_ids]
-    return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels)
+    return Truth(point_ids=point_ids, point_labels=point_labels, group_ids=group_ids, group_labels=group_labels,
+                 **design)
 
 
 def truth_from_frame(frame: pd.DataFrame, target: str) -> Truth:
-    """The labels of a downloaded public split (one row per candidate, with ``q_label``/``v_label``)."""
+    """The labels of a downloaded public split (one row per candidate, with ``q_label``/``v_label``), with
+    the states' trajectories and tasks where the file has those columns."""
+    def design(states: pd.DataFrame) -> dict[str, Any]:
+        if not {"trajectory", "task"} <= set(states.columns):
+            return {}
+        return {"trajectories": states["trajectory"].tolist(), "tasks": states["task"].tolist()}
+
     if target == "v":
         states = frame.drop_duplicates("state_id")
-        return Truth(point_ids=list(states["state_id"]), point_labels=states["v_label"].to_numpy(np.float64))
+        return Truth(point_ids=list(states["state_id"]), point_labels=states["v_label"].to_numpy(np.float64),
+                     **design(states))
     actors = frame[frame["is_actor"].astype(bool)]
     group_ids: list[list[str]] = []
     group_labels: list[np.ndarray] = []
@@ -483,6 +528,7 @@ def truth_from_frame(frame: pd.DataFrame, target: str) -> Truth:
         point_labels=actors["q_label"].to_numpy(np.float64),
         group_ids=group_ids,
         group_labels=group_labels,
+        **design(actors),
     )
 
 
@@ -566,7 +612,7 @@ def _disclose_row(row: MetricRow) -> MetricRow:
     for key, value in row.details.items():
         if key == "ci95":
             details[key] = [disclose_value(v) for v in value]
-        elif key == "significance":
+        elif key in ("significance", "ci95_resampled"):
             details[key] = value
         elif key == "samples":
             details[key] = {"aggregation": value.get("aggregation", "mean_prediction"),

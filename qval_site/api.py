@@ -433,7 +433,8 @@ class FigureData(APIView):
         if name not in figures.FIGURES:
             raise Http404(f"no figure {name!r}")
         try:
-            f = figures.read_filters(request.query_params)
+            f = figures.read_filters({**figures.UNPOOLED[name],
+                                      **{k: v for k, v in request.query_params.items() if v}})
         except aggregates.InvalidSelection as exc:
             return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
         return Response(figures.payload(figures.build(name, f), f))

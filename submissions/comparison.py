@@ -273,7 +273,7 @@ def _version(sub: Submission) -> str:
 
 def _cache_key(a: Submission, b: Submission) -> str:
     version = hashlib.sha256(f"{_version(a)}|{_version(b)}".encode()).hexdigest()[:32]
-    return f"qval:compare:v6:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
+    return f"qval:compare:v7:{a.pk}:{b.pk}:{version}:{settings.QVAL_BOOTSTRAP_RESAMPLES}:{SEED}"
 
 
 def comparison_for(a: Submission, b: Submission, client: str) -> dict[str, Any]:
@@ -308,8 +308,10 @@ def compare(a: Submission, b: Submission) -> dict[str, Any]:
     ``metrics``: per metric ``rho_a``, ``rho_b`` (on the common points), ``difference``
     (``rho_a - rho_b``), ``ci95``, ``p_value`` and ``significance`` of the difference,
     ``num_points`` (points both score), ``num_dropped`` (points one of them leaves out or
-    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples, under the rules both
-    were scored with (``rules``).  Cached in the shared cache per (a, b, their versions,
+    scores NaN), ``resamples`` drawn and ``num_undefined`` resamples, ``resampled`` (the unit
+    each resample drew -- trajectories, tasks, or points where the trajectories are not known --,
+    how many and in how many strata, :mod:`qval.sampling`), under the rules both were scored
+    with (``rules``).  Cached in the shared cache per (a, b, their versions,
     resamples, seed); computed by one process at a time per pair: another asking meanwhile
     gets :class:`ComparisonBusy`.
     """
@@ -352,7 +354,8 @@ def _computed(a: Submission, b: Submission) -> dict[str, Any]:
     meaningful = [m for m in METRICS if metric_registry.shown(m, both_signs)]  # sign agreement: labels of both signs
     compared = [m for m in meaningful if not (hidden and m in WITHHELD_ON_HIDDEN)]  # sign agreement: never on hidden
     results = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=compared,
-                                resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL, rules=a.rules)
+                                resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL, rules=a.rules,
+                                design=truth.design)
     return _answer(a, b, _rows(results.values(), hidden),
                    note=metric_registry.ONE_SIGN_NOTE if len(meaningful) < len(METRICS) else "")
 
@@ -379,7 +382,7 @@ def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
         truth = truth_for(a.dataset, a.split, a.target)
         pc = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=["spearman"],
                                resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL,
-                               rules=a.rules)["spearman"]
+                               rules=a.rules, design=truth.design)["spearman"]
         owner = a.user_id if a.source == Submission.SOURCE_USER else b.user_id
         budgets.record(row, ledger, Release.COMPARE, a.pk, owner, ["spearman"], other_id=b.pk)
     rho_a, rho_b = (sub.results.filter(metric="spearman").values_list("value", flat=True).first() for sub in (a, b))
@@ -394,7 +397,8 @@ def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
                "ci95": [low, high] if low is not None else None, "p_value": p,
                "significance": significance_marks(p), "std_error": se, "num_points": pc.num_points,
                "num_dropped": pc.num_dropped, "resamples": pc.resamples, "num_undefined": pc.num_undefined,
-               "insufficient": pc.insufficient}
+               "insufficient": pc.insufficient,
+               "resampled": {"unit": pc.unit, "clusters": pc.clusters, "strata": pc.strata}}
     return _answer(a, b, [row_out], note=SPENT_NOTE)
 
 
@@ -426,6 +430,7 @@ def _rows(results: Any, hidden: bool) -> list[dict[str, Any]]:
                 "resamples": pc.resamples,
                 "num_undefined": pc.num_undefined,
                 "insufficient": pc.insufficient,
+                "resampled": {"unit": pc.unit, "clusters": pc.clusters, "strata": pc.strata},
             }
         )
     return rows

@@ -33,10 +33,11 @@ DATASET_VERSION = "1.0"
 REPORTED_LAYOUT = 3
 """What a reported row holds, part of the digest an import compares (2: points from the authors'
 metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`qval.paper_tau`)."""
-RESCORED_LAYOUT = 3
+RESCORED_LAYOUT = 4
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
 older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
-mean of its per-sample values, the paper's ``codegen`` rule)."""
+mean of its per-sample values, the paper's ``codegen`` rule; 4: intervals by :func:`qval.metrics.t_interval`
+on Fisher's z, saying what they resampled, ``ci95_resampled``)."""
 ENVIRONMENT_INFO = {
     "FrozenLake": "Gymnasium FrozenLake 8×8.",
     "ALFWorld": "Household tasks (ALFWorld), observed as text or as rendered images.",

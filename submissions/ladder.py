@@ -129,7 +129,8 @@ def climb(sub: Submission, rows: Iterable[_Scored]) -> qladder.Decision:
         except (OSError, ValueError, qpred.ValidationFailed):
             log.exception("ladder: the predictions of best %s cannot be read; %s is released as a first", best.pk,
                           sub.pk)
-    decision = qladder.release(truth.point_labels, new, best_entry, ledger, attempt=attempt(sub), rules=sub.rules)
+    decision = qladder.release(truth.point_labels, new, best_entry, ledger, attempt=attempt(sub), rules=sub.rules,
+                               design=truth.design)
     sub.ladder_climbed = decision.climbs
     if decision.climbs:
         budgets.record(row, ledger, Release.LADDER, sub.pk, sub.user_id, decision.released)

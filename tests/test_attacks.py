@@ -37,7 +37,7 @@ from django.db import connection
 from django.utils import timezone
 
 from board import charts
-from qval import build, containers, export, hidden, metrics, safejson, schema
+from qval import build, containers, export, hidden, metrics, safejson, sampling, schema
 from qval import containers as qc
 from qval import predictions as qpred
 from qval.compare import friedman_nemenyi
@@ -1456,13 +1456,14 @@ def possible_values(scores: list[float]) -> list[float | None]:
     return sorted(found, key=lambda v: (v is not None, v or 0.0))
 
 
-def replayed(per_state: list[float | None], resamples: int) -> dict:  # type: ignore[type-arg]
-    """What the scorer computes for the ranking row from per-state values (public code, seed 0)."""
+def replayed(per_state: list[float | None], resamples: int, design: sampling.Design | None = None) -> dict:  # type: ignore[type-arg]
+    """What the scorer computes for the ranking row from per-state values (public code, seed 0; the states'
+    trajectories and tasks, ``design``, are public too)."""
     summary = metrics.ranking_summary(per_state)
     shown = {"value": summary.mean, "std": summary.std, "num_valid": summary.num_valid,
              "num_skipped": summary.num_skipped}
     if summary.mean is not None and resamples:
-        ci = metrics.bootstrap_ranking_ci(per_state, resamples=resamples, seed=0)
+        ci = metrics.bootstrap_ranking_ci(per_state, resamples=resamples, seed=0, design=design)
         shown["ci95"] = [ci.low, ci.high]
     return shown
 
@@ -1484,7 +1485,7 @@ def consistent(row: dict, replay: dict, hidden_split: bool) -> bool:  # type: ig
 
 
 def decode(row: dict, template: list[float | None], slots: list[int], options: list[list[float | None]],  # type: ignore[type-arg]
-           resamples: int, hidden_split: bool) -> list[set[float | None]]:
+           resamples: int, hidden_split: bool, design: sampling.Design | None = None) -> list[set[float | None]]:
     """The attacker's step: replay the seeded bootstrap for every assignment of possible values to the
     unknown ``slots`` of the per-state list; per slot, the values of the assignments that match."""
     matches = []
@@ -1492,7 +1493,7 @@ def decode(row: dict, template: list[float | None], slots: list[int], options: l
         per_state = list(template)
         for slot, value in zip(slots, combo):
             per_state[slot] = value
-        if consistent(row, replayed(per_state, resamples), hidden_split):
+        if consistent(row, replayed(per_state, resamples, design), hidden_split):
             matches.append(combo)
     return [{m[i] for m in matches} for i in range(len(slots))]
 
@@ -1533,8 +1534,9 @@ class TestRankingDecodeAndCounts:
         finish(sub["id"])
         rows = {r["metric"]: r for r in api.get(f"/api/v1/submissions/{sub['id']}/").json()["results"]}
         options = [possible_values(list(pattern)) for pattern in PATTERNS[: self.K]]
+        design = sampling.Design.of([s.trajectory for s in states], [s.task for s in states])
         found = decode(rows["ranking_spearman"], [None] * self.K, list(range(self.K)), options, self.RESAMPLES,
-                       split not in schema.PUBLIC_SPLITS)
+                       split not in schema.PUBLIC_SPLITS, design)
         return found, true_values(frozenlake, states, dict(zip(ids, scores))), options
 
     def test_the_decode_reads_each_state_where_labels_are_public(self, api, loaded, frozenlake, settings) -> None:  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from leaderboard.models import Backbone, Environment, Method
-from qval import ranks
+from qval import metrics, ranks
 from submissions.models import Result, Submission
 from tests.test_site import actor_points, csv_bytes, finish, upload
 
@@ -22,7 +22,8 @@ def board_key(ds, target: str = "q", modality: str = "text") -> str:  # type: ig
 
 
 def run(ds, user, method: str, value: float, ci: tuple[float, float] | None, *, backbone: str = "b",  # type: ignore[no-untyped-def]
-        kind: str = Submission.KIND_BASELINE, split: str = "test", target: str = "q") -> Submission:
+        kind: str = Submission.KIND_BASELINE, split: str = "test", target: str = "q",
+        details: dict | None = None) -> Submission:  # type: ignore[type-arg]
     """A finished submission on ``ds`` with a stored global ρ (and its interval), as a worker leaves one."""
     source = Submission.SOURCE_BASELINE if kind == Submission.KIND_BASELINE else Submission.SOURCE_USER
     sub = Submission.objects.create(
@@ -31,7 +32,7 @@ def run(ds, user, method: str, value: float, ci: tuple[float, float] | None, *, 
         modality="text", kind=kind, source=source, filename="predictions.jsonl", state=Submission.FINISHED,
         finished_at=timezone.now())
     Result.objects.create(submission=sub, metric="spearman", value=value, p_value=0.001, num_points=120,
-                          coverage=1.0, details={"ci95": list(ci)} if ci else {})
+                          coverage=1.0, details=details or ({"ci95": list(ci)} if ci else {}))
     return sub
 
 
@@ -65,16 +66,21 @@ def test_ranks_on_a_board_are_the_rule_on_its_rows(client, loaded, staff) -> Non
     subs = {run(loaded, staff, name, value, ci).pk: name for name, value, ci in rows}
     got = board_json(client, board_key(loaded))
     assert [r["method"] for r in got["rows"]] == ["a", "b", "f", "c", "d", "e"]  # by value
-    # The same rows through qval.ranks, read back from the database.
+    # The same rows through qval.ranks, read back from the database: these rows keep no predictions, so
+    # every pair is judged by its intervals, f's approximate (Bonett-Wright from its 120 points: [0.483, 0.727]).
     stored = {r.submission_id: r for r in Result.objects.filter(submission__in=subs, metric="spearman")}
     ids = [r["submission_id"] for r in got["rows"]]
-    expected = ranks.rank([ranks.Row(stored[i].value, *(stored[i].details.get("ci95") or (None, None))) for i in ids])
+    approx = metrics.approximate_ci("spearman", 0.62, 120)
+    expected = ranks.rank([ranks.Row(stored[i].value, *(stored[i].details.get("ci95") or approx),
+                                     approximate="ci95" not in stored[i].details) for i in ids])
     assert [r["rank"] for r in got["rows"]] == [r.label for r in expected]
-    assert [r["rank"] for r in got["rows"]] == ["1–2", "1–2", "3", "3–5", "3–5", "6"]
-    assert [r["rank_from_value_only"] for r in got["rows"]] == [False, False, True, False, False, False]
+    assert [r["rank"] for r in got["rows"]] == ["1–2", "1–3", "2–5", "3–5", "3–5", "6"]
+    assert [r["rank_approximate"] for r in got["rows"]] == [False, False, True, False, False, False]
+    assert got["rows"][2]["rank_interval"] == pytest.approx(list(approx))
     page = client.get(f"/boards/{board_key(loaded)}/").content.decode()
-    assert re.findall(r'data-rank="([^"]+)"', page) == ["1–2", "1–2", "3", "3–5", "3–5", "6"]
-    assert '<a href="/methods/a/">a</a>' in page and "[0.750, 0.850]" in page and "grace" in page
+    assert re.findall(r'data-rank="([^"]+)"', page) == ["1–2", "1–3", "2–5", "3–5", "3–5", "6"]
+    assert '<a href="/methods/a/">a</a>' in page and "[0.750, 0.850]" in page and "≈[0.483, 0.727]" in page
+    assert "grace" in page
 
 
 def test_best_per_submitter_method_and_backbone_by_default_all_on_request(client, loaded, staff) -> None:  # type: ignore[no-untyped-def]
@@ -176,7 +182,17 @@ def test_published_results_have_boards_per_environment(client) -> None:  # type:
                                        value__isnull=False)
     assert rescored == set(with_value.values_list("submission__method_name", "submission__backbone_name"))
     # No interval: a reported number, or a re-scored codegen row (the mean of its per-sample values).
-    assert all(r["rank_from_value_only"] == (r["source"] == "reported" or r["method"] == "codegen") for r in got["rows"])
+    assert all(r["rank_approximate"] == (r["source"] == "reported" or r["method"] == "codegen") for r in got["rows"])
+    # No row is ranked strictly behind one whose (approximate) interval overlaps its own unless a paired test
+    # on shared points separates them (only re-scored rows share points): the issue's codegen-avg was ranked
+    # "3–6" behind reported 0.9875 and 0.9834 taken as exact.
+    for r in got["rows"]:
+        for o in got["rows"]:
+            (rl, rh), (ol, oh) = r["rank_interval"], o["rank_interval"]
+            if rl <= oh and ol <= rh and "reported" in (r["source"], o["source"]):
+                assert r["rank_best"] <= o["rank_worst"] and o["rank_best"] <= r["rank_worst"], (r, o)
+    codegen_avg = next(r for r in got["rows"] if r["method"] == "codegen-avg" and r["source"] == "rescored")
+    assert codegen_avg["rank_best"] == 1 and codegen_avg["ci_resampled"].endswith("(their trajectories are not known)")
     assert len(board_json(client, "qval-v1.0-frozenlake@1.0:q:text", all="1")["rows"]) > len(got["rows"])
 
     # The queries of a page do not grow with the rows (cold memos: the most a page makes).
@@ -196,5 +212,39 @@ def test_published_results_have_boards_per_environment(client) -> None:  # type:
     for s in Submission.objects.bulk_create(subs):
         Result.objects.create(submission=s, metric="spearman", value=0.1, details={"ci95": [0.0, 0.2]})
     assert counts() == before
-    assert before[1:] == [5, 5], before  # version, results, submissions, platform runs, datasets
+    # version, results, submissions, platform runs, datasets, and the submissions whose predictions the paired
+    # rank tests read (board/ranking.py)
+    assert before[1:] == [6, 6], before
     assert len(board_json(client, "qval-v1.0-frozenlake@1.0:q:text", all="1")["rows"]) > 300
+
+
+def test_rows_that_share_their_points_are_ranked_by_a_paired_test(client, loaded, staff, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    """Two platform runs on the same test points: B is A plus more noise, so B is worse on the same points.
+    Their intervals overlap (by interval overlap they would share "1–2"), but the paired test over the split's
+    trajectories tells them apart, as Compare does."""
+    from django.core.files.base import ContentFile
+
+    from leaderboard.loading import truth_for
+    from qval import compare, scoring
+
+    ids, labels = actor_points(frozenlake, "test")
+    rng = np.random.default_rng(3)
+    a = labels + rng.normal(0, 0.05, len(ids))
+    scores = {"a": a, "b": a + rng.normal(0, 0.05, len(ids))}
+    truth = truth_for(loaded, "test", "q")
+    for name, s in scores.items():
+        row = next(r for r in scoring.score(truth, np.array(ids, dtype=object), s) if r.metric == "spearman")
+        sub = run(loaded, staff, name, row.value, tuple(row.details["ci95"]), details=row.details)
+        lines = "".join(f'{{"id": "{i}", "score": {float(v)!r}}}\n' for i, v in zip(ids, s))
+        sub.predictions.save("predictions.jsonl", ContentFile(lines.encode()))
+    got = {r["method"]: r for r in board_json(client, board_key(loaded))["rows"]}
+    assert got["a"]["ci_low"] < got["b"]["ci_high"]  # the intervals overlap
+    paired = compare.paired_bootstrap(truth.point_labels, scores["a"], scores["b"], design=truth.design)
+    assert paired.p_value < 0.05 and paired.unit == "trajectory" and paired.strata == 4
+    assert (got["a"]["rank"], got["b"]["rank"]) == ("1", "2")
+    assert got["a"]["ci_resampled"] == f"{paired.clusters} trajectories, within each of 4 tasks"
+    # Without the predictions of one, the pair is judged by the intervals again.
+    Submission.objects.get(method_name="b").predictions.delete()
+    Submission.objects.filter(method_name="b").update(finished_at=timezone.now())  # a new results version
+    got = {r["method"]: r for r in board_json(client, board_key(loaded))["rows"]}
+    assert (got["a"]["rank"], got["b"]["rank"]) == ("1–2", "1–2")

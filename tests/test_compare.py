@@ -99,11 +99,11 @@ def test_a_clearly_better_method_is_significant() -> None:
     x, a, b = _data(3, 2000, noise_b=3.0)
     result = paired_bootstrap(x, a, b, resamples=1000, seed=5)
     assert result.difference > 0.1
-    assert result.p_value < 0.01
-    assert result.p_value > 0.0  # the +1 correction: never exactly 0
-    assert result.p_value == pytest.approx(2 / 1001)
+    assert result.p_value < 0.001
     assert 0.0 < result.low < result.difference < result.high
-    assert result.significance() == "**"  # 2/1001 is the smallest p 1000 resamples can give
+    assert result.significance() == "***"
+    # points whose trajectories are not known are resampled one by one: 2000 units, one stratum
+    assert (result.unit, result.clusters, result.strata) == ("point", 2000, 1)
 
 
 def test_equally_good_methods_are_not_significant() -> None:
@@ -134,11 +134,15 @@ def test_each_resample_is_scipy_on_the_same_indices_for_both(metric: str) -> Non
     expected = [float(fn(x[i], a[i]).statistic) - float(fn(x[i], b[i]).statistic) for i in idx]
     np.testing.assert_allclose(got, expected, atol=1e-12)
     result = paired_bootstrap(x, a, b, metric=metric, resamples=total, seed=4)
-    low, high = np.quantile(expected, [0.025, 0.975])
-    assert (result.low, result.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
-    below = sum(d <= 0 for d in expected)
-    above = sum(d >= 0 for d in expected)
-    assert result.p_value == pytest.approx(min(1.0, 2 * min(1 + below, 1 + above) / (total + 1)))
+    # the interval and p-value: the resampled differences' spread, the small-sample factor n / (n - 1) and
+    # Student's t with n - 1 degrees of freedom (each point its own unit)
+    n = x.size
+    se = float(np.std(expected, ddof=1)) * math.sqrt(n / (n - 1))
+    half = float(stats.t.ppf(0.975, n - 1)) * se
+    assert result.std_error == pytest.approx(se, rel=1e-9)
+    assert (result.low, result.high) == (pytest.approx(result.difference - half, abs=1e-12),
+                                         pytest.approx(result.difference + half, abs=1e-12))
+    assert result.p_value == pytest.approx(2 * stats.t.sf(abs(result.difference) / se, n - 1), rel=1e-9)
 
 
 def _kendall_case(case: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 from django.core.cache import cache
 from django.core.cache.utils import make_template_fragment_key
@@ -87,9 +88,22 @@ def test_the_default_draws_the_published_results(client, user) -> None:  # type:
         "(1 of 24 evaluations)")
     assert len(left["direct-batched"]["missing"]) == 2
     cd = body["critical_difference"]
-    assert cd["num_evaluations"] == 24 and len(cd["ranking"]) == 7 and cd["cd"] > 0
+    # The units are the 4 environments (each method's mean over its 6 backbones), not the 24 evaluations:
+    # the issue's audit found CD 4.50, Friedman p = 0.075 and no pair of methods that differs.
+    assert body["blocks"]["unit"] == "environment" and body["blocks"]["names"] == [
+        "ALFWorld", "FrozenLake", "OpenApps", "TerminalBench"]
+    alf = [row for ev, row in zip(body["evaluations"], body["matrix"]) if ev.startswith("ALFWorld / ")]
+    assert body["blocks"]["matrix"][0] == pytest.approx(list(np.mean(alf, axis=0)), abs=1e-12)
+    assert cd["num_blocks"] == 4 and len(cd["ranking"]) == 7
+    assert cd["cd"] == pytest.approx(4.50, abs=0.005) and cd["friedman_p_value"] == pytest.approx(0.075, abs=0.0005)
+    assert cd["differences_found"] is False and cd["cliques"] == [[m["method"] for m in cd["ranking"]]]
+    # Every evaluation as a block, on request: the arithmetic the audit checked (CD 1.8386, chi^2 37.036).
+    every = client.get("/api/v1/leaderboard/critical-difference/", {"blocks": "evaluation"}).json()["critical_difference"]
+    assert (every["num_blocks"], round(every["cd"], 4), round(every["friedman_statistic"], 3)) == (24, 1.8386, 37.036)
     page = _text(client.get("/leaderboard/critical-difference/"))
     assert 'id="cd-diagram"' in page and "7 methods × 24 evaluations; 2 left out" in page
+    assert "Units of the test: <strong>4 environments (each the mean of its evaluations over backbones: 6, 6, 6, 6)" in page
+    assert 'id="cd-none"' in page
     assert 'data-left-out="codegen-avg"' in page and left["codegen-avg"]["reason"] in page
     for m in body["methods"]:
         assert f'data-method="{m}"' in page
@@ -105,7 +119,12 @@ def test_filters_choose_the_evaluations_and_methods(client, user) -> None:  # ty
     alf = client.get(url, {"environment": "alfworld"}).json()
     assert alf["evaluations"] == sorted(f"ALFWorld / {b}" for b in (
         "Gemma4 26B-A4B", "Gemma4 31B", "Qwen3.5 122B-A10B", "Qwen3.5 27B", "Qwen3.5 35B-A3B", "Qwen3.5 9B"))
-    assert alf["environment"] == ["alfworld"] and alf["critical_difference"] is not None
+    # One environment is one independent unit: no test, unless its backbones are taken as the blocks.
+    assert alf["environment"] == ["alfworld"] and alf["critical_difference"] is None
+    assert alf["reason"].startswith("the Friedman test needs at least 2 independent environments; 1 chosen")
+    within = client.get(url, {"environment": "alfworld", "blocks": "evaluation"}).json()
+    assert within["critical_difference"]["num_blocks"] == 6
+    assert client.get(url, {"blocks": "backbone"}).json()["errors"]["blocks"]
     # Methods chosen: only they; one of them without the ALFWorld 9B number is left out naming it.
     picked = client.get(url, [("environment", "alfworld"), ("backbone", "Qwen3.5 9B"), ("backbone", "Gemma4 31B"),
                               ("method", "gvl"), ("method", "eureka"), ("method", "verifier"), ("method", "codegen")])

@@ -149,3 +149,20 @@ def test_each_figure_page_offers_its_own_filters(client, rows) -> None:  # type:
     assert fig4["family"] == (["the paper's families", *(n for _, n in families.CHOICES)], "ranking")
     bad = client.get("/figures/heatmap/", {"by": "colour"})
     assert bad.status_code == 400 and _selects(bad.content.decode())["by"][1] is None  # refused, nothing chosen
+
+
+def test_generic_figures_never_pool_targets_or_modalities_and_keep_intervals_in_range(client, rows) -> None:  # type: ignore[no-untyped-def]
+    """The per-family and per-environment pages pooled Q with V and text with image by default, and 11 of 57
+    per-environment intervals left [-1, 1] (error bars to ±2.3 on a ρ axis)."""
+    for name in ("per-family", "per-environment", "heatmap"):
+        got = _json(client, f"/figures/{name}/")
+        assert (got["filters"].get("target"), got["filters"].get("modality")) == ("q", "text"), name
+    family = _json(client, "/figures/per-family/")["rows"]
+    assert {(r["target"], r["modality"]) for r in family} == {("q", "text")}
+    assert {(r["target"], r["modality"]) for r in _json(client, "/figures/per-family/", target="v",
+                                                         modality="image")["rows"]} == {("v", "image")}
+    for params in ({}, {"target": "v"}, {"modality": "image"}):
+        env = _json(client, "/figures/per-environment/", **params)["rows"]
+        assert env and all(-1.0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 1.0 for r in env if r["ci_low"] is not None)
+    page = client.get("/figures/per-family/").content.decode()
+    assert "any target" not in page and "any modality" not in page

@@ -124,6 +124,23 @@ class TestRule:
         with_nan[:10] = np.nan
         assert ladder.state_step(with_nan, best).num_paired == 50
 
+    def test_the_state_local_standard_error_counts_trajectories_not_states(self) -> None:
+        """Differences shared by the states of a trajectory carry one trajectory's worth of evidence: with
+        the states' design the standard error is the cluster-robust one over 12 trajectories, not over 60
+        states (the states of one trajectory are the same draw)."""
+        from qval.sampling import Design
+
+        rng = np.random.default_rng(8)
+        per_trajectory = rng.normal(0.05, 0.2, 12)
+        best = rng.uniform(0.2, 0.4, 60)
+        better = best + np.repeat(per_trajectory, 5)
+        design = Design.of(np.repeat(np.arange(12), 5))
+        naive, clustered = ladder.state_step(better, best), ladder.state_step(better, best, design)
+        d = better - best
+        assert naive.std_error == pytest.approx(np.std(d, ddof=1) / np.sqrt(60))
+        assert clustered.std_error == pytest.approx(np.std(per_trajectory, ddof=1) / np.sqrt(12))
+        assert clustered.std_error > 2 * naive.std_error
+
     def test_a_board_metric_is_never_lost_or_lowered(self) -> None:
         rng = np.random.default_rng(6)
         labels = rng.normal(size=N)

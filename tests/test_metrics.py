@@ -414,8 +414,8 @@ def test_bootstrap_point_ci_is_reproducible_and_covers_the_estimate(
 
 def test_bootstrap_point_ci_undefined_cases() -> None:
     labels = np.linspace(0.0, 1.0, 60)
-    assert bootstrap_point_ci(labels, np.full(60, 0.2), "spearman") == Interval(None, None, 0.95, 0)
-    assert bootstrap_point_ci([1.0], [2.0], "pearson") == Interval(None, None, 0.95, 0)
+    assert bootstrap_point_ci(labels, np.full(60, 0.2), "spearman") == Interval(None, None, 0.95, 0, clusters=60)
+    assert bootstrap_point_ci([1.0], [2.0], "pearson") == Interval(None, None, 0.95, 0, clusters=1)
     # sign agreement is defined even for constant predictions
     assert bootstrap_point_ci(labels, np.full(60, 0.2), "sign_agreement", resamples=50).low is not None
     with pytest.raises(ValueError, match="level"):
@@ -453,4 +453,4 @@ def test_bootstrap_ranking_ci() -> None:
     assert ci.low < mean < ci.high
     # the standard error of the mean of 400 U(-1, 1) values is about 0.029
     assert 0.08 < ci.high - ci.low < 0.15
-    assert bootstrap_ranking_ci([0.5, None]) == Interval(None, None, 0.95, 0)
+    assert bootstrap_ranking_ci([0.5, None]) == Interval(None, None, 0.95, 0, clusters=1)

@@ -19,6 +19,7 @@ from django.core.cache import cache
 from scipy import stats
 
 from leaderboard.models import Dataset, Method
+from qval import sampling
 from qval.compare import paired_bootstrap
 from submissions.models import Submission
 
@@ -72,8 +73,10 @@ def pair(api, client, user, loaded, frozenlake):  # type: ignore[no-untyped-def]
     b_scores_file[20] = np.nan
     b = submit(api, ids[12:], b_scores_file[12:], method_name="beta", backbone="b1")
     common = np.array([i >= 12 and i != 20 for i in range(len(ids))])
+    states = [s for s in frozenlake.states if s.split == "dev"]
+    design = sampling.Design.of([s.trajectory for s in states], [s.task for s in states]).subset(common)
     return {"a": a, "b": b, "labels": labels[common], "a_scores": a_scores[common], "b_scores": b_scores[common],
-            "num_points": len(ids)}
+            "num_points": len(ids), "design": design}
 
 
 def test_difference_matches_scipy_on_the_common_points(client, pair) -> None:
@@ -98,8 +101,10 @@ def test_difference_matches_scipy_on_the_common_points(client, pair) -> None:
         low, high = row["ci95"]
         assert low < row["difference"] < high
         assert 0 < row["p_value"] <= 1
-        # The bootstrap sees exactly the common points in dataset order: same interval.
-        expected = paired_bootstrap(x, a, b, metric=metric, resamples=RESAMPLES, seed=0)
+        # The bootstrap sees exactly the common points in dataset order, resampling their trajectories within
+        # the split's maps (the dataset's states, read here from the dataset): same interval.
+        expected = paired_bootstrap(x, a, b, metric=metric, resamples=RESAMPLES, seed=0, design=pair["design"])
+        assert row["resampled"] == {"unit": "trajectory", "clusters": pair["design"].clusters, "strata": 4}
         assert (low, high, row["p_value"]) == pytest.approx((expected.low, expected.high, expected.p_value), abs=1e-12)
         assert row["significance"] == expected.significance()
 
@@ -258,7 +263,8 @@ def test_aggregate_means_are_t_intervals_over_backbones(client, board) -> None:
 
 
 def test_critical_difference_matches_scipy_ranks(client, board) -> None:
-    own = {"split": "dev", "source": "self-reported"}  # uploaded files; the default is the paper's numbers
+    # uploaded files (the default is the paper's numbers); one dataset: its backbones as the blocks, on request
+    own = {"split": "dev", "source": "self-reported", "blocks": "evaluation"}
     body = client.get("/api/v1/leaderboard/critical-difference/", {**own, "metric": "spearman"}).json()
     methods = sorted(NOISE)
     assert body["methods"] == methods and body["reason"] is None
@@ -273,7 +279,7 @@ def test_critical_difference_matches_scipy_ranks(client, board) -> None:
     assert cd["friedman_p_value"] == pytest.approx(friedman.pvalue, abs=1e-9)
     k, n = len(methods), len(BACKBONES)
     q = stats.studentized_range.ppf(0.95, k, np.inf) / math.sqrt(2)
-    assert cd["alpha"] == 0.05 and cd["num_evaluations"] == n
+    assert cd["alpha"] == 0.05 and cd["num_blocks"] == n and body["blocks"]["unit"] == "evaluation"
     assert cd["cd"] == pytest.approx(q * math.sqrt(k * (k + 1) / (6 * n)), abs=1e-9)
     assert [r["method"] for r in cd["ranking"]] == [methods[i] for i in np.argsort(ranks, kind="stable")]
     page = client.get("/leaderboard/critical-difference/", own)
@@ -356,15 +362,15 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     def get() -> dict[str, str]:
         out = {}
         for name, url in urls.items():
-            resp = client.get(url if "?" in url else f"{url}?split=dev&source=self-reported")
-            body = b"".join(resp.streaming_content) if resp.streaming else resp.content  # an export is a file
+            resp = client.get(url if "?" in url else f"{url}?split=dev&source=self-reported&blocks=evaluation")
+            body = resp.getvalue()  # an export is a file (a streamed answer)
             assert resp.status_code == 200, (url, body[:300])
             out[name] = html.unescape(body.decode())
         return out
 
     first = get()
     selection = aggregates.Selection(split="dev", source="self-reported")
-    choice = aggregates.CDChoice(aggregates.Selection(split="dev"), sources=("self-reported",))
+    choice = aggregates.CDChoice(aggregates.Selection(split="dev"), sources=("self-reported",), blocks="evaluation")
     kept = aggregates.summary(selection), aggregates.critical_difference_of(choice)
     version = evaluations.version()
     assert cache.get(make_template_fragment_key("aggregate", [version, "dev", "q", "spearman", "self-reported"])) is not None
@@ -382,7 +388,7 @@ def test_aggregates_are_kept_per_results_version(client, user) -> None:  # type:
     assert second["export"].count(",m-new,") == 2 and "m-new" not in first["export"]
     api_aggregate = client.get(urls["api-aggregate"], {"split": "dev", "source": "self-reported"}).json()
     assert {m["method"] for m in api_aggregate["methods"]} == {"m-a", "m-b", "m-c", "m-new"}
-    api_cd = client.get(urls["api-cd"], {"split": "dev", "source": "self-reported"}).json()
+    api_cd = client.get(urls["api-cd"], {"split": "dev", "source": "self-reported", "blocks": "evaluation"}).json()
     assert api_cd["critical_difference"]["ranking"][0]["method"] == "m-new"
 
     # A changed result: its new value replaces the old one.
@@ -528,7 +534,7 @@ def test_charts_draw_and_the_leaderboard_picks_a_pair(live_server, board, sessio
     base = live_server.url
     # The board's rows are the user's own: only they may compare them.
     page.context.add_cookies([{"name": "sessionid", "value": session_cookie, "url": base}])
-    page.goto(base + "/leaderboard/critical-difference/?split=dev&source=self-reported")
+    page.goto(base + "/leaderboard/critical-difference/?split=dev&source=self-reported&blocks=evaluation")
     page.wait_for_selector("#cd-diagram .main-svg")
     assert page.locator("#cd-diagram .shapelayer path").count() > 2 * len(NOISE)  # elbows, cliques, CD bar
     shot(page, "20-critical-difference")

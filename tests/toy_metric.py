@@ -24,15 +24,17 @@ def mean_gap(x: FloatArray, y: FloatArray) -> tuple[float, None]:
 
 
 def mean_gap_resampler(x: FloatArray, y: FloatArray) -> Callable[[Resamples], FloatArray]:
-    """The mean gap of each resample."""
+    """The mean gap of each resample: the gaps weighted by how often each point is drawn (a resample of
+    trajectories draws some points several times and varies in size)."""
     gap = y - x
-    return lambda draws: gap[draws.idx].mean(axis=1)
+    return lambda draws: gap @ draws.counts().astype(np.float64) / draws.totals
 
 
 SPEC = metric_registry.MetricSpec(
     NAME, "Mean score gap", "gap", False, 3, "point",
-    "Mean of score minus label over all evaluation points.", "points resampled with replacement, percentile interval",
+    "Mean of score minus label over all evaluation points.", "trajectories resampled, t interval",
     function=f"{__name__}:mean_gap", resampler=f"{__name__}:mean_gap_resampler", board=True, board_ci=True,
+    interval_scale="identity",
 )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from qval import metric_registry
+from qval import metric_registry, sampling
 from qval.metrics import significance_marks
 
 register = template.Library()
@@ -26,6 +26,25 @@ def metric_label(name: str) -> str:
         return metric_registry.get(name).label
     except KeyError:
         return name
+
+
+@register.filter
+def resampled(details: dict[str, Any] | None) -> str:
+    """What an interval's resamples drew, in words (:func:`qval.sampling.describe` of a result's
+    ``ci95_resampled`` or a comparison's ``resampled``)."""
+    return sampling.describe(details)
+
+
+@register.filter
+def resampled_units(rows: Any) -> list[str]:
+    """What the intervals of a board's rows resampled (:func:`qval.sampling.describe`), each once, in order."""
+    seen: list[str] = []
+    for row in rows:
+        if row.score.ci_low is not None:
+            text = sampling.describe(row.score.resampled)
+            if text not in seen:
+                seen.append(text)
+    return seen
 
 
 @register.filter
