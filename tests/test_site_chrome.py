@@ -106,27 +106,30 @@ def test_the_favicon_answers() -> None:
 def test_phone_nav_is_one_line_with_a_menu_and_dark_mode_follows_the_system(live_server, staff, page) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     page.set_viewport_size({"width": 390, "height": 800})
     page.goto(live_server.url + "/boards/")
-    header = page.locator("header").bounding_box()
-    assert header is not None
-    assert header["height"] < ONE_LINE  # one line: the brand and the menu toggle
-    assert not page.locator("nav >> text=Leaderboard").is_visible()
+    bar = page.locator("nav[aria-label=Site]").bounding_box()
+    assert bar is not None
+    assert bar["height"] < ONE_LINE  # one line: the brand and the menu toggle
+    assert not page.locator("nav >> text=Figures").is_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     page.click("text=Menu")
-    assert page.locator("nav >> text=Leaderboard").is_visible()
-    page.click("nav >> text=Tables")
-    assert page.url.endswith("/tables/published/")
-    assert page.locator('nav a[aria-current="page"]').inner_text() == "Tables"
-    assert not page.locator("nav >> text=Leaderboard").is_visible()  # a new page opens with the menu folded
-    # At a desktop width every link shows in the bar; no toggle.
+    assert page.locator("nav >> text=Figures").is_visible()
+    page.click("nav[aria-label=Site] >> text=Datasets")
+    assert page.url.endswith("/datasets/")
+    assert page.locator('nav a[aria-current="true"]').inner_text() == "Datasets"
+    assert not page.locator("nav >> text=Figures").is_visible()  # a new page opens with the menu folded
+    # At a desktop width every door shows in the bar; no toggle.
     page.set_viewport_size({"width": 1280, "height": 800})
-    assert page.locator("nav >> text=Leaderboard").is_visible() and not page.locator("text=Menu").is_visible()
-    assert page.locator("header").bounding_box()["height"] < ONE_LINE  # one line there too (signed out)
+    assert page.locator("nav >> text=Figures").is_visible() and not page.locator("text=Menu").is_visible()
+    assert page.locator("nav[aria-label=Site]").bounding_box()["height"] < ONE_LINE  # one line there too (signed out)
     page.goto(live_server.url + "/accounts/login/")
     page.fill("#id_username", staff.username)
     page.fill("#id_password", "correct-horse-battery")
     page.click("main button[type=submit]")
     page.wait_for_selector("text=My submissions")
-    assert page.locator("header").bounding_box()["height"] < ONE_LINE  # and signed in
+    assert page.locator("nav[aria-label=Site]").bounding_box()["height"] < ONE_LINE  # and signed in
+    page.click(".account-menu summary")  # the account's menu: the API token page, logging out
+    page.click(".account-menu >> text=API token")
+    assert page.url.endswith("/accounts/token/")
     page.goto(live_server.url + "/boards/")
     # Dark mode follows the system setting.
     light = page.evaluate("getComputedStyle(document.body).backgroundColor")

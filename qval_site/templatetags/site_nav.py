@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django import template
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
@@ -95,9 +95,12 @@ class Link:
     current: bool
 
 
-def _url(door: Door) -> str:
-    """The URL of ``door``."""
-    return reverse(door.url_name, args=door.args)
+def _url(door: Door) -> str | None:
+    """The URL of ``door``; ``None`` where this build has no such route (the manual before ``/docs/`` exists)."""
+    try:
+        return reverse(door.url_name, args=door.args)
+    except NoReverseMatch:
+        return None
 
 
 def _current_name(context: template.Context) -> str | None:
@@ -116,6 +119,13 @@ def _section_of(name: str | None) -> Section | None:
     return None
 
 
+def _door_of(section: Section) -> tuple[str, str] | None:
+    """(URL, title) where the section's door opens: its first page this build has."""
+    for page in section.pages:
+        url = _url(page)
+        if url is not None:
+            return url, page.title
+    return None
 
 
 @register.simple_tag(takes_context=True)
@@ -126,19 +136,22 @@ def doors(context: template.Context) -> list[Link]:
     for section in SECTIONS:
         if section.account:
             continue
-        first = section.pages[0]  # where the door opens
-        links.append(Link(section.label, _url(first), first.title, section is here))
+        opened = _door_of(section)
+        if opened is not None:
+            links.append(Link(section.label, opened[0], opened[1], section is here))
     return links
 
 
 @register.simple_tag(takes_context=True)
 def section_pages(context: template.Context) -> list[Link]:
-    """The pages of the current page's section, the current one marked; none outside a section."""
+    """The pages of the current page's section, the current one marked; none outside a section or where the
+    section has a single page."""
     name = _current_name(context)
     section = _section_of(name)
     if section is None:
         return []
-    return [Link(p.label, _url(p), p.title, name in p.names) for p in section.pages]
+    links = [Link(p.label, url, p.title, name in p.names) for p in section.pages if (url := _url(p)) is not None]
+    return links if len(links) > 1 else []
 
 
 @register.simple_tag(takes_context=True)
