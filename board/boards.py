@@ -377,6 +377,17 @@ def board_list(request: HttpRequest) -> HttpResponse:
                   {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(DEFAULT_METRIC)})
 
 
+def resampled_units(rows: Iterable[Row]) -> list[str]:
+    """What the intervals of a board's rows resampled (:func:`qval.sampling.describe`), each once, in order."""
+    seen: list[str] = []
+    for row in rows:
+        if row.score.ci_low is not None:
+            text = sampling.describe(row.score.resampled)
+            if text not in seen:
+                seen.append(text)
+    return seen
+
+
 PAGE_ROWS = 50
 """Rows a board's page shows at a time (``?page=``), so that no page's cost grows with its board; its JSON has
 every row."""
@@ -397,6 +408,7 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
             raise ValueError(f"unknown board source {tab!r}; choose one of {', '.join(TABS)}")
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    version = evaluations.version()  # before the rows: the rows' cached fragment is never older than its key
     index = _index()
     b = index.board(slice_, spec, all_submissions, tab)
     if request.GET.get("format") == "json":  # every row: its body made once per results version
@@ -407,8 +419,11 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
         return HttpResponse(body, content_type="application/json")
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
     page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))
+    resampled = evaluations.derived(("board-resampled", slice_, metric, all_submissions, tab),
+                                    lambda _: resampled_units(b.rows))  # read from every row: once per version
     return render(request, "leaderboard/board_slice.html", {
-        "board": b, "rows": page.object_list, "page": page, "dataset": ds, "metric": b.metric,
+        "board": b, "rows": page.object_list, "page": page, "resampled": resampled, "results_version": version,
+        "dataset": ds, "metric": b.metric,
         "metrics": [metric_registry.get(m) for m in METRICS],
         "sources": SOURCES, "authors": AUTHORS, "tabs": TABS, "tab": TABS[tab],
         "other_tab_rows": len(index.board(slice_, spec, all_submissions, other).rows),
