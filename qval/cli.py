@@ -178,8 +178,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     token = _token(server)
     headers = {"Authorization": f"Token {token}"}
     data = {"dataset": args.dataset, "split": args.split, "target": args.target, "method_name": args.method,
-            "backbone": args.backbone or "", "modality": args.modality, "public": "false" if args.private else "true",
+            "backbone": args.backbone or "", "modality": args.modality,
             "description": args.description or "", "paper_url": args.paper_url or "", "code_url": args.code_url or ""}
+    if args.private:  # else the split decides: a test result public, a dev self-check private
+        data["public"] = "false"
     if args.open_weights is not None:
         data["open_weights"] = "true" if args.open_weights == "yes" else "false"
     try:
@@ -439,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--code-url", help="the code (http(s), optional)")
     card.add_argument("--open-weights", choices=["yes", "no"], help="whether the backbone's weights are open")
     card.add_argument("--private", action="store_true",
-                      help="only you see the result (no board, figure or permalink); default public")
+                      help="only you see the result (no board, figure or permalink); default: public on test, "
+                           "private on dev")
     sm.add_argument("--no-wait", action="store_true", help="print the submission id and return")
     sm.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     sm.set_defaults(func=cmd_submit)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import wait_for
 from tests.test_boards_browser import off_the_loop
 from tests.test_browser import page  # noqa: F401  (the Chromium page fixture)
 from tests.test_site import actor_points, csv_bytes
@@ -91,14 +92,16 @@ def shot(pg, name: str, full: bool = False) -> None:  # type: ignore[no-untyped-
 
 
 def reference_rows(ds) -> list[int]:  # type: ignore[no-untyped-def]
-    """Two of the platform's reference rows on the dataset's test board (Q, text), run here as a gpu worker would."""
-    from submissions.baselines import BaselineRequest, launch_baseline, run_baseline
+    """Two of the platform's reference rows on the dataset's test board (Q, text), run by the scoring worker (a
+    reference method needs no model)."""
+    from submissions.baselines import BaselineRequest, launch_baseline
+    from submissions.models import Submission
 
-    ids = []
-    for method in ("goal-distance", "random"):
-        sub = launch_baseline(BaselineRequest(method, "", ds.key, "test", target="q"))
-        assert run_baseline(sub.pk, None, "walk@vm", vllm=None) == "finished", method
-        ids.append(sub.pk)
+    ids = [launch_baseline(BaselineRequest(method, "", ds.key, "test", target="q")).pk
+           for method in ("goal-distance", "random")]
+    final = (Submission.FINISHED, Submission.FAILED)
+    wait_for(lambda: Submission.objects.filter(pk__in=ids, state__in=final).count() == len(ids), timeout=180)
+    assert list(Submission.objects.filter(pk__in=ids).values_list("state", flat=True)) == [Submission.FINISHED] * 2
     return ids
 
 
