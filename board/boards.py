@@ -258,6 +258,15 @@ class _Index:
         self.platform_runs = frozenset(finished.values_list("pk", flat=True))
         self.ranking = ranking.Context([e for slice_rows in self.slices.values() for e in slice_rows])
         self._boards: dict[tuple[Slice, str, bool], Board] = {}
+        self._resampled: dict[tuple[Slice, str, bool, str], list[str]] = {}
+
+    def resampled(self, board: Board) -> list[str]:
+        """:func:`resampled_units` of one of its boards, read from its rows once."""
+        key = (board.slice, board.metric.name, board.all_submissions, board.tab)
+        made = self._resampled.get(key)
+        if made is None:
+            made = self._resampled[key] = resampled_units(board.rows)
+        return made
 
     def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
         """The board of ``slice_`` (made on first use; two threads may both make it and keep either)."""
@@ -408,8 +417,7 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
             raise ValueError(f"unknown board source {tab!r}; choose one of {', '.join(TABS)}")
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    version = evaluations.version()  # before the rows: the rows' cached fragment is never older than its key
-    index = _index()
+    version, index = evaluations.versioned(("boards", "index"), _Index)  # the rows' fragment is of this version
     b = index.board(slice_, spec, all_submissions, tab)
     if request.GET.get("format") == "json":  # every row: its body made once per results version
         body = evaluations.derived(("board-json", slice_, metric, all_submissions, tab), lambda _: json.dumps(
@@ -419,8 +427,7 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
         return HttpResponse(body, content_type="application/json")
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
     page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))
-    resampled = evaluations.derived(("board-resampled", slice_, metric, all_submissions, tab),
-                                    lambda _: resampled_units(b.rows))  # read from every row: once per version
+    resampled = index.resampled(b)  # read from every row: once per version
     return render(request, "leaderboard/board_slice.html", {
         "board": b, "rows": page.object_list, "page": page, "resampled": resampled, "results_version": version,
         "dataset": ds, "metric": b.metric,

@@ -181,6 +181,7 @@ class CompareMetricAnswer(serializers.Serializer):
     resamples = serializers.IntegerField()
     num_undefined = serializers.IntegerField(help_text="resamples where a value is undefined")
     insufficient = serializers.BooleanField(help_text="too few common points")
+    resampled = serializers.DictField(help_text="what the bootstrap resampled: unit, clusters, strata")
 
 
 class CompareAnswer(serializers.Serializer):
