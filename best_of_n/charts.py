@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from board.charts import fragment, plain
 
-from .services import Alignment
+from .services import Alignment, PickerResult
 
 
 def alignment_plot(alignment: Alignment, div_id: str, metric_label: str = "Spearman ρ (global)") -> str:
@@ -27,4 +27,21 @@ def alignment_plot(alignment: Alignment, div_id: str, metric_label: str = "Spear
     ])
     fig.update_layout(xaxis_title=f"test-split {metric_label} (Q-alignment)", yaxis_title="success-rate gain over the base policy",
                       height=420, margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
+    return fragment(fig, div_id)
+
+
+def results_plot(rows: list[PickerResult], div_id: str) -> str:
+    """Each picker's success rate with its 95% CI (one marker per picker, the base policy's rate a dashed line)."""
+    fig = go.Figure(go.Scatter(
+        x=[r.success.value for r in rows], y=[plain(r.picker) for r in rows], mode="markers",
+        marker={"color": [r.color for r in rows], "size": 11}, customdata=[r.run_id for r in rows],
+        error_x={"type": "data", "symmetric": False, "array": [r.success.high - r.success.value for r in rows],
+                 "arrayminus": [r.success.value - r.success.low for r in rows]},
+        hovertemplate="%{y}: success %{x:.3f}<extra></extra>", showlegend=False))
+    base = next((r for r in rows if r.picker == "base"), None)
+    if base is not None:
+        fig.add_vline(x=base.success.value, line_dash="dash", line_color="#6b7280")
+    fig.update_layout(xaxis={"title": "success rate (95% CI)", "range": [-0.02, 1.02]},
+                      yaxis={"autorange": "reversed"}, height=90 + 36 * len(rows),
+                      margin={"l": 100, "r": 20, "t": 10, "b": 50}, template="plotly_white")
     return fragment(fig, div_id)

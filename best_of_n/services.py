@@ -378,6 +378,48 @@ def alignment(metric: str = "spearman") -> list[Alignment]:
     return result
 
 
+@dataclass(frozen=True)
+class PickerResult:
+    """One picker's latest finished run on an environment and N: its success rate and mean return with their 95%
+    CIs (the run's summary) and its paired gain over the base policy on the same episodes (``None`` for the base
+    policy itself, or without a base run)."""
+
+    run_id: int
+    picker: str
+    color: str
+    episodes: int
+    success: bon.Interval
+    mean_return: bon.Interval
+    gain: bon.Interval | None
+
+
+def _summary_interval(value: object) -> bon.Interval | None:
+    """An interval stored in a run's summary (``{"value", "low", "high"}``), ``None`` where it is not one."""
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), (int, float)) for k in ("value", "low", "high")):
+        return None
+    return bon.Interval(float(value["value"]), float(value["low"]), float(value["high"]))
+
+
+def results() -> dict[tuple[str, int], list[PickerResult]]:
+    """Per environment and N (in order), every picker's latest finished run, base policy first, then by success
+    rate: what the Best-of-N page shows first."""
+    latest: dict[tuple[str, int, str], BestOfNRun] = {}
+    for run in BestOfNRun.objects.filter(status=BestOfNRun.FINISHED).order_by("finished_at", "pk"):
+        latest[(run.environment, run.n, run.picker)] = run
+    out: dict[tuple[str, int], list[PickerResult]] = {}
+    for (environment, n, picker), run in sorted(latest.items()):
+        success = _summary_interval(run.summary.get("success"))
+        mean_return = _summary_interval(run.summary.get("mean_return"))
+        if success is None or mean_return is None:
+            continue
+        out.setdefault((environment, n), []).append(PickerResult(
+            run.pk, picker, _group(picker)[1], int(run.summary.get("episodes", run.done)), success, mean_return,
+            None if picker == "base" else gain_over_base(run)))
+    for rows in out.values():
+        rows.sort(key=lambda r: (r.picker != "base", -r.success.value, r.picker))
+    return out
+
+
 def alignment_json(alignments: list[Alignment]) -> list[dict[str, Any]]:
     """The numbers behind the alignment page (``?format=json``)."""
     return [{"environment": a.environment, "n": a.n, "metric": a.metric,

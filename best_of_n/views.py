@@ -42,9 +42,11 @@ def alignment(request: HttpRequest) -> HttpResponse:
     label = metric_registry.get(metric).label
     panels = [{"alignment": a, "plot": charts.alignment_plot(a, f"alignment-{a.environment}-{a.n}", label)}
               for a in alignments]
+    results = [{"environment": env, "n": n, "rows": rows, "plot": charts.results_plot(rows, f"results-{env}-{n}")}
+               for (env, n), rows in best_of_n.results().items()]
     runs = BestOfNRun.objects.all()[:200]
     metrics = [(m, metric_registry.get(m).label) for m in best_of_n.ALIGNMENT_METRICS]
-    return render(request, "leaderboard/best_of_n.html", {"panels": panels, "runs": runs, "form": form,
+    return render(request, "leaderboard/best_of_n.html", {"panels": panels, "results": results, "runs": runs, "form": form,
                                                           "baselines": bon.BASELINES, "metric": metric,
                                                           "metric_label": label, "metrics": metrics},
                   status=400 if form is not None and form.errors else 200)

@@ -28,11 +28,14 @@ Everything a page shows is computed once per results version (:func:`board.evalu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import metric_registry, ranks, sampling
@@ -255,6 +258,15 @@ class _Index:
         self.platform_runs = frozenset(finished.values_list("pk", flat=True))
         self.ranking = ranking.Context([e for slice_rows in self.slices.values() for e in slice_rows])
         self._boards: dict[tuple[Slice, str, bool], Board] = {}
+        self._resampled: dict[tuple[Slice, str, bool, str], list[str]] = {}
+
+    def resampled(self, board: Board) -> list[str]:
+        """:func:`resampled_units` of one of its boards, read from its rows once."""
+        key = (board.slice, board.metric.name, board.all_submissions, board.tab)
+        made = self._resampled.get(key)
+        if made is None:
+            made = self._resampled[key] = resampled_units(board.rows)
+        return made
 
     def board(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
         """The board of ``slice_`` (made on first use; two threads may both make it and keep either)."""
@@ -374,9 +386,26 @@ def board_list(request: HttpRequest) -> HttpResponse:
                   {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(DEFAULT_METRIC)})
 
 
+def resampled_units(rows: Iterable[Row]) -> list[str]:
+    """What the intervals of a board's rows resampled (:func:`qval.sampling.describe`), each once, in order."""
+    seen: list[str] = []
+    for row in rows:
+        if row.score.ci_low is not None:
+            text = sampling.describe(row.score.resampled)
+            if text not in seen:
+                seen.append(text)
+    return seen
+
+
+PAGE_ROWS = 50
+"""Rows a board's page shows at a time (``?page=``), so that no page's cost grows with its board; its JSON has
+every row."""
+
+
 def board_detail(request: HttpRequest, key: str) -> HttpResponse:
     """One board: ``?source=`` (a key of :data:`TABS`: the main, verified board unless ``self-reported``),
-    ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission, ``?format=json`` for its rows."""
+    ``?metric=`` (one of :data:`METRICS`), ``?all=1`` for every submission, :data:`PAGE_ROWS` rows a page
+    (``?page=``), ``?format=json`` for every row."""
     slice_ = Slice.parse(key)
     ds = _dataset(slice_)
     metric = request.GET.get("metric") or DEFAULT_METRIC
@@ -388,16 +417,21 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
             raise ValueError(f"unknown board source {tab!r}; choose one of {', '.join(TABS)}")
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    index = _index()
+    version, index = evaluations.versioned(("boards", "index"), _Index)  # the rows' fragment is of this version
     b = index.board(slice_, spec, all_submissions, tab)
-    if request.GET.get("format") == "json":
-        return JsonResponse({"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT,
-                             "target": slice_.target, "modality": slice_.modality, "metric": metric,
-                             "source": tab, "all_submissions": all_submissions, "rows": [r.as_dict() for r in b.rows],
-                             "unranked": b.unranked})
+    if request.GET.get("format") == "json":  # every row: its body made once per results version
+        body = evaluations.derived(("board-json", slice_, metric, all_submissions, tab), lambda _: json.dumps(
+            {"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT, "target": slice_.target,
+             "modality": slice_.modality, "metric": metric, "source": tab, "all_submissions": all_submissions,
+             "rows": [r.as_dict() for r in b.rows], "unranked": b.unranked}, cls=DjangoJSONEncoder).encode())
+        return HttpResponse(body, content_type="application/json")
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
+    page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))
+    resampled = index.resampled(b)  # read from every row: once per version
     return render(request, "leaderboard/board_slice.html", {
-        "board": b, "dataset": ds, "metric": b.metric, "metrics": [metric_registry.get(m) for m in METRICS],
+        "board": b, "rows": page.object_list, "page": page, "resampled": resampled, "results_version": version,
+        "dataset": ds, "metric": b.metric,
+        "metrics": [metric_registry.get(m) for m in METRICS],
         "sources": SOURCES, "authors": AUTHORS, "tabs": TABS, "tab": TABS[tab],
         "other_tab_rows": len(index.board(slice_, spec, all_submissions, other).rows),
         "open_book": [ds.environment] if ds.hosted and ds.environment.open_book else [],

@@ -29,8 +29,11 @@ def plain(text: str) -> str:
 
 
 def fragment(fig: go.Figure, div_id: str) -> str:
-    """``fig`` as an HTML fragment with the id ``div_id`` (plotly.js not included)."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
+    """``fig`` as an HTML fragment with the id ``div_id`` (plotly.js not included), in a box that scrolls sideways
+    on a phone rather than squeezing the chart below a readable width (``static/qval.css``, ``.chart``)."""
+    html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
+    return f'<div class="chart">{html}</div>'
+
 
 
 def family_plot(families: list[FamilyDistribution], metric_label: str) -> str:

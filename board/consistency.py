@@ -14,6 +14,7 @@ from qval.paper.qval_v1 import tau as paper_tau
 from qval.paper.qval_v1 import published
 from submissions.models import Result, Submission
 
+from . import evaluations
 from .results import public_results
 
 CONSISTENCY_METRICS = ("spearman", "ranking_spearman")
@@ -48,16 +49,24 @@ def errata_context(environment: str | None = None) -> dict[str, object]:
             "errata_provenance": provenance}
 
 
-def consistency_page(request: HttpRequest) -> HttpResponse:
-    """Reported against re-scored, cell by cell, with the reasons, the label sources and the errata."""
+def _page_context(_: object) -> dict[str, object]:
+    """What the consistency page shows, read afresh (kept per results version by :func:`consistency_page`)."""
     cells = consistency.table(published.reported()[1], rescored_values())
     linked = set(public_results().filter(pk__in=[c.ref for c in cells if c.ref]).values_list("pk", flat=True))
     counts = Counter(c.reason for c in cells)
     sources_provenance, sources = consistency.label_sources()
-    return render(request, "leaderboard/consistency.html", {
+    return {
         "cells": cells, "linked": linked, "tolerance": consistency.TOLERANCE,
         "reasons": [(code, name, counts[code]) for code, name in consistency.REASONS.items() if counts[code]],
         "differing": sum(1 for c in cells if c.difference is not None and abs(c.difference) > consistency.TOLERANCE),
         "sources": list(sources.values()), "sources_provenance": sources_provenance,
         **errata_context(),
-    })
+    }
+
+
+def consistency_page(request: HttpRequest) -> HttpResponse:
+    """Reported against re-scored, cell by cell, with the reasons, the label sources and the errata: computed once
+    per results version, its table rendered once too (a fragment of the shared cache)."""
+    version = evaluations.version()  # before the values: a cached fragment is never older than its key
+    return render(request, "leaderboard/consistency.html",
+                  {"results_version": version, **evaluations.derived(("consistency-page",), _page_context)})

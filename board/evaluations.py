@@ -196,21 +196,27 @@ def derived(key: Hashable, make: Callable[[list[Evaluation]], T]) -> T:
     what pages compute from every row (a figure, the filter choices, a view of the board) costs the version
     check when asked again.  Computed outside the lock; two threads may both compute a new key, and keep
     either."""
+    return versioned(key, make)[1]
+
+
+def versioned(key: Hashable, make: Callable[[list[Evaluation]], T]) -> tuple[tuple[str, int], T]:
+    """:func:`derived`, with the results version the value is of (read once: a page that keys a cached fragment by
+    the version needs no second read)."""
     version, rows = current()
     with _lock:
         if _derived["version"] == version and key in _derived["values"]:
-            return _derived["values"][key]  # type: ignore[no-any-return]
+            return version, _derived["values"][key]
     value = make(rows)
     with _lock:
         if _memo["version"] != version:
-            return value  # another thread has read a newer version meanwhile: keep nothing stale
+            return version, value  # another thread has read a newer version meanwhile: keep nothing stale
         if _derived["version"] != version:
             _derived.update(version=version, values={})
         values = _derived["values"]
         if len(values) >= DERIVED_MAX:
             del values[next(iter(values))]  # the oldest: a burst of new keys never drops them all
         values[key] = value
-    return value
+    return version, value
 
 
 def evaluations() -> list[Evaluation]:

@@ -7,15 +7,19 @@ import csv
 import hashlib
 import io
 import json
+import os
+import threading
+import time
 import unicodedata
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
-from django.core.cache import cache
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse
+from django.http import FileResponse, HttpResponse
 
 from qval import metric_registry
 from qval.metrics import significance_marks
@@ -260,27 +264,48 @@ def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return out.getvalue()
 
 
-BOARD_EXPORT_CACHE_S = 600
-"""Seconds an export's body stays in the shared cache (it is keyed by the results version, so never stale)."""
+BOARD_EXPORT_KEEP_S = 600
+"""Seconds an export's file is kept after it was written (it is named by the results version, so never stale)."""
+
+
+def exports_dir() -> Path:
+    """Where the board's exports are kept, one file per view and format (a folder of ``QVAL_DOWNLOAD_CACHE``)."""
+    return Path(settings.QVAL_DOWNLOAD_CACHE) / "board"
 
 
 def board_export(rows: list[BoardRow], fmt: str, view: Hashable | None) -> HttpResponse:
     """A download of leaderboard rows: ``csv`` (:func:`board_columns`) or ``json`` (``{"rows": [...]}``).
 
     ``view`` names what ``rows`` are: the results version read before them, the filters and the
-    :func:`canonical_sort` that chose them.  The body is kept under it in the shared cache (Django's, every
-    web process's); ``None`` keeps nothing (a searched board: any text is a search, so its exports are
-    not kept)."""
-    key = None if view is None else "board-export:" + hashlib.sha256(repr((view, fmt)).encode()).hexdigest()
-    body = None if key is None else cache.get(key)
-    if body is None:
-        body = _export_body(rows, fmt)
-        if key is not None:
-            cache.set(key, body, BOARD_EXPORT_CACHE_S)
+    :func:`canonical_sort` that chose them.  The body is written once under it, to a file every web process
+    serves (sent by the server from the file: a request costs the same however many rows it holds); ``None``
+    keeps nothing (a searched board: any text is a search, so its exports are not kept)."""
     content_type = "application/json" if fmt == "json" else "text/csv; charset=utf-8"
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="qval-leaderboard.{fmt}"'
-    return response
+    name = f"qval-leaderboard.{fmt}"
+    if view is None:
+        response = HttpResponse(_export_body(rows, fmt), content_type=content_type)
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+    path = exports_dir() / f"board-{hashlib.sha256(repr((view, fmt)).encode()).hexdigest()}.{fmt}"
+    if not path.is_file():
+        _keep(path, _export_body(rows, fmt))
+    return FileResponse(path.open("rb"), as_attachment=True, filename=name, content_type=content_type)
+
+
+def _keep(path: Path, body: bytes) -> None:
+    """Write ``body`` to ``path`` whole (a reader sees the old file or the new one, never a part), and remove the
+    exports written more than :data:`BOARD_EXPORT_KEEP_S` seconds ago."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_bytes(body)
+    os.replace(tmp, path)
+    old = time.time() - BOARD_EXPORT_KEEP_S
+    for other in path.parent.glob("board-*"):
+        try:
+            if other.stat().st_mtime < old:
+                other.unlink()
+        except FileNotFoundError:  # another process removed it first
+            pass
 
 
 def _export_body(rows: list[BoardRow], fmt: str) -> bytes:

@@ -270,8 +270,8 @@ def text_vs_image(rows: Sequence[Evaluation], f: Filters) -> Figure:
             })
     fig.traces.append(_diagonal())
     label = _label(f.metric)
-    fig.layout = _layout("Text vs image", xaxis={"title": {"text": f"{label}, text"}, "range": [-1, 1]},
-                         yaxis={"title": {"text": f"{label}, image"}, "range": [-1, 1], "scaleanchor": "x"})
+    fig.layout = _layout("Text vs image", xaxis={"title": {"text": f"{label}, text"}, "range": [-1, 1], "constrain": "domain"},
+                         yaxis={"title": {"text": f"{label}, image"}, "range": [-1, 1], "scaleanchor": "x", "constrain": "domain"})
     return fig
 
 
@@ -318,8 +318,8 @@ def q_vs_v(rows: Sequence[Evaluation], f: Filters) -> Figure:
             })
     fig.traces.append(_diagonal())
     label = _label(f.metric)
-    fig.layout = _layout("Q vs V (mean ± SE)", xaxis={"title": {"text": f"{label}, target Q"}, "range": [-1, 1]},
-                         yaxis={"title": {"text": f"{label}, target V"}, "range": [-1, 1], "scaleanchor": "x"})
+    fig.layout = _layout("Q vs V (mean ± SE)", xaxis={"title": {"text": f"{label}, target Q"}, "range": [-1, 1], "constrain": "domain"},
+                         yaxis={"title": {"text": f"{label}, target V"}, "range": [-1, 1], "scaleanchor": "x", "constrain": "domain"})
     return fig
 
 
@@ -352,6 +352,7 @@ def heatmap(rows: Sequence[Evaluation], f: Filters) -> Figure:
     fig.traces.append({"type": "heatmap", "x": [plain(c) for c in columns], "y": [plain(m) for m in order], "z": z, "zmin": -1, "zmax": 1,
                        "colorscale": "RdBu", "reversescale": True, "meta": {"kind": "points"},
                        "hovertemplate": "%{y} · %{x}<br>mean %{z:.4f}<extra></extra>",
+                       "texttemplate": "%{z:.2f}", "textfont": {"size": 10},  # the values in their cells
                        "colorbar": {"title": {"text": _label(f.metric)}}})
     fig.layout = _layout(f"Heatmap: method × {f.by}", height=max(400, 22 * len(order) + 160),
                          margin={"l": 160, "r": 20, "t": 50, "b": 120})

@@ -313,8 +313,8 @@ def fig4_left(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
             })
     fig.traces.append(_diagonal())
     fig.layout = _layout("Figure 4 (left): text vs image (state-local Spearman for ranking)",
-                         xaxis={"title": {"text": "correlation, text"}, "range": [-1, 1]},
-                         yaxis={"title": {"text": "correlation, image"}, "range": [-1, 1], "scaleanchor": "x"})
+                         xaxis={"title": {"text": "correlation, text"}, "range": [-1, 1], "constrain": "domain"},
+                         yaxis={"title": {"text": "correlation, image"}, "range": [-1, 1], "scaleanchor": "x", "constrain": "domain"})
     return fig
 
 
@@ -443,7 +443,7 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
                          xaxis={"domain": [0, 0.45], "title": {"text": f"{_label(metric)}, first labels (GPT-5.5 "
                                                                        "for the reported rows)"}, "range": [-1, 1]},
                          yaxis={"title": {"text": f"{_label(metric)}, Claude Opus 4.7 labels (Table 6)"},
-                                "range": [-1, 1], "scaleanchor": "x"},
+                                "range": [-1, 1], "scaleanchor": "x", "constrain": "domain"},
                          xaxis2={"domain": [0.55, 1], "tickangle": -45},
                          yaxis2={"anchor": "x2", "range": [-1, 1], "title": {"text": f"mean {_label(metric)}"}})
     return fig

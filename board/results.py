@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 
 from qval import consistency, metric_registry
 from qval.schema import PUBLIC_SPLITS
@@ -21,6 +22,7 @@ from submissions.models import Result, Submission
 
 from .boards import AUTHORS, SOURCES, Slice, platform_runs, source_of
 from .evaluations import on_board
+from .standing import standing, why_unranked
 
 
 @dataclass(frozen=True)
@@ -80,21 +82,35 @@ def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
     return lines
 
 
+def reference_rows(sub: Submission, user) -> QuerySet[Submission]:  # type: ignore[no-untyped-def]
+    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
+    newest per method and backbone: one click each from a result's page."""
+    from submissions import comparison
+
+    rows = comparison.candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
+    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
+
+
 def result_page(request: HttpRequest, pk: int) -> HttpResponse:
-    """The permalink of one public test result (404 for any other submission, whoever asks)."""
+    """The permalink of one public test result (404 for any other submission, whoever asks): where it stands on its
+    board at the top (rank range and the rows around it), then its card and every disclosed metric."""
     sub = get_object_or_404(public_results().select_related("dataset__environment", "method", "backbone", "user"), pk=pk)
     own = request.user.is_authenticated and sub.user_id == request.user.pk
     source = source_of(SourcedRow(sub.pk, sub.source), platform_runs())  # the boards' badge
     both_signs = sub.dataset.labels_have_both_signs(sub.target)
     lines = result_lines(sub, both_signs)
+    slice_ = Slice(sub.dataset.key, sub.target, sub.modality)
+    comparable = own or sub.source != Submission.SOURCE_USER  # submissions.comparison's public rows
+    place = standing(sub.pk, slice_)
     context = {
         "sub": sub, "lines": lines, "own": own,
         "one_sign_note": "" if both_signs or len(lines) == Result.objects.filter(submission=sub).count()
         else metric_registry.ONE_SIGN_NOTE,
-        "submitter": sub.user.get_username() if sub.user else AUTHORS,
+        "submitter": AUTHORS if sub.source in Submission.IMPORTED_SOURCES else sub.submitted_by,
         "source": SOURCES[source], "source_key": source, "baseline": sub.source == Submission.SOURCE_BASELINE,
-        "board_key": Slice(sub.dataset.key, sub.target, sub.modality).key,
-        "comparable": own or sub.source != Submission.SOURCE_USER,  # submissions.comparison's public rows
+        "permalink": request.build_absolute_uri(reverse("result", args=[sub.pk])),
+        "standing": place, "why_unranked": "" if place else why_unranked(sub),
+        "comparable": comparable, "references": reference_rows(sub, request.user) if comparable else [],
         "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))
                          if sub.source == Submission.SOURCE_RESCORED else None),
     }

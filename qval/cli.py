@@ -64,12 +64,14 @@ def _server(args: argparse.Namespace) -> str:
     return (args.server or os.environ.get("QVAL_SERVER") or _config().get("server") or DEFAULT_SERVER).rstrip("/")
 
 
-def _token() -> str:
+def _token(server: str) -> str:
+    """The API token (``$QVAL_TOKEN``, else the config file's); without one, a :class:`CliError` naming the page of
+    ``server`` where a signed-in user gets theirs."""
     token = os.environ.get("QVAL_TOKEN") or _config().get("token")
     if not token:
         raise CliError(
-            "no API token: set QVAL_TOKEN or put {\"token\": \"…\"} in ~/.config/qval/config.json "
-            "(a maintainer prints one with `manage.py issue_token --username NAME`)"
+            "no API token: set QVAL_TOKEN or put {\"token\": \"…\"} in ~/.config/qval/config.json; "
+            f"get yours, signed in, at {server}/accounts/token/"
         )
     return str(token)
 
@@ -125,6 +127,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score a predictions file against a public split's labels."""
     import pandas as pd
 
+    from qval import metrics
     from qval import predictions as qpred
     from qval.scoring import score, truth_from_dataset, truth_from_frame
 
@@ -157,21 +160,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         bootstrap_resamples=args.bootstrap,
         rules=args.rules,
     )
+    both_signs = metrics.both_signs(truth.point_labels)  # what the site shows of this dataset (sign agreement)
+    shown = {r.metric: rules_registry.shown(r.metric, both_signs) for r in rows}
     if args.json:
-        print(json.dumps([vars(r) for r in rows], indent=2))
+        print(json.dumps([{**vars(r), "shown": shown[r.metric]} for r in rows], indent=2))
     else:
         print(f"{coverage.provided} of {coverage.expected} evaluation points provided")
-        print(format_rows(rows))
+        print(format_rows([r for r in rows if shown[r.metric]]))
+        if not all(shown.values()):
+            print(rules_registry.ONE_SIGN_NOTE)
     return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """Upload a predictions file and follow it until it is scored."""
-    server, token = _server(args), _token()
+    server = _server(args)
+    token = _token(server)
     headers = {"Authorization": f"Token {token}"}
     data = {"dataset": args.dataset, "split": args.split, "target": args.target, "method_name": args.method,
-            "backbone": args.backbone or "", "modality": args.modality, "public": "false" if args.private else "true",
+            "backbone": args.backbone or "", "modality": args.modality,
             "description": args.description or "", "paper_url": args.paper_url or "", "code_url": args.code_url or ""}
+    if args.private:  # else the split decides: a test result public, a dev self-check private
+        data["public"] = "false"
     if args.open_weights is not None:
         data["open_weights"] = "true" if args.open_weights == "yes" else "false"
     try:
@@ -215,13 +225,16 @@ def _print_submission(sub: dict[str, Any]) -> int:
             print(f"  - {problem['message']}")
         return 1
     if sub["results"]:
-        print(format_rows(sub["results"]))
+        print(format_rows([r for r in sub["results"] if r.get("shown", True)]))
+    if sub.get("one_sign_note"):
+        print(sub["one_sign_note"])
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print one submission (with ``--wait``: once it is final)."""
-    server, headers = _server(args), {"Authorization": f"Token {_token()}"}
+    server = _server(args)
+    headers = {"Authorization": f"Token {_token(server)}"}
     sub = _request("GET", f"{server}/api/v1/submissions/{args.id}/", headers=headers).json()
     if args.wait:
         sub = follow(server, headers, sub, args.timeout)
@@ -428,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--code-url", help="the code (http(s), optional)")
     card.add_argument("--open-weights", choices=["yes", "no"], help="whether the backbone's weights are open")
     card.add_argument("--private", action="store_true",
-                      help="only you see the result (no board, figure or permalink); default public")
+                      help="only you see the result (no board, figure or permalink); default: public on test, "
+                           "private on dev")
     sm.add_argument("--no-wait", action="store_true", help="print the submission id and return")
     sm.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result")
     sm.set_defaults(func=cmd_submit)

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -49,6 +49,7 @@ from submissions.models import Submission
 from submissions.selectors import visible_to
 from submissions.serializers import submission_payload
 from submissions.uploads import too_large
+from . import api_responses as answers
 from submissions.services import (
     MethodCard,
     SubmissionRejected,
@@ -73,7 +74,7 @@ class DatasetList(APIView):
 
     permission_classes = [AllowAny]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=answers.DatasetAnswer(many=True))
     def get(self, request: Request) -> Response:
         out = []
         for ds in Dataset.objects.select_related("environment"):
@@ -122,7 +123,7 @@ class BuildList(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(parameters=[OpenApiParameter("name", str, description="builder name")],
-                   responses=OpenApiTypes.OBJECT)
+                   responses=answers.BuildAnswer(many=True))
     def get(self, request: Request) -> Response:
         builds = DatasetBuild.objects.all()
         if request.query_params.get("name"):
@@ -140,8 +141,9 @@ class SubmissionUpload(serializers.Serializer):
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
-    public = serializers.BooleanField(required=False, default=True,
-                                      help_text="false: the row is its owner's only (no board, figure or permalink)")
+    public = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                      help_text="false: the row is its owner's only (no board, figure or permalink); "
+                                                "by default true on the test split, false on dev (a self-check)")
     description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
     paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
     code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
@@ -161,8 +163,9 @@ class ContainerUpload(serializers.Serializer):
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
-    public = serializers.BooleanField(required=False, default=True,
-                                      help_text="false: the row is its owner's only (no board, figure or permalink)")
+    public = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                      help_text="false: the row is its owner's only (no board, figure or permalink); "
+                                                "by default true on the test split, false on dev (a self-check)")
     description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
     paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
     code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
@@ -171,7 +174,7 @@ class ContainerUpload(serializers.Serializer):
 
 def card_of(data: dict[str, Any]) -> MethodCard:
     """The method card of an upload's validated fields."""
-    return MethodCard(public=data.get("public", True), description=data.get("description", ""),
+    return MethodCard(public=data.get("public"), description=data.get("description", ""),
                       paper_url=data.get("paper_url", ""), code_url=data.get("code_url", ""),
                       open_weights=data.get("open_weights"))
 
@@ -185,7 +188,9 @@ class SubmissionCreate(APIView):
     parser_classes = [MultiPartParser, FormParser]
     throttle_scope = "upload"
 
-    @extend_schema(request={"multipart/form-data": SubmissionUpload}, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request={"multipart/form-data": SubmissionUpload},
+                   responses={201: PolymorphicProxySerializer(
+                       "Created", [answers.SubmissionAnswer, answers.ContainerSubmissionsAnswer], None)})
     def post(self, request: Request) -> Response:
         kind = request.data.get("kind", Submission.KIND_FILE)
         dropped = too_large(request)
@@ -246,7 +251,7 @@ class SubmissionDetail(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=answers.SubmissionAnswer)
     def get(self, request: Request, pk: int) -> Response:
         sub = Submission.objects.filter(visible_to(request.user), pk=pk).first()
         if sub is None:
@@ -254,7 +259,7 @@ class SubmissionDetail(APIView):
                             status=status.HTTP_404_NOT_FOUND)
         return Response(submission_payload(sub))
 
-    @extend_schema(request=CardChange, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=CardChange, responses=answers.SubmissionAnswer)
     def patch(self, request: Request, pk: int) -> Response:
         ser = CardChange(data=request.data, partial=True)
         fixed = sorted(set(request.data) - set(ser.fields))
@@ -290,10 +295,7 @@ class Leaderboard(APIView):
         parameters=[OpenApiParameter(k, str) for k in FILTER_KEYS]
         + [OpenApiParameter("sort", str), OpenApiParameter("page", int),
            OpenApiParameter("page_size", int, description="default 100, at most 1000")],
-        responses=inline_serializer("BoardPage", {
-            "count": serializers.IntegerField(), "next": serializers.URLField(allow_null=True),
-            "previous": serializers.URLField(allow_null=True),
-            "results": serializers.ListField(child=serializers.DictField())}),
+        responses=answers.BOARD_PAGE,
     )
     def get(self, request: Request) -> Response:
         filters = {k: request.query_params.get(k, "") for k in FILTER_KEYS}
@@ -386,7 +388,7 @@ class Compare(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
-        responses=OpenApiTypes.OBJECT,
+        responses=answers.CompareAnswer,
     )
     def get(self, request: Request) -> Response:
         try:

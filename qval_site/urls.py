@@ -2,6 +2,9 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularJSONAPIView
 
@@ -19,10 +22,17 @@ from .converters import NameConverter
 
 register_converter(NameConverter, "name")
 
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, asked for by browsers and feed readers whatever the page links: the site's icon."""
+    return redirect(static("favicon.svg"), permanent=True)
+
+
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", lb.home, name="home"),
+    path("favicon.ico", favicon, name="favicon"),
     path("healthz/", lb.healthz, name="healthz"),
     path("leaderboard/", lb.board, name="leaderboard"),
     path("boards/", boards.board_list, name="boards"),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
@@ -190,22 +191,57 @@ def resolve_pair(
     return a, b
 
 
+def _comparable(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """The finished submissions ``user`` may compare: public rows that are not uploaded files, and ``user``'s own;
+    neither reported nor re-scored without per-point predictions, nor withheld by the Ladder."""
+    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
+    return (
+        Submission.objects.filter(state=Submission.FINISHED)
+        .filter(~Q(source=Submission.SOURCE_USER) | mine)
+        .exclude(ladder_climbed=False)
+        .exclude(source=Submission.SOURCE_REPORTED)
+        .exclude(source=Submission.SOURCE_RESCORED, predictions="")
+        .select_related("method", "backbone", "user", "dataset")
+    )
+
+
+STARTS_SHOWN = 100
+"""Rows the compare page offers as A when none is chosen (the newest)."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """A row the compare page offers as A: its id, dataset key and how the list names it."""
+
+    pk: int
+    dataset: str
+    label: str
+
+
+def row_label(sub: Submission) -> str:
+    """How a list of rows to compare names ``sub``: method, backbone, modality, submitter, date and id (two runs of
+    one method are told apart by all but the method)."""
+    backbone = f" · {sub.backbone_name}" if sub.backbone_name and sub.backbone_name.lower() != "none" else ""
+    when = sub.finished_at.strftime("%Y-%m-%d %H:%M") if sub.finished_at else "—"
+    return f"{sub.method_name}{backbone} · {sub.modality} · {sub.submitted_by} · {when} (#{sub.pk})"
+
+
+def starting_points(user: AbstractBaseUser | AnonymousUser) -> list[Start]:
+    """What the compare page offers as A before one is chosen: ``user``'s own finished submissions first, then the
+    other rows it may compare, the newest :data:`STARTS_SHOWN` in all, ordered by dataset, split and target."""
+    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
+    rows = list(_comparable(user).filter(mine).order_by("-finished_at")[:STARTS_SHOWN])
+    rows += list(_comparable(user).exclude(mine).order_by("-finished_at")[:STARTS_SHOWN - len(rows)])
+    rows.sort(key=lambda s: (s.dataset.key, s.split, s.target, s.method_name, s.backbone_name, -s.pk))
+    return [Start(s.pk, s.dataset.key, f"{row_label(s)} · {s.split} · {s.target.upper()}") for s in rows]
+
+
 def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
     """The other finished submissions ``user`` can compare ``sub`` with (same dataset, split,
     target and rules; public or ``user``'s own; neither reported nor re-scored without
     per-point predictions, nor withheld by the Ladder)."""
-    mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
-    return (
-        Submission.objects.filter(
-            state=Submission.FINISHED, dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules
-        )
-        .filter(~Q(source=Submission.SOURCE_USER) | mine)
-        .exclude(pk=sub.pk)
-        .exclude(ladder_climbed=False)
-        .exclude(source=Submission.SOURCE_REPORTED)
-        .exclude(source=Submission.SOURCE_RESCORED, predictions="")
-        .select_related("method", "backbone", "user")
-    )
+    return (_comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
+            .exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at"))
 
 
 def _summary(sub: Submission) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from django import forms
 from django.utils.safestring import mark_safe
 
 from leaderboard.models import MODALITY_CHOICES, TARGET_CHOICES, Dataset
+from qval.schema import PUBLIC_SPLITS
 
 from .models import Submission
 from .services import MethodCard
@@ -16,10 +17,11 @@ class CardFields(forms.Form):
     page both ask them."""
 
     visibility = forms.ChoiceField(
-        choices=[("public", "public: on the boards, with a permalink anyone can read"),
+        choices=[("public", "public: a test result on its board, with a permalink anyone can read"),
                  ("private", "private: only you see it")],
-        initial="public", required=False, widget=forms.RadioSelect,
-        help_text="Dev results are never on a public board, whichever you choose. You can change it later on the "
+        required=False, widget=forms.RadioSelect,
+        help_text="By default a test result is public and a dev result private (a dev result is a self-check, on "
+                  "no board: made public, it is listed on the full table). You can change it later on the "
                   "submission's page.")
     description = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=5000,
@@ -34,7 +36,8 @@ class CardFields(forms.Form):
     def card(self) -> MethodCard:
         """The method card of the valid form."""
         data = self.cleaned_data
-        return MethodCard(public=data.get("visibility") != "private", description=data.get("description", ""),
+        public = {"public": True, "private": False}.get(data.get("visibility") or "")  # None: the split's default
+        return MethodCard(public=public, description=data.get("description", ""),
                           paper_url=data.get("paper_url", ""), code_url=data.get("code_url", ""),
                           open_weights=data.get("open_weights"))
 
@@ -65,7 +68,12 @@ class UploadForm(CardFields):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         # Only what takes submissions: the newest version of each hosted dataset.
-        self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in Dataset.newest_hosted()]
+        datasets = list(Dataset.newest_hosted())
+        self.fields["dataset"].choices = [(d.key, f"{d.name} ({d.key})") for d in datasets]
+        # Datasets whose test split ranks no uploaded file (open book): the page says so before an upload.
+        self.open_book = {d.key: d.environment.name for d in datasets if d.environment.open_book}
+        split = self.initial.get("split") or self.fields["split"].choices[0][0]
+        self.fields["visibility"].initial = "private" if split in PUBLIC_SPLITS else "public"
 
 
 class CardForm(CardFields):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qval import metric_registry
+
 from .ladder import outcome
 from .models import Submission
 
@@ -13,8 +15,15 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
     (``public``) and method ``card``.
 
     ``ladder``: its step on its account's ladder of a hidden split (:func:`submissions.ladder.outcome`,
-    ``None`` off a ladder); a submission that did not climb has no ``results``: its score is withheld.
+    ``None`` off a ladder); a submission that did not climb has no ``results``: its score is withheld.  Each result
+    says whether the pages show it (``shown``, :func:`qval.metric_registry.shown`: sign agreement only where the
+    dataset's labels have both signs), and ``one_sign_note`` why one is not shown, so that the CLI shows what the
+    pages show.
     """
+    results = list(sub.results.all()) if sub.state == Submission.FINISHED and not sub.score_withheld else []
+    asks = any(not metric_registry.shown(r.metric, both_signs=False) for r in results)  # sign agreement is there
+    both_signs = not asks or sub.dataset.labels_have_both_signs(sub.target)
+    shown = {r.metric: metric_registry.shown(r.metric, both_signs) for r in results}
     return {
         "id": sub.pk,
         "kind": sub.kind,
@@ -56,11 +65,11 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
                 "coverage": r.coverage,
                 "insufficient": r.insufficient,
                 "details": r.details,
+                "shown": shown[r.metric],
             }
-            for r in sub.results.all()
-        ]
-        if sub.state == Submission.FINISHED and not sub.score_withheld
-        else [],
+            for r in results
+        ],
+        "one_sign_note": "" if all(shown.values()) else metric_registry.ONE_SIGN_NOTE,
     }
 
 

@@ -61,16 +61,23 @@ class SubmissionRejected(ValueError):
 class MethodCard:
     """What a row tells about its method (its name is the request's ``method_name``) and who sees it:
     ``public`` rows are on the boards and figures and have an anonymous permalink; private ones are
-    their owner's only."""
+    their owner's only.  ``public=None`` leaves it to the split (:meth:`on`)."""
 
-    public: bool = True
+    public: bool | None = None
     description: str = ""
     paper_url: str = ""
     code_url: str = ""
     open_weights: bool | None = None
 
+    def on(self, split: str) -> MethodCard:
+        """The card of a result on ``split``: where it says nothing of ``public``, public on a hidden split and
+        private on a public one (a dev result is its submitter's self-check, shown to others only once they
+        publish it)."""
+        return self if self.public is not None else dataclasses.replace(self, public=split not in PUBLIC_SPLITS)
+
     def fields(self) -> dict[str, object]:
-        """The :class:`~submissions.models.Submission` fields it fills."""
+        """The :class:`~submissions.models.Submission` fields it fills (of a card :meth:`on` a split)."""
+        assert self.public is not None, "a card's visibility is decided on its split first (MethodCard.on)"
         return {"public": self.public, "description": self.description.strip(), "paper_url": self.paper_url.strip(),
                 "code_url": self.code_url.strip(), "open_weights": self.open_weights}
 
@@ -89,6 +96,7 @@ def check_card(card: MethodCard, split: str) -> None:
     backbone, where empty (or ``none``) says the method uses no model.  A dev result, or a private one, needs no
     description: nobody else sees it.
     """
+    card = card.on(split)
     if len(card.description) > CARD_DESCRIPTION_MAX:
         raise SubmissionRejected(
             "description", f"description is {len(card.description)} characters; the limit is {CARD_DESCRIPTION_MAX}")
@@ -135,6 +143,7 @@ def change_card(user, pk: int, **changes: object) -> Submission:  # type: ignore
                 "id", f"submission {pk} is {sub.state}: its card can be changed once it has finished or failed",
                 status=409)
         card = dataclasses.replace(card_of(sub), **changes)  # type: ignore[arg-type]
+        card = card if card.public is not None else dataclasses.replace(card, public=sub.public)  # unchanged
         check_card(card, sub.split)
         fields = card.fields()
         for name, value in fields.items():
@@ -334,7 +343,7 @@ def _received_submission(user, req: SubmissionRequest, dataset: Dataset, upload:
         method_name=req.method_name.strip(),
         backbone_name=req.backbone.strip(),
         modality=req.modality,
-        **req.card.fields(),
+        **req.card.on(req.split).fields(),
         filename=(upload.name or "upload")[:255],
         size_bytes=upload.size or 0,
         deadline=timezone.now() + timedelta(seconds=settings.QVAL_RECEIVED_S),

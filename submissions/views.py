@@ -5,11 +5,16 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts import throttling
+from board.boards import DEFAULT_METRIC, Slice
+from board.results import reference_rows
+from board.standing import standing, standings, why_unranked
 from accounts.access import has_verified_email
 from qval import metric_registry
 from qval.schema import PUBLIC_SPLITS
@@ -17,7 +22,7 @@ from qval.scoring import printed_digits
 
 from . import comparison
 from .forms import CardForm, UploadForm
-from .models import Submission
+from .models import Result, Submission
 from .selectors import visible_to
 from .serializers import submission_payload
 from .uploads import too_large
@@ -84,9 +89,15 @@ def _upload_page(request: HttpRequest, form: UploadForm, status: int) -> HttpRes
 
 @login_required
 def mine(request: HttpRequest) -> HttpResponse:
-    """The user's submissions with live state."""
-    subs = Submission.objects.filter(user=request.user).select_related("dataset")
-    return render(request, "submissions/mine.html", {"submissions": subs})
+    """The user's submissions with live state, each finished one's ρ with its interval (as its page discloses it)
+    and its rank where it stands on a board (:mod:`board.standing`)."""
+    subs = list(Submission.objects.filter(user=request.user).select_related("dataset").prefetch_related(
+        Prefetch("results", Result.objects.filter(metric=DEFAULT_METRIC), to_attr="headline")))
+    places = standings([(s.pk, Slice(s.dataset.key, s.target, s.modality)) for s in subs
+                        if s.state == Submission.FINISHED and s.split not in PUBLIC_SPLITS])
+    rows = [{"sub": s, "headline": None if s.score_withheld or not s.headline else s.headline[0],
+             "digits": printed_digits(s.split not in PUBLIC_SPLITS), "standing": places.get(s.pk)} for s in subs]
+    return render(request, "submissions/mine.html", {"rows": rows, "metric": metric_registry.get(DEFAULT_METRIC)})
 
 
 @login_required
@@ -104,9 +115,14 @@ def detail(request: HttpRequest, pk: int, card_form: CardForm | None = None, sta
     ]
     others = comparison.candidates(sub, request.user) if sub.state == Submission.FINISHED else Submission.objects.none()
     hidden = sub.split not in PUBLIC_SPLITS  # its rows were disclosed (submissions.lifecycle.finish)
+    finished = sub.state == Submission.FINISHED
+    place = standing(sub.pk, Slice(sub.dataset.key, sub.target, sub.modality)) if finished else None
+    why = why_unranked(sub) if finished and place is None else ""
     context = {"sub": sub, "data": data, "results": results, "sampled": sampled, "others": others,
                "one_sign_note": metric_registry.ONE_SIGN_NOTE if len(results) < len(data["results"]) else "",
-               "unranked": sub.state == Submission.FINISHED and not sub.ranked(),
+               "standing": place, "why_unranked": why, "unranked": finished and place is None,
+               "permalink": request.build_absolute_uri(reverse("result", args=[sub.pk])) if place else "",
+               "references": reference_rows(sub, request.user) if finished and not sub.score_withheld else [],
                "hidden": hidden, "digits": printed_digits(hidden),
                "card_form": (card_form or CardForm.of(sub)) if sub.user_id == request.user.pk and sub.is_final
                and sub.source == Submission.SOURCE_USER else None}
@@ -141,8 +157,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     """A vs B: paired bootstrap of two finished submissions (``?a=<id>&b=<id>``).
 
     Public rows (published, baselines) for anyone, and a signed-in user's own submissions
-    (:func:`submissions.comparison.resolve_pair`).  Without parameters the page only shows
-    its form; otherwise it shows the comparison or why there is none (and, when A is valid,
+    (:func:`submissions.comparison.resolve_pair`).  Without parameters the page offers the rows to start from
+    (:func:`submissions.comparison.starting_points`, by method, backbone, submitter and date); otherwise it shows the comparison or why there is none (and, when A is valid,
     the submissions it can be compared with).
     """
     context: dict[str, object] = {"a": request.GET.get("a", ""), "b": request.GET.get("b", "")}
@@ -164,6 +180,8 @@ def compare(request: HttpRequest) -> HttpResponse:
             return _too_many(request, exc.retry_after, exc.message)
     if sub_a is not None:
         context.update(sub_a=sub_a, others=comparison.candidates(sub_a, request.user))
+    else:
+        context["starts"] = comparison.starting_points(request.user)
     return render(request, "submissions/compare.html", context, status=status)
 
 

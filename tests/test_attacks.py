@@ -1358,13 +1358,13 @@ class TestNamesAndInjection:
         for url in downloads:
             resp = client.get(url)
             assert resp.status_code == 200, (url, resp.status_code)
-            cells = _csv_cells(resp.content)
+            cells = _csv_cells(resp.getvalue())
             assert cells, url
             assert not any(c.startswith(("=", "+", "@", "\t", "\r")) for c in cells), url
             assert not any(c.startswith("-") and not c.lstrip("-").replace(".", "", 1).isdigit() for c in cells), url
             assert "'" + FORMULA in cells, url
             assert any(c.startswith("-") and float(c) < 0 for c in cells), url  # ρ = -1: a negative number, kept
-        assert "'@SUM(A1)" in _csv_cells(client.get("/leaderboard/?format=csv").content)
+        assert "'@SUM(A1)" in _csv_cells(client.get("/leaderboard/?format=csv").getvalue())
 
     @pytest.mark.parametrize("text", ["\uff1dHYPERLINK(\"http://evil.example\",\"x\")",  # full-width =
                                       "\ufe66cmd|' /C calc'!A0", "\uff0b1+1", "\uff0dSUM(A1)", "\uff20SUM(A1)",
@@ -1380,7 +1380,7 @@ class TestNamesAndInjection:
         ids, labels = actor_points(frozenlake, "dev")
         name = "\uff1dHYPERLINK(\"http://evil.example\",\"x\")"
         finish(upload(api, csv_bytes(ids, labels), split="dev", method_name=name)["id"])
-        cells = _csv_cells(client.get("/leaderboard/?split=dev&format=csv").content)
+        cells = _csv_cells(client.get("/leaderboard/?split=dev&format=csv").getvalue())
         assert "'" + name in cells and name not in cells
 
     def test_a_nested_job_result_is_a_400_after_the_token_check(self, user, loaded) -> None:  # type: ignore[no-untyped-def]

@@ -4,6 +4,7 @@ numbers (and, in a real Chromium, its points), and a real gpu worker killed mid-
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,16 @@ def test_runs_pages_and_alignment(client, staff) -> None:  # type: ignore[no-unt
 
     page = client.get("/best-of-n/")
     assert page.status_code == 200 and b'id="alignment-frozenlake-3"' in page.content
-    assert b'id="representation-check"' in page.content  # what the learned methods' check found (benchmarks/README)
+    # The results first: every finished picker's success with its CI, and its gain over the base policy's episodes.
+    text = page.content.decode()
+    assert text.index('id="results"') < text.index('id="alignment"') and 'id="results-frozenlake-3"' in text
+    for picker, run in runs.items():
+        row = re.search(rf'<tr data-picker="{picker}">(.*?)</tr>', text, re.S)
+        assert row is not None and f"{mean_success(run):.3f}" in row.group(1), picker
+        assert ("—" in row.group(1)) == (picker == "base")  # the base policy has no gain over itself
+    # The study notes are a page of the manual, linked from here.
+    assert 'id="representation-check"' not in text and 'id="study-notes"' in text
+    assert "Global ρ is not what a pick uses" in (Path(__file__).parents[1] / "docs" / "best-of-n.md").read_text()
     local = client.get("/best-of-n/?metric=ranking_spearman")
     assert local.status_code == 200 and "<strong>Spearman ρ (state-local)</strong>" in local.content.decode()
     assert "(state-local) (Q-alignment)" in local.content.decode()  # the plot's x axis title

@@ -144,7 +144,7 @@ def test_a_fresh_site_walked_at_1280_and_390_px(fresh_site, frozenlake, tmp_path
     page.fill("#id_password1", "q-aligned-2026")
     page.fill("#id_password2", "q-aligned-2026")
     page.click("main button[type=submit]")
-    page.wait_for_selector("text=Log out (walker)")
+    page.wait_for_selector("nav >> text=My submissions")
     link = next(w for w in mailoutbox[0].body.split() if "/accounts/confirm-email/" in w)
     page.goto(base + link[link.index("/accounts/"):])
 
@@ -156,7 +156,8 @@ def test_a_fresh_site_walked_at_1280_and_390_px(fresh_site, frozenlake, tmp_path
     page.select_option("#id_dataset", ds.key)
     page.select_option("#id_split", "dev")
     page.fill("#id_method_name", DEV_METHOD)
-    assert page.locator("input[name=visibility][value=public]").is_checked()
+    assert page.locator("input[name=visibility][value=private]").is_checked()  # a dev result is its owner's ...
+    page.check("input[name=visibility][value=public]")  # ... unless published: still on no board, nor any figure
     page.set_input_files("#id_file", str(preds))
     page.click("#upload-form button[type=submit]")
     page.wait_for_selector("#results", timeout=90_000)
@@ -254,5 +255,5 @@ def test_a_fresh_site_walked_at_1280_and_390_px(fresh_site, frozenlake, tmp_path
         page.wait_for_load_state("networkidle")
         shot(page, f"phone-{n:02d}")
         assert page.evaluate("document.documentElement.scrollWidth") <= PHONE, path
-        assert page.locator("header").bounding_box()["height"] < ONE_LINE, path
+        assert page.locator("nav[aria-label=Site]").bounding_box()["height"] < ONE_LINE, path
     anonymous.close()

@@ -53,7 +53,7 @@ def test_newcomer_path(live_server, celery_worker_process, loaded, frozenlake, t
     page.fill("#id_password2", "q-aligned-2026")
     shot(page, "02-signup")
     page.click("main button[type=submit]")
-    page.wait_for_selector("text=Log out (newcomer)")
+    page.wait_for_selector("nav >> text=My submissions")
     # The test split needs a verified address: follow the emailed confirmation link.
     link = next(w for w in mailoutbox[0].body.split() if "/accounts/confirm-email/" in w)
     page.goto(base + link[link.index("/accounts/"):])

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from qval import cli, schema
+from qval import cli, metric_registry, schema
 from qval.envs import registry
 
 KEY = "{0.slug}@{0.version}".format(registry.BUILDERS["frozenlake"]()[1])
@@ -60,6 +60,9 @@ def test_evaluate_against_a_dataset_directory_matches_scipy(dataset_dir, frozenl
     code, out, _ = _run(capsys, "evaluate", str(preds), "--dataset", str(dataset_dir), "--bootstrap", "0")
     assert code == 0 and f"{len(ids)} of {len(ids)} evaluation points provided" in out
     assert out.splitlines()[2].startswith("spearman")
+    # What the site shows of FrozenLake (no negative label): no sign agreement, and the same note why.
+    assert rows["sign_agreement"]["shown"] is False and rows["spearman"]["shown"] is True
+    assert "sign_agreement" not in out and metric_registry.ONE_SIGN_NOTE in out
 
 
 @pytest.mark.parametrize(
@@ -95,7 +98,7 @@ def test_evaluate_reports_every_problem_of_a_bad_file(dataset_dir, frozenlake, t
 def test_submit_needs_a_token(tmp_path, capsys, no_config) -> None:
     code, _, err = _run(capsys, "submit", str(tmp_path / "x.csv"), "--dataset", KEY, "--split", "test",
                         "--target", "q", "--method", "m")
-    assert code == 1 and "no API token" in err
+    assert code == 1 and "no API token" in err and "http://127.0.0.1:8000/accounts/token/" in err  # the self-serve page
 
 
 def test_argument_errors_are_reported_by_argparse(capsys) -> None:

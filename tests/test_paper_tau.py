@@ -123,7 +123,7 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
     assert local.count() == 38
     by_key = {(c.environment, c.target, c.modality, c.method, c.backbone): c.value for c in cells
               if c.metric == "spearman"}
-    rows = client.get("/leaderboard/?source=reported&format=json").json()["rows"]
+    rows = json.loads(client.get("/leaderboard/?source=reported&format=json").getvalue())["rows"]
     assert len(rows) == 578
     assert all(r["kendall_tau"] is None for r in rows if r["spearman"] is None)  # state-local rows
     with_tau = [r for r in rows if r["kendall_tau"] is not None]
@@ -162,12 +162,12 @@ def test_the_state_local_tau_is_shown_where_the_global_tau_is(client) -> None:  
     _import()
     local = {_key(c): c for c in paper_tau.tau_cells()[1] if c.metric == "ranking_spearman"}
     assert len(local) == 38
-    rows = client.get("/leaderboard/?source=reported&format=json").json()["rows"]
+    rows = json.loads(client.get("/leaderboard/?source=reported&format=json").getvalue())["rows"]
     shown = {(r["environment"], r["target"], r["modality"], r["method"], r["backbone"]):
              (r["ranking_kendall_tau"], r["ranking_kendall_tau_std"]) for r in rows if r["ranking_kendall_tau"] is not None}
     assert shown == {k: (c.value, c.std) for k, c in local.items()}
     assert all(r["ranking_kendall_tau"] is None for r in rows if r["ranking_spearman"] is None)  # global rows have none
-    assert "ranking_kendall_tau_std" in client.get("/leaderboard/?source=reported&format=csv").content.decode().splitlines()[0]
+    assert "ranking_kendall_tau_std" in client.get("/leaderboard/?source=reported&format=csv").getvalue().decode().splitlines()[0]
     api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "sdpo", "environment": "frozenlake"}).json()
     assert sorted(r["ranking_kendall_tau"] for r in api["results"] if r["ranking_kendall_tau"] is not None) \
         == sorted(c.value for k, c in local.items() if k[0] == "FrozenLake" and k[3] == "sdpo")  # one printed '—'

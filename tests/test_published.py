@@ -166,7 +166,7 @@ def test_import_is_idempotent_and_keeps_provenance(client) -> None:  # type: ign
     page = client.get("/leaderboard/?source=reported").content.decode()
     assert "578 rows" in page and "reported by the authors" in page
     assert client.get("/leaderboard/?source=rescored&q=gvl").content.decode().count('data-source="rescored"') == 7
-    export = client.get("/leaderboard/?source=rescored&format=json").json()["rows"]
+    export = json.loads(client.get("/leaderboard/?source=rescored&format=json").getvalue())["rows"]
     assert len(export) == 75 and all(r["rules"] == "qval-v1.0" for r in export)
     assert "OpenApps" in client.get("/environments/openapps/").content.decode()
 
@@ -510,7 +510,7 @@ def test_reported_rows_show_the_authors_points_and_date_and_what_they_do_not_rep
     raw = json.loads(published.REPORTED_FILE.read_text())
     _, envs = published.paper_environments()
     _import()
-    rows = client.get("/leaderboard/?source=reported&format=json").json()["rows"]
+    rows = json.loads(client.get("/leaderboard/?source=reported&format=json").getvalue())["rows"]
     assert len(rows) == 578
     for row in rows:
         env = row["environment"]
@@ -527,7 +527,7 @@ def test_reported_rows_show_the_authors_points_and_date_and_what_they_do_not_rep
     assert tau_cells and all("not reported" in c for c in tau_cells)
     assert 'id="not-reported-note"' in page and "2026-06-30" in page
     # Our own rows keep n/a for an undefined τ; re-scored rows keep their import date and scored points.
-    rescored = client.get("/leaderboard/?source=rescored&format=json").json()["rows"]
+    rescored = json.loads(client.get("/leaderboard/?source=rescored&format=json").getvalue())["rows"]
     assert rescored and not any(r["date"].startswith("2026-06-30") for r in rescored)
     # The method page's results table and a board of the paper's numbers say the same.
     method = client.get("/methods/gvl/").content.decode()

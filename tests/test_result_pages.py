@@ -109,6 +109,48 @@ def test_the_upload_form_offers_the_card_and_stores_the_choice(client, user, loa
         False, "From the form.", "https://example.org/p", None)
 
 
+def test_a_dev_result_is_its_owners_until_published(client, api, user, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    """A dev file says nothing of its visibility: private (from the form and the API), so the full table lists none
+    of it; published on its page, it is listed (as a self-check). A test file is public unless said otherwise."""
+    ids, labels = actor_points(frozenlake, "dev")
+    form = {"kind": "file", "dataset": KEY, "split": "dev", "target": "q", "modality": "text", "open_weights": "unknown"}
+    client.force_login(user)
+    assert client.post("/submit/", {**form, "method_name": "probe-form",
+                                    "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels))}).status_code == 302
+    resp = api.post("/api/v1/submissions/", {"dataset": KEY, "split": "dev", "target": "q", "method_name": "probe-api",
+                                             "file": SimpleUploadedFile("p.csv", csv_bytes(ids, labels))},
+                    format="multipart")
+    assert resp.status_code == 201 and resp.json()["public"] is False
+    assert dict(Submission.objects.values_list("method_name", "public")) == {"probe-form": False, "probe-api": False}
+    test_ids, test_labels = actor_points(frozenlake, "test")
+    resp = api.post("/api/v1/submissions/", {"dataset": KEY, "split": "test", "target": "q", "method_name": "ranked",
+                                             "description": "Labels.", "file": SimpleUploadedFile(
+                                                 "t.csv", csv_bytes(test_ids, test_labels))}, format="multipart")
+    assert resp.status_code == 201 and resp.json()["public"] is True
+    # Finished, a private dev row is on no public list; published by its owner, the full table lists it.
+    Submission.objects.filter(method_name="probe-form").update(  # as the scoring worker leaves it
+        state=Submission.FINISHED, finished_at=timezone.now(), method=Method.objects.get_or_create(name="probe-form")[0])
+    sub = Submission.objects.get(method_name="probe-form")
+    Result.objects.create(submission=sub, metric="spearman", value=0.5, p_value=0.01, num_points=len(ids))
+    assert "probe-form" not in Client().get("/leaderboard/").content.decode()
+    assert client.post(f"/submissions/{sub.pk}/card/", {"visibility": "public", "open_weights": "unknown"}).status_code == 302
+    assert "probe-form" in Client().get("/leaderboard/").content.decode()
+
+
+def test_the_migration_makes_stored_dev_uploads_private(loaded, user) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    from django.apps import apps
+
+    container_row(loaded, user, "stored-dev", 0.4, split="dev")
+    container_row(loaded, user, "stored-test", 0.4)
+    baseline = container_row(loaded, None, "stored-baseline", 0.4, split="dev")
+    Submission.objects.filter(pk=baseline.pk).update(source=Submission.SOURCE_BASELINE)
+    importlib.import_module("submissions.migrations.0018_dev_results_private").dev_results_private(apps, None)
+    assert dict(Submission.objects.values_list("method_name", "public")) == {
+        "stored-dev": False, "stored-test": True, "stored-baseline": True}
+
+
 def test_a_permalink_discloses_no_more_than_the_board(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
     """The permalink is a new channel on hidden-split results: a submission whose score the Ladder withholds (it
     did not climb) has none, one a later climb replaced has none, and a page shows the stored (disclosed) numbers

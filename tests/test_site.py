@@ -35,8 +35,9 @@ def csv_bytes(ids: list[str], scores: list[float] | np.ndarray) -> bytes:
 def upload(api, content: bytes, name: str = "preds.csv", **fields) -> dict:  # type: ignore[no-untyped-def]
     """POST a predictions file (answered ``received``), run the real validation task on it in-process
     (as ``finish`` runs the scoring task) and return the submission as the API then shows it."""
-    data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "oracle",
-            "description": "A method of the tests.", **fields}  # a public test result needs its card's description
+    data = {"dataset": KEY, "split": "test", "target": "q", "method_name": "oracle", "public": "true",
+            "description": "A method of the tests.", **fields}  # a public test result needs its card's description;
+    # published: a dev result is its owner's alone unless published (tests/test_result_pages.py checks the default)
     data["file"] = SimpleUploadedFile(name, content)
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == 201, resp.content

@@ -157,6 +157,64 @@ def test_the_api_docs_page_is_ours_and_offline(client, db) -> None:
     assert client.get("/api/v1/schema/")["Content-Type"].startswith("application/vnd.oai.openapi")
 
 
+def test_the_api_docs_are_for_people(client, db) -> None:
+    """The researchers' calls first, the workers' apart; no Sphinx references; every call has a curl example and
+    each JSON answer its fields."""
+    page = client.get("/api/docs/").content.decode()
+    public, workers = page.split('id="public-calls"')[1].split('id="worker-calls"')
+    assert "/api/v1/jobs/" not in public and "/api/v1/workers/" not in public
+    assert "<code>POST /api/v1/jobs/{id}/start</code>" in workers and "<code>GET /api/v1/datasets/</code>" in public
+    assert not re.search(r":(func|class|mod|data|meth|attr):", page)
+    sections = re.findall(r'<section class="api-op" id="([^"]+)">(.*?)</section>', page, re.S)
+    assert sections and all('<pre class="curl"><code>curl ' in body for _, body in sections)
+    submit = dict(sections)["post-api-v1-submissions"]
+    assert "-H &#x27;Authorization: Token $QVAL_TOKEN&#x27;" in submit and "file=@predictions.csv" in submit
+    detail = dict(sections)["get-api-v1-submissions--id"]
+    for name in ("<code>state</code>", "<code>results[].metric</code>", "<code>results[].shown</code>",
+                 "<code>card.description</code>"):
+        assert name in detail.split("<h3>Answer</h3>")[1], name
+
+
+def _documented(client, path: str, method: str = "get") -> set[str]:  # type: ignore[no-untyped-def]
+    """The fields the schema says ``method path`` answers with (list items as ``[].name``, nested ``a.b``)."""
+    from qval_site import api_docs
+
+    op = next(o for o in api_docs.operations(api_docs.schema()) if (o.path, o.method) == (path, method))
+    return {f.name for f in op.answer}
+
+
+def _fields(value, documented: set[str], prefix: str = "") -> set[str]:  # type: ignore[no-untyped-def]
+    """The field names of a JSON answer as :func:`_documented` writes them, looking inside an object (a list's first
+    item) where the documentation describes its fields, as it does not for a free-form one (``details``)."""
+    if isinstance(value, list):
+        return _fields(value[0], documented, f"{prefix}[]") if value and isinstance(value[0], dict) else set()
+    out: set[str] = set()
+    for name, inner in value.items():
+        path = f"{prefix}.{name}" if prefix else name
+        out.add(path)
+        if isinstance(inner, (dict, list)) and any(d.startswith((f"{path}.", f"{path}[].")) for d in documented):
+            out |= _fields(inner, documented, path)
+    return out
+
+
+def test_the_documented_answers_are_the_answers(client, api, user, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
+    """Each documented answer (qval_site/api_responses.py) has the fields the call answers with, no more, no less."""
+    ids, labels = actor_points(frozenlake, "dev")
+    a = upload(api, csv_bytes(ids, labels), split="dev", method_name="docs-a")
+    b = upload(api, csv_bytes(ids, labels[::-1]), split="dev", method_name="docs-b")
+    finish(a["id"])
+    finish(b["id"])
+    answers = {
+        "/api/v1/datasets/": client.get("/api/v1/datasets/").json(),
+        "/api/v1/leaderboard/": client.get("/api/v1/leaderboard/").json(),
+        "/api/v1/submissions/{id}/": api.get(f"/api/v1/submissions/{a['id']}/").json(),
+        "/api/v1/compare/": api.get("/api/v1/compare/", {"a": a["id"], "b": b["id"]}).json(),
+    }
+    for path, answer in answers.items():
+        documented = _documented(client, path)
+        assert _fields(answer, documented) == documented, path
+
+
 MICROSECONDS = re.compile(r"\d{2}:\d{2}:\d{2}\.\d+")
 
 

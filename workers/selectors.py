@@ -44,6 +44,14 @@ def queue_depths() -> dict[str, int | None]:
     return depths
 
 
+def _running_on(worker: WorkerHeartbeat, running: list[dict[str, Any]]) -> list[int]:
+    """The submissions ``worker`` runs: those the running jobs name it for (a Celery worker's, or a remote one's as
+    ``remote:<name>``), else the one its last heartbeat named."""
+    names = {worker.name, f"remote:{worker.name}"}
+    on_it = [r["submission"] for r in running if r["worker"] in names]
+    return on_it or ([worker.current_id] if worker.current_id else [])
+
+
 def status() -> dict[str, Any]:
     """Everything the status page shows, as plain data."""
     now = timezone.now()
@@ -58,7 +66,7 @@ def status() -> dict[str, Any]:
     ]
     workers = [
         {"name": w.name, "kind": w.kind, "queues": w.queues, "started": w.started_at, "last_seen": w.last_seen,
-         "alive": w.last_seen >= alive_after, "current": w.current_id}
+         "alive": w.last_seen >= alive_after, "current": w.current_id, "running": _running_on(w, running)}
         for w in WorkerHeartbeat.objects.all()
     ]
     failures = [

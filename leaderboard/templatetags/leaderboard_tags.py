@@ -36,18 +36,6 @@ def resampled(details: dict[str, Any] | None) -> str:
 
 
 @register.filter
-def resampled_units(rows: Any) -> list[str]:
-    """What the intervals of a board's rows resampled (:func:`qval.sampling.describe`), each once, in order."""
-    seen: list[str] = []
-    for row in rows:
-        if row.score.ci_low is not None:
-            text = sampling.describe(row.score.resampled)
-            if text not in seen:
-                seen.append(text)
-    return seen
-
-
-@register.filter
 def get_item(mapping: dict[str, Any], key: str) -> Any:
     """``mapping[key]`` in a template."""
     return mapping.get(key)
