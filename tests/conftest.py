@@ -23,8 +23,11 @@ from qval.envs.base import Environment
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
-TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", "redis://127.0.0.1:6379/14")
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+"""This process's index among pytest-xdist's workers (0 without xdist): each gets Redis databases of its own."""
+TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", f"redis://127.0.0.1:6379/{15 - 2 * XDIST_WORKER}")
+"""The broker of a test session's Celery messages: a Redis database of its own (worker processes flush it)."""
+TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", f"redis://127.0.0.1:6379/{14 - 2 * XDIST_WORKER}")
 """The cache of a test session: a Redis database of its own, as each test empties it (``_fresh_cache``)."""
 BASE_IMAGE = "localhost/qval-base:py3-slim"
 

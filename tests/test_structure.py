@@ -313,3 +313,36 @@ def test_the_graph_finds_circles(tmp_path: Path) -> None:
     assert strongly_connected(arrows) == [["a.sub.z", "a.x", "a.y"]]
     assert shortest_cycle(arrows, ["a.sub.z", "a.x", "a.y"]) == ["a.sub.z", "a.x", "a.y", "a.sub.z"]
 
+
+
+def calls_named(root: Path, names: set[str]) -> dict[str, list[str]]:
+    """Where each function or method call whose name is one of ``names`` is written, as ``path:function``
+    (the innermost enclosing function, ``<module>`` at module level), over the project's packages."""
+    found: dict[str, list[str]] = defaultdict(list)
+
+    def visit(node: ast.AST, path: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else where
+            if isinstance(child, ast.Call):
+                func = child.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called in names:
+                    found[called].append(f"{path}:{where}")
+            visit(child, path, inner)
+
+    for module, path in module_files(root).items():
+        visit(ast.parse(path.read_text(), str(path)), path.relative_to(root).as_posix(), "<module>")
+    return found
+
+
+def test_a_method_container_is_run_by_one_function() -> None:
+    """The site's gpu worker, a remote gpu worker and ``qval run-container`` run a method container through one
+    function: it alone loads an uploaded image (cached or not) and serves a job's backbone. The code methods'
+    sandbox (``qval/methods/sandbox.py``) runs the platform's own image, not an upload."""
+    found = calls_named(REPO, {"load_cached", "BackboneServer", "run_method_container"})
+    one = "qval/containers.py:run_method_container"
+    assert found["load_cached"] == [one]
+    # the built-in LLM methods serve a local model to themselves (no container)
+    assert [where for where in found["BackboneServer"] if where != "qval/methods/llm.py:open_backbone"] == [one]
+    assert sorted(found["run_method_container"]) == [
+        "qval/cli.py:cmd_run_container", "qval/remote_worker.py:_run", "workers/tasks.py:run_container_submission"]
