@@ -4,6 +4,7 @@ of method-container tests."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -46,8 +47,22 @@ def pytest_configure(config: pytest.Config) -> None:
     app.conf.broker_url = TEST_BROKER_URL
     os.environ["QVAL_CACHE_URL"] = TEST_CACHE_URL
     override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                          "LOCATION": TEST_CACHE_URL}}).enable()
+                                          "LOCATION": TEST_CACHE_URL}},
+                      # the tests' accounts need no slow hash (PBKDF2's iterations are a second of CPU a login here)
+                      PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]).enable()
     os.environ[hidden.ENV_VAR] = settings.QVAL_TEST_SPLIT_SECRET
+
+
+NEEDS = {"engine": "container", "base_image": "container", "celery_worker_process": "worker",
+         "page": "browser"}
+"""A fixture a test uses -> the marker of what the test needs (``make test-fast`` leaves these out)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs, from the fixtures it uses (:data:`NEEDS`), beside its own markers."""
+    for item in items:
+        for fixture in set(NEEDS) & set(getattr(item, "fixturenames", ())):
+            item.add_marker(NEEDS[fixture])
 
 
 @pytest.fixture(scope="session")
@@ -90,12 +105,62 @@ def frozenlake(data_dir: Path, test_split_secret: str) -> schema.Dataset:
     return build.build("frozenlake", data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
 
 
+class _KeptDataset:
+    """The FrozenLake dataset kept in the test database for the whole session: stored once when the
+    database is set up (:func:`django_db_setup`), committed, so each database test (which rolls back what
+    it changes) finds it; stored again after a transactional test, whose teardown empties every table
+    (:func:`pytest_runtest_teardown`). Every database test sees the same rows, whatever the order."""
+
+    dataset: schema.Dataset | None = None
+    fingerprint: str = ""
+
+    @classmethod
+    def store(cls) -> None:
+        from leaderboard.loading import store_dataset
+
+        if cls.dataset is not None:
+            store_dataset(cls.dataset, cls.fingerprint)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
+    """The session's test database, with the FrozenLake dataset stored in it (:class:`_KeptDataset`)."""
+    frozenlake.validate()
+    _KeptDataset.dataset, _KeptDataset.fingerprint = frozenlake, frozenlake.compute_fingerprint()
+    with django_db_blocker.unblock():
+        _KeptDataset.store()
+
+
+def _transactional(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on the database outside a transaction (its teardown empties every table)."""
+    marker = item.get_closest_marker("django_db")
+    names = getattr(item, "fixturenames", ())
+    return bool(marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))) or \
+        "transactional_db" in names or "live_server" in names
+
+
+def _uses_db(item: pytest.Item) -> bool:
+    return item.get_closest_marker("django_db") is not None or "db" in getattr(item, "fixturenames", ()) \
+        or _transactional(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """After a transactional test emptied the tables, store the kept dataset again for the next database test."""
+    yield
+    if _KeptDataset.dataset is not None and _transactional(item) and (nextitem is None or _uses_db(nextitem)):
+        from pytest_django.plugin import blocking_manager_key
+
+        with item.config.stash[blocking_manager_key].unblock():
+            _KeptDataset.store()
+
+
 @pytest.fixture
 def loaded(db, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
-    """The FrozenLake dataset loaded into the test database."""
-    from leaderboard.loading import load_dataset
+    """The FrozenLake dataset in the test database (stored once for the session: :class:`_KeptDataset`)."""
+    from leaderboard.models import Dataset
 
-    return load_dataset(frozenlake)[0]
+    return Dataset.objects.get(slug=frozenlake.manifest.slug, version=frozenlake.manifest.version)
 
 
 @pytest.fixture
@@ -200,18 +265,26 @@ def cached_build(env_key: str, make_env: Callable[[], Environment], spec: build.
     assert not spec.secret_test, "a secret test split depends on the session's secret: not cached"
     key = hashlib.sha256(f"{_build_digest(env_key)}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
     target = BUILD_CACHE / key
-    if not (target / "manifest.json").is_file():
-        env = make_env()
-        try:
-            dataset = build.build_dataset(env, spec)
-        finally:
-            env.close()  # MiniWoB's browser, a terminal episode folder
-        partial = BUILD_CACHE / f".{key}.{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        dataset.write(partial)
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
+    BUILD_CACHE.mkdir(parents=True, exist_ok=True)
+    with (BUILD_CACHE / f".{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel test worker building the same dataset: wait for it
+        if not (target / "manifest.json").is_file():
+            _build_into(target, key, make_env, spec)
     return target
+
+
+def _build_into(target: Path, key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec) -> None:
+    """Build ``spec`` in ``make_env()`` and move it to ``target`` whole (a reader never sees half a build)."""
+    env = make_env()
+    try:
+        dataset = build.build_dataset(env, spec)
+    finally:
+        env.close()  # MiniWoB's browser, a terminal episode folder
+    partial = BUILD_CACHE / f".{key}.{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    dataset.write(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
 
 
 @contextmanager
