@@ -23,7 +23,6 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", lb.home, name="home"),
-    path("healthz/", lb.healthz, name="healthz"),
     path("leaderboard/", lb.board, name="leaderboard"),
     path("boards/", boards.board_list, name="boards"),
     path("boards/<str:key>/", boards.board_detail, name="board"),

@@ -26,9 +26,11 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
 """This process's index among pytest-xdist's workers (0 without xdist): each gets Redis databases of its own."""
-TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", f"redis://127.0.0.1:6379/{15 - 2 * XDIST_WORKER}")
+TEST_REDIS = os.environ.get("QVAL_TEST_REDIS", "redis://127.0.0.1:6379")
+"""The Redis server of the tests' broker and cache databases (15 and 14 for the first worker, 13 and 12 for the next...)."""
+TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", f"{TEST_REDIS}/{15 - 2 * XDIST_WORKER}")
 """The broker of a test session's Celery messages: a Redis database of its own (worker processes flush it)."""
-TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", f"redis://127.0.0.1:6379/{14 - 2 * XDIST_WORKER}")
+TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", f"{TEST_REDIS}/{14 - 2 * XDIST_WORKER}")
 """The cache of a test session: a Redis database of its own, as each test empties it (``_fresh_cache``)."""
 BASE_IMAGE = "localhost/qval-base:py3-slim"
 

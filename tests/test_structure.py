@@ -346,3 +346,16 @@ def test_a_method_container_is_run_by_one_function() -> None:
     assert [where for where in found["BackboneServer"] if where != "qval/methods/llm.py:open_backbone"] == [one]
     assert sorted(found["run_method_container"]) == [
         "qval/cli.py:cmd_run_container", "qval/remote_worker.py:_run", "workers/tasks.py:run_container_submission"]
+
+
+def test_route_names_are_unique() -> None:
+    """Each named route of the URLconfs has a name of its own (``reverse`` finds the last of two)."""
+    names: dict[str, list[str]] = defaultdict(list)
+    for urls in sorted(REPO.glob("*/urls.py")):
+        for node in ast.walk(ast.parse(urls.read_text(), str(urls))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("path", "re_path"):
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                        names[kw.value.value].append(f"{urls.relative_to(REPO)}:{node.lineno}")
+    twice = {name: where for name, where in names.items() if len(where) > 1}
+    assert names and not twice, twice
