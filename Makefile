@@ -19,10 +19,11 @@ test: install
 lint: install
 	.venv/bin/ruff check .
 
-# Skip the slow tests locally.
+# Skip the slow tests and those that need podman, Chromium or a Celery worker process (tests/conftest.py marks
+# a test by the fixtures it uses).
 test-fast: install
 	@scripts/ensure-services.sh
-	.venv/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -m "not slow and not container and not browser and not worker and not compose" $(PYTEST_ARGS)
 
 # The offline base image of method containers (python3 + numpy from Debian packages); cached.
 base-image: install

@@ -9,7 +9,7 @@ concurrent clients (a figure page's data is a second request, ``?format=plotly``
 as a page of its own; A vs B compares the two re-scored rows with the most points, whose
 comparison the warm-up computes once).  It prints, per page, the p50/p95 of the server time
 and the mean CPU time per request (the ``Server-Timing`` header of :mod:`qval_site.middleware`),
-the p50/p95 of the latency the client saw, each as a ratio to the trivial view ``/healthz/``
+the p50/p95 of the latency the client saw, each as a ratio to the trivial view ``/healthz``
 measured in the same run, and the server time of the page's first request (which computes
 what is then kept per results version).  The machine's load average is printed with them.
 
@@ -40,7 +40,7 @@ import requests
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [
-    "/healthz/",
+    "/healthz",
     "/",
     "/leaderboard/",
     "/leaderboard/?source=user&sort=-kendall_tau&page=3",
@@ -200,14 +200,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="threads per worker: 1 is gunicorn's sync worker, as deployed (scripts/up.sh, "
                              "containers/compose/app.sh); more runs the gthread worker")
-    parser.add_argument("--pages", default="", help="only the pages containing this text (and /healthz/)")
+    parser.add_argument("--pages", default="", help="only the pages containing this text (and /healthz)")
     args = parser.parse_args()
     if "DATABASE_URL" not in os.environ:
         parser.error("set DATABASE_URL to a database of the benchmark's own (it is migrated and written to)")
     count, params = fill(args.rows)
     print(f"database: {count} finished submissions; A vs B: {params['a']} vs {params['b']} on {params['dataset']} "
           f"({params['points']} points)", flush=True)
-    pages = {p.format(**params): STATUS.get(p, 200) for p in PAGES if p == "/healthz/" or args.pages in p}
+    pages = {p.format(**params): STATUS.get(p, 200) for p in PAGES if p == "/healthz" or args.pages in p}
     env = dict(os.environ, PYTHONPATH=str(REPO), QVAL_THROTTLE_RATES=UNLIMITED)
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "qval_site.wsgi", "-b", f"127.0.0.1:{args.port}", "-w", str(args.workers),
@@ -218,7 +218,7 @@ def main() -> int:
     try:
         for _ in range(120):
             try:
-                requests.get(base + "/healthz/", timeout=2)
+                requests.get(base + "/healthz", timeout=2)
                 break
             except requests.RequestException:
                 time.sleep(0.5)
@@ -232,7 +232,7 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(30)
-    base_t = results["/healthz/"][0]
+    base_t = results["/healthz"][0]
     s95, cpu_mean, c95 = np.percentile(base_t[:, 0], 95), base_t[:, 1].mean(), np.percentile(base_t[:, 2], 95)
     print(f"{args.clients} concurrent clients, {args.requests} requests per page, {args.workers} gunicorn workers x "
           f"{args.threads} thread{'s' if args.threads > 1 else ' (sync)'}; {os.cpu_count()} CPUs, load average "
@@ -244,7 +244,7 @@ def main() -> int:
         p50, p95 = np.percentile(t[:, 0], 50), np.percentile(t[:, 0], 95)
         cpu = t[:, 1].mean()
         q50, q95 = np.percentile(t[:, 2], 50), np.percentile(t[:, 2], 95)
-        if path != "/healthz/":
+        if path != "/healthz":
             worst, worst_cpu = max(worst, p95), max(worst_cpu, cpu)
         print(f"{path:<58} {p50:>10.1f} {p95:>7.1f} {p95 / max(s95, 1e-3):>6.0f} {cpu:>7.2f} "
               f"{cpu / max(cpu_mean, 1e-3):>6.0f} {q50:>10.1f} {q95:>7.1f} {q95 / max(c95, 1e-3):>6.1f} "

@@ -38,11 +38,6 @@ from leaderboard.task_table import task_table
 from submissions.models import Submission
 
 
-def healthz(request: HttpRequest) -> HttpResponse:
-    """``ok``: the server answers (no database); the baseline of ``benchmarks/pages.py``."""
-    return HttpResponse("ok", content_type="text/plain")
-
-
 def home(request: HttpRequest) -> HttpResponse:
     """What QVal measures, the paper's Figure 2 over the authors' reported rows (its data fetched from the
     paper figure's page, ``?format=plotly``), and where to start."""

@@ -17,15 +17,20 @@ class DatasetConflict(RuntimeError):
     """A dataset version already exists with different content (datasets are immutable)."""
 
 
-@transaction.atomic
 def load_dataset(ds: schema.Dataset) -> tuple[Dataset, bool]:
-    """Store ``ds`` in the database; return ``(dataset, created)``.
+    """Validate ``ds`` and store it in the database; return ``(dataset, created)``.
 
     Loading the same content twice is a no-op; loading different content under an
     existing ``slug@version`` raises :class:`DatasetConflict`.
     """
     ds.validate()
-    fingerprint = ds.compute_fingerprint()
+    return store_dataset(ds, ds.compute_fingerprint())
+
+
+@transaction.atomic
+def store_dataset(ds: schema.Dataset, fingerprint: str) -> tuple[Dataset, bool]:
+    """:func:`load_dataset` for a dataset already validated whose fingerprint is ``fingerprint``
+    (a caller that stores one build more than once computes both once)."""
     m = ds.manifest
     existing = Dataset.objects.filter(slug=m.slug, version=m.version).first()
     if existing is not None:

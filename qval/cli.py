@@ -317,28 +317,30 @@ def cmd_run_container(args: argparse.Namespace) -> int:
         engine = containers.Engine.from_env()
         given = {"timeout_s": args.timeout, "memory_mb": args.memory, "cpus": args.cpus, "pids": args.pids}
         limits = containers.Limits(gpu=args.gpu, **{k: v for k, v in given.items() if v is not None})
-        with containers.Job(engine) as job:
-            archive = Path(args.image)
-            if not archive.is_file():  # an image of the local store: save it, then load it as an upload
-                archive = job.dir / "saved.tar"
-                saved = engine.call("save", "-o", str(archive), args.image)
-                if saved.returncode != 0:
-                    raise CliError(f"{args.image!r} is neither an image archive file nor an image {engine.kind} knows: "
-                                   f"{saved.stderr.strip()}")
-            image_id = job.load(archive)
-            containers.write_input(ds, args.split, args.target, job.input_dir)
-            print(f"running image {image_id[:12]} on {ds.manifest.key} {args.split} (target {args.target})", file=sys.stderr)
-            if args.backbone is None:
-                result = job.run(image_id, limits)
-            else:
-                from qval import backbone  # torch + transformers: imported when used
 
-                model = backbone.TransformersBackend(args.backbone)
-                with backbone.BackboneServer(model, args.token_budget, socket_path=job.backbone_socket) as server:
-                    result = job.run(image_id, limits, backbone=model.name)
-                used = server.usage
-                print(f"backbone {model.name}: {used.total_tokens} of {used.budget} tokens in {used.requests} requests"
-                      f" ({used.refused} refused)", file=sys.stderr)
+        def fetch_archive(job_dir: Path) -> Path:
+            if Path(args.image).is_file():
+                return Path(args.image)
+            archive = job_dir / "saved.tar"  # an image of the local store: saved, then loaded as an upload
+            saved = engine.call("save", "-o", str(archive), args.image)
+            if saved.returncode != 0:
+                raise CliError(f"{args.image!r} is neither an image archive file nor an image {engine.kind} knows: "
+                               f"{saved.stderr.strip()}")
+            return archive
+
+        served = None
+        if args.backbone is not None:
+            from qval import backbone  # torch + transformers: imported when used
+
+            model = backbone.TransformersBackend(args.backbone)
+            served = containers.ServedBackbone(model.name, model, args.token_budget)
+        print(f"running {args.image} on {ds.manifest.key} {args.split} (target {args.target})", file=sys.stderr)
+        result, usage = containers.run_method_container(
+            engine, None, fetch_archive, lambda input_dir: containers.write_input(ds, args.split, args.target, input_dir),
+            limits, served)
+        if served is not None:
+            print(f"backbone {served.name}: {usage['total_tokens']} of {usage['budget']} tokens in {usage['requests']}"
+                  f" requests ({usage['refused']} refused)", file=sys.stderr)
     except (schema.SchemaError, containers.ContainerError, OSError) as exc:
         raise CliError(str(exc)) from exc
     evaluation = containers.evaluate(result, truth, bootstrap_resamples=args.bootstrap)

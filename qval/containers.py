@@ -33,12 +33,13 @@ what a killed worker or a failed clean-up left behind (call it at worker start).
 configuration ``containers/containers.conf`` (runtime runc, nofile/nproc ulimits) through
 ``CONTAINERS_CONF``.  The runner needs root (rootful podman, tmpfs mounts for ``/output``).
 
-This module is Django-free: the CLI (``qval run-container``) and the worker call it directly::
+This module is Django-free. Steps 1-3, with the job's backbone served, are one function,
+:func:`run_method_container`, which the CLI (``qval run-container``), the site's gpu worker and a
+remote gpu worker all call::
 
-    with Job(Engine.from_env()) as job:
-        image_id = job.load(archive)
-        write_input(dataset, "test", "q", job.input_dir)
-        result = job.run(image_id, Limits(timeout_s=600))
+    result, usage = run_method_container(Engine.from_env(), sha256, lambda job_dir: archive,
+                                         lambda input_dir: write_input(dataset, "test", "q", input_dir),
+                                         Limits(timeout_s=600))
     evaluation = evaluate(result, truth)
 """
 
@@ -63,11 +64,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Literal
+from typing import IO, Any, Callable, Literal
 
 from qval import predictions as qpred
 from qval import safejson, schema
-from qval.backbone import SOCKET_IN_CONTAINER, is_socket
+from qval.backbone import SOCKET_IN_CONTAINER, Backend, BackboneServer, is_socket
 from qval.scoring import MetricRow, Truth, score
 
 log = logging.getLogger(__name__)
@@ -1095,6 +1096,49 @@ def _running(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@dataclass(frozen=True)
+class ServedBackbone:
+    """A backbone a job's container may call: ``name`` (its ``QVAL_BACKBONES`` entry), the ``backend``
+    that answers and the job's ``token_budget``."""
+
+    name: str
+    backend: Backend
+    token_budget: int
+
+
+def run_method_container(engine: Engine, archive_sha256: str | None, fetch_archive: Callable[[Path], Path],
+                         write_inputs: Callable[[Path], None], limits: Limits,
+                         backbone: ServedBackbone | None = None, *, max_archive_bytes: int = MAX_ARCHIVE_BYTES,
+                         max_image_bytes: int = MAX_IMAGE_BYTES) -> tuple[RunResult, dict[str, int]]:
+    """The platform's one run of a method container, for the site's gpu worker and a remote worker alike.
+
+    In a fresh :class:`Job` (removed after): the image of the archive with SHA-256 ``archive_sha256``,
+    from the image cache when it holds it (``None``: not looked up), else loaded from the file that
+    ``fetch_archive(job_dir)`` returns (a path the caller owns, or a file it wrote under ``job_dir``,
+    removed after the load); ``write_inputs(input_dir)`` fills
+    ``/input``; the container runs under ``limits``, with ``backbone`` served on the job's socket for the
+    whole run when given. Returns the run and the backbone's token use (empty without one).
+    :class:`ArchiveRejected` when the archive is refused; other errors are the platform's.
+    """
+    with Job(engine) as job:
+        image_id = None if archive_sha256 is None else job.load_cached(archive_sha256)  # a rerun, or another job
+        if image_id is not None:
+            log.info("archive %s: image %s cached, not fetched", archive_sha256[:12], image_id[:12])
+        else:
+            archive = fetch_archive(job.dir)
+            try:
+                image_id = job.load(archive, max_archive_bytes=max_archive_bytes, max_image_bytes=max_image_bytes)
+            finally:
+                if archive.parent == job.dir:
+                    archive.unlink(missing_ok=True)
+        write_inputs(job.input_dir)
+        if backbone is None:
+            return job.run(image_id, limits), {}
+        with BackboneServer(backbone.backend, backbone.token_budget, socket_path=job.backbone_socket) as server:
+            result = job.run(image_id, limits, backbone=backbone.name)
+        return result, server.usage.as_dict()
 
 
 def sweep(engine: Engine) -> list[str]:

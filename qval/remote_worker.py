@@ -48,7 +48,7 @@ from celery import Celery
 from celery.signals import celeryd_after_setup, worker_process_shutdown, worker_ready, worker_shutting_down
 
 from qval import containers as qc
-from qval.backbone import Backend, BackboneServer, Backends
+from qval.backbone import Backend, Backends
 from qval.envs.terminalbench.adapter import sweep_leftovers
 from qval.vllm import VLLMManager
 
@@ -168,38 +168,30 @@ def run_job(config: Config, engine: qc.Engine, submission_id: int, token: str) -
 
 
 def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config) -> tuple[dict[str, Any], bytes | None]:
-    """Fetch, load and run the job of ``spec`` in a :class:`qval.containers.Job` (always removed)."""
-    limits = qc.Limits(**spec["limits"])
-    with qc.Job(engine) as job:
-        image_id = job.load_cached(spec["archive_sha256"])  # a rerun, or another job of the same archive
-        if image_id is None:
-            archive = job.dir / "upload.image"
-            digest = client.download("archive", archive)
-            if digest != spec["archive_sha256"]:
-                raise RuntimeError(
-                    f"the archive downloaded has SHA-256 {digest[:12]}, not {spec['archive_sha256'][:12]}")
-            try:
-                image_id = job.load(archive)
-            except qc.ArchiveRejected as exc:
-                return {"error": f"invalid container archive: {exc}"}, None
-            finally:
-                archive.unlink(missing_ok=True)
-        else:
-            log.info("archive %s: image %s cached, not downloaded", spec["archive_sha256"][:12], image_id[:12])
-        inputs = job.dir / "input.tar"
+    """Fetch and run the job of ``spec`` (:func:`qval.containers.run_method_container`)."""
+
+    def fetch_archive(job_dir: Path) -> Path:
+        archive = job_dir / "upload.image"
+        digest = client.download("archive", archive)
+        if digest != spec["archive_sha256"]:
+            raise RuntimeError(f"the archive downloaded has SHA-256 {digest[:12]}, not {spec['archive_sha256'][:12]}")
+        return archive
+
+    def write_inputs(input_dir: Path) -> None:
+        inputs = input_dir.parent / "input.tar"
         client.download("input", inputs)
         with tarfile.open(inputs) as tar:
-            tar.extractall(job.input_dir, filter="data")
+            tar.extractall(input_dir, filter="data")
         inputs.unlink()
-        usage: dict[str, int] = {}
-        backbone = spec.get("backbone")
-        if backbone is None:
-            result = job.run(image_id, limits)
-        else:
-            budget = int(config.backbones[backbone].get("token_budget", config.token_budget))
-            with BackboneServer(served_backend(config, backbone), budget, socket_path=job.backbone_socket) as server:
-                result = job.run(image_id, limits, backbone=backbone)
-            usage = server.usage.as_dict()
+
+    name = spec.get("backbone")
+    served = None if name is None else qc.ServedBackbone(
+        name, served_backend(config, name), int(config.backbones[name].get("token_budget", config.token_budget)))
+    try:
+        result, usage = qc.run_method_container(engine, spec["archive_sha256"], fetch_archive, write_inputs,
+                                                qc.Limits(**spec["limits"]), served)
+    except qc.ArchiveRejected as exc:
+        return {"error": f"invalid container archive: {exc}"}, None
     run = {"error": result.error, "exit_code": result.exit_code, "wall_s": result.wall_s,
            "stdout": result.stdout, "stderr": result.stderr, "token_usage": usage}
     return run, result.predictions

@@ -17,7 +17,7 @@ from submissions import views as sv
 from workers import api as wapi
 from workers import views as wv
 
-from . import api, api_docs, health
+from . import api, api_docs, health, manual
 from .converters import NameConverter
 
 register_converter(NameConverter, "name")
@@ -33,7 +33,6 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("", lb.home, name="home"),
     path("favicon.ico", favicon, name="favicon"),
-    path("healthz/", lb.healthz, name="healthz"),
     path("leaderboard/", lb.board, name="leaderboard"),
     path("boards/", boards.board_list, name="boards"),
     path("boards/<str:key>/", boards.board_detail, name="board"),
@@ -93,4 +92,6 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),  # YAML, or JSON by the Accept header
     path("api/v1/schema.json", SpectacularJSONAPIView.as_view(), name="api-schema-json"),
     path("api/docs/", api_docs.docs, name="api-docs"),
+    path("docs/", manual.manual, name="docs"),
+    path("docs/<str:slug>/", manual.manual, name="docs-page"),
 ]

@@ -9,6 +9,10 @@
 # (podman, the default, or docker). Runs as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build at a time on this machine (parallel test workers, a second checkout): the others wait, then
+# find the cache up to date.
+exec 9>"${TMPDIR:-/tmp}/qval-build-base-image.lock"
+flock 9
 source scripts/lib/debian-rootfs.sh
 tag=${1:-localhost/qval-base:py3-slim}
 engine=${QVAL_CONTAINER_ENGINE:-podman}

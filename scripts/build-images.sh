@@ -18,6 +18,10 @@
 # source layer is rebuilt after a code change. Needs root (debootstrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build at a time on this machine (parallel test workers, a second checkout): the others wait, then
+# find the cache up to date.
+exec 9>"${TMPDIR:-/tmp}/qval-build-images.lock"
+flock 9
 engine=${QVAL_CONTAINER_ENGINE:-podman}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/containers/containers.conf}
 suite=bookworm

@@ -4,6 +4,7 @@ of method-container tests."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -24,8 +25,13 @@ from qval.envs import registry
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
-TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", "redis://127.0.0.1:6379/14")
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+"""This process's index among pytest-xdist's workers (0 without xdist): each gets Redis databases of its own."""
+TEST_REDIS = os.environ.get("QVAL_TEST_REDIS", "redis://127.0.0.1:6379")
+"""The Redis server of the tests' broker and cache databases (15 and 14 for the first worker, 13 and 12 for the next...)."""
+TEST_BROKER_URL = os.environ.get("QVAL_TEST_BROKER_URL", f"{TEST_REDIS}/{15 - 2 * XDIST_WORKER}")
+"""The broker of a test session's Celery messages: a Redis database of its own (worker processes flush it)."""
+TEST_CACHE_URL = os.environ.get("QVAL_TEST_CACHE_URL", f"{TEST_REDIS}/{14 - 2 * XDIST_WORKER}")
 """The cache of a test session: a Redis database of its own, as each test empties it (``_fresh_cache``)."""
 BASE_IMAGE = "localhost/qval-base:py3-slim"
 
@@ -44,8 +50,22 @@ def pytest_configure(config: pytest.Config) -> None:
     app.conf.broker_url = TEST_BROKER_URL
     os.environ["QVAL_CACHE_URL"] = TEST_CACHE_URL
     override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                          "LOCATION": TEST_CACHE_URL}}).enable()
+                                          "LOCATION": TEST_CACHE_URL}},
+                      # the tests' accounts need no slow hash (PBKDF2's iterations are a second of CPU a login here)
+                      PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]).enable()
     os.environ[hidden.ENV_VAR] = settings.QVAL_TEST_SPLIT_SECRET
+
+
+NEEDS = {"engine": "container", "base_image": "container", "celery_worker_process": "worker",
+         "page": "browser"}
+"""A fixture a test uses -> the marker of what the test needs (``make test-fast`` leaves these out)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs, from the fixtures it uses (:data:`NEEDS`), beside its own markers."""
+    for item in items:
+        for fixture in set(NEEDS) & set(getattr(item, "fixturenames", ())):
+            item.add_marker(NEEDS[fixture])
 
 
 @pytest.fixture(scope="session")
@@ -88,12 +108,61 @@ def frozenlake(data_dir: Path, test_split_secret: str) -> schema.Dataset:
     return build.build(registry.BUILDERS["frozenlake"], data_dir / "datasets" / f"{spec.slug}-{spec.version}", secret=test_split_secret)
 
 
+class _KeptDataset:
+    """The FrozenLake dataset kept in the test database for the whole session: stored once when the
+    database is set up (:func:`django_db_setup`), committed, so each database test (which rolls back what
+    it changes) finds it; stored again before the next database test when a test emptied the tables (a
+    transactional test's teardown does: :func:`pytest_runtest_teardown`). Every database test sees the same
+    rows, whatever the order."""
+
+    dataset: schema.Dataset | None = None
+    fingerprint: str = ""
+
+    @classmethod
+    def ensure(cls) -> None:
+        """Store the dataset unless its rows are there (one query when they are)."""
+        from leaderboard.loading import store_dataset
+        from leaderboard.models import Dataset
+
+        m = cls.dataset.manifest if cls.dataset is not None else None
+        if m is not None and not Dataset.objects.filter(slug=m.slug, version=m.version).exists():
+            store_dataset(cls.dataset, cls.fingerprint)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
+    """The session's test database, with the FrozenLake dataset stored in it (:class:`_KeptDataset`)."""
+    frozenlake.validate()
+    _KeptDataset.dataset, _KeptDataset.fingerprint = frozenlake, frozenlake.compute_fingerprint()
+    with django_db_blocker.unblock():
+        _KeptDataset.ensure()
+
+
+def _uses_db(item: pytest.Item) -> bool:
+    """Whether ``item`` asks for the database (a marker, or a fixture that needs it)."""
+    names = getattr(item, "fixturenames", ())
+    return item.get_closest_marker("django_db") is not None or \
+        bool({"db", "transactional_db", "live_server"} & set(names))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Before the next database test, put the kept dataset back if this test's teardown emptied the tables (a
+    transactional test, or one that asked for a transactional fixture only while it ran)."""
+    yield
+    if _KeptDataset.dataset is not None and nextitem is not None and _uses_db(nextitem):
+        from pytest_django.plugin import blocking_manager_key
+
+        with item.config.stash[blocking_manager_key].unblock():
+            _KeptDataset.ensure()
+
+
 @pytest.fixture
 def loaded(db, frozenlake: schema.Dataset):  # type: ignore[no-untyped-def]
-    """The FrozenLake dataset loaded into the test database."""
-    from leaderboard.loading import load_dataset
+    """The FrozenLake dataset in the test database (stored once for the session: :class:`_KeptDataset`)."""
+    from leaderboard.models import Dataset
 
-    return load_dataset(frozenlake)[0]
+    return Dataset.objects.get(slug=frozenlake.manifest.slug, version=frozenlake.manifest.version)
 
 
 @pytest.fixture
@@ -198,18 +267,26 @@ def cached_build(env_key: str, make_env: Callable[[], Environment], spec: build.
     assert not spec.secret_test, "a secret test split depends on the session's secret: not cached"
     key = hashlib.sha256(f"{_build_digest(env_key)}|{env_key}|{spec!r}".encode()).hexdigest()[:32]
     target = BUILD_CACHE / key
-    if not (target / "manifest.json").is_file():
-        env = make_env()
-        try:
-            dataset = build.build_dataset(env, spec)
-        finally:
-            env.close()  # MiniWoB's browser, a terminal episode folder
-        partial = BUILD_CACHE / f".{key}.{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        dataset.write(partial)
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
+    BUILD_CACHE.mkdir(parents=True, exist_ok=True)
+    with (BUILD_CACHE / f".{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel test worker building the same dataset: wait for it
+        if not (target / "manifest.json").is_file():
+            _build_into(target, key, make_env, spec)
     return target
+
+
+def _build_into(target: Path, key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec) -> None:
+    """Build ``spec`` in ``make_env()`` and move it to ``target`` whole (a reader never sees half a build)."""
+    env = make_env()
+    try:
+        dataset = build.build_dataset(env, spec)
+    finally:
+        env.close()  # MiniWoB's browser, a terminal episode folder
+    partial = BUILD_CACHE / f".{key}.{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    dataset.write(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
 
 
 @contextmanager

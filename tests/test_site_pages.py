@@ -94,7 +94,9 @@ def test_the_submit_form_offers_hosted_datasets_and_shows_the_quota(client, sett
     client.force_login(user)
     page = client.get("/submit/").content.decode()
     select = re.search(r'<select name="dataset"[^>]*>(.*?)</select>', page, re.S).group(1)
-    assert re.findall(r'<option value="([^"]*)"', select) == [newer.key]  # not 0.1, not the published one
+    offered = re.findall(r'<option value="([^"]*)"', select)
+    assert newer.key in offered and pictures.key not in offered  # the newest version only
+    assert "qval-v1.0-frozenlake@1.0" not in offered  # not the published one
     assert "<strong>3 of 5</strong> test submissions left today" in page
     assert "`" not in page and "<code>docker save</code>" in page
     refused = client.post("/submit/", {"dataset": pictures.key, "split": "dev", "target": "q", "method_name": "m"})

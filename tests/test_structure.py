@@ -334,7 +334,7 @@ def test_the_environment_registry_is_the_one_place_that_lists_environments() -> 
     folders = {entry.folder.resolve() for entry in registry.ENVIRONMENTS.values()}
     skipped = {"tests", "benchmarks", "scripts", "examples"}
     written: list[str] = []
-    for path in sorted(REPO.glob("*/**/*.py")):
+    for path in sorted(module_files(REPO).values()):  # the project's packages (no virtualenv, no var/)
         relative = path.relative_to(REPO)
         if relative.parts[0] in skipped or "migrations" in relative.parts or \
                 relative.as_posix().startswith(ENVIRONMENT_NAMES_ALLOWED_IN) or \
@@ -344,3 +344,49 @@ def test_the_environment_registry_is_the_one_place_that_lists_environments() -> 
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
                 written.append(f"{relative}:{node.lineno}: {node.value!r}")
     assert not written, "environments named outside their folders (read qval.envs.registry):\n" + "\n".join(written)
+
+
+def calls_named(root: Path, names: set[str]) -> dict[str, list[str]]:
+    """Where each function or method call whose name is one of ``names`` is written, as ``path:function``
+    (the innermost enclosing function, ``<module>`` at module level), over the project's packages."""
+    found: dict[str, list[str]] = defaultdict(list)
+
+    def visit(node: ast.AST, path: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else where
+            if isinstance(child, ast.Call):
+                func = child.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called in names:
+                    found[called].append(f"{path}:{where}")
+            visit(child, path, inner)
+
+    for module, path in module_files(root).items():
+        visit(ast.parse(path.read_text(), str(path)), path.relative_to(root).as_posix(), "<module>")
+    return found
+
+
+def test_a_method_container_is_run_by_one_function() -> None:
+    """The site's gpu worker, a remote gpu worker and ``qval run-container`` run a method container through one
+    function: it alone loads an uploaded image (cached or not) and serves a job's backbone. The code methods'
+    sandbox (``qval/methods/sandbox.py``) runs the platform's own image, not an upload."""
+    found = calls_named(REPO, {"load_cached", "BackboneServer", "run_method_container"})
+    one = "qval/containers.py:run_method_container"
+    assert found["load_cached"] == [one]
+    # the built-in LLM methods serve a local model to themselves (no container)
+    assert [where for where in found["BackboneServer"] if where != "qval/methods/llm.py:open_backbone"] == [one]
+    assert sorted(found["run_method_container"]) == [
+        "qval/cli.py:cmd_run_container", "qval/remote_worker.py:_run", "workers/tasks.py:run_container_submission"]
+
+
+def test_route_names_are_unique() -> None:
+    """Each named route of the URLconfs has a name of its own (``reverse`` finds the last of two)."""
+    names: dict[str, list[str]] = defaultdict(list)
+    for urls in sorted(REPO.glob("*/urls.py")):
+        for node in ast.walk(ast.parse(urls.read_text(), str(urls))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("path", "re_path"):
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                        names[kw.value.value].append(f"{urls.relative_to(REPO)}:{node.lineno}")
+    twice = {name: where for name, where in names.items() if len(where) > 1}
+    assert names and not twice, twice

@@ -51,8 +51,8 @@ from django.utils import timezone
 from leaderboard.loading import inputs_for, truth_for
 from qval import containers as qc
 from qval.envs.terminalbench.adapter import sweep_leftovers
-from qval.backbone import Backend, BackboneServer, UpstreamBackend, backend_from_spec
-from qval.vllm import ServeSpec, VLLMManager
+from qval.backbone import Backend, Backends
+from qval.vllm import VLLMManager
 from submissions import baselines, ladder, lifecycle, scoring, services
 from submissions.models import Submission
 from workers import jobs
@@ -86,26 +86,20 @@ def run_container_submission(self, submission_id: int, attempt: int | None = Non
                           kinds={Submission.KIND_CONTAINER}, start=jobs.start_container)
     if sub is None:
         return Submission.objects.get(pk=submission_id).state
-    limits = qc.Limits(**sub.limits)
     try:
         inputs = inputs_for(sub.dataset, sub.split)
         images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
         backbone = services.container_backbone(sub.backbone_name)
-        usage: dict[str, int] = {}
-        with lifecycle.beating(sub), qc.Job(services.container_engine()) as job:
-            # a rerun, or another split of the same upload: its image is cached by the SHA-256 stored at upload
-            image_id = job.load_cached(sub.sha256) or job.load(
-                sub.file.path, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
+        with lifecycle.beating(sub):  # a model's load, or a vllm server's start, is part of the job
+            served = None if backbone is None else qc.ServedBackbone(
+                backbone, served_backend(backbone),
+                int(settings.QVAL_BACKBONES[backbone].get("token_budget", settings.QVAL_BACKBONE_TOKEN_BUDGET)))
+            result, usage = qc.run_method_container(
+                services.container_engine(), sub.sha256, lambda _job_dir: Path(sub.file.path),
+                lambda input_dir: qc.write_input(inputs, sub.split, sub.target, input_dir,
+                                                 images_from=images if images.is_dir() else None),
+                qc.Limits(**sub.limits), served, max_archive_bytes=settings.QVAL_MAX_CONTAINER_BYTES,
                 max_image_bytes=settings.QVAL_MAX_IMAGE_BYTES)
-            qc.write_input(inputs, sub.split, sub.target, job.input_dir, images_from=images if images.is_dir() else None)
-            if backbone is None:
-                result = job.run(image_id, limits)
-            else:
-                spec = settings.QVAL_BACKBONES[backbone]
-                budget = int(spec.get("token_budget", settings.QVAL_BACKBONE_TOKEN_BUDGET))
-                with BackboneServer(served_backend(backbone), budget, socket_path=job.backbone_socket) as server:
-                    result = job.run(image_id, limits, backbone=backbone)
-                usage = server.usage.as_dict()
     except services.SubmissionRejected as exc:  # accepted at upload; the backbone is no longer configured
         return lifecycle.fail(sub.pk, f"cannot run: {exc.message}", Submission.FAULT_SYSTEM, sub.attempt)
     except qc.ArchiveRejected as exc:  # passed the upload check; a changed cap or engine refused it
@@ -190,23 +184,17 @@ def stop_vllm_servers(**kwargs: Any) -> None:
         _VLLM.stop_all()
 
 
-_BACKENDS: dict[str, Backend] = {}
+_BACKENDS: Backends | None = None
 
 
 def served_backend(name: str) -> Backend:
-    """The backend of ``QVAL_BACKBONES[name]``, loaded once per worker process (a model is large).
-
-    A ``kind: vllm`` entry is the worker's ``vllm serve`` process (started, or restarted, on demand by
-    :func:`vllm_manager`), forwarded to as an upstream server.
-    """
-    entry = settings.QVAL_BACKBONES[name]
-    if entry.get("kind") == "vllm":
-        serve = ServeSpec.from_setting(name, entry)
-        server = vllm_manager().ensure(serve)
-        return UpstreamBackend(f"http://{server.host}:{server.port}", serve.served_model_name, name=name)
-    if name not in _BACKENDS:
-        _BACKENDS[name] = backend_from_spec(name, settings.QVAL_BACKBONES[name])
-    return _BACKENDS[name]
+    """The backend of ``QVAL_BACKBONES[name]`` (:class:`qval.backbone.Backends`: loaded once per worker
+    process, a model is large; a ``kind: vllm`` entry is the worker's ``vllm serve`` process, started, or
+    restarted, on demand by :func:`vllm_manager`)."""
+    global _BACKENDS
+    if _BACKENDS is None:
+        _BACKENDS = Backends(vllm_manager())
+    return _BACKENDS.get(name, settings.QVAL_BACKBONES[name])
 
 
 def result_fields(evaluation: qc.Evaluation) -> dict[str, Any]:
