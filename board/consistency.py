@@ -5,6 +5,7 @@ differ (:func:`qval.consistency.table`), and the errata of the paper's tables (:
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -39,10 +40,25 @@ def published_numbers_context() -> dict[str, object]:
     return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
 
 
+@dataclass(frozen=True)
+class ErratumRow:
+    """One erratum as a page shows it: the cell, the marks the paper prints beside its number, and the marks
+    computed from the authors' number (:func:`qval.errata.computed_marks`)."""
+
+    erratum: errata.Erratum
+    printed_marks: str
+    computed: errata.ComputedMarks
+
+
 def errata_context(environment: str | None = None) -> dict[str, object]:
-    """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template."""
+    """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template,
+    each with its printed and its computed significance marks."""
     provenance, cells = errata.errata()
-    return {"errata": [e for e in cells if environment is None or e.environment == environment],
+    printed = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c.rho_stars or ""
+               for c in paper_tau.tau_cells()[1]}
+    return {"errata": [ErratumRow(e, printed.get((e.environment, e.target, e.modality, e.method, e.backbone, e.metric), ""),
+                                  errata.computed_marks(e))
+                       for e in cells if environment is None or e.environment == environment],
             "errata_provenance": provenance}
 
 

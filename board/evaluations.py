@@ -49,6 +49,9 @@ class Score:
     printed_marks: str = ""
     """The significance marks the paper prints beside this number (a reported row's ``details.paper.stars``;
     the paper gives marks, never a p-value)."""
+    computed_marks: str = ""
+    """An erratum's marks, where the paper's stand beside another number: computed from the authors' number and
+    its point count (``details.computed_marks.stars``, :func:`qval.errata.computed_marks`)."""
 
 
 @dataclass(frozen=True)
@@ -140,13 +143,14 @@ def _load() -> list[Evaluation]:
     results = Result.objects.filter(submission__in=on_board(), metric__in=names).values_list(
         "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std",
         "details__kendall_tau__value", "details__kendall_tau__std", "details__paper__stars",
-        "details__ci95_resampled",
+        "details__ci95_resampled", "details__computed_marks__stars",
     )
-    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks, resampled in results:
+    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks, resampled, computed in results:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
         scores.setdefault(sid, {})[metric] = Score(
             value, p_value, num_points, low, high, _number(std), _number(tau), _number(tau_std),
-            resampled if isinstance(resampled, dict) else None, marks if isinstance(marks, str) else "")
+            resampled if isinstance(resampled, dict) else None, marks if isinstance(marks, str) else "",
+            computed if isinstance(computed, str) else "")
     rows = []
     sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
     for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,

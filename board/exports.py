@@ -51,12 +51,22 @@ class BoardCell:
     """The τ column of a row without a global τ: the paper's state-local τ (:data:`STATE_LOCAL_TAU`)."""
     printed_marks: str = ""
     """The significance marks the paper prints beside a reported number (it gives no p-value)."""
+    computed_marks: str = ""
+    """An erratum's marks, computed from the authors' number and its point count (the paper's stand beside
+    another number, :func:`qval.errata.computed_marks`)."""
 
     @property
     def marks(self) -> str:
         """The significance marks shown after the value: of the p-value where the column shows one, else those
-        the paper prints (same thresholds, :func:`qval.metrics.significance_marks`)."""
-        return significance_marks(self.p_value) if self.p_value is not None else self.printed_marks
+        the paper prints, else an erratum's computed ones (same thresholds, :func:`qval.metrics.significance_marks`)."""
+        if self.p_value is not None:
+            return significance_marks(self.p_value)
+        return self.printed_marks or self.computed_marks
+
+    @property
+    def marks_computed(self) -> bool:
+        """Whether :attr:`marks` are an erratum's computed ones (a page says so)."""
+        return self.p_value is None and not self.printed_marks and bool(self.computed_marks)
 
     @property
     def text(self) -> str:
@@ -109,7 +119,8 @@ class BoardRow:
             local = self._state_local_tau()[0] if spec.name == "kendall_tau" and value is None else None
             out.append(BoardCell(spec, value, score.p_value if score and spec.board_p else None,
                                  ci if spec.board_ci else None, not_reported=value is None and self.source == "reported",
-                                 state_local=local, printed_marks=score.printed_marks if score else ""))
+                                 state_local=local, printed_marks=score.printed_marks if score else "",
+                                 computed_marks=score.computed_marks if score else ""))
         return out
 
     def _state_local_tau(self) -> tuple[float | None, float | None]:

@@ -46,7 +46,9 @@ class ResultLine:
     std: float | None = None
     where: str = ""
     marks: str = ""
-    """The significance marks the paper prints beside a reported number (it gives no p-value)."""
+    """The significance marks the paper prints beside a reported number (it gives no p-value), or an erratum's
+    marks computed from the authors' number (then :attr:`marks_how` says how)."""
+    marks_how: str = ""
 
 
 STATE_LOCAL_TAU_LABEL = "Kendall τ (state-local, printed in the paper)"
@@ -71,7 +73,12 @@ def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
         printed = r.details.get("paper") if isinstance(r.details, dict) else None
         marks = printed.get("stars", "") if isinstance(printed, dict) else ""
-        lines.append(ResultLine(spec.label, spec.short, r.value, low, high, r.num_points, spec.precision, marks=marks))
+        computed = r.details.get("computed_marks") if isinstance(r.details, dict) else None
+        how = ""
+        if not marks and isinstance(computed, dict):
+            marks, how = str(computed.get("stars", "")), str(computed.get("how", ""))
+        lines.append(ResultLine(spec.label, spec.short, r.value, low, high, r.num_points, spec.precision, marks=marks,
+                                marks_how=how))
         tau = r.details.get("kendall_tau") if isinstance(r.details, dict) and spec.kind == "ranking" else None
         if isinstance(tau, dict) and isinstance(tau.get("value"), (int, float)):  # the paper's state-local τ
             lines.append(ResultLine(STATE_LOCAL_TAU_LABEL, "state-local τ", tau["value"], None, None, r.num_points,

@@ -30,9 +30,10 @@ from qval import errata, families, metrics, paper_tau, published
 from .models import Result, Submission
 
 DATASET_VERSION = "1.0"
-REPORTED_LAYOUT = 3
+REPORTED_LAYOUT = 4
 """What a reported row holds, part of the digest an import compares (2: points from the authors'
-metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`qval.paper_tau`)."""
+metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`qval.paper_tau`;
+4: an erratum's significance marks computed from the authors' number, :func:`qval.errata.computed_marks`)."""
 RESCORED_LAYOUT = 4
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
 older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
@@ -128,10 +129,14 @@ def _tau_rows(r: published.ReportedResult, row: dict[str, Any], cell: paper_tau.
     is a ``kendall_tau`` row of its own (no p-value: the paper prints stars, kept in the details), a
     state-local τ (mean ± std over states) goes into the ρ row's details, as the metric has no row of its own.
     The stars printed next to the ρ go into the ρ row's ``details.paper`` with their table and line, unless the
-    printed ρ is not the authors' number (the errata's cells: the stars are another number's)."""
+    printed ρ is not the authors' number (the errata's cells): then the stars and the τ printed under them are
+    another number's (Table 7's verifier on Gemma4 31B prints ρ 0.346*** and τ 0.264***; the authors' data has
+    ρ 0.2646 and their stored τ 0.211), so the row keeps neither."""
     if cell is None:
         return [row]
-    if cell.rho is not None and cell.rho_stars is not None and abs(cell.rho - r.value) <= errata.ROUNDING + 1e-9:
+    if cell.rho is not None and abs(cell.rho - r.value) > errata.ROUNDING + 1e-9:
+        return [row]
+    if cell.rho is not None and cell.rho_stars is not None:
         row["details"]["paper"] = {"table": cell.table, "line": cell.line - 1, "stars": cell.rho_stars}
     printed = {"value": cell.value, "std": cell.std, "min": cell.low, "max": cell.high, "stars": cell.stars,
                "table": cell.table, "line": cell.line}
@@ -154,6 +159,8 @@ def _reported(report: ImportReport) -> None:
     for r in records:
         groups.setdefault((r.environment, r.backbone, r.method, r.target, r.modality), []).append(r)
     datasets = {env: published_dataset(env) for env in published.ENVIRONMENTS}
+    computed = {(e.environment, e.target, e.modality, e.method, e.backbone, e.metric): errata.computed_marks(e)
+                for e in errata.errata()[1]}
     keys = {group: "reported:" + ":".join(group) for group in groups}
     if _unchanged(list(keys.values()), provenance["data_sha256"]):
         report.reported = len(keys)
@@ -165,6 +172,9 @@ def _reported(report: ImportReport) -> None:
             row = {"metric": r.metric, "value": r.value, "p_value": None, "num_points": points,
                    "num_dropped": 0, "coverage": 1.0, "insufficient": False,
                    "details": {"std": r.std, "record": r.index, "num_points_from": points_from}}
+            marks = computed.get((env, target, modality, method, backbone, r.metric))
+            if marks is not None:  # an erratum: the paper's marks stand beside another number
+                row["details"]["computed_marks"] = {"stars": marks.stars, "how": marks.how, "counts": list(marks.counts)}
             rows.extend(_tau_rows(r, row, taus.get((env, target, modality, method, backbone, r.metric))))
         _upsert(keys[(env, backbone, method, target, modality)], dataset=datasets[env], method=method,
                 backbone=backbone, target=target, modality=modality, source="reported", rules=metrics.REFERENCE_RULES,

@@ -92,6 +92,29 @@ def test_every_reason_says_truly_how_the_paper_s_table_stands() -> None:
     assert all("agree with the authors' data" in c.why for c in cells if c.reason == "predictions")
 
 
+def test_marks_computed_from_a_value_and_its_point_count_are_the_paper_s() -> None:
+    """The rule that gives an erratum its marks (the authors' number and the environment's point count, scipy's
+    Spearman p-value) reproduces the marks the paper prints beside its other global ρ; an erratum's marks hold at
+    every candidate count."""
+    from qval import metrics, paper_tau
+
+    _, envs = published.paper_environments()
+    cells = [c for c in paper_tau.tau_cells()[1] if c.metric == "spearman" and c.rho is not None]
+    agree = sum(metrics.significance_marks(metrics.spearman_p_value(c.rho, envs[c.environment].eval_points))
+                == c.rho_stars for c in cells)
+    assert len(cells) > 400 and agree / len(cells) >= 0.95
+    by = {(e.environment, e.backbone): e for e in errata.errata()[1]}
+    shown = errata.computed_marks(by[("FrozenLake", "Gemma4 31B")])  # 0.4947: p < .001 at 100 points and at 239
+    assert (shown.stars, shown.counts) == ("***", (100, 239)) and all(p < 0.001 for p in shown.p_values)
+    mixed = errata.computed_marks(by[("FrozenLake", "Qwen3.5 35B-A3B")])  # -0.1901: * at 100 points, ** at 239
+    assert mixed.stars == "*" and "at 239 points (the authors' website data): **" in mixed.how
+    assert errata.computed_marks(by[("OpenApps", "Gemma4 31B")]).counts == (94,)
+    for e in by.values():
+        m = errata.computed_marks(e)
+        assert m.stars == metrics.significance_marks(max(m.p_values)) and f"{e.authors:.4f}" in m.how
+    assert metrics.spearman_p_value(0.2646, 94) == pytest.approx(0.00997, abs=2e-5)  # the stored summary's p
+
+
 def test_label_sources_name_every_summary_and_terminalbench_matches_neither_labelling() -> None:
     _, sources = consistency.label_sources()
     files = {published.rescored(p)[0].provenance["file"] for p in published.rescored_files()}
@@ -152,6 +175,10 @@ def test_consistency_page_shows_every_cell_with_its_reason_and_the_errata(client
     verifier = re.search(r'<tr data-cell="OpenApps:Gemma4 31B:verifier:q".*?</tr>', page, re.S).group(0)
     assert 'data-paper="0.346"' in verifier and "0.265" in verifier and "prints 0.346 instead" in verifier
     assert page.count('<tr data-erratum="') == 10 and 'id="label-sources"' in page
+    marks = dict(re.findall(r'<tr data-erratum="([^"]+)" data-marks="(\**)">', page))
+    assert marks == {f"{e.table}:{e.method}:{e.backbone}": errata.computed_marks(e).stars for e in errata.errata()[1]}
+    row = re.search(r'<tr data-erratum="13:verifier:Gemma4 31B".*?</tr>', page, re.S).group(0)
+    assert "0.654***" in row and "0.4947***" in row and "p = 1.68e-07 at 100 points" in row
     # Each row links to its result page, which names its label source.
     tb = Submission.objects.get(source="rescored", dataset__environment__slug="terminalbench", method_name="gvl")
     assert f'href="/results/{tb.pk}/"' in page

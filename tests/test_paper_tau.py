@@ -114,7 +114,7 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
     _import()
     _, cells = paper_tau.tau_cells()
     taus = Result.objects.filter(submission__source="reported", metric="kendall_tau")
-    assert taus.count() == 467 and all(r.p_value is None and r.details["paper"]["table"] for r in taus)
+    assert taus.count() == 457 and all(r.p_value is None and r.details["paper"]["table"] for r in taus)  # 10 errata
     local = Result.objects.filter(submission__source="reported", metric="ranking_spearman",
                                   details__has_key="kendall_tau")
     assert local.count() == 38
@@ -124,7 +124,7 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
     assert len(rows) == 578
     assert all(r["kendall_tau"] is None for r in rows if r["spearman"] is None)  # state-local rows
     with_tau = [r for r in rows if r["kendall_tau"] is not None]
-    assert len(with_tau) == 467 and {r["kendall_tau"] for r in with_tau} <= set(by_key.values())
+    assert len(with_tau) == 457 and {r["kendall_tau"] for r in with_tau} <= set(by_key.values())
     api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "eureka", "page_size": 50}).json()
     got = [r for r in api["results"] if r.get("kendall_tau") is not None]
     assert got and len(got) == len(api["results"])
@@ -145,7 +145,7 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
         sub.provenance["data_sha256"] = f"{published.digest(published.REPORTED_FILE)}:{REPORTED_LAYOUT - 1}"
         sub.save(update_fields=["provenance"])
     taus.delete()
-    assert _import().results == 578 + 467 and taus.count() == 467
+    assert _import().results == 578 + 457 and taus.count() == 457
     total = str(sum(n.count for n in paper_tau.published_numbers()))
     for url in ("/how-we-score/", "/datasets/qval-v1.0-frozenlake@1.0/"):
         page = client.get(url).content.decode()
@@ -212,13 +212,30 @@ def test_the_printed_marks_are_shown_beside_reported_numbers(client) -> None:  #
                              submission__backbone_name="Qwen3.5 9B", submission__target="q",
                              submission__modality="text", submission__dataset__slug="qval-v1.0-frozenlake")
     assert rho.p_value is None and rho.details["paper"] == {"table": 13, "line": cell.line - 1, "stars": cell.rho_stars}
-    # The errata's cells keep no marks: those the paper prints belong to its other number.
+    # The errata's cells keep none of the paper's marks, nor the τ printed under them (both belong to its other
+    # number), and show marks computed from the authors' number and its point count instead.
     for e in errata.errata()[1]:
         wrong = Result.objects.get(submission__source="reported", metric="spearman", submission__method_name=e.method,
                                    submission__backbone_name=e.backbone, submission__target=e.target,
                                    submission__modality=e.modality,
                                    submission__dataset__environment__name=e.environment)
         assert "paper" not in wrong.details, e
+        assert wrong.details["computed_marks"]["stars"] == errata.computed_marks(e).stars, e
+        assert not Result.objects.filter(submission=wrong.submission, metric="kendall_tau").exists(), e
+    shown = Result.objects.get(submission__source="reported", metric="spearman", submission__method_name="verifier",
+                               submission__backbone_name="Gemma4 31B", submission__target="q",
+                               submission__modality="text", submission__dataset__environment__name="FrozenLake")
+    assert (round(shown.value, 4), shown.details["computed_marks"]["stars"]) == (0.4947, "***")
+    board = client.get("/leaderboard/", {"source": "reported", "method": "verifier", "environment": "frozenlake",
+                                         "backbone": "Gemma4 31B", "target": "q", "modality": "text"}).content.decode()
+    assert re.search(r'data-metric="spearman">0\.495<span class="computed-marks" title="[^"]+">\*\*\*</span></td>', board)
+    assert "computed from the authors' number and its point count" in board
+    page = client.get(f"/results/{shown.submission_id}/").content.decode()
+    assert "0.495***" in page and 'id="computed-marks"' in page and "p = 1.68e-07 at 100 points" in page
+    erratum_api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "verifier",
+                                                      "environment": "frozenlake", "backbone": "Gemma4 31B",
+                                                      "target": "q", "modality": "text"}).json()["results"]
+    assert [(r["spearman_marks"], r["kendall_tau"]) for r in erratum_api] == [("***", None)]
     api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "eureka", "environment": "frozenlake",
                                               "backbone": "Qwen3.5 9B", "target": "q", "modality": "text"}).json()
     (row,) = api["results"]
