@@ -71,6 +71,7 @@ def consistency_page(request: HttpRequest) -> HttpResponse:
     return render(request, "leaderboard/consistency.html", {
         "cells": cells, "linked": linked, "tolerance": consistency.TOLERANCE,
         "reasons": [(code, name, counts[code]) for code, name in consistency.REASONS.items() if counts[code]],
+        "decided": [(code, consistency.REASONS[code], rule) for code, rule in consistency.DECIDED.items()],
         "differing": sum(1 for c in cells if c.difference is not None and abs(c.difference) > consistency.TOLERANCE),
         "sources": list(sources.values()), "sources_provenance": sources_provenance,
         **errata_context(),

@@ -50,6 +50,18 @@ REASONS: dict[str, str] = {
 }
 """Each reason code and its short name."""
 
+DECIDED: dict[str, str] = {
+    "unreported": "the authors' data has no number for the cell",
+    "equal": f"the re-score and the authors' number differ by at most {ROUNDING} (the paper prints three decimals)",
+    "labels": "the summary file's labelling policy is not the one the paper's table names (label-sources.json)",
+    "small": f"they differ by more than {ROUNDING} and at most {TOLERANCE}",
+    "predictions": f"they differ by more than {TOLERANCE}, and at least one other method of the same summary file, "
+                   "target and metric is equal to the authors' number (so the labels are theirs)",
+    "unexplained": "none of the above",
+}
+"""How each reason is decided, in the order :func:`table` tries them (the first that applies decides): a
+comparison of two numbers computed on the same points, not a statistical test."""
+
 
 @dataclass(frozen=True)
 class LabelSource:

@@ -6,6 +6,7 @@ axis label."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections import Counter
@@ -172,6 +173,8 @@ def test_consistency_page_shows_every_cell_with_its_reason_and_the_errata(client
     assert dict(rows) == expected and len(rows) == 75
     assert "75 cells; 33 differ by more than 0.01" in _text(page)
     assert "Reported (authors' data)" in page and "Paper's table" in page
+    decided = re.findall(r'<li data-reason="(\w+)"><strong>[^<]+</strong>: ([^<]+)\.</li>', page)
+    assert [(code, html.unescape(rule)) for code, rule in decided] == list(consistency.DECIDED.items())
     verifier = re.search(r'<tr data-cell="OpenApps:Gemma4 31B:verifier:q".*?</tr>', page, re.S).group(0)
     assert 'data-paper="0.346"' in verifier and "0.265" in verifier and "prints 0.346 instead" in verifier
     assert page.count('<tr data-erratum="') == 10 and 'id="label-sources"' in page
