@@ -2,8 +2,8 @@
 
 Reported numbers become *reported* submissions (with the point counts the authors give per
 environment, :func:`qval.published.reported_points`, and the paper's date in their provenance; the
-Kendall τ the paper prints for a row, :mod:`qval.paper_tau`, is its ``kendall_tau`` result, or for a
-state-local row the ``kendall_tau`` entry of its ``ranking_spearman`` details), the stored predictions *re-scored*
+Kendall τ the paper prints for a global row, :mod:`qval.paper_tau`, is its ``kendall_tau`` result; it prints
+none for a state-local one), the stored predictions *re-scored*
 submissions (scored here under the reference rules, their per-point predictions kept as a
 predictions file on the row, so that two of them can be compared as ours are); both sit on
 datasets of their own (``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*, ``hosted=False``: no
@@ -30,10 +30,11 @@ from qval import errata, families, metrics, paper_tau, published
 from .models import Result, Submission
 
 DATASET_VERSION = "1.0"
-REPORTED_LAYOUT = 4
+REPORTED_LAYOUT = 5
 """What a reported row holds, part of the digest an import compares (2: points from the authors'
 metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`qval.paper_tau`;
-4: an erratum's significance marks computed from the authors' number, :func:`qval.errata.computed_marks`)."""
+4: an erratum's significance marks computed from the authors' number, :func:`qval.errata.computed_marks`;
+5: no state-local τ, which the paper does not print)."""
 RESCORED_LAYOUT = 4
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
 older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
@@ -125,10 +126,9 @@ def _unchanged(keys: list[str], digest: str) -> bool:
 
 
 def _tau_rows(r: published.ReportedResult, row: dict[str, Any], cell: paper_tau.TauCell | None) -> list[dict[str, Any]]:
-    """The result rows of reported record ``r`` (its ρ ``row``) with the paper's printed τ ``cell``: a global τ
-    is a ``kendall_tau`` row of its own (no p-value: the paper prints stars, kept in the details), a
-    state-local τ (mean ± std over states) goes into the ρ row's details, as the metric has no row of its own.
-    The stars printed next to the ρ go into the ρ row's ``details.paper`` with their table and line, unless the
+    """The result rows of reported record ``r`` (its ρ ``row``) with the paper's printed τ ``cell`` (of a global
+    row: the paper prints no τ of a state-local one): the τ is a ``kendall_tau`` row of its own (no p-value: the
+    paper prints stars, kept in the details).  The stars printed next to the ρ go into the ρ row's ``details.paper`` with their table and line, unless the
     printed ρ is not the authors' number (the errata's cells): then the stars and the τ printed under them are
     another number's (Table 7's verifier on Gemma4 31B prints ρ 0.346*** and τ 0.264***; the authors' data has
     ρ 0.2646 and their stored τ 0.211), so the row keeps neither."""
@@ -138,13 +138,8 @@ def _tau_rows(r: published.ReportedResult, row: dict[str, Any], cell: paper_tau.
         return [row]
     if cell.rho is not None and cell.rho_stars is not None:
         row["details"]["paper"] = {"table": cell.table, "line": cell.line - 1, "stars": cell.rho_stars}
-    printed = {"value": cell.value, "std": cell.std, "min": cell.low, "max": cell.high, "stars": cell.stars,
-               "table": cell.table, "line": cell.line}
-    if cell.metric != published.METRIC_TYPES["global"]:
-        row["details"]["kendall_tau"] = printed
-        return [row]
     details = {"std": cell.std, "record": r.index, "num_points_from": row["details"]["num_points_from"],
-               "paper": {k: printed[k] for k in ("table", "line", "stars", "min", "max")}}
+               "paper": {"table": cell.table, "line": cell.line, "stars": cell.stars, "min": cell.low, "max": cell.high}}
     return [row, dict(row, metric="kendall_tau", value=cell.value, details=details)]
 
 

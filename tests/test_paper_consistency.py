@@ -79,7 +79,7 @@ def test_every_reason_says_truly_how_the_paper_s_table_stands() -> None:
         checked += 1
         assert float(said.group(3)) == printed, c
         assert bool(said.group(2)) == (abs(printed - c.reported) <= errata.ROUNDING + 1e-9), c
-    assert checked >= 8  # the OpenApps and FrozenLake cells whose printed line is read
+    assert checked >= 6  # the OpenApps and FrozenLake cells whose printed line is read
     # The consistency page's wrong reason of issue 33: OpenApps verifier, Gemma4 31B, equals the authors' 0.265,
     # and Table 7 prints 0.346.
     cell = next(c for c in cells if (c.environment, c.method, c.target) == ("OpenApps", "verifier", "q"))
