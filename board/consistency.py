@@ -5,6 +5,7 @@ differ (:func:`qval.consistency.table`), and the errata of the paper's tables (:
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -42,10 +43,25 @@ def published_numbers_context() -> dict[str, object]:
     return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
 
 
+@dataclass(frozen=True)
+class ErratumRow:
+    """One erratum as a page shows it: the cell, the marks the paper prints beside its number, and the marks
+    computed from the authors' number (:func:`qval.errata.computed_marks`)."""
+
+    erratum: errata.Erratum
+    printed_marks: str
+    computed: errata.ComputedMarks
+
+
 def errata_context(environment: str | None = None) -> dict[str, object]:
-    """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template."""
+    """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template,
+    each with its printed and its computed significance marks."""
     provenance, cells = errata.errata()
-    return {"errata": [e for e in cells if environment is None or e.environment == environment],
+    printed = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c.rho_stars or ""
+               for c in paper_tau.tau_cells()[1]}
+    return {"errata": [ErratumRow(e, printed.get((e.environment, e.target, e.modality, e.method, e.backbone, e.metric), ""),
+                                  errata.computed_marks(e))
+                       for e in cells if environment is None or e.environment == environment],
             "errata_provenance": provenance}
 
 
@@ -58,6 +74,7 @@ def _page_context(_: object) -> dict[str, object]:
     return {
         "cells": cells, "linked": linked, "tolerance": consistency.TOLERANCE,
         "reasons": [(code, name, counts[code]) for code, name in consistency.REASONS.items() if counts[code]],
+        "decided": [(code, consistency.REASONS[code], rule) for code, rule in consistency.DECIDED.items()],
         "differing": sum(1 for c in cells if c.difference is not None and abs(c.difference) > consistency.TOLERANCE),
         "sources": list(sources.values()), "sources_provenance": sources_provenance,
         **errata_context(),

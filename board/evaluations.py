@@ -39,16 +39,15 @@ class Score:
     ci_low: float | None = None
     ci_high: float | None = None
     std: float | None = None
-    tau: float | None = None
-    """Of a state-local ρ: the state-local Kendall τ the paper prints beside it (mean over states, with
-    ``tau_std``), a reported row's ``details.kendall_tau``; the site computes none."""
-    tau_std: float | None = None
     resampled: Mapping[str, Any] | None = None
     """What the interval's resamples drew (a result's ``details.ci95_resampled``, :func:`qval.sampling.describe`);
     ``None`` for an interval stored before intervals recorded it."""
     printed_marks: str = ""
     """The significance marks the paper prints beside this number (a reported row's ``details.paper.stars``;
     the paper gives marks, never a p-value)."""
+    computed_marks: str = ""
+    """An erratum's marks, where the paper's stand beside another number: computed from the authors' number and
+    its point count (``details.computed_marks.stars``, :func:`qval.errata.computed_marks`)."""
 
 
 @dataclass(frozen=True)
@@ -139,14 +138,15 @@ def _load() -> list[Evaluation]:
     names = [m.name for m in metric_registry.METRICS]
     results = Result.objects.filter(submission__in=on_board(), metric__in=names).values_list(
         "submission_id", "metric", "value", "p_value", "num_points", "details__ci95", "details__std",
-        "details__kendall_tau__value", "details__kendall_tau__std", "details__paper__stars",
-        "details__ci95_resampled",
+        "details__paper__stars",
+        "details__ci95_resampled", "details__computed_marks__stars",
     )
-    for sid, metric, value, p_value, num_points, ci, std, tau, tau_std, marks, resampled in results:
+    for sid, metric, value, p_value, num_points, ci, std, marks, resampled, computed in results:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
         scores.setdefault(sid, {})[metric] = Score(
-            value, p_value, num_points, low, high, _number(std), _number(tau), _number(tau_std),
-            resampled if isinstance(resampled, dict) else None, marks if isinstance(marks, str) else "")
+            value, p_value, num_points, low, high, _number(std),
+            resampled if isinstance(resampled, dict) else None, marks if isinstance(marks, str) else "",
+            computed if isinstance(computed, str) else "")
     rows = []
     sources = {"reported": "reported by the authors", "rescored": "re-scored from published predictions"}
     for (sid, method, family, env, env_slug, ds_slug, ds_version, split, target, modality, backbone, source,

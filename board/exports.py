@@ -31,14 +31,6 @@ NOT_REPORTED = "not reported"
 """What a reported row shows for a metric its authors did not report (the paper gives ρ alone)."""
 
 
-STATE_LOCAL_RHO = "ranking_spearman"
-"""The board metric a state-local Kendall τ accompanies."""
-STATE_LOCAL_TAU = "ranking_kendall_tau"
-"""The field (API, exports) of the state-local Kendall τ the paper prints beside 38 reported state-local ρ (mean
-over states, with ``_std``): a published number the site shows but never computes, so no metric of the registry.
-The board's τ column shows it, marked *state-local*, where a row has no global τ."""
-
-
 @dataclass(frozen=True)
 class BoardCell:
     """One metric column of a board row: the registry entry, the value, and the p-value and 95%
@@ -51,23 +43,28 @@ class BoardCell:
     ci: tuple[float, float] | None = None
     not_reported: bool = False
     """The row is a number the authors report and this metric is not among theirs (not a failed score)."""
-    state_local: float | None = None
-    """The τ column of a row without a global τ: the paper's state-local τ (:data:`STATE_LOCAL_TAU`)."""
     printed_marks: str = ""
     """The significance marks the paper prints beside a reported number (it gives no p-value)."""
+    computed_marks: str = ""
+    """An erratum's marks, computed from the authors' number and its point count (the paper's stand beside
+    another number, :func:`qval.errata.computed_marks`)."""
 
     @property
     def marks(self) -> str:
         """The significance marks shown after the value: of the p-value where the column shows one, else those
-        the paper prints (same thresholds, :func:`qval.metrics.significance_marks`)."""
-        return significance_marks(self.p_value) if self.p_value is not None else self.printed_marks
+        the paper prints, else an erratum's computed ones (same thresholds, :func:`qval.metrics.significance_marks`)."""
+        if self.p_value is not None:
+            return significance_marks(self.p_value)
+        return self.printed_marks or self.computed_marks
+
+    @property
+    def marks_computed(self) -> bool:
+        """Whether :attr:`marks` are an erratum's computed ones (a page says so)."""
+        return self.p_value is None and not self.printed_marks and bool(self.computed_marks)
 
     @property
     def text(self) -> str:
-        """The value with the metric's precision; without one, the paper's state-local τ marked so
-        (:attr:`state_local`), ``not reported`` (:attr:`not_reported`) or ``—``."""
-        if self.value is None and self.state_local is not None:
-            return f"{self.spec.format(self.state_local)} (state-local)"
+        """The value with the metric's precision; without one, ``not reported`` (:attr:`not_reported`) or ``—``."""
         if self.value is None and self.not_reported:
             return NOT_REPORTED
         return self.spec.format(self.value)
@@ -82,7 +79,7 @@ class BoardRow:
     (:meth:`metric_fields`): ``row.m`` its value, ``row.m_p`` its p-value and ``row.m_ci`` its 95%
     interval where the board shows them, ``row.m_marks`` the significance marks of a point metric (of its
     p-value, or as the paper prints them beside a reported number), ``row.m_std`` the std over states of a
-    ranking metric; beside the state-local ρ, :data:`STATE_LOCAL_TAU` and its ``_std``.
+    ranking metric.
     """
 
     submission_id: int
@@ -110,16 +107,11 @@ class BoardRow:
             score = self.scores.get(spec.name)
             ci = (score.ci_low, score.ci_high) if score and score.ci_low is not None and score.ci_high is not None else None
             value = score.value if score else None
-            local = self._state_local_tau()[0] if spec.name == "kendall_tau" and value is None else None
             out.append(BoardCell(spec, value, score.p_value if score and spec.board_p else None,
                                  ci if spec.board_ci else None, not_reported=value is None and self.source == "reported",
-                                 state_local=local, printed_marks=score.printed_marks if score else ""))
+                                 printed_marks=score.printed_marks if score else "",
+                                 computed_marks=score.computed_marks if score else ""))
         return out
-
-    def _state_local_tau(self) -> tuple[float | None, float | None]:
-        """The paper's state-local τ of this row and its std over states (``None`` where it prints none)."""
-        score = self.scores.get(STATE_LOCAL_RHO)
-        return (score.tau, score.tau_std) if score else (None, None)
 
     def metric_fields(self) -> dict[str, Any]:
         """Every board metric's fields by name (see the class doc), in registry order."""
@@ -136,8 +128,6 @@ class BoardRow:
             if cell.spec.kind == "ranking":
                 score = self.scores.get(name)
                 fields[f"{name}_std"] = score.std if score else None
-            if name == STATE_LOCAL_RHO:
-                fields[STATE_LOCAL_TAU], fields[f"{STATE_LOCAL_TAU}_std"] = self._state_local_tau()
         return fields
 
     def __getattr__(self, name: str) -> Any:
@@ -222,7 +212,7 @@ TAIL_COLUMNS = ("num_points", "source", "rules", "submitted_by", "date")
 def board_columns() -> list[str]:
     """The CSV export's header: :data:`ROW_COLUMNS`, each board metric's fields from the registry
     (its value, ``_p``, ``_marks``, ``_ci_low``/``_ci_high``, ``_std`` where :meth:`BoardRow.metric_fields` has
-    them, and :data:`STATE_LOCAL_TAU` beside the state-local ρ), then :data:`TAIL_COLUMNS`."""
+    them), then :data:`TAIL_COLUMNS`."""
     metrics: list[str] = []
     for spec in metric_registry.METRICS:
         if spec.board:
@@ -231,7 +221,6 @@ def board_columns() -> list[str]:
             metrics += [f"{spec.name}_marks"] if spec.kind == "point" else []
             metrics += [f"{spec.name}_ci_low", f"{spec.name}_ci_high"] if spec.board_ci else []
             metrics += [f"{spec.name}_std"] if spec.kind == "ranking" else []
-            metrics += [STATE_LOCAL_TAU, f"{STATE_LOCAL_TAU}_std"] if spec.name == STATE_LOCAL_RHO else []
     return [*ROW_COLUMNS, *metrics, *TAIL_COLUMNS]
 
 

@@ -1,6 +1,7 @@
 """The findings page of the published QVal v1.0 results (``/published/findings/``): each headline claim of
 the paper and its website next to the view that supports it, with the verdict :mod:`qval.findings`
-computes from the authors' reported rows as the site draws them (the paper figures' default views)."""
+computes by tests from the authors' reported rows as the site draws them (the paper figures' default views),
+and each test with its units and n."""
 
 from __future__ import annotations
 
@@ -63,5 +64,6 @@ def findings_page(request: HttpRequest) -> HttpResponse:
     return render(request, "leaderboard/findings.html", {
         "findings": [(f, view_url(f.claim.view), qfindings.VIEWS[f.claim.view].caption) for f in found],
         "counts": [(code, label, counts[code]) for code, label in qfindings.VERDICTS.items() if counts[code]],
-        "provenance": provenance,
+        "rules": [(code, rule) for code, rule in qfindings.VERDICT_RULE.items() if code != "no-data"],
+        "alpha": qfindings.ALPHA, "margin": qfindings.SMALL_GAIN, "provenance": provenance,
     })

@@ -461,32 +461,64 @@ class PaperFigure:
     offers: tuple[str, ...]
     shows: str
     """What the paper plots (the default view), in words."""
+    rests_on: str = ""
+    """What each bar, interval and mark of the figure rests on (test, units, n), in words."""
 
 
 PAPER_FIGURES: dict[str, PaperFigure] = {p.name: p for p in (
     PaperFigure("fig2", "Figure 2: correlation by method and family", fig2, {},
                 ("environment", "backbone", "source", "target", "modality", "metric"),
                 "every environment × backbone of each method as a point, its mean as a bar; global Spearman "
-                "on the left, state-local Spearman for ranking, Δbelief, sdpo and sdpo-gt on the right"),
+                "on the left, state-local Spearman for ranking, Δbelief, sdpo and sdpo-gt on the right",
+                rests_on=(
+                    "each point is one reported number (a method × environment × backbone evaluation); a bar is the plain "
+                    "mean of a method's points, with no interval and no test (the findings page tests the families: "
+                    "Welch's t over these points, a permutation test of η² over the method means); × marks a value no "
+                    "table of the paper prints as plotted (an erratum, or a value of the authors' website data alone; the "
+                    "hover and the data's not_in_tables column say which)")),
     PaperFigure("fig3", "Figure 3: correlation by environment", fig3, {},
                 ("backbone", "source", "target", "modality", "metric"),
                 "per method and environment (FrozenLake → ALFWorld → OpenApps → TerminalBench) the mean over "
                 "backbones ± 1.96 standard errors (sample std over √backbones), as the paper draws them; global "
-                "block on top, state-local below"),
+                "block on top, state-local below",
+                rests_on=(
+                    "a bar is the mean over backbones ± 1.96 standard errors (sample std / √n, n the backbones in the "
+                    "data's backbones column, at most 6), as the paper draws it: a normal interval that takes the "
+                    "backbones as independent draws (with 6, Student's t would widen it to ± 2.57 SE); no test; hatched "
+                    "bars hold a value no table prints")),
     PaperFigure("fig4-left", "Figure 4 (left): text vs image", fig4_left, {},
                 ("environment", "backbone", "source", "target", "family"),
                 "Direct and Ranking methods, target Q: each environment × backbone evaluated on both modalities, "
-                "text on x and image on y (state-local Spearman for ranking)"),
+                "text on x and image on y (state-local Spearman for ranking)",
+                rests_on=(
+                    "each point is one pair: the same method, environment and backbone scored on text and on images; no "
+                    "test here (the findings page tests text against image environment by environment: an exact sign test "
+                    "over the pairs of each, n per environment); × marks a value no table of the paper prints as plotted "
+                    "(an erratum, or a value of the authors' website data alone; the hover and the data's not_in_tables "
+                    "column say which)")),
     PaperFigure("fig4-right", "Figure 4 (right): Q vs V", fig4_right, {},
                 ("backbone", "source", "modality", "family", "metric"),
                 "Direct, Code and Pre-trained methods (text; image for pre-trained): per target the mean over "
-                "the environments with V labels of the means over backbones, ± 1 SE across those environments"),
-    PaperFigure("fig5", "Figure 5: TerminalBench labelled by two backbones", fig5,
-                {"environment": published.ENVIRONMENTS["TerminalBench"]},
+                "the environments with V labels of the means over backbones, ± 1 SE across those environments",
+                rests_on=(
+                    "a point is the mean over the environments with both targets of the per-environment means over "
+                    "backbones; its bar is ± 1 standard error across those environments (n in the data's environments "
+                    "column: at most 3 by default, so the error bar is itself very uncertain); no test here (the findings "
+                    "page tests the order with Spearman's test over the methods and each family's shift with a sign test over "
+                    "its evaluations); a dotted marker holds a value no table prints")),
+    PaperFigure("fig5", "Figure 5: TerminalBench labelled by two backbones", fig5, {"environment": published.ENVIRONMENTS["TerminalBench"]},
                 ("backbone", "source", "metric"),
                 "TerminalBench, target Q, text: each method × backbone under GPT-5.5 labels (x) and under Claude "
                 "Opus 4.7 labels (y, the paper's Table 6), and per method the mean over backbones under each, as "
-                "the paper's bars"),
+                "the paper's bars",
+                rests_on=(
+                    "each point is one method × backbone on TerminalBench; the marks in its hover are Table 6's as "
+                    "printed (Spearman's test of each correlation over TerminalBench's evaluation points, 100 in Table 2: "
+                    "* p < .10, ** p < .01, *** p < .001); a bar is the plain mean over backbones; no test here (the "
+                    "findings page tests signs with Fisher's exact test, order with Spearman's test and closeness with a "
+                    "sign test, over the method × backbone values); × marks a value no table of the paper prints as "
+                    "plotted (an erratum, or a value of the authors' website data alone; the hover and the data's "
+                    "not_in_tables column say which)")),
 )}
 """The paper's figures by URL name."""
 

@@ -35,8 +35,7 @@ class SourcedRow:
 
 @dataclass(frozen=True)
 class ResultLine:
-    """One metric of a result page: its registry label and the disclosed numbers; a number printed in the
-    paper rather than computed here (a reported row's state-local τ) has its ``std`` and ``where``."""
+    """One metric of a result page: its registry label and the disclosed numbers."""
 
     label: str
     short: str
@@ -45,14 +44,10 @@ class ResultLine:
     ci_high: float | None
     num_points: int
     precision: int
-    std: float | None = None
-    where: str = ""
     marks: str = ""
-    """The significance marks the paper prints beside a reported number (it gives no p-value)."""
-
-
-STATE_LOCAL_TAU_LABEL = "Kendall τ (state-local, printed in the paper)"
-"""A result page's line of the paper's state-local τ (the ranking row's ``details.kendall_tau``)."""
+    """The significance marks the paper prints beside a reported number (it gives no p-value), or an erratum's
+    marks computed from the authors' number (then :attr:`marks_how` says how)."""
+    marks_how: str = ""
 
 
 def public_results() -> QuerySet[Submission]:
@@ -73,12 +68,12 @@ def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
         low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
         printed = r.details.get("paper") if isinstance(r.details, dict) else None
         marks = printed.get("stars", "") if isinstance(printed, dict) else ""
-        lines.append(ResultLine(spec.label, spec.short, r.value, low, high, r.num_points, spec.precision, marks=marks))
-        tau = r.details.get("kendall_tau") if isinstance(r.details, dict) and spec.kind == "ranking" else None
-        if isinstance(tau, dict) and isinstance(tau.get("value"), (int, float)):  # the paper's state-local τ
-            lines.append(ResultLine(STATE_LOCAL_TAU_LABEL, "state-local τ", tau["value"], None, None, r.num_points,
-                                    spec.precision, std=tau.get("std"), where=f"Table {tau['table']}, line {tau['line']}",
-                                    marks=tau.get("stars") or ""))
+        computed = r.details.get("computed_marks") if isinstance(r.details, dict) else None
+        how = ""
+        if not marks and isinstance(computed, dict):
+            marks, how = str(computed.get("stars", "")), str(computed.get("how", ""))
+        lines.append(ResultLine(spec.label, spec.short, r.value, low, high, r.num_points, spec.precision, marks=marks,
+                                marks_how=how))
     return lines
 
 

@@ -159,6 +159,50 @@ def errata(path: Path = ERRATA_FILE) -> tuple[dict[str, Any], list[Erratum]]:
         raise PublishedDataError(f"{path}: cannot read ({exc!r})") from exc
 
 
+POINT_COUNTS: tuple[tuple[str, str], ...] = (
+    ("eval_points", "the paper's Table 2"), ("website_points", "the authors' website data"))
+"""Where an erratum's point count may come from, and how a page names each: the authors report one count per
+environment, not one per number, and their two disagree (FrozenLake: 100 evaluation points in Table 2, 239 in
+the website data; its verifier was scored on 239)."""
+
+
+@dataclass(frozen=True)
+class ComputedMarks:
+    """The significance marks of an erratum's authors' number, computed from the number and its point count
+    (the paper's own marks stand beside another number): ``stars`` hold at every candidate count
+    (:data:`POINT_COUNTS`, smallest first, with the p-value at each), and ``how`` says so in words."""
+
+    stars: str
+    counts: tuple[int, ...]
+    p_values: tuple[float, ...]
+    how: str
+
+
+def computed_marks(e: Erratum) -> ComputedMarks:
+    """The marks of ``e``'s authors' number: scipy's Spearman p-value (Student's t, the authors' own
+    computation) at each candidate point count; the p-value falls as the count grows, so the marks at the
+    smallest count hold at every one, and those are shown.  Marks computed this way from Table 2's count
+    equal the paper's printed ones for 96% of its global ρ cells (``tests/test_paper_consistency.py``)."""
+    from qval import metrics, published
+
+    env = published.paper_environments()[1][e.environment]
+    sources: dict[int, list[str]] = {}
+    for field, where in POINT_COUNTS:
+        n = getattr(env, field)
+        if isinstance(n, int):
+            sources.setdefault(n, []).append(where)
+    counts = tuple(sorted(sources))
+    p_values = tuple(metrics.spearman_p_value(e.authors, n) for n in counts)
+    stars = metrics.significance_marks(p_values[0]) if p_values else ""
+    at = "; ".join(f"p = {p:.3g} at {n} points ({' and '.join(sources[n])})"
+                   + (f": {metrics.significance_marks(p) or 'no mark'}" if metrics.significance_marks(p) != stars else "")
+                   for n, p in zip(counts, p_values))
+    how = (f"computed from the authors' ρ {e.authors:.4f} and its point count (Spearman's p-value as scipy gives it): "
+           f"{at}; shown: {stars or 'no mark'}, which holds at every count (the paper's marks stand beside its own "
+           f"{e.paper:.3f})")
+    return ComputedMarks(stars, counts, p_values, how)
+
+
 def not_in_tables(reported: Sequence[ReportedResult] | None = None) -> dict[tuple[str, str, str, str, str], str]:
     """The authors' reported values that the paper's tables do not print as the figures plot them, keyed
     ``(environment, target, modality, method, backbone)``, each with why: an erratum (the table prints another

@@ -53,6 +53,18 @@ FAMILY_SLUGS: frozenset[str] = frozenset(f.slug for f in ALL)
 """Slugs a built-in method may declare (:func:`qval.methods.registry.method`): ``other`` is the reference
 methods' (:mod:`qval.methods.reference`)."""
 
+TABLE1_SOURCES: dict[str, str] = {
+    "ranking": "Baseline", "direct-16": "Baseline", "direct-batched": "Baseline", "direct-sequential": "Baseline",
+    "direct-single": "Baseline", "gvl": "Ma et al., 2024", "verifier": "Kwok et al., 2026",
+    "Δbelief": "Auzina et al., 2026", "sdpo": "Hübötter et al., 2026", "sdpo-gt": "Extension",
+    "vip": "Ma et al., 2022", "liv-cos": "Ma et al., 2023a", "liv-l2": "Ma et al., 2023a", "liv-txt": "Ma et al., 2023a",
+    "vlm-sor-softmax": "Baumli et al., 2023", "vlm-sor": "Baumli et al., 2023", "vlm-rm-cos": "Rocamonde et al., 2024",
+    "vlm-rm": "Rocamonde et al., 2024", "eureka": "Ma et al., 2023b", "codegen": "Li et al., 2024",
+    "codegen-avg": "Extension",
+}
+"""Each of the paper's 21 methods with the source its Table 1 gives: ``Baseline`` (a simple baseline the paper
+introduces), ``Extension`` (the paper's own stronger probe within a family) or the cited work it adapts."""
+
 CHOICES: list[tuple[str, str]] = [(f.slug, f.name) for f in ALL]
 """``(slug, name)`` pairs, e.g. for a Django ``choices``."""
 
@@ -68,6 +80,15 @@ def get(key: str) -> Family:
 def of_method(method: str) -> Family:
     """The family of a built-in method (the paper's 21 and the learned ones), :data:`OTHER` for any other name."""
     return _BY_METHOD.get(method, OTHER)
+
+
+def origin(method: str) -> str:
+    """``baseline``, ``extension`` or ``literature`` as the paper's Table 1 says (:data:`TABLE1_SOURCES`),
+    ``other`` for a method the paper does not list."""
+    source = TABLE1_SOURCES.get(method)
+    if source is None:
+        return "other"
+    return source.lower() if source in ("Baseline", "Extension") else "literature"
 
 
 def colour(key: str) -> str:

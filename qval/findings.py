@@ -1,16 +1,29 @@
-"""The headline claims of the QVal v1.0 paper and website, each checked against the published numbers.
+"""The headline claims of the QVal v1.0 paper and website, each checked against the published numbers by a test.
 
 The claims are project data (``data/qval-v1.0/claims.json``, :func:`claims`): our paraphrase, where the
 paper or the website makes it, and the view that supports it.  The verdicts are computed here, one rule per
 claim (:data:`RULES`), from the rows of the paper's figures as the site draws them over the authors'
-reported numbers (:data:`VIEWS`; a view is a figure's ``rows``: Fig. 2's per-backbone values, Fig. 3's
-means over backbones, ...), so a finding changes with the data.  Each rule returns a
-:class:`Finding`: *supported*, *partly* or *contradicted* (:data:`VERDICTS`), a sentence with the numbers
-it rests on, and those numbers as a small table.
+reported numbers (:data:`VIEWS`; a view is a figure's ``rows``: Fig. 2's per-backbone values, ...), so a
+finding changes with the data.
 
-How strict a rule is, is written next to it (the thresholds below).  A claim about "every" slice is
-checked slice by slice: all of them hold is *supported*, at least half is *partly*, fewer is
-*contradicted* (:func:`share_verdict`).  Nothing here knows about Django.
+**How a verdict follows from tests.**  A rule splits its claim into parts (one per environment for a claim
+about every environment, one per statement for a compound claim) and runs one test per part
+(:class:`Test`: which test, its units, how many, the estimate, the one-sided p-value in the claim's
+direction and against it).  With :data:`ALPHA` = 0.05 (:func:`verdict_of`):
+
+* *supported*: every part's test rejects its null in the claimed direction (an intersection-union test:
+  when every part must hold, no correction for the number of parts is needed);
+* *contradicted*: some part's test rejects in the other direction, after Holm's correction over the parts;
+* *partly*: some part holds (Holm over the parts), none goes against;
+* *inconclusive*: no part's test rejects either way.
+
+The tests are small and named on the page: exact sign tests on paired values, one-sided t-tests on paired
+differences, Welch's t, the Brown-Forsythe test of spread, a permutation test of η², Spearman's test,
+Fisher's exact test.  Units are what one value of the view is (a method × environment × backbone
+evaluation, a method, ...); evaluations of one environment are not independent (backbones rank methods
+alike), so a claim about environments is tested environment by environment, never by pooling them.
+Claims about "little or no" difference are tested against a margin (:data:`SMALL_GAIN`), not by a
+failure to reject.  Nothing here knows about Django.
 """
 
 from __future__ import annotations
@@ -22,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from scipy import stats
+
 from qval import families
 from qval.paper.qval_v1.published import DATA_DIR, PublishedDataError
 
@@ -31,9 +47,23 @@ VERDICTS: dict[str, str] = {
     "supported": "supported",
     "partly": "partly",
     "contradicted": "contradicted by the data",
+    "inconclusive": "not shown: no test rejects",
     "no-data": "not checked: the view has no rows",
 }
 """Each verdict and how a page says it (*no-data* before the published results are imported)."""
+
+VERDICT_RULE: dict[str, str] = {
+    "supported": "every part's test rejects its null in the claimed direction at the 5% level (no correction: "
+                 "every part must hold)",
+    "contradicted": "some part's test rejects in the other direction at 5% after Holm's correction over the parts",
+    "partly": "some part holds at 5% after Holm's correction over the parts, and none goes against",
+    "inconclusive": "no part's test rejects at 5% either way",
+    "no-data": "the view has no rows",
+}
+"""How each verdict follows from the tests (:func:`verdict_of`), in words for the page."""
+
+ALPHA: float = 0.05
+"""Level of every test."""
 
 Row = Mapping[str, Any]
 Views = Mapping[str, Sequence[Row]]
@@ -62,27 +92,19 @@ VIEWS: dict[str, View] = {
 }
 """Every view a rule reads, all over the authors' reported numbers."""
 
-LITERATURE: tuple[str, ...] = ("code", "intrinsic", "self-distillation", "pre-trained", "embedding")
-"""The families of methods taken from the literature (the paper's §3.2 cites a source for each); Direct is
-the prompting baseline and Ranking the paper's own ranking baseline."""
-
 PROMPTING: tuple[str, ...] = ("direct", "ranking")
 """The two simple prompting families."""
+
+NON_LLM: tuple[str, ...] = ("pre-trained", "embedding")
+"""Families whose methods run without an LLM backbone (one value per environment and encoder)."""
 
 PAPER_ENVIRONMENTS: tuple[str, ...] = ("FrozenLake", "ALFWorld", "OpenApps", "TerminalBench")
 """The paper's environments from simpler closed-action to open-ended (its Figure 3 order)."""
 
-CLUSTER_SUPPORTED: float = 0.6
-CLUSTER_PARTLY: float = 0.3
-"""Share of the variance of the method means (Fig. 2's bars) that the family explains (η²): from
-:data:`CLUSTER_SUPPORTED` the clustering claim is supported, from :data:`CLUSTER_PARTLY` partly."""
-
-WIDEST_BY_FAR: float = 1.5
-""""By far the widest spread": the code family's standard deviation at least this many times the next."""
-
 SMALL_GAIN: float = 0.1
-"""A gain of an elaborate variant over its family's simplest member below this (a tenth of the correlation
-scale) is small: the paper calls codegen-avg's gain over codegen (about 0.05) slight."""
+"""The margin of "little or no gain" and "nearly the same" (a tenth of the correlation scale; the paper calls
+codegen-avg's gain over codegen, about 0.05, slight): such a claim holds where the difference is shown to be
+below it."""
 
 COMPLEX_PAIRS: tuple[tuple[str, str], ...] = (
     ("direct-16", "direct-single"), ("direct-batched", "direct-single"), ("direct-sequential", "direct-single"),
@@ -90,14 +112,8 @@ COMPLEX_PAIRS: tuple[tuple[str, str], ...] = (
 )
 """(elaborate variant, simplest member of its family) as §4.1 names them."""
 
-TEXT_SUPPORTED: float = 0.75
-"""Share of Fig. 4 (left) points with text above image from which "text beats image" is supported (above
-half: partly)."""
-
-ORDER_SUPPORTED: float = 0.7
-ORDER_PARTLY: float = 0.4
-"""Spearman correlation of the methods' Q means with their V means (Fig. 4 right) from which the order
-counts as preserved (partly)."""
+PERMUTATIONS: int = 20000
+"""Permutations of the family labels in the test of η² (seeded: the same data give the same p)."""
 
 PAPER_SCALE: dict[str, int] = {"methods": 21, "families": 7, "environments": 4, "backbones": 6, "experiments": 1200}
 """The abstract's counts (experiments: "over 1.2K")."""
@@ -116,14 +132,56 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Test:
+    """One part of a claim and the test of it: ``part`` in words, the ``test`` (one-sided in the claim's
+    direction), its ``units`` (what one observation is) and their number ``n``, the ``estimate`` in words,
+    ``p_value`` (one-sided, the claimed direction), ``p_against`` (one-sided, the other direction) and the
+    p-values the part's outcome is read from, with the ``correction`` that gave them (:func:`verdict_of`
+    fills them: none when every part holds, Holm's over the claim's parts otherwise)."""
+
+    part: str
+    test: str
+    units: str
+    n: int
+    estimate: str
+    p_value: float
+    p_against: float
+    p_adjusted: float = math.nan
+    p_adjusted_against: float = math.nan
+    correction: str = ""
+
+    @property
+    def outcome(self) -> str:
+        """``holds`` (the adjusted p below :data:`ALPHA` in the claimed direction), ``against`` (the same in
+        the other direction) or ``open``."""
+        if self.p_adjusted < ALPHA:
+            return "holds"
+        if self.p_adjusted_against < ALPHA:
+            return "against"
+        return "open"
+
+    @property
+    def shown_p(self) -> str:
+        """:attr:`p_value` as a page shows it."""
+        return _fmt_p(self.p_value)
+
+    @property
+    def shown_read(self) -> str:
+        """The p-value the outcome is read from (the other direction's for *against*), with its correction."""
+        p = self.p_adjusted_against if self.outcome == "against" else self.p_adjusted
+        return f"{_fmt_p(p)}{' (other way)' if self.outcome == 'against' else ''}; {self.correction}"
+
+
+@dataclass(frozen=True)
 class Finding:
-    """A claim's verdict (:data:`VERDICTS`), the sentence that gives the numbers, and the numbers as
-    ``(label, value)`` rows (a value is a float, an int or text)."""
+    """A claim's verdict (:data:`VERDICTS`), the sentence that gives the numbers, the numbers as
+    ``(label, value)`` rows (a value is a float, an int or text), and the tests the verdict follows from."""
 
     claim: Claim
     verdict: str
     summary: str
     numbers: tuple[tuple[str, float | int | str], ...] = ()
+    tests: tuple[Test, ...] = ()
 
     @property
     def shown_numbers(self) -> list[tuple[str, str]]:
@@ -134,6 +192,13 @@ class Finding:
     def verdict_label(self) -> str:
         """How the page says the verdict."""
         return VERDICTS[self.verdict]
+
+    @property
+    def verdict_rule(self) -> str:
+        """Why the tests give this verdict, in words."""
+        if not self.tests and self.verdict != "no-data":
+            return "a count, not a test: the published data's counts against the paper's"
+        return VERDICT_RULE[self.verdict]
 
 
 def claims(path: Path = CLAIMS_FILE) -> tuple[dict[str, Any], list[Claim]]:
@@ -150,33 +215,160 @@ def claims(path: Path = CLAIMS_FILE) -> tuple[dict[str, Any], list[Claim]]:
     return data["provenance"], out
 
 
+# -- tests -------------------------------------------------------------------------------------
+
+
+def _fmt_p(p: float) -> str:
+    return "n/a" if math.isnan(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of ``p_values`` (NaN stays NaN and counts as 1)."""
+    order = sorted(range(len(p_values)), key=lambda i: 1.0 if math.isnan(p_values[i]) else p_values[i])
+    out = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        if math.isnan(p_values[i]):
+            continue
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def verdict_of(tests: Sequence[Test]) -> tuple[str, list[Test]]:
+    """The verdict of a claim whose parts are ``tests`` (the module doc's rule), and the tests with the
+    p-values their outcomes are read from; no test at all is *inconclusive*."""
+    if tests and all(t.p_value < ALPHA for t in tests):
+        return "supported", [Test(**{**vars(t), "p_adjusted": t.p_value, "p_adjusted_against": t.p_against,
+                                     "correction": "none: every part must hold"}) for t in tests]
+    correction = f"Holm over {len(tests)} parts" if len(tests) > 1 else "none: one part"
+    adjusted = [Test(**{**vars(t), "p_adjusted": h, "p_adjusted_against": a, "correction": correction})
+                for t, h, a in zip(tests, holm([t.p_value for t in tests]), holm([t.p_against for t in tests]))]
+    if not adjusted:
+        return "inconclusive", adjusted
+    if any(t.outcome == "against" for t in adjusted):
+        return "contradicted", adjusted
+    if any(t.outcome == "holds" for t in adjusted):
+        return "partly", adjusted
+    return "inconclusive", adjusted
+
+
+def sign_test(part: str, units: str, diffs: Sequence[float], claimed: str) -> Test:
+    """Exact sign test that the ``diffs`` are above zero more often than below (``claimed`` names the side
+    in words, e.g. "favour text"); zeros are dropped."""
+    above = sum(1 for d in diffs if d > 0)
+    below = sum(1 for d in diffs if d < 0)
+    n = above + below
+    if n == 0:
+        return Test(part, "sign test", units, 0, "no pair differs", math.nan, math.nan)
+    return Test(part, "sign test (exact, one-sided)", units, n, f"{above} of {n} {claimed}",
+                float(stats.binomtest(above, n, 0.5, alternative="greater").pvalue),
+                float(stats.binomtest(above, n, 0.5, alternative="less").pvalue))
+
+
+def mean_test(part: str, units: str, values: Sequence[float], *, above: float = 0.0, greater: bool = True,
+              test: str = "t-test of the mean") -> Test:
+    """One-sample (or paired, on differences) t-test that the mean of ``values`` is above ``above``
+    (``greater``) or below it; fewer than two values, or values without spread, give no p-value."""
+    n = len(values)
+    mean = sum(values) / n if n else math.nan
+    side = ">" if greater else "<"
+    estimate = f"mean {mean:.3f} ({side} {above:g} claimed)" if n else "no values"
+    if n < 2 or len(set(values)) < 2:
+        return Test(part, f"{test} (one-sided)", units, n, estimate, math.nan, math.nan)
+    shifted = [v - above for v in values]
+    up = float(stats.ttest_1samp(shifted, 0.0, alternative="greater").pvalue)
+    down = float(stats.ttest_1samp(shifted, 0.0, alternative="less").pvalue)
+    return Test(part, f"{test} (one-sided)", units, n, estimate, up if greater else down, down if greater else up)
+
+
+def welch_test(part: str, units: str, a: Sequence[float], b: Sequence[float], names: tuple[str, str]) -> Test:
+    """Welch's t-test that ``a``'s mean is above ``b``'s (one-sided)."""
+    n = len(a) + len(b)
+    estimate = (f"{names[0]} {_mean(a):.3f} vs {names[1]} {_mean(b):.3f}" if a and b else "a group has no values")
+    if len(a) < 2 or len(b) < 2:
+        return Test(part, "Welch's t-test (one-sided)", units, n, estimate, math.nan, math.nan)
+    return Test(part, "Welch's t-test (one-sided)", units, n, estimate,
+                float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue),
+                float(stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue))
+
+
+def spread_test(part: str, units: str, a: Sequence[float], b: Sequence[float], names: tuple[str, str]) -> Test:
+    """Brown-Forsythe test (Levene's, centred on medians) that ``a`` spreads more than ``b``; the two-sided
+    p-value halved on the side the standard deviations fall."""
+    estimate = f"std {names[0]} {_std(a):.3f} vs {names[1]} {_std(b):.3f}"
+    if len(a) < 2 or len(b) < 2:
+        return Test(part, "Brown-Forsythe test (one-sided)", units, len(a) + len(b), estimate, math.nan, math.nan)
+    p = float(stats.levene(a, b, center="median").pvalue)
+    wider = _std(a) > _std(b)
+    return Test(part, "Brown-Forsythe test (one-sided)", units, len(a) + len(b), estimate,
+                p / 2 if wider else 1 - p / 2, 1 - p / 2 if wider else p / 2)
+
+
+def spearman_test(part: str, units: str, x: Sequence[float], y: Sequence[float]) -> Test:
+    """Spearman's test that ``x`` and ``y`` are positively associated."""
+    rho = spearman(x, y) if len(x) >= 3 else math.nan
+    if len(x) < 3 or math.isnan(rho):
+        return Test(part, "Spearman's test (one-sided)", units, len(x), "too few values", math.nan, math.nan)
+    return Test(part, "Spearman's test (one-sided)", units, len(x), f"Spearman {rho:.3f}",
+                float(stats.spearmanr(x, y, alternative="greater").pvalue),
+                float(stats.spearmanr(x, y, alternative="less").pvalue))
+
+
+def eta_squared(values: Sequence[float], groups: Sequence[str]) -> float:
+    """The share of the variance of ``values`` that lies between ``groups`` (η²)."""
+    grand = _mean(values)
+    total = sum((v - grand) ** 2 for v in values)
+    by: dict[str, list[float]] = {}
+    for v, g in zip(values, groups):
+        by.setdefault(g, []).append(v)
+    between = sum(len(vs) * (_mean(vs) - grand) ** 2 for vs in by.values())
+    return between / total if total else 0.0
+
+
+def permutation_eta_test(part: str, units: str, values: Sequence[float], groups: Sequence[str]) -> Test:
+    """Permutation test of η² (:func:`eta_squared`): how often shuffled group labels explain as much
+    (:data:`PERMUTATIONS` shuffles, seeded)."""
+    observed = eta_squared(values, groups)
+    x = np.asarray(values, dtype=float)
+    codes = np.unique(np.asarray(groups), return_inverse=True)[1]
+    rng = np.random.default_rng(20260630)
+    perms = np.argsort(rng.random((PERMUTATIONS, len(x))), axis=1)
+    labels = codes[perms]
+    k = int(codes.max()) + 1
+    counts = np.stack([(labels == g).sum(axis=1) for g in range(k)], axis=1)
+    sums = np.stack([np.where(labels == g, x, 0.0).sum(axis=1) for g in range(k)], axis=1)
+    grand = x.mean()
+    total = float(((x - grand) ** 2).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        between = np.nansum(np.where(counts > 0, sums ** 2 / counts, 0.0), axis=1) - len(x) * grand ** 2
+    as_large = int((between / total >= observed - 1e-12).sum()) if total else PERMUTATIONS
+    p = (1 + as_large) / (1 + PERMUTATIONS)
+    return Test(part, f"permutation test of η² ({PERMUTATIONS:,} shuffles of the family labels)", units, len(x),
+                f"η² {observed:.3f}", p, 1.0)
+
+
+def fisher_sign_test(part: str, units: str, x: Sequence[float], y: Sequence[float]) -> Test:
+    """Fisher's exact test that the signs of ``x`` and ``y`` agree more often than their margins make
+    likely (one-sided, positive association)."""
+    table = [[sum(1 for a, b in zip(x, y) if (a > 0) == s1 and (b > 0) == s2) for s2 in (True, False)]
+             for s1 in (True, False)]
+    same = table[0][0] + table[1][1]
+    return Test(part, "Fisher's exact test (one-sided)", units, len(x), f"{same} of {len(x)} keep their sign",
+                float(stats.fisher_exact(table, alternative="greater").pvalue),
+                float(stats.fisher_exact(table, alternative="less").pvalue))
+
+
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def share_verdict(held: int, total: int) -> str:
-    """Verdict of a claim about every one of ``total`` slices, ``held`` of which agree: all of them
-    *supported*, at least half *partly*, fewer (or no slice at all) *contradicted*."""
-    if total and held == total:
-        return "supported"
-    if total and 2 * held >= total:
-        return "partly"
-    return "contradicted"
 
 
 def _family(row: Row) -> str:
     return families.get(str(row["family"])).slug
 
 
-def _fig2_points_by_family(views: Views) -> dict[str, list[float]]:
-    """Figure 2's points (environment × backbone values of each family's methods) by family slug."""
-    by_family: dict[str, list[float]] = {}
-    for r in views["fig2"]:
-        by_family.setdefault(_family(r), []).append(float(r["value"]))
-    return by_family
-
-
 def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else math.nan
 
 
 def _std(values: Sequence[float]) -> float:
@@ -223,295 +415,331 @@ def method_means(rows: Sequence[Row], key: str = "value") -> dict[str, tuple[str
     return {m: (family[m], _mean(v)) for m, v in values.items()}
 
 
-def _best(means: Mapping[str, tuple[str, float]], wanted: Sequence[str]) -> tuple[str, float] | None:
-    """The method with the highest mean among the families ``wanted``, with its mean."""
-    chosen = [(v, m) for m, (fam, v) in means.items() if fam in wanted]
-    if not chosen:
-        return None
-    value, method = max(chosen)
-    return method, value
-
-
-def _direct_vs_literature(means: Mapping[str, tuple[str, float]]) -> tuple[tuple[str, float], tuple[str, float]] | None:
-    direct, literature = _best(means, ("direct",)), _best(means, LITERATURE)
-    return None if direct is None or literature is None else (direct, literature)
-
-
 def _environments(rows: Sequence[Row]) -> list[str]:
     names = {str(r["environment"]) for r in rows}
     return sorted(names, key=lambda e: (PAPER_ENVIRONMENTS.index(e) if e in PAPER_ENVIRONMENTS else 99, e))
 
 
-def _per_environment(fig3: Sequence[Row]) -> dict[str, dict[str, tuple[str, float]]]:
-    """Fig. 3's means, ``environment -> method -> (family, mean over backbones)``."""
-    return {env: method_means([r for r in fig3 if r["environment"] == env], "mean") for env in _environments(fig3)}
+Cell = tuple[str, str]
+"""An evaluation: (environment, LLM backbone)."""
 
 
-def _fmt(method_value: tuple[str, float]) -> str:
-    return f"{method_value[0]} {method_value[1]:.3f}"
+def _cells(rows: Sequence[Row], metric: str | None = "spearman") -> dict[Cell, dict[str, float]]:
+    """Fig. 2-style rows (one value per method, environment and backbone) as evaluations: per environment ×
+    LLM backbone the value of each method on its points; a method without an LLM (:data:`NON_LLM`) has one value
+    per environment and encoder, and enters every evaluation of its environment with its best encoder's.
+    ``metric``: only rows of that metric (``None``: all)."""
+    chosen = [r for r in rows if metric is None or r.get("metric", metric) == metric]
+    cells: dict[Cell, dict[str, float]] = {}
+    shared: dict[str, dict[str, float]] = {}
+    for r in chosen:
+        value = float(r["value"])
+        if _family(r) in NON_LLM:
+            env = shared.setdefault(str(r["environment"]), {})
+            env[r["method"]] = max(value, env.get(r["method"], -math.inf))
+        else:
+            cells.setdefault((str(r["environment"]), str(r["backbone"])), {})[r["method"]] = value
+    for (env, _), values in cells.items():
+        values.update(shared.get(env, {}))
+    return cells
+
+
+def _lead(cell: Mapping[str, float], ahead: Callable[[str], bool], behind: Callable[[str], bool]) -> float | None:
+    """The best value among the methods ``ahead`` minus the best among those ``behind`` in one evaluation
+    (``None`` when either group has none there)."""
+    a = [v for m, v in cell.items() if ahead(m)]
+    b = [v for m, v in cell.items() if behind(m)]
+    return max(a) - max(b) if a and b else None
+
+
+def _baseline_prompt(method: str) -> bool:
+    """A Direct method the paper's Table 1 lists as its own baseline (not gvl, which adapts Ma et al., 2024)."""
+    return families.of_method(method).slug == "direct" and families.origin(method) == "baseline"
+
+
+def _literature(method: str) -> bool:
+    """A method the paper's Table 1 takes from the literature (not a baseline, not one of its extensions)."""
+    return families.origin(method) == "literature"
+
+
+def _prompting(method: str) -> bool:
+    return families.of_method(method).slug in PROMPTING
+
+
+def _not_prompting(method: str) -> bool:
+    return not _prompting(method)
+
+
+def _lead_tests(cells: Mapping[Cell, Mapping[str, float]], slices: Sequence[tuple[str, Callable[[Cell], bool]]],
+                ahead: Callable[[str], bool], behind: Callable[[str], bool], units: str) -> list[Test]:
+    """Per slice (a name and which evaluations it holds), a paired t-test over its evaluations that the best
+    method ``ahead`` leads the best ``behind`` (one-sided: the mean lead is above zero)."""
+    out = []
+    for name, chosen in slices:
+        leads = [d for c, values in cells.items() if chosen(c) and (d := _lead(values, ahead, behind)) is not None]
+        out.append(mean_test(name, units, leads, test="paired t-test of the lead"))
+    return out
+
+
+def _environment_slices(cells: Mapping[Cell, Any]) -> list[tuple[str, Callable[[Cell], bool]]]:
+    return [(f"environment {env}", lambda c, env=env: c[0] == env) for env in _environments(
+        [{"environment": c[0]} for c in cells])]
+
+
+def _tests_sentence(tests: Sequence[Test]) -> str:
+    """The parts that hold and those that go against, in words."""
+    held = [t.part for t in tests if t.outcome == "holds"]
+    against = [t.part for t in tests if t.outcome == "against"]
+    if len(held) == len(tests):
+        return f"Every part holds at 5% ({len(tests)} of {len(tests)})."
+    out = f"{len(held)} of {len(tests)} parts hold at 5%" + (" after Holm's correction" if len(tests) > 1 else "")
+    return out + (f"; against the claim: {', '.join(against)}" if against else "") + "."
+
+
+Outcome = tuple[str, str, list[tuple[str, Any]], list[Test]]
+"""What a rule returns: verdict, summary, numbers and the tests (with Holm's adjustment)."""
+
+
+def _decide(summary: str, numbers: list[tuple[str, Any]], tests: Sequence[Test]) -> Outcome:
+    verdict, adjusted = verdict_of(tests)
+    return verdict, f"{summary} {_tests_sentence(adjusted)}", numbers, adjusted
 
 
 # -- one rule per claim ------------------------------------------------------------------------
 
-
-def prompting_beats_literature(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Per environment (Fig. 3), the best Direct method against the best method of the literature families."""
-    numbers: list[tuple[str, Any]] = []
-    wins, lost = 0, []
-    slices = 0
-    for env, means in _per_environment(views["fig3"]).items():
-        pair = _direct_vs_literature(means)
-        if pair is None:
-            continue
-        slices += 1
-        (direct, literature) = pair
-        numbers.append((f"{env}: best Direct", _fmt(direct)))
-        numbers.append((f"{env}: best from the literature", _fmt(literature)))
-        if direct[1] > literature[1]:
-            wins += 1
-        else:
-            lost.append(f"{env} ({_fmt(literature)} against {_fmt(direct)})")
-    summary = (f"The best Direct method leads the best literature method in {wins} of {slices} environments "
-               f"(means over backbones, Figure 3)" + (f"; it does not in {', '.join(lost)}." if lost else "."))
-    return share_verdict(wins, slices), summary, numbers
+_LEAD_UNITS = "evaluations (environment × LLM backbone) of the view, global Spearman"
 
 
-def holds_across_slices(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """The Direct-against-literature comparison in every environment (Fig. 3), every LLM backbone (Fig. 2's
-    values averaged over environments) and each modality (Fig. 2 over text, over images)."""
-    slices: list[tuple[str, tuple[tuple[str, float], tuple[str, float]] | None]] = []
-    for env, means in _per_environment(views["fig3"]).items():
-        slices.append((f"environment {env}", _direct_vs_literature(means)))
-    fig2 = views["fig2"]
-    llm = sorted({str(r["backbone"]) for r in fig2 if _family(r) == "direct"})
-    for backbone in llm:
-        slices.append((f"backbone {backbone}", _direct_vs_literature(
-            method_means([r for r in fig2 if r["backbone"] == backbone]))))
+def prompting_beats_literature(views: Views) -> Outcome:
+    """Per environment, a paired t-test over its evaluations of the best Direct baseline (Table 1: Baseline)
+    minus the best method Table 1 takes from the literature (its extensions sdpo-gt and codegen-avg are neither),
+    both on the global Spearman of Fig. 2's paper slice."""
+    cells = _cells(views["fig2"])
+    tests = _lead_tests(cells, _environment_slices(cells), _baseline_prompt, _literature, _LEAD_UNITS)
+    numbers: list[tuple[str, Any]] = [
+        ("Direct baselines (Table 1)", ", ".join(m for m, s in families.TABLE1_SOURCES.items() if _baseline_prompt(m))),
+        ("not counted as literature (Table 1: Extension)",
+         ", ".join(m for m, s in families.TABLE1_SOURCES.items() if s == "Extension"))]
+    summary = ("In each evaluation the best Direct baseline is compared with the best literature method on the same "
+               "points; per environment a paired t-test asks whether the mean lead is above zero.")
+    return _decide(summary, numbers, tests)
+
+
+def holds_across_slices(views: Views) -> Outcome:
+    """The test of :func:`prompting_beats_literature` in every slice: each environment, each LLM backbone
+    (its evaluations over environments) and each modality (Fig. 2 over text, over images)."""
+    cells = _cells(views["fig2"])
+    slices = _environment_slices(cells)
+    for backbone in sorted({c[1] for c in cells}):
+        slices.append((f"backbone {backbone}", lambda c, b=backbone: c[1] == b))
+    tests = _lead_tests(cells, slices, _baseline_prompt, _literature, _LEAD_UNITS)
     for modality in ("text", "image"):
-        slices.append((f"modality {modality}", _direct_vs_literature(method_means(views[f"fig2-{modality}"]))))
-    numbers: list[tuple[str, Any]] = []
-    held, failed = 0, []
-    compared = [(name, pair) for name, pair in slices if pair is not None]
-    for name, (direct, literature) in compared:
-        numbers.append((name, f"Direct {_fmt(direct)} · literature {_fmt(literature)}"))
-        if direct[1] > literature[1]:
-            held += 1
-        else:
-            failed.append(name)
-    summary = (f"Direct leads the literature methods in {held} of {len(compared)} slices (each environment, each "
-               f"LLM backbone, each modality)" + (f"; not in: {', '.join(failed)}." if failed else "."))
-    return share_verdict(held, len(compared)), summary, numbers
+        tests += _lead_tests(_cells(views[f"fig2-{modality}"]), [(f"modality {modality}", lambda c: True)],
+                             _baseline_prompt, _literature, _LEAD_UNITS)
+    summary = ("The lead of the best Direct baseline over the best literature method, tested in every environment, "
+               "every LLM backbone and each modality (paired t-tests over the slice's evaluations).")
+    return _decide(summary, [], tests)
 
 
-def clusters_by_family(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """η²: the share of the variance of Fig. 2's method means that lies between families."""
+def clusters_by_family(views: Views) -> Outcome:
+    """η² of Fig. 2's method means by family, and a permutation test of it."""
     means = method_means(views["fig2"])
     values = [v for _, v in means.values()]
-    grand = _mean(values)
-    total = sum((v - grand) ** 2 for v in values)
+    groups = [fam for fam, _ in means.values()]
+    test = permutation_eta_test("the family explains the spread of the method means", "methods (Figure 2 means)",
+                                values, groups)
     by_family: dict[str, list[float]] = {}
     for fam, v in means.values():
         by_family.setdefault(fam, []).append(v)
-    between = sum(len(vs) * (_mean(vs) - grand) ** 2 for vs in by_family.values())
-    eta2 = between / total if total else 0.0
-    verdict = "supported" if eta2 >= CLUSTER_SUPPORTED else "partly" if eta2 >= CLUSTER_PARTLY else "contradicted"
-    numbers: list[tuple[str, Any]] = [("share of variance between families (η²)", eta2),
+    numbers: list[tuple[str, Any]] = [("share of variance between families (η²)", eta_squared(values, groups)),
                                       ("methods", len(values)), ("families", len(by_family))]
     for fam, vs in sorted(by_family.items(), key=lambda kv: -_mean(kv[1])):
-        numbers.append((f"{families.get(fam).name}: range of method means",
-                        f"{min(vs):.3f} … {max(vs):.3f}"))
-    summary = (f"The family explains {eta2:.0%} of the variance of the {len(values)} method means of Figure 2 "
-               f"(supported from {CLUSTER_SUPPORTED:.0%}, partly from {CLUSTER_PARTLY:.0%}).")
-    return verdict, summary, numbers
+        numbers.append((f"{families.get(fam).name}: range of method means", f"{min(vs):.3f} … {max(vs):.3f}"))
+    summary = (f"The family explains {numbers[0][1]:.0%} of the variance of the {len(values)} method means of "
+               "Figure 2; a permutation test asks how often shuffled family labels explain as much.")
+    return _decide(summary, numbers, [test])
 
 
-def code_widest_spread(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Standard deviation of every family's Fig. 2 points (environment × backbone values of its methods)."""
+def _fig2_points_by_family(views: Views) -> dict[str, list[float]]:
+    """Figure 2's points (environment × backbone values of each family's methods) by family slug."""
+    by_family: dict[str, list[float]] = {}
+    for r in views["fig2"]:
+        by_family.setdefault(_family(r), []).append(float(r["value"]))
+    return by_family
+
+
+def code_widest_spread(views: Views) -> Outcome:
+    """Brown-Forsythe tests of Code's Fig. 2 points against every other family's: wider than each."""
     by_family = _fig2_points_by_family(views)
-    spread = sorted(((_std(vs), fam) for fam, vs in by_family.items()), reverse=True)
-    numbers: list[tuple[str, Any]] = [(f"{families.get(fam).name}: std of points", s) for s, fam in spread]
-    code = dict((fam, s) for s, fam in spread).get("code")
-    if code is None or len(spread) < 2:
-        return "contradicted", "No code results to compare.", numbers
-    rival = next((s, fam) for s, fam in spread if fam != "code")
-    ratio = code / rival[0] if rival[0] else math.inf
-    verdict = ("supported" if spread[0][1] == "code" and ratio >= WIDEST_BY_FAR
-               else "partly" if spread[0][1] == "code" else "contradicted")
-    summary = (f"Code's points have a standard deviation of {code:.3f}, {ratio:.2f}× the next family's "
-               f"({families.get(rival[1]).name}, {rival[0]:.3f}); 'by far' is read as at least {WIDEST_BY_FAR}×.")
-    return verdict, summary, numbers
+    numbers: list[tuple[str, Any]] = [(f"{families.get(fam).name}: std of points", _std(vs))
+                                      for fam, vs in sorted(by_family.items(), key=lambda kv: -_std(kv[1]))]
+    code = by_family.get("code", [])
+    tests = [spread_test(f"Code spreads more than {families.get(fam).name}",
+                         "Figure 2 points (method × environment × backbone)", code, vs,
+                         ("Code", families.get(fam).name))
+             for fam, vs in by_family.items() if fam != "code"]
+    summary = "Code's points against each other family's, by the spread around their medians."
+    return _decide(summary, numbers, tests)
 
 
-def direct_ranking_best_overall(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Family means over every Fig. 2 point: are Direct and Ranking the two highest?"""
+def direct_ranking_best_overall(views: Views) -> Outcome:
+    """Welch's t-tests: Direct's and Ranking's Fig. 2 points above every other family's."""
     by_family = _fig2_points_by_family(views)
     order = sorted(by_family, key=lambda fam: -_mean(by_family[fam]))
     numbers: list[tuple[str, Any]] = [(f"{families.get(fam).name}: mean of points", _mean(by_family[fam]))
                                       for fam in order]
-    top = set(order[:2])
-    verdict = "supported" if top == set(PROMPTING) else "partly" if top & set(PROMPTING) else "contradicted"
+    tests = [welch_test(f"{families.get(top).name} above {families.get(fam).name}",
+                        "Figure 2 points (method × environment × backbone)", by_family[top], by_family[fam],
+                        (families.get(top).name, families.get(fam).name))
+             for top in PROMPTING if top in by_family for fam in order if fam not in PROMPTING]
     summary = ("The two highest family means of Figure 2 are "
                + " and ".join(f"{families.get(f).name} ({_mean(by_family[f]):.3f})" for f in order[:2])
-               + (f"; the next is {families.get(order[2]).name} ({_mean(by_family[order[2]]):.3f})."
-                  if len(order) > 2 else "."))
-    return verdict, summary, numbers
+               + "; each prompting family is tested against every other.")
+    return _decide(summary, numbers, tests)
 
 
-def top_in_every_environment(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """The best method per environment (Fig. 3) and per environment × backbone (Fig. 2): Direct or Ranking?"""
-    numbers: list[tuple[str, Any]] = []
-    env_failures = []
-    per_env = _per_environment(views["fig3"])
-    for env, means in per_env.items():
-        top = _best(means, tuple(means[m][0] for m in means))
-        assert top is not None
-        best_direct = _best(means, ("direct",))
-        best_ranking = _best(means, ("ranking",))
-        numbers.append((f"{env}: best method", f"{_fmt(top)} ({families.get(means[top[0]][0]).name})"))
-        if means[top[0]][0] not in PROMPTING:
-            env_failures.append(f"{env}: {_fmt(top)} against the best Direct "
-                                + (_fmt(best_direct) if best_direct else "none")
-                                + (f" and Ranking {best_ranking[1]:.3f}" if best_ranking else ""))
-    cells: dict[tuple[str, str], dict[str, tuple[str, float]]] = {}
-    for r in views["fig2"]:
-        cells.setdefault((str(r["environment"]), str(r["backbone"])), {})[r["method"]] = (_family(r), float(r["value"]))
-    compared = {k: v for k, v in cells.items() if any(fam in PROMPTING for fam, _ in v.values())}
-    led = sum(1 for v in compared.values() if max(v.values(), key=lambda fv: fv[1])[0] in PROMPTING)
-    numbers.append(("environment × backbone cells led by Direct or Ranking", f"{led} of {len(compared)}"))
-    if env_failures:
-        verdict = "contradicted"
-    else:
-        verdict = "supported" if led == len(compared) else "partly"
-    summary = (f"Direct or Ranking has the best mean in {len(per_env) - len(env_failures)} of {len(per_env)} "
-               f"environments and the best value in {led} of {len(compared)} environment × backbone cells"
-               + (f"; not in {'; '.join(env_failures)}." if env_failures else "."))
-    return verdict, summary, numbers
+def top_in_every_environment(views: Views) -> Outcome:
+    """Per environment and per LLM backbone, a paired t-test over the evaluations of the best Direct or
+    Ranking method minus the best other method (any of the paper's 21, either metric as Fig. 2 draws it)."""
+    cells = _cells(views["fig2"], metric=None)
+    slices = _environment_slices(cells)
+    for backbone in sorted({c[1] for c in cells}):
+        slices.append((f"backbone {backbone}", lambda c, b=backbone: c[1] == b))
+    tests = _lead_tests(cells, slices, _prompting, _not_prompting,
+                        "evaluations (environment × LLM backbone) of Figure 2, either metric")
+    summary = ("In each evaluation the best Direct or Ranking method is compared with the best other method; per "
+               "environment and per backbone a paired t-test asks whether the mean lead is above zero.")
+    return _decide(summary, [], tests)
 
 
-def complexity_does_not_help(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Each elaborate variant's Fig. 2 mean against its family's simplest member (:data:`COMPLEX_PAIRS`)."""
-    means = method_means(views["fig2"])
-    numbers: list[tuple[str, Any]] = []
-    small, big, pairs = 0, [], 0
+def complexity_does_not_help(views: Views) -> Outcome:
+    """Per elaborate variant (:data:`COMPLEX_PAIRS`), a paired t-test over the evaluations both have that
+    its gain over its family's simplest member is below :data:`SMALL_GAIN`."""
+    cells = _cells(views["fig2"], metric=None)
+    tests, numbers = [], []
     for variant, simple in COMPLEX_PAIRS:
-        if variant not in means or simple not in means:
+        gains = [v[variant] - v[simple] for v in cells.values() if variant in v and simple in v]
+        if not gains:
             continue
-        pairs += 1
-        gain = means[variant][1] - means[simple][1]
-        numbers.append((f"{variant} − {simple}", gain))
-        if gain < SMALL_GAIN:
-            small += 1
-        else:
-            big.append(f"{variant} (+{gain:.3f})")
-    summary = (f"{small} of {pairs} elaborate variants gain less than {SMALL_GAIN} over the simplest member of their "
-               f"family (Figure 2 means)" + (f"; larger gains: {', '.join(big)}." if big else "."))
-    return share_verdict(small, pairs), summary, numbers
+        numbers.append((f"{variant} − {simple}", _mean(gains)))
+        tests.append(mean_test(f"{variant} gains less than {SMALL_GAIN} over {simple}",
+                               "evaluations (environment × LLM backbone) both were run in", gains,
+                               above=SMALL_GAIN, greater=False, test="paired t-test of the gain"))
+    summary = (f"Each elaborate variant's gain over the simplest member of its family, tested against a margin of "
+               f"{SMALL_GAIN}: 'little or no gain' holds where the gain is shown to be below it.")
+    return _decide(summary, numbers, tests)
 
 
-def difficulty_not_monotone(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Four checks on Fig. 3: the mean over methods does not fall steadily with difficulty, Direct is positive
-    everywhere, Code is negative on TerminalBench, self-distillation is higher on TerminalBench than in
-    FrozenLake and ALFWorld."""
-    per_env = _per_environment(views["fig3"])
-    envs = list(per_env)
-
-    def family_means(fam: str) -> dict[str, float]:
-        out = {}
-        for env in envs:
-            vs = [v for f, v in per_env[env].values() if f == fam]
-            if vs:
-                out[env] = _mean(vs)
-        return out
-
-    checks: list[tuple[str, bool, str]] = []
-    overall = [_mean([v for _, v in per_env[e].values()]) for e in envs]
-    steady = []
-    for fam in families.FAMILIES:
-        series = list(family_means(fam.slug).values())
-        if len(series) >= 3 and all(a >= b for a, b in zip(series, series[1:])):
-            steady.append(fam.name)
-    checks.append(("the mean over methods does not fall steadily from FrozenLake to TerminalBench",
-                   len(overall) >= 3 and not all(a >= b for a, b in zip(overall, overall[1:])),
-                   ", ".join(f"{e} {v:.3f}" for e, v in zip(envs, overall))
-                   + " · families that do fall steadily: " + (", ".join(steady) or "none")))
-    direct = [(env, m, v) for env in envs for m, (f, v) in per_env[env].items() if f == "direct"]
-    lowest = min(direct, key=lambda t: t[2]) if direct else None
-    checks.append(("every Direct method is above zero in every environment", lowest is not None and lowest[2] > 0,
-                   f"lowest: {lowest[1]} in {lowest[0]} {lowest[2]:.3f}" if lowest else "no Direct results"))
-    code_tb = {m: v for m, (f, v) in per_env.get("TerminalBench", {}).items() if f == "code"}
-    checks.append(("every Code method is below zero on TerminalBench", bool(code_tb) and max(code_tb.values()) < 0,
-                   ", ".join(f"{m} {v:.3f}" for m, v in code_tb.items()) or "no Code results on TerminalBench"))
-    sd = family_means("self-distillation")
-    simple = [sd[e] for e in ("FrozenLake", "ALFWorld") if e in sd]
-    checks.append(("self-distillation is higher on TerminalBench than in FrozenLake and ALFWorld",
-                   "TerminalBench" in sd and bool(simple) and sd["TerminalBench"] > max(simple),
-                   ", ".join(f"{e} {v:.3f}" for e, v in sd.items()) or "no self-distillation results"))
-    held = sum(ok for _, ok, _ in checks)
-    numbers = [(name, f"{'yes' if ok else 'no'} ({detail})") for name, ok, detail in checks]
-    summary = f"{held} of {len(checks)} parts of the claim hold on Figure 3's means over backbones."
-    return share_verdict(held, len(checks)), summary, numbers
+def difficulty_not_monotone(views: Views) -> Outcome:
+    """The claim's three statements, each tested on Fig. 2's evaluations: Direct above zero in every
+    environment, each Code method below zero on TerminalBench, self-distillation higher on TerminalBench than
+    in FrozenLake and in ALFWorld.  The means over methods per environment are shown, not tested."""
+    rows = views["fig2"]
+    envs = _environments(rows)
+    units = "method × LLM backbone values of Figure 2"
+    tests = [mean_test(f"Direct above zero in {env}", units,
+                       [float(r["value"]) for r in rows if r["environment"] == env and _family(r) == "direct"])
+             for env in envs]
+    for method in ("eureka", "codegen", "codegen-avg"):
+        values = [float(r["value"]) for r in rows if r["environment"] == "TerminalBench" and r["method"] == method]
+        if values:
+            tests.append(mean_test(f"{method} below zero on TerminalBench", "LLM backbones", values, greater=False))
+    sd = {env: [float(r["value"]) for r in rows if r["environment"] == env and _family(r) == "self-distillation"]
+          for env in envs}
+    for env in ("FrozenLake", "ALFWorld"):
+        if sd.get(env) and sd.get("TerminalBench"):
+            tests.append(welch_test(f"self-distillation higher on TerminalBench than in {env}", units,
+                                    sd["TerminalBench"], sd[env], ("TerminalBench", env)))
+    overall = {env: _mean([v for _, v in method_means([r for r in rows if r["environment"] == env]).values()])
+               for env in envs}
+    numbers: list[tuple[str, Any]] = [("mean over methods per environment",
+                                       ", ".join(f"{e} {v:.3f}" for e, v in overall.items()))]
+    summary = "Each statement of the claim tested on Figure 2's evaluations."
+    return _decide(summary, numbers, tests)
 
 
-def text_beats_image(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Share of Fig. 4 (left) points (method × environment × backbone on both modalities) where text is higher."""
+def text_beats_image(views: Views) -> Outcome:
+    """Per environment, an exact sign test over Fig. 4 (left)'s pairs (the same method and backbone on text and
+    on images) that text is higher; all pairs pooled are shown, not used (pairs of one environment are not
+    independent, and the claim is about every environment offering both)."""
     points = views["fig4-left"]
-    text_higher = sum(1 for r in points if float(r["text"]) > float(r["image"]))
-    share = text_higher / len(points) if points else 0.0
-    gap = _mean([float(r["text"]) - float(r["image"]) for r in points]) if points else 0.0
-    verdict = "supported" if share >= TEXT_SUPPORTED else "partly" if share > 0.5 else "contradicted"
-    summary = (f"Text is higher than image in {text_higher} of {len(points)} points ({share:.0%}; supported from "
-               f"{TEXT_SUPPORTED:.0%}), by {gap:.3f} on average.")
-    return verdict, summary, [("points with text above image", f"{text_higher} of {len(points)}"),
-                              ("mean of text − image", gap)]
+    tests = [sign_test(f"text above image in {env}", "method × backbone pairs (Figure 4, left)",
+                       [float(r["text"]) - float(r["image"]) for r in points if r["environment"] == env],
+                       "favour text") for env in _environments(points)]
+    pooled = sign_test("all environments pooled", "method × environment × backbone pairs",
+                       [float(r["text"]) - float(r["image"]) for r in points], "favour text")
+    gap = _mean([float(r["text"]) - float(r["image"]) for r in points])
+    numbers: list[tuple[str, Any]] = [
+        ("points with text above image", pooled.estimate.replace(" favour text", "")),
+        ("all pairs pooled: sign test, two-sided p (not used: pairs of one environment are not independent)",
+         _fmt_p(min(1.0, 2 * min(pooled.p_value, pooled.p_against)))),
+        ("mean of text − image", gap)]
+    summary = (f"Text is higher than image in {pooled.estimate.replace(' favour text', '')} pairs (mean gap "
+               f"{gap:.3f}); each environment is tested on its own.")
+    return _decide(summary, numbers, tests)
 
 
-def target_ordering_preserved(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Spearman of the methods' Q and V means (Fig. 4 right), and the direction of the shift per family."""
+FIG4_RIGHT_SHIFTS: tuple[tuple[str, bool], ...] = (("code", True), ("pre-trained", True), ("direct", False))
+"""The families whose level the claim says moves, and whether up (V above Q)."""
+
+
+def target_ordering_preserved(views: Views) -> Outcome:
+    """Spearman's test of the methods' Q means against their V means (Fig. 4 right), and per family an exact
+    sign test over its evaluations scored against both targets that V − Q moves the stated way."""
     rows = views["fig4-right"]
     by: dict[str, dict[str, float]] = {}
-    fam_of: dict[str, str] = {}
     for r in rows:
         by.setdefault(r["method"], {})[r["target"]] = float(r["mean"])
-        fam_of[r["method"]] = _family(r)
     both = sorted(m for m, t in by.items() if {"q", "v"} <= t.keys())
-    rho = spearman([by[m]["q"] for m in both], [by[m]["v"] for m in both]) if len(both) >= 3 else math.nan
-    numbers: list[tuple[str, Any]] = [("methods with Q and V", len(both)), ("Spearman of Q means with V means", rho)]
-    shifts = []
-    for fam, up in (("code", True), ("pre-trained", True), ("direct", False)):
-        diffs = [by[m]["v"] - by[m]["q"] for m in both if fam_of[m] == fam]
-        if diffs:
-            ok = (_mean(diffs) > 0) == up
-            shifts.append(ok)
-            numbers.append((f"{families.get(fam).name}: mean of V − Q", _mean(diffs)))
-    verdict = ("contradicted" if math.isnan(rho) or rho < ORDER_PARTLY
-               else "supported" if rho >= ORDER_SUPPORTED and all(shifts) else "partly")
-    summary = (f"Over {len(both)} methods the Q means and V means correlate with Spearman {rho:.2f} (the order "
-               f"counts as kept from {ORDER_SUPPORTED}); the shifts go the stated way in {sum(shifts)} of "
-               f"{len(shifts)} families.")
-    return verdict, summary, numbers
+    tests = [spearman_test("the order of the methods is kept", "methods (Figure 4 right means)",
+                           [by[m]["q"] for m in both], [by[m]["v"] for m in both])]
+    envs = {str(r["environment"]) for r in views["reported"] if r["target"] == "v"}
+    pairs: dict[tuple[str, str, str, str], dict[str, float]] = {}
+    for r in views["reported"]:
+        fam = _family(r)
+        wanted = "image" if fam == "pre-trained" else "text"
+        if r["environment"] in envs and r["method"] in both and r["modality"] == wanted and r["metric"] == "spearman":
+            pairs.setdefault((r["method"], r["environment"], r["backbone"], fam), {})[r["target"]] = float(r["value"])
+    numbers: list[tuple[str, Any]] = [("methods with Q and V", len(both))]
+    for fam, up in FIG4_RIGHT_SHIFTS:
+        diffs = [(t["v"] - t["q"]) * (1 if up else -1) for k, t in pairs.items() if k[3] == fam and {"q", "v"} <= t.keys()]
+        if not diffs:
+            continue
+        name = families.get(fam).name
+        tests.append(sign_test(f"{name}: V {'above' if up else 'below'} Q", "method × environment × backbone "
+                               "evaluations scored against both targets", diffs,
+                               f"move {'up' if up else 'down'} from Q to V"))
+        numbers.append((f"{name}: mean of V − Q", _mean(diffs) * (1 if up else -1)))
+        per_method = {}
+        for k, t in pairs.items():
+            if k[3] == fam and {"q", "v"} <= t.keys():
+                per_method.setdefault(k[0], []).append(t["v"] - t["q"])
+        numbers.append((f"{name}: mean of V − Q per method",
+                        ", ".join(f"{m} {_mean(v):+.3f}" for m, v in sorted(per_method.items()))))
+    summary = "The order of the methods under Q and V, and the direction each family's level moves."
+    return _decide(summary, numbers, tests)
 
 
-def labels_robust(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """Fig. 5: the same method × backbone under the first and the second labels, same sign and correlation."""
+def labels_robust(views: Views) -> Outcome:
+    """Fig. 5: the same method × backbone under the first and the second labels: signs kept (Fisher's exact
+    test), order kept (Spearman's test), values nearly the same (a sign test that the absolute difference is
+    below :data:`SMALL_GAIN` more often than not)."""
     rows = views["fig5"]
     x = [float(r["first_labels"]) for r in rows]
     y = [float(r["opus_labels"]) for r in rows]
-    same = sum(1 for a, b in zip(x, y) if (a > 0) == (b > 0))
-    rho = spearman(x, y) if len(rows) >= 3 else math.nan
-    gap = _mean([abs(a - b) for a, b in zip(x, y)]) if rows else math.nan
-    share = same / len(rows) if rows else 0.0
-    verdict = ("supported" if share >= TEXT_SUPPORTED and rho >= ORDER_SUPPORTED
-               else "partly" if share > 0.5 and rho >= ORDER_PARTLY else "contradicted")
-    summary = (f"{same} of {len(rows)} method × backbone values keep their sign under the second labels; the two "
-               f"sets correlate with Spearman {rho:.2f}, and differ by {gap:.3f} on average.")
-    return verdict, summary, [("same sign", f"{same} of {len(rows)}"), ("Spearman between the two labellings", rho),
-                              ("mean absolute difference", gap)]
+    units = "method × backbone values on TerminalBench (Figure 5)"
+    tests = [fisher_sign_test("the signs are kept", units, x, y), spearman_test("the order is kept", units, x, y),
+             sign_test(f"the values differ by less than {SMALL_GAIN}", units,
+                       [SMALL_GAIN - abs(a - b) for a, b in zip(x, y)], f"differ by less than {SMALL_GAIN}")]
+    gap = _mean([abs(a - b) for a, b in zip(x, y)])
+    summary = "The two labellings of TerminalBench compared value by value."
+    return _decide(summary, [("mean absolute difference", gap)], tests)
 
 
-def scale(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
-    """The reported rows' counts against the abstract's (:data:`PAPER_SCALE`)."""
+def scale(views: Views) -> Outcome:
+    """The reported rows' counts against the abstract's (:data:`PAPER_SCALE`): a count, no test."""
     rows = views["reported"]
-    llm = {str(r["backbone"]) for r in rows if _family(r) not in ("pre-trained", "embedding")}
+    llm = {str(r["backbone"]) for r in rows if _family(r) not in NON_LLM}
     have = {"methods": len({r["method"] for r in rows}), "families": len({_family(r) for r in rows}),
             "environments": len({r["environment"] for r in rows}), "backbones": len(llm), "experiments": len(rows)}
     numbers: list[tuple[str, Any]] = [(f"{k}: paper · published data", f"{PAPER_SCALE[k]} · {have[k]}")
@@ -524,10 +752,10 @@ def scale(views: Views) -> tuple[str, str, list[tuple[str, Any]]]:
                f"{have['experiments']} reported numbers" + ("." if enough else
                                                             f", not the over {PAPER_SCALE['experiments']:,} "
                                                             "experiments the paper counts."))
-    return verdict, summary, numbers
+    return verdict, summary, numbers, []
 
 
-Rule = Callable[[Views], tuple[str, str, list[tuple[str, Any]]]]
+Rule = Callable[[Views], Outcome]
 
 RULES: dict[str, Rule] = {
     "prompting-beats-literature": prompting_beats_literature,
@@ -543,7 +771,7 @@ RULES: dict[str, Rule] = {
     "labels-robust": labels_robust,
     "scale": scale,
 }
-"""The rule of each claim: views in, ``(verdict, summary, numbers)`` out."""
+"""The rule of each claim: views in, ``(verdict, summary, numbers, tests)`` out."""
 
 
 def findings(views: Views, chosen: Sequence[Claim] | None = None) -> list[Finding]:
@@ -556,6 +784,6 @@ def findings(views: Views, chosen: Sequence[Claim] | None = None) -> list[Findin
         if not views.get(c.view):
             out.append(Finding(c, "no-data", f"{VIEWS[c.view].caption} has no rows yet."))
             continue
-        verdict, summary, numbers = RULES[c.id](views)
-        out.append(Finding(c, verdict, summary, tuple(numbers)))
+        verdict, summary, numbers, tests = RULES[c.id](views)
+        out.append(Finding(c, verdict, summary, tuple(numbers), tuple(tests)))
     return out

@@ -242,12 +242,19 @@ def spearman(x: FloatArray, y: FloatArray) -> tuple[float | None, float | None]:
     ry -= ry.mean()
     rho = float(np.dot(rx, ry) / math.sqrt(float(np.dot(rx, rx)) * float(np.dot(ry, ry))))
     rho = min(1.0, max(-1.0, rho))
-    dof = np.float64(x.size - 2)
-    r = np.float64(rho)
+    return _optional(rho), _optional(spearman_p_value(rho, int(x.size)))
+
+
+def spearman_p_value(rho: float, num_points: int) -> float:
+    """scipy's two-sided p-value of a Spearman ``rho`` over ``num_points`` pairs: Student's t with
+    ``num_points - 2`` degrees of freedom (NaN with fewer than three points)."""
+    if num_points < 3:
+        return math.nan
+    dof = np.float64(num_points - 2)
+    r = np.float64(min(1.0, max(-1.0, rho)))
     with np.errstate(divide="ignore", invalid="ignore"):  # |rho| = 1: t is infinite, as in scipy
         t = r * np.sqrt(np.clip(dof / ((r + 1.0) * (1.0 - r)), 0.0, None))
-    p_value = 2.0 * float(special.stdtr(dof, -abs(t)))
-    return _optional(rho), _optional(p_value)
+    return 2.0 * float(special.stdtr(dof, -abs(t)))
 
 
 def _correlation(x: FloatArray, y: FloatArray, metric: str, num_dropped: int, min_points: int) -> Correlation:

@@ -58,8 +58,10 @@ def published(imported) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     cells = consistency.table(qpublished.reported()[1], rescored_values())
     return {
         "findings": {f.claim.id: (f.verdict, f.verdict_label, dict(f.shown_numbers)) for f in current_findings()},
-        "cells": {f"{c.environment}:{c.backbone}:{c.method}:{c.target}": (c.reported, c.rescored, c.difference, c.why)
-                  for c in cells},
+        "cells": {f"{c.environment}:{c.backbone}:{c.method}:{c.target}": (
+            c.reported, c.rescored, c.difference, c.why,
+            "not read" if c.paper is None else "not printed" if c.paper.value is None
+            else f"{c.paper.value:.3f} (Table {c.paper.table})") for c in cells},
     }
 
 
@@ -217,12 +219,12 @@ def test_findings_and_consistency_pages(live_server, published, page) -> None:  
         page.goto(f"{base}/published/consistency/")
         rows = page.evaluate(CELLS)
         assert len(rows) == len(published["cells"]) > 0
-        for key, reported, rescored, difference, why in rows:
+        for key, reported, paper, rescored, difference, why in rows:
             want = published["cells"][key]
             for got, value in zip((reported, rescored, difference), want[:3]):
                 assert _number(got) == (None if value is None else pytest.approx(value, abs=5.01e-4)), (key, got, value)
-            assert why == want[3], key
-        differing = [r for r in rows if r[3] != "—" and abs(float(r[3])) > 0.01]
+            assert (why, paper) == want[3:], key
+        differing = [r for r in rows if r[4] != "—" and abs(float(r[4])) > 0.01]
         assert differing and page.locator("#consistency-table").is_visible()
         assert f"{len(rows)} cells; {len(differing)} differ by more than 0.01" in page.inner_text("#consistency-summary")
         assert page.evaluate("() => document.documentElement.scrollWidth") <= width, ("consistency", width)

@@ -6,6 +6,7 @@ axis label."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections import Counter
@@ -60,6 +61,61 @@ def test_every_cell_that_differs_has_a_reason() -> None:
     assert len(codegen) == 6 and all(c.reason == "equal" and "per-sample" in c.why for c in codegen)
     gvl = next(c for c in cells if (c.environment, c.method, c.target) == ("FrozenLake", "gvl", "q"))
     assert (round(gvl.reported, 3), round(gvl.rescored, 3)) == (0.147, 0.631)
+
+
+def test_every_reason_says_truly_how_the_paper_s_table_stands() -> None:
+    """"Reported" is the authors' data: a reason never calls it the paper's, and what a reason says of the paper's
+    table is what the paper's text prints (Tables 7 and 13 read as qval.errata reads them)."""
+    if not PAPER_TEXT.is_file():
+        pytest.skip(f"paper text not found at {PAPER_TEXT}")
+    text = PAPER_TEXT.read_text(encoding="utf-8")
+    cells = consistency.table(published.reported()[1], _rescored_from_data())
+    assert not [c for c in cells if "the paper's three decimals" in c.why or "with the paper to" in c.why]
+    tables = {(t.environment, t.target, t.modality): errata.paper_cells(text, t) for t in errata.TABLES}
+    checked = 0
+    for c in cells:
+        printed = tables.get((c.environment, c.target, "text"), {}).get((c.method, c.backbone))
+        said = re.search(r"Table (\d+) prints (the same \()?(-?\d\.\d{3})", c.why)
+        if said is None or printed is None:
+            continue
+        checked += 1
+        assert float(said.group(3)) == printed, c
+        assert bool(said.group(2)) == (abs(printed - c.reported) <= errata.ROUNDING + 1e-9), c
+    assert checked >= 6  # the OpenApps and FrozenLake cells whose printed line is read
+    # The consistency page's wrong reason of issue 33: OpenApps verifier, Gemma4 31B, equals the authors' 0.265,
+    # and Table 7 prints 0.346.
+    cell = next(c for c in cells if (c.environment, c.method, c.target) == ("OpenApps", "verifier", "q"))
+    assert (cell.reason, round(cell.reported, 3), cell.paper.value) == ("equal", 0.265, 0.346)
+    assert "the same as the authors' data" in cell.why and "Table 7 prints 0.346 instead" in cell.why
+    # codegen-avg on OpenApps: no table prints it, and the reason says so.
+    avg = next(c for c in cells if (c.environment, c.method, c.target) == ("OpenApps", "codegen-avg", "q"))
+    assert avg.paper.value is None and "not in the paper's tables" in avg.why
+    assert "Table 7" not in tables or ("codegen-avg", avg.backbone) not in tables[("OpenApps", "q", "text")]
+    # A witness of "predictions" agrees with the authors' data (the OpenApps verifier does not with the paper's).
+    assert all("agree with the authors' data" in c.why for c in cells if c.reason == "predictions")
+
+
+def test_marks_computed_from_a_value_and_its_point_count_are_the_paper_s() -> None:
+    """The rule that gives an erratum its marks (the authors' number and the environment's point count, scipy's
+    Spearman p-value) reproduces the marks the paper prints beside its other global ρ; an erratum's marks hold at
+    every candidate count."""
+    from qval import metrics, paper_tau
+
+    _, envs = published.paper_environments()
+    cells = [c for c in paper_tau.tau_cells()[1] if c.metric == "spearman" and c.rho is not None]
+    agree = sum(metrics.significance_marks(metrics.spearman_p_value(c.rho, envs[c.environment].eval_points))
+                == c.rho_stars for c in cells)
+    assert len(cells) > 400 and agree / len(cells) >= 0.95
+    by = {(e.environment, e.backbone): e for e in errata.errata()[1]}
+    shown = errata.computed_marks(by[("FrozenLake", "Gemma4 31B")])  # 0.4947: p < .001 at 100 points and at 239
+    assert (shown.stars, shown.counts) == ("***", (100, 239)) and all(p < 0.001 for p in shown.p_values)
+    mixed = errata.computed_marks(by[("FrozenLake", "Qwen3.5 35B-A3B")])  # -0.1901: * at 100 points, ** at 239
+    assert mixed.stars == "*" and "at 239 points (the authors' website data): **" in mixed.how
+    assert errata.computed_marks(by[("OpenApps", "Gemma4 31B")]).counts == (94,)
+    for e in by.values():
+        m = errata.computed_marks(e)
+        assert m.stars == metrics.significance_marks(max(m.p_values)) and f"{e.authors:.4f}" in m.how
+    assert metrics.spearman_p_value(0.2646, 94) == pytest.approx(0.00997, abs=2e-5)  # the stored summary's p
 
 
 def test_label_sources_name_every_summary_and_terminalbench_matches_neither_labelling() -> None:
@@ -118,7 +174,16 @@ def test_consistency_page_shows_every_cell_with_its_reason_and_the_errata(client
                 for c in consistency.table(published.reported()[1], _rescored_from_data())}
     assert dict(rows) == expected and len(rows) == 75
     assert "75 cells; 33 differ by more than 0.01" in _text(page)
+    assert "Reported (authors' data)" in page and "Paper's table" in page
+    decided = re.findall(r'<li data-reason="(\w+)"><strong>[^<]+</strong>: ([^<]+)\.</li>', page)
+    assert [(code, html.unescape(rule)) for code, rule in decided] == list(consistency.DECIDED.items())
+    verifier = re.search(r'<tr data-cell="OpenApps:Gemma4 31B:verifier:q".*?</tr>', page, re.S).group(0)
+    assert 'data-paper="0.346"' in verifier and "0.265" in verifier and "prints 0.346 instead" in verifier
     assert page.count('<tr data-erratum="') == 10 and 'id="label-sources"' in page
+    marks = dict(re.findall(r'<tr data-erratum="([^"]+)" data-marks="(\**)">', page))
+    assert marks == {f"{e.table}:{e.method}:{e.backbone}": errata.computed_marks(e).stars for e in errata.errata()[1]}
+    row = re.search(r'<tr data-erratum="13:verifier:Gemma4 31B".*?</tr>', page, re.S).group(0)
+    assert "0.654***" in row and "0.4947***" in row and "p = 1.68e-07 at 100 points" in row
     # Each row links to its result page, which names its label source.
     tb = Submission.objects.get(source="rescored", dataset__environment__slug="terminalbench", method_name="gvl")
     assert f'href="/results/{tb.pk}/"' in page

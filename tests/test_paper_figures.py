@@ -205,3 +205,31 @@ def test_the_filters_change_the_slice_and_sources_are_never_pooled(client) -> No
     assert client.get("/figures/paper/fig9/").status_code == 404
     env = client.get("/figures/paper/fig5/?environment=alfworld&format=json").json()["rows"]
     assert len(env) == 54  # Figure 5 is TerminalBench whatever the query says
+
+
+@pytest.mark.django_db
+def test_each_paper_figure_says_what_its_marks_rest_on(client) -> None:  # type: ignore[no-untyped-def]
+    """Every bar, interval and mark of a paper figure names what it rests on (test, units, n), and the data
+    columns it cites for n are in the figure's data."""
+    from board.paper_figures import PAPER_FIGURES
+    from qval import published
+    from submissions.importing import import_results
+
+    import_results(resamples=0)
+    for name in FIGURES:
+        text = PAPER_FIGURES[name].rests_on
+        page = client.get(f"/figures/paper/{name}/").content.decode()
+        shown = re.search(r'<p class="help" id="figure-rests-on"><strong>What the marks rest on:</strong> (.*?)\.</p>',
+                          page, re.S)
+        assert shown and html.unescape(shown.group(1)) == text, name
+        rows = client.get(f"/figures/paper/{name}/?format=json").json()["rows"]
+        for column in re.findall(r"the data's (\w+) column", text):
+            assert rows and all(column in r for r in rows), (name, column)
+        assert "test" in text, name
+    fig3 = client.get("/figures/paper/fig3/?format=json").json()["rows"]
+    assert max(r["backbones"] for r in fig3) == 6 and "at most 6" in PAPER_FIGURES["fig3"].rests_on
+    assert "± 2.57 SE" in PAPER_FIGURES["fig3"].rests_on  # Student's t, 5 degrees of freedom
+    points = published.paper_environments()[1]["TerminalBench"].eval_points
+    assert f"{points} in Table 2" in PAPER_FIGURES["fig5"].rests_on
+    right = client.get("/figures/paper/fig4-right/?format=json").json()["rows"]
+    assert max(r["environments"] for r in right) == 3 and "at most 3 by default" in PAPER_FIGURES["fig4-right"].rests_on

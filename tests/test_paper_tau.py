@@ -40,15 +40,15 @@ def test_tau_file_is_the_conversion_of_the_paper_text(paper_text: str) -> None:
     for r in records:
         by_key.setdefault(_key(r), []).append(r)
     assert all(len(by_key[_key(c)]) == 1 and by_key[_key(c)][0].metric == c.metric for c in cells)
-    assert len({_key(c) for c in cells}) == len(cells) == 505
+    assert len({_key(c) for c in cells}) == len(cells) == 467
     assert {t.number for t in paper_tau.TABLES} == set(range(5, 19)) - {6}
     global_rows = [r for r in records if r.metric == "spearman"]
     assert (len(global_rows), sum(c.metric == "spearman" for c in cells)) == (472, 467)
-    assert sum(c.metric == "ranking_spearman" for c in cells) == 38
+    assert sum(c.metric == "ranking_spearman" for c in cells) == 0  # the paper prints no state-local τ
     # The reading is right: every printed ρ next to a τ equals the authors' number, but for the errata's cells.
     wrong = {(c.table, c.method, c.backbone) for c in paper_tau.rho_disagreements(cells, records)}
     assert wrong == {(e.table, e.method, e.backbone) for e in errata.errata()[1]}
-    assert sum(c.rho is not None for c in cells) == 505 - sum(c.low is not None for c in cells)
+    assert sum(c.rho is not None for c in cells) == 467 - sum(c.low is not None for c in cells)
     # The same reading as the errata's for the ρ lines of Tables 7 and 13.
     for table in errata.TABLES:
         theirs = errata.paper_cells(paper_text, table)
@@ -65,7 +65,6 @@ def test_tau_file_is_the_conversion_of_the_paper_text(paper_text: str) -> None:
     (13, "eureka", "Qwen3.5 9B", "0.875***"),
     (14, "vip", "Self", "0.015"),
     (18, "vlm-rm", "SigLIP", "-0.297***"),
-    (10, "sdpo", "Gemma4 26B-A4B", "-0.129 ± 0.631"),
 ])
 def test_spot_values_are_the_printed_ones(paper_text: str, table: int, method: str, backbone: str,
                                           printed: str) -> None:
@@ -101,7 +100,7 @@ def test_published_numbers_are_the_count_of_the_data_files() -> None:
             + sum(sum(v is not None for k, v in r.items() if k not in ("method", "backbone") and not k.endswith("stars"))
                   for r in table6)
             + len(errata_cells))
-    assert sum(n.count for n in paper_tau.published_numbers()) == want == 1549
+    assert sum(n.count for n in paper_tau.published_numbers()) == want == 1473
 
 
 def _import() -> Any:
@@ -117,17 +116,17 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
     _import()
     _, cells = paper_tau.tau_cells()
     taus = Result.objects.filter(submission__source="reported", metric="kendall_tau")
-    assert taus.count() == 467 and all(r.p_value is None and r.details["paper"]["table"] for r in taus)
+    assert taus.count() == 457 and all(r.p_value is None and r.details["paper"]["table"] for r in taus)  # 10 errata
     local = Result.objects.filter(submission__source="reported", metric="ranking_spearman",
                                   details__has_key="kendall_tau")
-    assert local.count() == 38
+    assert local.count() == 0
     by_key = {(c.environment, c.target, c.modality, c.method, c.backbone): c.value for c in cells
               if c.metric == "spearman"}
     rows = json.loads(client.get("/leaderboard/?source=reported&format=json").getvalue())["rows"]
     assert len(rows) == 578
     assert all(r["kendall_tau"] is None for r in rows if r["spearman"] is None)  # state-local rows
     with_tau = [r for r in rows if r["kendall_tau"] is not None]
-    assert len(with_tau) == 467 and {r["kendall_tau"] for r in with_tau} <= set(by_key.values())
+    assert len(with_tau) == 457 and {r["kendall_tau"] for r in with_tau} <= set(by_key.values())
     api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "eureka", "page_size": 50}).json()
     got = [r for r in api["results"] if r.get("kendall_tau") is not None]
     assert got and len(got) == len(api["results"])
@@ -148,40 +147,55 @@ def test_the_import_puts_the_papers_tau_on_the_reported_rows(client) -> None:  #
         sub.provenance["data_sha256"] = f"{published.digest(published.REPORTED_FILE)}:{REPORTED_LAYOUT - 1}"
         sub.save(update_fields=["provenance"])
     taus.delete()
-    assert _import().results == 578 + 467 and taus.count() == 467
+    assert _import().results == 578 + 457 and taus.count() == 457
     total = str(sum(n.count for n in paper_tau.published_numbers()))
     for url in ("/how-we-score/", "/datasets/qval-v1.0-frozenlake@1.0/"):
         page = client.get(url).content.decode()
         assert f'<strong id="published-numbers-total">{total}</strong>' in page, url
 
 
-@pytest.mark.django_db
-def test_the_state_local_tau_is_shown_where_the_global_tau_is(client) -> None:  # type: ignore[no-untyped-def]
-    from submissions.models import Result
+def test_the_line_marked_tau_under_a_ranking_style_method_is_the_next_method_s_rho(paper_text: str) -> None:
+    """The paper prints no τ of a ranking-style method ("mean ± std over per-trajectory Spearman"): in Tables 5, 7,
+    10 and 13 the line marked τ under sdpo holds sdpo-gt's ρ ± std and the one under Δ belief ranking's, cell for
+    cell equal to the authors' numbers and stds, so neither is read as a τ."""
+    assert "Ranking-style methods (ranking, sdpo, sdpo-gt, Δ belief) show mean \\pm std over per-trajectory" \
+        in paper_text
+    records = {_key(r): r for r in published.reported()[1]}
+    lines = paper_text.splitlines()
+    matched = 0
+    for table in (5, 7, 10, 13):
+        start = next(i for i, line in enumerate(lines) if line.startswith(f"Table {table}:"))
+        end = next(i for i, line in enumerate(lines) if line.startswith(f"Table {table + 1}:"))
+        env = next(t.environment for t in paper_tau.TABLES if t.number == table)
+        # The line holding sdpo's ρ is labelled sdpo in Table 7, sdpo-gt where the labels slip (Tables 5, 10, 13).
+        follows = {"Δ belief": "ranking", ("sdpo" if table == 7 else "sdpo-gt"): "sdpo-gt"}
+        for i in range(start, end):
+            label, kind = (lines[i].split("\t") + ["", ""])[:2]
+            if kind != "ρ" or label not in follows or lines[i + 1].split("\t")[1] != "τ":
+                continue
+            nxt = follows[label]
+            cells = [c.strip() for c in lines[i + 1].split("\t")[2:] if c.strip()][:len(errata.BACKBONES)]
+            for backbone, cell in zip(errata.BACKBONES, cells):
+                found = re.match(r"^\$?(-?\d+\.\d+) (?:\\pm|±) (\d+\.\d+)", cell)
+                if found is None:
+                    continue
+                r = records[(env, "q", "text", nxt, backbone)]
+                assert abs(float(found.group(1)) - r.value) <= errata.ROUNDING + 1e-9, (table, label, backbone)
+                assert abs(float(found.group(2)) - r.std) <= errata.ROUNDING + 1e-9, (table, label, backbone)
+                matched += 1
+    assert matched == 44  # 38 once read as state-local τ, and Table 13's Δ belief line
+    assert not [c for c in paper_tau.tau_cells()[1] if c.metric != "spearman"]
 
+
+@pytest.mark.django_db
+def test_a_state_local_row_shows_no_tau(client) -> None:  # type: ignore[no-untyped-def]
     _import()
-    local = {_key(c): c for c in paper_tau.tau_cells()[1] if c.metric == "ranking_spearman"}
-    assert len(local) == 38
     rows = json.loads(client.get("/leaderboard/?source=reported&format=json").getvalue())["rows"]
-    shown = {(r["environment"], r["target"], r["modality"], r["method"], r["backbone"]):
-             (r["ranking_kendall_tau"], r["ranking_kendall_tau_std"]) for r in rows if r["ranking_kendall_tau"] is not None}
-    assert shown == {k: (c.value, c.std) for k, c in local.items()}
-    assert all(r["ranking_kendall_tau"] is None for r in rows if r["ranking_spearman"] is None)  # global rows have none
-    assert "ranking_kendall_tau_std" in client.get("/leaderboard/?source=reported&format=csv").getvalue().decode().splitlines()[0]
-    api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "sdpo", "environment": "frozenlake"}).json()
-    assert sorted(r["ranking_kendall_tau"] for r in api["results"] if r["ranking_kendall_tau"] is not None) \
-        == sorted(c.value for k, c in local.items() if k[0] == "FrozenLake" and k[3] == "sdpo")  # one printed '—'
-    # The board's τ column shows it marked state-local (not "not reported"), and so does the row's own page.
-    cell = next(c for c in local.values() if c.environment == "TerminalBench" and c.method == "Δbelief")
-    board = client.get("/leaderboard/", {"source": "reported", "method": "Δbelief", "environment": "terminalbench",
-                                         "backbone": cell.backbone}).content.decode()
-    tau_cells = re.findall(r'<td class="num" data-metric="kendall_tau">(.*?)</td>', board, re.S)
-    assert tau_cells and all(f"{cell.value:.3f} (state-local)" in c for c in tau_cells), tau_cells
-    row = Result.objects.get(submission__source="reported", metric="ranking_spearman", submission__method_name="Δbelief",
-                             submission__backbone_name=cell.backbone, submission__dataset__slug="qval-v1.0-terminalbench")
-    page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", client.get(f"/results/{row.submission_id}/").content.decode()))
-    assert f"Kendall τ (state-local, printed in the paper) {cell.value:.3f} ± {cell.std:.3f} " \
-           f"(Table {cell.table}, line {cell.line})" in page
+    local = [r for r in rows if r["ranking_spearman"] is not None]
+    assert len(local) == 106 and all(r["kendall_tau"] is None and "ranking_kendall_tau" not in r for r in local)
+    board = client.get("/leaderboard/", {"source": "reported", "method": "Δbelief", "environment": "terminalbench"})
+    tau_cells = re.findall(r'<td class="num" data-metric="kendall_tau">(.*?)</td>', board.content.decode(), re.S)
+    assert tau_cells and all("not reported" in c for c in tau_cells), tau_cells
 
 
 def test_the_marks_beside_each_rho_are_the_printed_ones(paper_text: str) -> None:
@@ -215,13 +229,30 @@ def test_the_printed_marks_are_shown_beside_reported_numbers(client) -> None:  #
                              submission__backbone_name="Qwen3.5 9B", submission__target="q",
                              submission__modality="text", submission__dataset__slug="qval-v1.0-frozenlake")
     assert rho.p_value is None and rho.details["paper"] == {"table": 13, "line": cell.line - 1, "stars": cell.rho_stars}
-    # The errata's cells keep no marks: those the paper prints belong to its other number.
+    # The errata's cells keep none of the paper's marks, nor the τ printed under them (both belong to its other
+    # number), and show marks computed from the authors' number and its point count instead.
     for e in errata.errata()[1]:
         wrong = Result.objects.get(submission__source="reported", metric="spearman", submission__method_name=e.method,
                                    submission__backbone_name=e.backbone, submission__target=e.target,
                                    submission__modality=e.modality,
                                    submission__dataset__environment__name=e.environment)
         assert "paper" not in wrong.details, e
+        assert wrong.details["computed_marks"]["stars"] == errata.computed_marks(e).stars, e
+        assert not Result.objects.filter(submission=wrong.submission, metric="kendall_tau").exists(), e
+    shown = Result.objects.get(submission__source="reported", metric="spearman", submission__method_name="verifier",
+                               submission__backbone_name="Gemma4 31B", submission__target="q",
+                               submission__modality="text", submission__dataset__environment__name="FrozenLake")
+    assert (round(shown.value, 4), shown.details["computed_marks"]["stars"]) == (0.4947, "***")
+    board = client.get("/leaderboard/", {"source": "reported", "method": "verifier", "environment": "frozenlake",
+                                         "backbone": "Gemma4 31B", "target": "q", "modality": "text"}).content.decode()
+    assert re.search(r'data-metric="spearman">0\.495<span class="computed-marks" title="[^"]+">\*\*\*</span></td>', board)
+    assert "computed from the authors' number and its point count" in board
+    page = client.get(f"/results/{shown.submission_id}/").content.decode()
+    assert "0.495***" in page and 'id="computed-marks"' in page and "p = 1.68e-07 at 100 points" in page
+    erratum_api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "verifier",
+                                                      "environment": "frozenlake", "backbone": "Gemma4 31B",
+                                                      "target": "q", "modality": "text"}).json()["results"]
+    assert [(r["spearman_marks"], r["kendall_tau"]) for r in erratum_api] == [("***", None)]
     api = client.get("/api/v1/leaderboard/", {"source": "reported", "method": "eureka", "environment": "frozenlake",
                                               "backbone": "Qwen3.5 9B", "target": "q", "modality": "text"}).json()
     (row,) = api["results"]

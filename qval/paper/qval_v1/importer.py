@@ -2,8 +2,7 @@
 
 Reported numbers become *reported* rows (with the point counts the authors give per environment,
 :func:`.published.reported_points`, and the paper's date in their provenance; the Kendall τ the paper prints for
-a row, :mod:`.tau`, is its ``kendall_tau`` result, or for a state-local row the ``kendall_tau`` entry of its
-``ranking_spearman`` details); the stored predictions become *re-scored* rows (scored under the reference rules,
+a global row, :mod:`.tau`, is its ``kendall_tau`` result; it prints none for a state-local one); the stored predictions become *re-scored* rows (scored under the reference rules,
 their per-point predictions kept as a predictions file, so that two of them can be compared as ours are).  Both
 sit on datasets of their own (``qval-v1.0-<env>@1.0``, *QVal-v1.0 (reported)*: no inputs, and labels only in the
 project's data files), never mixed with rows scored on our datasets.  Nothing here knows about Django.
@@ -20,9 +19,11 @@ from qval.paper.base import Batch, ImportedRow, PublishedEnvironment, PublishedR
 from qval.paper.qval_v1 import published
 from qval.paper.qval_v1 import tau as paper_tau
 
-REPORTED_LAYOUT = 3
+REPORTED_LAYOUT = 5
 """What a reported row holds, part of the digest an import compares (2: points from the authors'
-metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`.tau`)."""
+metadata, the paper's date in the provenance; 3: the paper's printed Kendall τ, :mod:`.tau`;
+4: an erratum's significance marks computed from the authors' number, :func:`qval.errata.computed_marks`;
+5: no state-local τ, which the paper does not print)."""
 RESCORED_LAYOUT = 4
 """What a re-scored row holds, part of the digest an import compares: rows imported under an
 older layout are rewritten (2: the row keeps its predictions file; 3: a sampled predictor's value is the
@@ -38,22 +39,21 @@ ENVIRONMENT_INFO = {
 
 
 def tau_rows(r: published.ReportedResult, row: dict[str, Any], cell: paper_tau.TauCell | None) -> list[dict[str, Any]]:
-    """The result rows of reported record ``r`` (its ρ ``row``) with the paper's printed τ ``cell``: a global τ
-    is a ``kendall_tau`` row of its own (no p-value: the paper prints stars, kept in the details), a
-    state-local τ (mean ± std over states) goes into the ρ row's details, as the metric has no row of its own.
-    The stars printed next to the ρ go into the ρ row's ``details.paper`` with their table and line, unless the
-    printed ρ is not the authors' number (the errata's cells: the stars are another number's)."""
+    """The result rows of reported record ``r`` (its ρ ``row``) with the paper's printed τ ``cell`` (of a global
+    row: the paper prints no τ of a state-local one): the τ is a ``kendall_tau`` row of its own (no p-value: the
+    paper prints stars, kept in the details).  The stars printed next to the ρ go into the ρ row's
+    ``details.paper`` with their table and line, unless the printed ρ is not the authors' number (the errata's
+    cells): then the stars and the τ printed under them are another number's (Table 7's verifier on Gemma4 31B
+    prints ρ 0.346*** and τ 0.264***; the authors' data has ρ 0.2646 and their stored τ 0.211), so the row keeps
+    neither."""
     if cell is None:
         return [row]
-    if cell.rho is not None and cell.rho_stars is not None and abs(cell.rho - r.value) <= errata.ROUNDING + 1e-9:
-        row["details"]["paper"] = {"table": cell.table, "line": cell.line - 1, "stars": cell.rho_stars}
-    printed = {"value": cell.value, "std": cell.std, "min": cell.low, "max": cell.high, "stars": cell.stars,
-               "table": cell.table, "line": cell.line}
-    if cell.metric != published.METRIC_TYPES["global"]:
-        row["details"]["kendall_tau"] = printed
+    if cell.rho is not None and abs(cell.rho - r.value) > errata.ROUNDING + 1e-9:
         return [row]
+    if cell.rho is not None and cell.rho_stars is not None:
+        row["details"]["paper"] = {"table": cell.table, "line": cell.line - 1, "stars": cell.rho_stars}
     details = {"std": cell.std, "record": r.index, "num_points_from": row["details"]["num_points_from"],
-               "paper": {k: printed[k] for k in ("table", "line", "stars", "min", "max")}}
+               "paper": {"table": cell.table, "line": cell.line, "stars": cell.stars, "min": cell.low, "max": cell.high}}
     return [row, dict(row, metric="kendall_tau", value=cell.value, details=details)]
 
 
@@ -103,6 +103,8 @@ class QValV1(PublishedResults):
         def rows() -> Iterator[ImportedRow]:
             taus = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c
                     for c in paper_tau.tau_cells()[1]}
+            computed = {(e.environment, e.target, e.modality, e.method, e.backbone, e.metric): errata.computed_marks(e)
+                        for e in errata.errata()[1]}
             for (env, backbone, method, target, modality), group in groups.items():
                 results = []
                 for r in group:
@@ -110,6 +112,10 @@ class QValV1(PublishedResults):
                     row = {"metric": r.metric, "value": r.value, "p_value": None, "num_points": points,
                            "num_dropped": 0, "coverage": 1.0, "insufficient": False,
                            "details": {"std": r.std, "record": r.index, "num_points_from": points_from}}
+                    marks = computed.get((env, target, modality, method, backbone, r.metric))
+                    if marks is not None:  # an erratum: the paper's marks stand beside another number
+                        row["details"]["computed_marks"] = {"stars": marks.stars, "how": marks.how,
+                                                            "counts": list(marks.counts)}
                     results.extend(tau_rows(r, row, taus.get((env, target, modality, method, backbone, r.metric))))
                 yield ImportedRow(key=keys[(env, backbone, method, target, modality)], environment=env, method=method,
                                   backbone=backbone, target=target, modality=modality, source="reported",

@@ -13,8 +13,11 @@ holds codegen's τ (mean ± std over its sampled functions, then [min, max]) and
 move down by one.  With that reading every printed ρ cell equals the authors' number to three decimals
 except the ``verifier`` cells the errata list (:mod:`qval.errata`).
 
-Global τ (of a ``spearman`` row) and state-local τ (a ``ranking_spearman`` row's mean ± std over
-states) are both kept; Table 6 (another labelling backbone, no reported row) is :mod:`qval.paper.qval_v1.relabelled`'s.
+Only global τ (of a ``spearman`` row) are read.  The paper prints no τ of a ranking-style method (its
+caption: ranking, sdpo, sdpo-gt and Δ belief "show mean ± std over per-trajectory Spearman"): the line
+marked τ under one holds the next method's ρ (in Tables 5, 7, 10 and 13 the "τ" under sdpo is sdpo-gt's
+ρ ± std and the one under Δ belief is ranking's, all 44 cells equal to the authors' numbers and stds to
+three decimals).  Table 6 (another labelling backbone, no reported row) is :mod:`qval.paper.qval_v1.relabelled`'s.
 
 Nothing here knows about Django.
 """
@@ -30,7 +33,7 @@ from typing import Any
 
 from qval.errata import BACKBONES, ROUNDING, errata
 from qval.paper.qval_v1 import relabelled
-from qval.paper.qval_v1.published import DATA_DIR, PAPER, PublishedDataError, ReportedResult, reported
+from qval.paper.qval_v1.published import DATA_DIR, METRIC_TYPES, PAPER, PublishedDataError, ReportedResult, reported
 
 TAU_FILE: Path = DATA_DIR / "tau.json"
 
@@ -55,8 +58,6 @@ class TauTable:
     modality: str
     columns: tuple[tuple[str, ...], ...]
     lines: tuple[tuple[str, str, str], ...]
-    no_tau: frozenset[str] = frozenset()
-    """Methods whose printed τ line is not read (see :data:`TABLES`)."""
 
 
 _LLM = tuple((b,) for b in BACKBONES)
@@ -90,7 +91,7 @@ TABLES: tuple[TauTable, ...] = (
         *_DIRECT, *_v("eureka"), *_CODEGEN, ("", "codegen-avg", VALUES))),
     TauTable(13, "FrozenLake", "q", "text", _LLM, (
         *_DIRECT, *_v("eureka"), *_CODEGEN, ("sdpo", "codegen-avg", VALUES), ("sdpo-gt", "sdpo", VALUES),
-        *_v("verifier", "Δbelief", "ranking")), no_tau=frozenset({"Δbelief"})),
+        *_v("verifier", "Δbelief", "ranking"))),
     TauTable(14, "FrozenLake", "q", "image", _MERGED_SELF, (
         *_DIRECT, *_v("ranking", "vip", "liv-cos"), ("liv-12", "liv-l2", VALUES), *_v("liv-txt"))),
     TauTable(15, "FrozenLake", "v", "text", _LLM, (
@@ -101,8 +102,8 @@ TABLES: tuple[TauTable, ...] = (
     TauTable(18, "FrozenLake", "v", "image", _NON_LLM, (
         *_v("vlm-rm", "vlm-rm-cos", "vlm-sor", "vlm-sor-softmax"), *_EMBED, *_v("liv-txt"))),
 )
-"""The appendix tables with a τ of a reported row, and how each is read.  Table 13's ``Δ belief`` τ line
-is not read: it repeats the ``ranking`` ρ line under it cell for cell, so it is no τ of Δbelief."""
+"""The appendix tables with a τ of a reported row, and how each is read (a ranking-style method's "τ" line
+is not read: it holds the next method's ρ, see the module doc)."""
 
 _NUMBER = re.compile(r"^\$?(-?\d+\.\d+)(?:\^?(\*+))?(?: (?:\\pm|±) (\d+\.\d+))?\$?$")
 _RANGE = re.compile(r"^\$?\[(-?\d+\.\d+), (-?\d+\.\d+)\]\$?$")
@@ -111,9 +112,9 @@ _RANGE = re.compile(r"^\$?\[(-?\d+\.\d+), (-?\d+\.\d+)\]\$?$")
 @dataclass(frozen=True)
 class TauCell:
     """One printed τ of a reported row: where it is printed (``table``, ``line`` of the paper's text,
-    1-based), the row it belongs to, the metric of that row (``spearman``: a global τ;
-    ``ranking_spearman``: a state-local τ, mean ± ``std`` over states), the value, its ``std`` (state-local
-    rows, codegen), ``low``/``high`` (codegen's [min, max] over its samples), the significance ``stars``
+    1-based), the row it belongs to, the metric of that row (``spearman``: the paper prints τ of global rows
+    only), the value, its ``std`` (codegen), ``low``/``high`` (codegen's [min, max] over its samples), the
+    significance ``stars``
     printed next to it, ``rho`` the ρ printed on the same method's ρ line (the line above ``line``; ``None``
     for codegen, whose ρ line is not read here) and ``rho_stars`` the significance stars printed next to that
     ρ (``None`` with ``rho``).  The paper prints no p-value, only these marks: ``*`` p < .10, ``**`` p < .01,
@@ -183,7 +184,7 @@ def paper_tau(paper_text: str, records: Sequence[ReportedResult]) -> list[TauCel
                                      f"{[label for label, _, _ in table.lines]}")
         for i, (label, method, kind) in zip(rho_lines, table.lines):
             below = lines[i + 1] if i + 1 < len(lines) else ""
-            if kind == SKIP or method in table.no_tau or below.split("\t")[1:2] != ["τ"]:
+            if kind == SKIP or below.split("\t")[1:2] != ["τ"]:
                 continue
             where = f"Table {table.number}, line {first + i} ({label!r})"
             n = len(table.columns)
@@ -194,6 +195,8 @@ def paper_tau(paper_text: str, records: Sequence[ReportedResult]) -> list[TauCel
                     continue
                 value, stars, std = read
                 r = _row(by_key, table, method, column, where)
+                if r.metric != METRIC_TYPES["global"]:  # a ranking-style method: its "τ" line is another ρ
+                    break
                 low = high = rho = rho_stars = None
                 if kind == CODEGEN_TAU:
                     bounds = _RANGE.match(extra[k])
@@ -223,7 +226,8 @@ def convert_tau(paper_text: str, records: Sequence[ReportedResult]) -> dict[str,
                        "1-based line of qval-paper.txt that prints the τ (the line above prints the ρ); 'stars' and "
                        "'rho_stars' are the significance marks printed next to the τ and the ρ (* p < .10, "
                        "** p < .01, *** p < .001; the paper prints no p-value)",
-            "not_read": "Table 13's Δ belief τ line (it repeats the ranking ρ line); Table 6 (qval.relabelled)",
+            "not_read": "the 'τ' lines under ranking-style methods (sdpo, Δ belief: the paper prints no τ of them; "
+                        "each such line holds the next method's ρ ± std); Table 6 (qval.relabelled)",
         },
         "columns": list(TauCell.__dataclass_fields__),
         "cells": [list(vars(c).values()) for c in cells],
