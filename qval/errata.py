@@ -183,7 +183,8 @@ def computed_marks(e: Erratum) -> ComputedMarks:
     computation) at each candidate point count; the p-value falls as the count grows, so the marks at the
     smallest count hold at every one, and those are shown.  Marks computed this way from Table 2's count
     equal the paper's printed ones for 96% of its global ρ cells (``tests/test_paper_consistency.py``)."""
-    from qval import metrics, published
+    from qval import metrics
+    from qval.paper.qval_v1 import published
 
     env = published.paper_environments()[1][e.environment]
     sources: dict[int, list[str]] = {}

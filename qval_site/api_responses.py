@@ -10,7 +10,7 @@ from __future__ import annotations
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
-from board.exports import ROW_COLUMNS, STATE_LOCAL_RHO, STATE_LOCAL_TAU, TAIL_COLUMNS
+from board.exports import ROW_COLUMNS, TAIL_COLUMNS
 from qval import metric_registry
 
 
@@ -140,9 +140,6 @@ def _board_row_fields() -> dict[str, serializers.Field]:
                                                               help_text=f"95% interval of {spec.short}")
         if spec.kind == "ranking":
             fields[f"{spec.name}_std"] = _number("std over states")
-        if spec.name == STATE_LOCAL_RHO:
-            fields[STATE_LOCAL_TAU] = _number("the paper's state-local τ, where it prints one")
-            fields[f"{STATE_LOCAL_TAU}_std"] = _number("its std over states")
     for name in TAIL_COLUMNS:
         fields[name] = serializers.CharField(allow_null=name == "date")
     fields["num_points"] = serializers.IntegerField()

@@ -99,7 +99,8 @@ def test_marks_computed_from_a_value_and_its_point_count_are_the_paper_s() -> No
     """The rule that gives an erratum its marks (the authors' number and the environment's point count, scipy's
     Spearman p-value) reproduces the marks the paper prints beside its other global ρ; an erratum's marks hold at
     every candidate count."""
-    from qval import metrics, paper_tau
+    from qval import metrics
+    from qval.paper.qval_v1 import tau as paper_tau
 
     _, envs = published.paper_environments()
     cells = [c for c in paper_tau.tau_cells()[1] if c.metric == "spearman" and c.rho is not None]

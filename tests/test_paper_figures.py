@@ -212,7 +212,7 @@ def test_each_paper_figure_says_what_its_marks_rest_on(client) -> None:  # type:
     """Every bar, interval and mark of a paper figure names what it rests on (test, units, n), and the data
     columns it cites for n are in the figure's data."""
     from board.paper_figures import PAPER_FIGURES
-    from qval import published
+    from qval.paper.qval_v1 import published
     from submissions.importing import import_results
 
     import_results(resamples=0)
