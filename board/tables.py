@@ -172,7 +172,10 @@ def _sorted(rows: list[Row], cols: tuple[Column, ...], sort: str) -> list[Row]:
     rows = sorted(rows, key=lambda r: (r.method.lower(), r.submitter.lower()))  # the tie order
     if key in (METHOD, SUBMITTER):
         return sorted(rows, key=lambda r: getattr(r, key).lower(), reverse=descending)
-    index = [c.key for c in cols].index(key) if key != AVERAGE else None
+    keys = [c.key for c in cols]
+    if key != AVERAGE and key not in keys:
+        return rows  # a column this view has no cell in
+    index = keys.index(key) if key != AVERAGE else None
 
     def value(r: Row) -> float | None:
         if index is None:
@@ -187,8 +190,9 @@ def _sorted(rows: list[Row], cols: tuple[Column, ...], sort: str) -> list[Row]:
 
 def table(family: str, *, target: str = "q", modality: str = "text", backbone: str = "",
           metric: str = boards.DEFAULT_METRIC, self_reported: bool = False, sort: str | None = None) -> Table:
-    """The table of ``family`` (a key of :data:`FAMILIES`).  ``ValueError`` naming the choices for a family,
-    target, modality, metric or sort key that is not one."""
+    """The table of ``family`` (a key of :data:`FAMILIES`): a column for each of :func:`columns` that has a row of
+    the chosen sources on any backbone (a dataset nobody has results on yet is left out, not averaged as missing).
+    ``ValueError`` naming the choices for a family, target, modality, metric or sort key that is not one."""
     if family not in FAMILIES:
         raise ValueError(f"unknown table {family!r}; choose one of {', '.join(FAMILIES)}")
     if target not in boards.TARGETS or modality not in boards.MODALITIES:
@@ -203,18 +207,21 @@ def table(family: str, *, target: str = "q", modality: str = "text", backbone: s
     sources = DEFAULT_SOURCES + ((boards.SELF_REPORTED,) if self_reported else ())
     cells: dict[tuple[str, str], dict[str, Cell]] = {}
     seen_backbones: set[str] = set()
+    populated: set[str] = set()  # the columns with a row of the chosen sources on any backbone
     for col in cols:
         b = boards.board(boards.Slice(col.dataset, target, modality), metric, tab=boards.ANY)  # sources picked below
         for r in b.rows:  # best first
             if r.source not in sources:
                 continue
             seen_backbones.add(r.evaluation.backbone)
+            populated.add(col.key)
             if backbone and r.evaluation.backbone != backbone:
                 continue
             held = cells.setdefault((r.evaluation.method, r.submitter), {})
             if col.key not in held:
                 held[col.key] = Cell(r.value, spec.format(r.value), r.score.ci_low, r.score.ci_high,
                                      r.evaluation.backbone, r.source, r.evaluation.submission_id, b.slice.key)
+    cols = tuple(c for c in cols if c.key in populated)
     rows = []
     for (method, who), held in cells.items():
         row_cells = tuple(held.get(c.key) for c in cols)
