@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 SEED = 0
 """Seed of the resamples behind a board's paired tests: the same rows always get the same ranks."""
 
+PAIRED_ROWS = 100
+"""The paired tests look at a board's first (best) rows only: each row tested reads its predictions file, so a
+board of thousands of rows would read thousands of files per results version.  Rows further down are ranked by
+their intervals, as rows that share no points."""
+
 
 def rank_row(metric: MetricSpec, score: Score) -> ranks.Row:
     """The row's interval: its bootstrap interval, else :func:`qval.metrics.approximate_ci` from its point
@@ -170,8 +175,8 @@ def board_ranks(board_rows: Sequence[Evaluation], metric: MetricSpec, context: C
     """The :class:`qval.ranks.Rank` of each of ``board_rows`` (a board's rows, each with a value of
     ``metric``), in their order; ``context``: the :class:`Context` of the boards' results version."""
     rows = [rank_row(metric, e.scores[metric.name]) for e in board_rows]
-    paired = _paired(board_rows, metric, context) if len(board_rows) > 1 else {}
+    paired = _paired(board_rows[:PAIRED_ROWS], metric, context) if len(board_rows) > 1 else {}
     return ranks.rank(rows, higher_is_better=metric.higher_is_better, paired=paired)
 
 
-__all__ = ["SEED", "Context", "board_ranks", "rank_row"]
+__all__ = ["PAIRED_ROWS", "SEED", "Context", "board_ranks", "rank_row"]
