@@ -1327,10 +1327,10 @@ class TestNamesAndInjection:
 
         api_rows = client.get("/api/v1/leaderboard/", {"method": name}).json()["results"]
         assert [r["submission_id"] for r in api_rows] == [mine["id"]] and api_rows[0]["method"] == name
-        exported = client.get("/leaderboard/", {"split": "dev", "format": "json"}).json()["rows"]
+        exported = json.loads(client.get("/leaderboard/", {"split": "dev", "format": "json"}).getvalue())["rows"]
         assert name in {r["method"] for r in exported}
         for url in ("/leaderboard/?split=dev&format=csv", f"/figures/per-family/?{own}&format=csv"):
-            assert name in _csv_cells(client.get(url).content), url
+            assert name in _csv_cells(client.get(url).getvalue()), url
 
     @pytest.mark.parametrize("name,where", [("a\u202eb", "U+202E (RIGHT-TO-LEFT OVERRIDE) at character 2"),
                                             ("two\nlines", "U+000A (a control character) at character 4"),
@@ -1431,15 +1431,16 @@ class TestNamesAndInjection:
         page = client.get("/leaderboard/", {"split": "test"}).content.decode()
         assert f'data-submission="{labelled["id"]}"' not in page and f'data-submission="{boxed.pk}"' in page
         assert 'id="open-book"' in page and "labels follow from the observations" in page
-        exported = client.get("/leaderboard/", {"split": "test", "format": "json"}).json()["rows"]
+        exported = json.loads(client.get("/leaderboard/", {"split": "test", "format": "json"}).getvalue())["rows"]
         assert [r["submission_id"] for r in exported] == [boxed.pk]
         figure = client.get("/figures/per-family/", {"split": "test", "source": "any", "format": "json"}).json()["rows"]
         assert {r["submission_id"] for r in figure} == {boxed.pk}
         dataset_page = client.get(f"/datasets/{KEY}/").content.decode()
         assert 'id="open-book"' in dataset_page and "labels follow from the observations" in dataset_page
         client.force_login(user)
-        assert 'id="not-ranked"' in client.get(f"/submissions/{labelled['id']}/").content.decode()
-        assert 'id="not-ranked"' not in client.get(f"/submissions/{dev['id']}/").content.decode()
+        unranked = client.get(f"/submissions/{labelled['id']}/").content.decode()
+        assert 'id="not-ranked"' in unranked and "is open book" in unranked
+        assert "is open book" not in client.get(f"/submissions/{dev['id']}/").content.decode()  # a self-check
 
 
 # -- per-state ranking values and label-dependent counts (issue 20, findings 2 and 3) ----------------------

@@ -81,10 +81,13 @@ def page():  # type: ignore[no-untyped-def]
 
 
 def _expected(name: str, source: str) -> tuple[int, int]:
-    """(traces, points) a figure should draw for ``source`` on the test split, from the database."""
+    """(traces, points) a figure should draw for ``source`` on the test split, from the database: under the page's
+    default target and modality (:data:`board.figures.UNPOOLED`), Q and text, never pooled."""
+    from board.figures import UNPOOLED
     from submissions.models import Result
 
-    base = Result.objects.filter(submission__state="finished", submission__split="test", value__isnull=False)
+    base = Result.objects.filter(submission__state="finished", submission__split="test", value__isnull=False,
+                                 **{f"submission__{k}": v for k, v in UNPOOLED[name].items()})
     if (source or "reported") != "any":
         base = base.filter(submission__source=source or "reported")
     if name == "per-family":

@@ -12,6 +12,7 @@ import csv
 import importlib
 import io
 import json
+import re
 import os
 import subprocess
 import sys
@@ -80,8 +81,8 @@ def test_the_toy_is_scored(toy, frozenlake) -> None:  # type: ignore[no-untyped-
 def test_the_toy_reaches_the_board_the_exports_and_the_api(toy, api, client, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
     ids, labels, scores = _dev_points(frozenlake)
     content = pd.DataFrame({"id": ids, "score": scores}).to_csv(index=False).encode()
-    data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": "gap-toy",
-            "file": SimpleUploadedFile("p.csv", content)}
+    data = {"dataset": KEY, "split": "dev", "target": "q", "method_name": "gap-toy", "public": True,  # dev: private unless
+            "file": SimpleUploadedFile("p.csv", content)}  # its submitter publishes it
     resp = api.post("/api/v1/submissions/", data, format="multipart")
     assert resp.status_code == 201, resp.content
     sid = resp.json()["id"]
@@ -101,14 +102,14 @@ def test_the_toy_reaches_the_board_the_exports_and_the_api(toy, api, client, loa
     assert row[TOY] == pytest.approx(gap, abs=1e-12) and len(row[f"{TOY}_ci"]) == 2
 
     html = client.get("/leaderboard/", {"dataset": KEY, "split": "dev"}).content.decode()
-    assert f'<th title="{toy.label}">' in html
+    assert re.search(rf'<th[^>]* title="{re.escape(toy.label)}">', html)
     assert f'data-metric="{TOY}">{gap:.3f}</td>' in html
 
-    exported = client.get("/leaderboard/", {"dataset": KEY, "split": "dev", "format": "csv"}).content.decode()
+    exported = client.get("/leaderboard/", {"dataset": KEY, "split": "dev", "format": "csv"}).getvalue().decode()
     line = next(r for r in csv.DictReader(io.StringIO(exported)) if r["submission_id"] == str(sid))
     assert float(line[TOY]) == pytest.approx(gap, abs=1e-12)
     assert float(line[f"{TOY}_ci_low"]) < gap < float(line[f"{TOY}_ci_high"])
-    as_json = json.loads(client.get("/leaderboard/", {"dataset": KEY, "split": "dev", "format": "json"}).content)
+    as_json = json.loads(client.get("/leaderboard/", {"dataset": KEY, "split": "dev", "format": "json"}).getvalue())
     assert next(r for r in as_json["rows"] if r["submission_id"] == sid)[TOY] == pytest.approx(gap, abs=1e-12)
 
     ranked = client.get("/leaderboard/", {"dataset": KEY, "split": "dev", "sort": TOY}).content.decode()

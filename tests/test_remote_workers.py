@@ -295,11 +295,11 @@ def test_a_remote_worker_without_database_settings_runs_the_starter_kit(frozenla
         assert data["container"]["outcome"] == "finished"
         assert_results_match(data["results"], expected_rows(frozenlake, "dev", tmp_path))
         # The same archive again: its image is cached on the worker, so it is not downloaded again.
-        cached_before = stack.log("gpu-far").count("cached, not downloaded")
+        cached_before = stack.log("gpu-far").count("cached, not fetched")
         again = stack.upload(token, archive.read_bytes(), filename="kit.tar", kind="container", backbone="none",
                              method_name="manhattan-again").json()["submissions"][0]["id"]
         assert stack.wait_final(token, again, timeout=300)["state"] == "finished"
-        assert stack.log("gpu-far").count("cached, not downloaded") == cached_before + 1
+        assert stack.log("gpu-far").count("cached, not fetched") == cached_before + 1
         workers = requests.get(f"{stack.url}/api/v1/status/").json()["workers"]
         assert [(w["name"], w["kind"], w["alive"]) for w in workers if w["kind"] == "remote"] == [("gpu-far", "remote", True)]
     finally:

@@ -316,9 +316,9 @@ def test_leaderboard_api_pages(client, loaded) -> None:  # type: ignore[no-untyp
                       ("x", "That page number is not an integer")]:
         resp = client.get("/api/v1/leaderboard/", {"page": page})
         assert resp.status_code == 404 and resp.json() == {"detail": f"invalid page {page!r}: {why}"}
-    export = client.get("/leaderboard/", {"format": "json"}).json()["rows"]
+    export = json.loads(client.get("/leaderboard/", {"format": "json"}).getvalue())["rows"]
     assert len(export) == 1005
-    assert len(client.get("/leaderboard/", {"format": "csv"}).content.decode().strip().splitlines()) == 1006
+    assert len(client.get("/leaderboard/", {"format": "csv"}).getvalue().decode().strip().splitlines()) == 1006
 
 
 def test_api_schema_and_leaderboard(client, api, loaded, frozenlake) -> None:

@@ -21,7 +21,7 @@ def test_upload_is_scored_by_a_worker_process(celery_worker_process, api, loaded
     resp = api.post(
         "/api/v1/submissions/",
         {"file": SimpleUploadedFile("p.csv", body), "dataset": "frozenlake-8x8", "split": "dev", "target": "q",
-         "method_name": "noisy-oracle", "backbone": "none"},
+         "method_name": "noisy-oracle", "backbone": "none", "public": True},  # a dev result published
         format="multipart",
     )
     assert resp.status_code == 201, resp.content
