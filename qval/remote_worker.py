@@ -213,7 +213,8 @@ def served_backend(config: Config, name: str) -> Backend:
 
 
 # -- the Celery application (no Django) ------------------------------------------------------
-app = Celery("qval-remote")
+app = Celery("qval-remote", set_as_current=False)  # importing this module (the CLI, the site's tests) must not
+# make it the process's current app: the site sends its tasks by name through ``celery.current_app``
 app.conf.update(
     broker_url=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
     task_ignore_result=True,

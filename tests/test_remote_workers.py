@@ -305,3 +305,15 @@ def test_a_remote_worker_without_database_settings_runs_the_starter_kit(frozenla
     finally:
         stack.close()
     assert not any(engine.work_root.iterdir())
+
+
+def test_importing_the_remote_worker_leaves_the_sites_app_current() -> None:
+    """The site sends its tasks by name through ``celery.current_app``; the remote worker's own app (another
+    broker) must not become current in a process that imports it (the CLI, a test session): the site's
+    messages would go to the remote app's broker."""
+    from celery import current_app
+
+    import qval.remote_worker  # noqa: F401 - imported for its app's effect, if any
+    from qval_site.celery import app
+
+    assert current_app._get_current_object() is app
