@@ -10,10 +10,14 @@ down:
 install:
 	scripts/install.sh dev
 
-# Every test, including the slow ones (real Celery worker, real Chromium).
+# Every test, including the slow ones (real Celery worker, real Chromium), on TEST_WORKERS processes
+# (pytest-xdist; each has its own test database and Redis databases). Most slow tests wait on a container or a
+# worker process, so more processes than cores pay off; the tests that drive Chromium share one process
+# (tests/conftest.py CHROMIUM_GROUP), a module's tests another. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 3
 test: install
 	@scripts/ensure-services.sh
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The linter's rules (pyproject.toml [tool.ruff]); .ci/run runs it before the tests.
 lint: install
