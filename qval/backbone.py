@@ -207,8 +207,10 @@ class TransformersBackend:
         with self._lock, torch.no_grad():
             input_ids = torch.tensor([ids], device=self.device)
             prompt_logprobs: tuple[TokenLogprob, ...] = ()
+            prompt_pass = None  # the echo's forward pass over the prompt, which is also the first generation step
             if sampling.echo:
-                logits = self.model(input_ids).logits[0].float().log_softmax(-1)
+                prompt_pass = self.model(input_ids, use_cache=sampling.max_tokens > 0)
+                logits = prompt_pass.logits[0].float().log_softmax(-1)
                 first = TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0])
                 prompt_logprobs = (first,) + tuple(
                     self._logprob_entry(logits[i - 1], ids[i], k) for i in range(1, len(ids)))
@@ -220,7 +222,9 @@ class TransformersBackend:
                 past = None
                 step_input = input_ids
                 for _ in range(sampling.max_tokens):
-                    out = self.model(step_input, past_key_values=past, use_cache=True)
+                    out = prompt_pass if prompt_pass is not None else self.model(step_input, past_key_values=past,
+                                                                                  use_cache=True)
+                    prompt_pass = None
                     past = out.past_key_values
                     logits = out.logits[0, -1].float()
                     logprobs = logits.log_softmax(-1)
