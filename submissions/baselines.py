@@ -206,8 +206,18 @@ def served_backbone(name: str, spec: MethodSpec, vllm: Any) -> Iterator[tuple[st
             "backbone": name, "backbone_kind": "vllm", "checkpoint": identity, "served_model_name": serve.served_model_name,
             "server_args": list(serve.args)}
     elif kind == "transformers":
-        identity = checkpoint_identity(str(entry["path"]))
-        yield str(entry["path"]), {"backbone_identity": identity}, {
+        checkpoint = Path(str(entry["path"]))
+        if entry.get("gguf_file"):  # a GGUF file in that directory (qval.smollm2): checked, then served from its path
+            checkpoint = checkpoint / str(entry["gguf_file"])
+            if entry.get("sha256"):
+                from qval.smollm2 import ModelFileError, check_digest
+
+                try:
+                    check_digest(checkpoint, str(entry["sha256"]))
+                except (ModelFileError, OSError) as exc:
+                    raise MethodError(f"backbone {name!r}: {exc}") from exc
+        identity = checkpoint_identity(checkpoint)
+        yield str(checkpoint), {"backbone_identity": identity}, {
             "backbone": name, "backbone_kind": "transformers", "checkpoint": identity}
     elif kind == "upstream":
         model = str(entry.get("model") or name)

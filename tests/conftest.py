@@ -395,6 +395,24 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """SmolLM2-135M-Instruct (qval.smollm2), loaded once per session from the installed wheel (its digest checked)
+    and served by our own server (qval.backbone.BackboneServer) on a Unix socket: ``(backend, "unix:PATH")``, the
+    backbone spec a method run takes.  Fails (never skips) when the wheel is not installed: ``make install`` does."""
+    from qval import smollm2 as smol
+    from qval.backbone import BackboneServer, backend_from_spec
+
+    try:
+        backend = backend_from_spec(smol.BACKBONE_NAME, smol.backbone_spec())
+    except (smol.ModelFileError, ImportError, OSError) as exc:
+        pytest.fail(f"SmolLM2-135M-Instruct cannot be loaded ({exc}); `make install` installs "
+                    f"{smol.DISTRIBUTION}=={smol.VERSION} and gguf + accelerate", pytrace=False)
+    socket_path = tmp_path_factory.mktemp("smollm2") / "llm.sock"
+    with BackboneServer(backend, budget=2**62, socket_path=socket_path):
+        yield backend, f"unix:{socket_path}"
+
+
+@pytest.fixture(scope="session")
 def backbone_kit_tar(engine, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
     """The starter kit's backbone method (``Containerfile.backbone``) saved as the archive a submitter uploads."""
     kit = REPO / "examples" / "method-container"

@@ -225,12 +225,16 @@ _STANDARD_CHAT_FIELDS = frozenset({"messages", "max_tokens", "temperature", "top
 
 
 def checkpoint_identity(path: str | Path) -> str:
-    """``NAME@sha256[:16]`` of a checkpoint directory: its JSON files' bytes and every other file's name and size.
+    """``NAME@sha256[:16]`` of a checkpoint directory: its JSON files' bytes and every other file's name and size;
+    of a single-file checkpoint (a ``.gguf`` file): its name and size.
 
     Cheap for multi-gigabyte weights, and enough to tell two checkpoints apart in cache keys.
     """
     path = Path(path)
     h = hashlib.sha256()
+    if path.is_file():
+        h.update(path.name.encode() + b"\0" + str(path.stat().st_size).encode())
+        return f"{path.name}@{h.hexdigest()[:16]}"
     for f in sorted(p for p in path.rglob("*") if p.is_file()):
         rel = f.relative_to(path).as_posix()
         h.update(rel.encode() + b"\0")
@@ -242,8 +246,9 @@ def checkpoint_identity(path: str | Path) -> str:
 def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency: int = 8,
                   model: str | None = None, identity: str | None = None) -> Iterator[LLMClient]:
     """A client for ``spec``: an ``http(s)://`` URL of an OpenAI-compatible server (``/v1`` added when
-    missing), ``unix:PATH`` of a socket, or a local checkpoint directory, served here by
-    :class:`qval.backbone.BackboneServer` on a private socket for the duration.
+    missing), ``unix:PATH`` of a socket, or a local checkpoint directory or ``.gguf`` file (e.g.
+    :func:`qval.smollm2.verified_file`), served here by :class:`qval.backbone.BackboneServer` on a
+    private socket for the duration.
 
     ``identity`` names the model in cache keys (default: the served model's name, or for a
     checkpoint directory :func:`checkpoint_identity`); a caller serving a checkpoint elsewhere
@@ -259,9 +264,9 @@ def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency
                            concurrency=concurrency, identity=identity)
     else:
         path = Path(spec)
-        if not (path / "config.json").is_file():
-            raise LLMError(f"backbone {spec!r} is neither an http(s):// URL, unix:PATH, nor a checkpoint directory "
-                           f"(no config.json there)")
+        if not (path / "config.json").is_file() and not (path.suffix == ".gguf" and path.is_file()):
+            raise LLMError(f"backbone {spec!r} is neither an http(s):// URL, unix:PATH, a checkpoint directory "
+                           f"(no config.json there) nor a .gguf file")
         from qval.backbone import BackboneServer, TransformersBackend
 
         backend = TransformersBackend(path)
