@@ -84,9 +84,16 @@ class Stack:
         self._as_postgres(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "qval")
 
     def start_pg(self) -> None:
+        """Start the private PostgreSQL and wait for it (up to 180 s: a machine busy with parallel tests starts it
+        slowly); a failure says what the server logged."""
         opts = f"-p {self.pg_port} -k {self.pg_dir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
-        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.pg_dir), "-o", opts, "-l",
-                          str(self.pg_dir / "server.log"), "-w", "start")
+        server_log = self.pg_dir / "server.log"
+        try:
+            self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.pg_dir), "-o", opts, "-l", str(server_log),
+                              "-w", "-t", "180", "start")
+        except RuntimeError as exc:
+            logged = server_log.read_text(errors="replace")[-3000:] if server_log.exists() else "(no server log)"
+            raise RuntimeError(f"{exc}\nserver log:\n{logged}") from exc
 
     def stop_pg(self, mode: str = "fast") -> None:
         self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.pg_dir), "-m", mode, "-w", "stop", check=False)

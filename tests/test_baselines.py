@@ -303,12 +303,16 @@ def test_an_image_method_baseline_runs_on_a_random_encoder(mini_lake, data_dir: 
 
 
 @pytest.mark.slow
-def test_a_container_backbone_of_kind_vllm_is_the_workers_managed_server(tiny_model: Path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_container_backbone_of_kind_vllm_is_the_workers_managed_server(tiny_model: Path, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from qval.backbone import Sampling
     from workers import tasks
 
     settings.QVAL_BACKBONES = {"tiny": {"kind": "vllm", "path": str(tiny_model), "served_model_name": "tiny-served"}}
     settings.QVAL_VLLM_EXECUTABLE = STANDIN_SETTING
+    # this process's manager and backends as a worker process starts them (an earlier test may have made them
+    # under other settings: they are kept per process)
+    monkeypatch.setattr(tasks, "_VLLM", None)
+    monkeypatch.setattr(tasks, "_BACKENDS", None)
     try:
         backend = tasks.served_backend("tiny")
         server = tasks.vllm_manager().running()["tiny"]
@@ -318,4 +322,3 @@ def test_a_container_backbone_of_kind_vllm_is_the_workers_managed_server(tiny_mo
         assert tasks.served_backend("tiny").port == server.port  # reused
     finally:
         tasks.stop_vllm_servers()
-        tasks._VLLM = None
