@@ -52,7 +52,6 @@ from submissions.uploads import too_large
 from . import api_responses as answers
 from submissions.services import (
     MethodCard,
-    SubmissionRejected,
     SubmissionRequest,
     change_card,
     container_requests,
@@ -214,10 +213,7 @@ class SubmissionCreate(APIView):
             modality=data.get("modality", "text"),
             card=card_of(data),
         )
-        try:
-            sub = create_submission(request.user, req, data["file"])
-        except SubmissionRejected as exc:
-            return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
+        sub = create_submission(request.user, req, data["file"])
         return Response(submission_payload(sub), status=status.HTTP_201_CREATED)
 
     def _container(self, request: Request) -> Response:
@@ -225,13 +221,10 @@ class SubmissionCreate(APIView):
         if not ser.is_valid():
             return Response({"errors": ser.errors}, status=status.HTTP_400_BAD_REQUEST)
         data = ser.validated_data
-        try:
-            reqs = container_requests(data["dataset"], data["split"], target=data["target"],
-                                      method_name=data["method_name"], backbone=data.get("backbone", ""),
-                                      modality=data.get("modality", "text"), card=card_of(data))
-            subs = create_container_submissions(request.user, reqs, data["file"])
-        except SubmissionRejected as exc:
-            return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
+        reqs = container_requests(data["dataset"], data["split"], target=data["target"],
+                                  method_name=data["method_name"], backbone=data.get("backbone", ""),
+                                  modality=data.get("modality", "text"), card=card_of(data))
+        subs = create_container_submissions(request.user, reqs, data["file"])
         return Response({"submissions": [submission_payload(s) for s in subs]}, status=status.HTTP_201_CREATED)
 
 
@@ -269,10 +262,7 @@ class SubmissionDetail(APIView):
                             status=status.HTTP_400_BAD_REQUEST)
         if not ser.is_valid():
             return Response({"errors": ser.errors}, status=status.HTTP_400_BAD_REQUEST)
-        try:
-            sub = change_card(request.user, pk, **ser.validated_data)
-        except SubmissionRejected as exc:
-            return Response({"errors": {exc.field: [exc.message]}}, status=exc.status)
+        sub = change_card(request.user, pk, **ser.validated_data)
         return Response(submission_payload(sub))
 
 
@@ -326,10 +316,6 @@ def _per_version(request: Request, key: tuple[object, ...], make: Callable[[], d
     return HttpResponse(body, content_type="application/json")
 
 
-def _selection_error(exc: aggregates.InvalidSelection) -> Response:
-    return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
-
-
 class LeaderboardAggregate(APIView):
     """Per method and environment the mean over backbones with a Student-t 95% CI; per
     family the distribution over evaluations (best finished submission per method,
@@ -339,10 +325,7 @@ class LeaderboardAggregate(APIView):
 
     @extend_schema(parameters=[*_SELECTION_PARAMETERS, _SOURCE_PARAMETER], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
-        try:
-            selection = aggregates.read_selection(request.query_params)
-        except aggregates.InvalidSelection as exc:
-            return _selection_error(exc)
+        selection = aggregates.read_selection(request.query_params)
         return _per_version(request, ("api-aggregate", selection),
                             lambda: {**vars(selection), **aggregates.summary(selection).as_dict()})
 
@@ -368,10 +351,7 @@ class LeaderboardCriticalDifference(APIView):
 
     @extend_schema(parameters=_CD_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
-        try:
-            choice = aggregates.read_cd_choice(request.query_params)
-        except aggregates.InvalidSelection as exc:
-            return _selection_error(exc)
+        choice = aggregates.read_cd_choice(request.query_params)
         return _per_version(request, ("api-critical-difference", choice),
                             lambda: {**choice.as_dict(), **aggregates.critical_difference_of(choice).as_dict()})
 
@@ -391,14 +371,8 @@ class Compare(APIView):
         responses=answers.CompareAnswer,
     )
     def get(self, request: Request) -> Response:
-        try:
-            a, b = comparison.resolve_pair(request.query_params, request.user)
-            return Response(comparison.comparison_for(a, b, throttling.client_address(request)))
-        except comparison.ComparisonError as exc:
-            return Response({"errors": exc.errors}, status=exc.status)
-        except comparison.ComparisonBusy as exc:
-            return Response({"detail": exc.message}, status=status.HTTP_429_TOO_MANY_REQUESTS,
-                            headers={"Retry-After": str(int(exc.retry_after) + 1)})
+        a, b = comparison.resolve_pair(request.query_params, request.user)
+        return Response(comparison.comparison_for(a, b, throttling.client_address(request)))
 
 
 class PublishedTable6(APIView):
@@ -432,9 +406,5 @@ class FigureData(APIView):
     def get(self, request: Request, name: str) -> Response:
         if name not in figures.FIGURES:
             raise Http404(f"no figure {name!r}")
-        try:
-            f = figures.read_filters({**figures.UNPOOLED[name],
-                                      **{k: v for k, v in request.query_params.items() if v}})
-        except aggregates.InvalidSelection as exc:
-            return Response({"errors": {exc.field: [exc.message]}}, status=status.HTTP_400_BAD_REQUEST)
+        f = figures.read_filters({**figures.UNPOOLED[name], **{k: v for k, v in request.query_params.items() if v}})
         return Response(figures.payload(figures.build(name, f), f))
