@@ -1,4 +1,5 @@
-"""HTTP endpoints of workers (:mod:`workers.jobs`) and the public status of the queues.
+"""HTTP endpoints of workers (:mod:`workers.jobs`; a :class:`workers.jobs.JobRefused` is answered by
+:mod:`qval_site.api_errors`) and the public status of the queues.
 
 Remote job protocol (``Authorization: Job <token>``, ``X-QVal-Worker: <name>``):
 
