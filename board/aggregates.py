@@ -1,6 +1,6 @@
 """Leaderboard aggregates: means over backbones, family distributions, critical difference.
 
-Shared by the pages (:mod:`board.views`) and the API (:mod:`qval_site.api`).  Every
+Shared by the pages (:mod:`board.views`) and the API (:mod:`board.apis`).  Every
 aggregate starts from the same rows: the leaderboard's finished submissions
 (:func:`board.exports.leaderboard_rows`) of one source -- the QVal v1.0 authors' reported numbers
 unless the reader picks re-scored, verified, self-reported or *any* (:data:`board.boards.VIEWS`) --

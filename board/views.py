@@ -22,14 +22,7 @@ from qval.scoring import printed_digits
 
 from . import aggregates, boards, charts, consistency, evaluations, figures, markdown, paper_figures
 from leaderboard import exports as downloads
-from leaderboard.exports import (
-    DATASET_FORMATS,
-    DOWNLOAD_COLUMNS,
-    DOWNLOAD_FORMATS,
-    SPLIT_FORMATS,
-    render_download,
-    split_frame,
-)
+from leaderboard.exports import DOWNLOAD_COLUMNS, DOWNLOAD_FORMATS, download_response
 
 from . import exports
 from .exports import FILTER_KEYS, leaderboard_rows
@@ -306,42 +299,6 @@ def dataset_download(request: HttpRequest, key: str) -> HttpResponse:
     split = request.GET.get("split", "dev")
     fmt = request.GET.get("format", "jsonl")
     return download_response(ds, split, fmt)
-
-
-def _bad_request(message: str) -> HttpResponse:
-    return HttpResponse(message + "\n", status=400, content_type="text/plain")
-
-
-def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
-    """The HTTP response of a dataset download, with a clear 400 for bad arguments.
-
-    Per split (``split``): ``jsonl``, ``csv``, ``parquet`` and ``images`` (a zip); for the whole
-    dataset (``split`` ignored): ``card`` (README.md) and ``zip`` (the Hugging Face layout of
-    :func:`qval.export.export_dataset`).  Labels only ever for public splits.
-    """
-    name = f"{ds.slug}-{ds.version}"
-    if fmt in DATASET_FORMATS:
-        if fmt == "card":
-            resp = HttpResponse(downloads.dataset_card(ds), content_type=DATASET_FORMATS[fmt])
-            resp["Content-Disposition"] = f'attachment; filename="{name}-README.md"'
-            return resp
-        return FileResponse(downloads.whole_zip(ds).open("rb"), as_attachment=True, filename=f"{name}.zip",
-                            content_type=DATASET_FORMATS[fmt])
-    if fmt not in SPLIT_FORMATS:
-        return _bad_request(f"unknown format {fmt!r}; choose one of {', '.join([*SPLIT_FORMATS, *DATASET_FORMATS])}")
-    if not ds.states.filter(split=split).exists():
-        splits = sorted(set(ds.states.values_list("split", flat=True)))
-        return _bad_request(f"dataset {ds.key} has no split {split!r}; choose one of {splits}")
-    if fmt == "images":
-        path = downloads.split_images_zip(ds, split)
-        if path is None:
-            return _bad_request(f"split {split!r} of dataset {ds.key} has no images")
-        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{name}-{split}-images.zip",
-                            content_type=SPLIT_FORMATS[fmt])
-    body = render_download(split_frame(ds, split), fmt)
-    resp = HttpResponse(body, content_type=DOWNLOAD_FORMATS[fmt])
-    resp["Content-Disposition"] = f'attachment; filename="{name}-{split}.{fmt}"'
-    return resp
 
 
 # -- figures, method and environment pages --------------------------------------------------

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from django.conf import settings
+from django.http import FileResponse, HttpResponse
 
 from qval import schema
 from qval.schema import PUBLIC_SPLITS
@@ -235,3 +236,39 @@ def split_images_zip(dataset: Dataset, split: str) -> Path | None:
         return None
     path = export_dir(dataset) / "images" / f"{split}.zip"
     return path if path.exists() else None
+
+
+def _bad_request(message: str) -> HttpResponse:
+    return HttpResponse(message + "\n", status=400, content_type="text/plain")
+
+
+def download_response(ds: Dataset, split: str, fmt: str) -> HttpResponse:
+    """The HTTP response of a dataset download, with a clear 400 for bad arguments.
+
+    Per split (``split``): ``jsonl``, ``csv``, ``parquet`` and ``images`` (a zip); for the whole
+    dataset (``split`` ignored): ``card`` (README.md) and ``zip`` (the Hugging Face layout of
+    :func:`qval.export.export_dataset`).  Labels only ever for public splits.
+    """
+    name = f"{ds.slug}-{ds.version}"
+    if fmt in DATASET_FORMATS:
+        if fmt == "card":
+            resp = HttpResponse(dataset_card(ds), content_type=DATASET_FORMATS[fmt])
+            resp["Content-Disposition"] = f'attachment; filename="{name}-README.md"'
+            return resp
+        return FileResponse(whole_zip(ds).open("rb"), as_attachment=True, filename=f"{name}.zip",
+                            content_type=DATASET_FORMATS[fmt])
+    if fmt not in SPLIT_FORMATS:
+        return _bad_request(f"unknown format {fmt!r}; choose one of {', '.join([*SPLIT_FORMATS, *DATASET_FORMATS])}")
+    if not ds.states.filter(split=split).exists():
+        splits = sorted(set(ds.states.values_list("split", flat=True)))
+        return _bad_request(f"dataset {ds.key} has no split {split!r}; choose one of {splits}")
+    if fmt == "images":
+        path = split_images_zip(ds, split)
+        if path is None:
+            return _bad_request(f"split {split!r} of dataset {ds.key} has no images")
+        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{name}-{split}-images.zip",
+                            content_type=SPLIT_FORMATS[fmt])
+    body = render_download(split_frame(ds, split), fmt)
+    resp = HttpResponse(body, content_type=DOWNLOAD_FORMATS[fmt])
+    resp["Content-Disposition"] = f'attachment; filename="{name}-{split}.{fmt}"'
+    return resp

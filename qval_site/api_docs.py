@@ -4,7 +4,7 @@ Redoc, no script, nothing fetched from another site.
 
 The calls a researcher makes come first; the calls of the platform's remote GPU workers (:data:`WORKER_PATHS`) are
 apart, at the end. Each call has its answer's fields (from the response serializers of
-:mod:`qval_site.api_responses`) and a ``curl`` example."""
+the apps' ``apis.py`` and :mod:`submissions.serializers`) and a ``curl`` example."""
 
 from __future__ import annotations
 

@@ -399,6 +399,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["accounts.throttling.SiteThrottle"],
     # ``?format=`` selects a download's file format, not a DRF renderer.
     "URL_FORMAT_OVERRIDE": None,
+    # The project's refusals (SubmissionRejected, InvalidSelection, ...) as answers, in one place.
+    "EXCEPTION_HANDLER": "qval_site.api_errors.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "QVal Leaderboard API",

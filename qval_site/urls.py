@@ -10,14 +10,17 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularJSONAPIView
 
 from accounts import views as account_views
 from best_of_n import views as bon_views
+from board import apis as board_apis
 from board import boards, consistency, findings, paper_figures, results, tables
 from board import views as lb
+from leaderboard import apis as dataset_apis
 from learning import views as lv
+from submissions import apis as submission_apis
 from submissions import views as sv
-from workers import api as wapi
+from workers import apis as worker_apis
 from workers import views as wv
 
-from . import api, api_docs, health, manual
+from . import api_docs, health, manual
 from .converters import NameConverter
 
 register_converter(NameConverter, "name")
@@ -70,25 +73,25 @@ urlpatterns = [
     # Sign-up with email confirmation, email management (django-allauth).
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
-    path("api/v1/datasets/", api.DatasetList.as_view(), name="api-datasets"),
-    path("api/v1/datasets/<str:key>/download/", api.DatasetDownload.as_view(), name="api-download"),
-    path("api/v1/builds/", api.BuildList.as_view(), name="api-builds"),
-    path("api/v1/submissions/", api.SubmissionCreate.as_view(), name="api-submissions"),
-    path("api/v1/submissions/<int:pk>/", api.SubmissionDetail.as_view(), name="api-submission"),
-    path("api/v1/leaderboard/", api.Leaderboard.as_view(), name="api-leaderboard"),
-    path("api/v1/leaderboard/aggregate/", api.LeaderboardAggregate.as_view(), name="api-aggregate"),
-    path("api/v1/leaderboard/critical-difference/", api.LeaderboardCriticalDifference.as_view(),
+    path("api/v1/datasets/", dataset_apis.DatasetList.as_view(), name="api-datasets"),
+    path("api/v1/datasets/<str:key>/download/", dataset_apis.DatasetDownload.as_view(), name="api-download"),
+    path("api/v1/builds/", dataset_apis.BuildList.as_view(), name="api-builds"),
+    path("api/v1/submissions/", submission_apis.SubmissionCreate.as_view(), name="api-submissions"),
+    path("api/v1/submissions/<int:pk>/", submission_apis.SubmissionDetail.as_view(), name="api-submission"),
+    path("api/v1/leaderboard/", board_apis.Leaderboard.as_view(), name="api-leaderboard"),
+    path("api/v1/leaderboard/aggregate/", board_apis.LeaderboardAggregate.as_view(), name="api-aggregate"),
+    path("api/v1/leaderboard/critical-difference/", board_apis.LeaderboardCriticalDifference.as_view(),
          name="api-critical-difference"),
-    path("api/v1/figures/<str:name>/", api.FigureData.as_view(), name="api-figure"),
-    path("api/v1/compare/", api.Compare.as_view(), name="api-compare"),
-    path("api/v1/published/table6/", api.PublishedTable6.as_view(), name="api-table6"),
-    path("api/v1/status/", wapi.Status.as_view(), name="api-status"),
-    path("api/v1/workers/heartbeat", wapi.WorkerHeartbeatView.as_view(), name="api-worker-heartbeat"),
-    path("api/v1/jobs/<int:pk>/start", wapi.JobStart.as_view(), name="api-job-start"),
-    path("api/v1/jobs/<int:pk>/input", wapi.JobInput.as_view(), name="api-job-input"),
-    path("api/v1/jobs/<int:pk>/archive", wapi.JobArchive.as_view(), name="api-job-archive"),
-    path("api/v1/jobs/<int:pk>/heartbeat", wapi.JobHeartbeat.as_view(), name="api-job-heartbeat"),
-    path("api/v1/jobs/<int:pk>/result", wapi.JobResult.as_view(), name="api-job-result"),
+    path("api/v1/figures/<str:name>/", board_apis.FigureData.as_view(), name="api-figure"),
+    path("api/v1/compare/", submission_apis.Compare.as_view(), name="api-compare"),
+    path("api/v1/published/table6/", board_apis.PublishedTable6.as_view(), name="api-table6"),
+    path("api/v1/status/", worker_apis.Status.as_view(), name="api-status"),
+    path("api/v1/workers/heartbeat", worker_apis.WorkerHeartbeatView.as_view(), name="api-worker-heartbeat"),
+    path("api/v1/jobs/<int:pk>/start", worker_apis.JobStart.as_view(), name="api-job-start"),
+    path("api/v1/jobs/<int:pk>/input", worker_apis.JobInput.as_view(), name="api-job-input"),
+    path("api/v1/jobs/<int:pk>/archive", worker_apis.JobArchive.as_view(), name="api-job-archive"),
+    path("api/v1/jobs/<int:pk>/heartbeat", worker_apis.JobHeartbeat.as_view(), name="api-job-heartbeat"),
+    path("api/v1/jobs/<int:pk>/result", worker_apis.JobResult.as_view(), name="api-job-result"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),  # YAML, or JSON by the Accept header
     path("api/v1/schema.json", SpectacularJSONAPIView.as_view(), name="api-schema-json"),
     path("api/docs/", api_docs.docs, name="api-docs"),

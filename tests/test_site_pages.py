@@ -200,7 +200,7 @@ def _fields(value, documented: set[str], prefix: str = "") -> set[str]:  # type:
 
 
 def test_the_documented_answers_are_the_answers(client, api, user, loaded, frozenlake) -> None:  # type: ignore[no-untyped-def]
-    """Each documented answer (qval_site/api_responses.py) has the fields the call answers with, no more, no less."""
+    """Each documented answer (the apps' apis.py, submissions/serializers.py) has the fields the call answers with, no more, no less."""
     ids, labels = actor_points(frozenlake, "dev")
     a = upload(api, csv_bytes(ids, labels), split="dev", method_name="docs-a")
     b = upload(api, csv_bytes(ids, labels[::-1]), split="dev", method_name="docs-b")

@@ -390,3 +390,78 @@ def test_route_names_are_unique() -> None:
                         names[kw.value.value].append(f"{urls.relative_to(REPO)}:{node.lineno}")
     twice = {name: where for name, where in names.items() if len(where) > 1}
     assert names and not twice, twice
+
+
+API_APPS = {"leaderboard", "submissions", "board", "workers"}
+"""The apps that serve API calls, each from its ``apis.py``: datasets and builds, submissions and comparisons,
+the boards' numbers, the workers' job protocol and status."""
+EXCEPTION_HANDLER = "qval_site.api_errors.api_exception_handler"
+DOMAIN_REFUSALS = {"SubmissionRejected", "InvalidSelection", "ComparisonError", "ComparisonBusy", "JobRefused"}
+"""The project's exceptions that :data:`EXCEPTION_HANDLER` answers: no API view catches them itself."""
+
+
+def _app_sources() -> dict[str, list[Path]]:
+    """Each installed app of the project (a folder of the repository, with or without an ``__init__.py``) and
+    its source files, migrations left out."""
+    from django.conf import settings
+
+    apps = [name for name in settings.INSTALLED_APPS if "." not in name and (REPO / name).is_dir()]
+    return {app: sorted(p for p in (REPO / app).rglob("*.py") if "migrations" not in p.parts) for app in apps}
+
+
+def api_view_classes(tree: ast.Module) -> list[str]:
+    """The classes of a module that are DRF views: a base named ``...APIView`` or ``...ViewSet``, or a class of the
+    same module that is one."""
+    found: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+        if any(b.endswith(("APIView", "ViewSet")) or b in found for b in bases):
+            found.append(node.name)
+    return found
+
+
+def test_the_api_views_live_in_their_apps_apis_modules() -> None:
+    """Each API view is in the ``apis.py`` of the app that owns its concept (no ``qval_site/api.py`` serving all
+    of them), and the site's URLs take them from there."""
+    assert not (REPO / "qval_site" / "api.py").exists(), "qval_site/api.py: the API views live in <app>/apis.py"
+    elsewhere: list[str] = []
+    serving: set[str] = set()
+    for app, paths in _app_sources().items():
+        for path in paths:
+            views = api_view_classes(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+            if views and path.name == "apis.py" and path.parent.name == app:
+                serving.add(app)
+            elif views:
+                elsewhere.append(f"{path.relative_to(REPO)}: {', '.join(views)}")
+    assert not elsewhere, "API views outside their app's apis.py:\n" + "\n".join(elsewhere)
+    assert serving == API_APPS, serving
+    urls = ast.parse((REPO / "qval_site" / "urls.py").read_text(encoding="utf-8"))
+    imported = {f"{node.module}.{alias.name}" for node in ast.walk(urls) if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    assert {f"{app}.apis" for app in API_APPS} <= imported, imported
+
+
+def test_one_exception_handler_answers_the_projects_refusals() -> None:
+    """``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` is :func:`qval_site.api_errors.api_exception_handler`, and no API
+    module maps a refusal it answers to a response by hand (``except SubmissionRejected``, ...)."""
+    from django.conf import settings
+    from rest_framework.settings import api_settings
+
+    from qval_site import api_errors
+
+    assert settings.REST_FRAMEWORK["EXCEPTION_HANDLER"] == EXCEPTION_HANDLER
+    assert api_settings.EXCEPTION_HANDLER is api_errors.api_exception_handler
+    assert {cls.__name__ for cls in api_errors.ANSWERS} == DOMAIN_REFUSALS
+    caught: list[str] = []
+    for app in API_APPS:
+        path = REPO / app / "apis.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                names = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+                for name in names:
+                    written = name.attr if isinstance(name, ast.Attribute) else getattr(name, "id", "")
+                    if written in DOMAIN_REFUSALS:
+                        caught.append(f"{path.relative_to(REPO)}:{node.lineno}: except {written}")
+    assert not caught, "answered by qval_site.api_errors, not by hand:\n" + "\n".join(caught)

@@ -1,4 +1,5 @@
-"""HTTP endpoints of workers (:mod:`workers.jobs`) and the public status of the queues.
+"""HTTP endpoints of workers (:mod:`workers.jobs`; a :class:`workers.jobs.JobRefused` is answered by
+:mod:`qval_site.api_errors`) and the public status of the queues.
 
 Remote job protocol (``Authorization: Job <token>``, ``X-QVal-Worker: <name>``):
 
@@ -36,10 +37,6 @@ def _credential(request: Request, keyword: str) -> str:
     return value.strip() if scheme == keyword else ""
 
 
-def _refused(exc: jobs.JobRefused) -> Response:
-    return Response({"detail": exc.message}, status=exc.status)
-
-
 class JobView(APIView):
     """A remote job request: the token is checked by :mod:`workers.jobs`, not by a user login."""
 
@@ -56,19 +53,13 @@ class JobView(APIView):
 class JobStart(JobView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        try:
-            return Response(jobs.start(pk, self.token(request), self.worker(request)))
-        except jobs.JobRefused as exc:
-            return _refused(exc)
+        return Response(jobs.start(pk, self.token(request), self.worker(request)))
 
 
 class JobInput(JobView):
     @extend_schema(responses={(200, "application/x-tar"): OpenApiTypes.BINARY})
     def get(self, request: Request, pk: int) -> Response | FileResponse:
-        try:
-            sub = jobs.running(pk, self.token(request))
-        except jobs.JobRefused as exc:
-            return _refused(exc)
+        sub = jobs.running(pk, self.token(request))
         return FileResponse(jobs.input_tar(sub), as_attachment=True, filename=f"input-{pk}.tar",
                             content_type="application/x-tar")
 
@@ -76,10 +67,7 @@ class JobInput(JobView):
 class JobArchive(JobView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request: Request, pk: int) -> Response | FileResponse:
-        try:
-            sub = jobs.running(pk, self.token(request))
-        except jobs.JobRefused as exc:
-            return _refused(exc)
+        sub = jobs.running(pk, self.token(request))
         return FileResponse(sub.file.open("rb"), as_attachment=True, filename=f"{sub.sha256}.image",
                             content_type="application/octet-stream")
 
@@ -87,10 +75,7 @@ class JobArchive(JobView):
 class JobHeartbeat(JobView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        try:
-            jobs.heartbeat(pk, self.token(request))
-        except jobs.JobRefused as exc:
-            return _refused(exc)
+        jobs.heartbeat(pk, self.token(request))
         return Response({"ok": True})
 
 
@@ -103,8 +88,6 @@ class JobResult(JobView):
         try:
             jobs.accept_result(pk, self.token(request), str(request.data.get("run") or ""),
                                upload.read() if upload is not None else None)
-        except jobs.JobRefused as exc:
-            return _refused(exc)
         except ValueError as exc:
             return Response({"detail": str(exc)}, status=400)
         return Response({"ok": True}, status=202)
