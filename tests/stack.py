@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,13 @@ def _wait(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> A
             return value
         time.sleep(interval)
     raise TimeoutError(f"{what}: not within {timeout} s")
+
+
+def _listening(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class Stack:
@@ -88,6 +96,8 @@ class Stack:
         slowly); a failure says what the server logged."""
         opts = f"-p {self.pg_port} -k {self.pg_dir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
         server_log = self.pg_dir / "server.log"
+        # a stack this port served just before (a module's stack set up again) may still be going away
+        _wait(lambda: not _listening(self.pg_port), 60, f"port {self.pg_port} free")
         try:
             self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.pg_dir), "-o", opts, "-l", str(server_log),
                               "-w", "-t", "180", "start")
@@ -210,6 +220,13 @@ class Stack:
         if "redis" in self.procs:
             self.stop_redis()
         self.stop_pg("immediate")
+        pid_file = self.pg_dir / "postmaster.pid"
+        if pid_file.exists():  # pg_ctl did not stop it: removing its folder would leave it holding the port
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+            except (ValueError, IndexError, ProcessLookupError):
+                pass
+        _wait(lambda: not _listening(self.pg_port), 60, f"port {self.pg_port} released")
         shutil.rmtree(self.pg_dir.parent, ignore_errors=True)
 
     # -- the API ----------------------------------------------------------------------------------
