@@ -11,13 +11,13 @@ install:
 	scripts/install.sh dev
 
 # Every test, including the slow ones (real Celery worker, real Chromium), on TEST_WORKERS processes
-# (pytest-xdist; each has its own test database and Redis databases). Most slow tests wait on a container or a
-# worker process, so more processes than cores pay off; the tests that drive Chromium share one process
-# (tests/conftest.py CHROMIUM_GROUP), a module's tests another. TEST_WORKERS=0 runs in this process.
+# (pytest-xdist, each test sent to the next free process; each process has its own test database, Redis
+# databases and ports for the fault tests' private stacks). Most slow tests wait on a container or a worker
+# process, so more processes than cores pay off. TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 3
 test: install
 	@scripts/ensure-services.sh
-	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 # The linter's rules (pyproject.toml [tool.ruff]); .ci/run runs it before the tests.
 lint: install

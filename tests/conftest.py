@@ -61,23 +61,11 @@ NEEDS = {"engine": "container", "base_image": "container", "celery_worker_proces
 """A fixture a test uses -> the marker of what the test needs (``make test-fast`` leaves these out)."""
 
 
-CHROMIUM_GROUP = "chromium"
-"""The pytest-xdist group of every test that drives Chromium (a page, a MiniWoB episode): one worker runs them one
-after another. Two or three Chromiums at once on two cores made each many times slower (a MiniWoB training test:
-103 s alone, past its 900 s timeout beside others)."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (``--dist loadgroup``)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by what it needs, from the fixtures it uses (:data:`NEEDS`), beside its own markers; and
-    give it its pytest-xdist group: :data:`CHROMIUM_GROUP`, else its module (a module's tests share a worker and
-    its module fixtures)."""
+    """Mark each test by what it needs, from the fixtures it uses (:data:`NEEDS`), beside its own markers."""
     for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        for fixture in set(NEEDS) & fixtures:
+        for fixture in set(NEEDS) & set(getattr(item, "fixturenames", ())):
             item.add_marker(NEEDS[fixture])
-        chromium = "page" in fixtures or "miniwob" in item.nodeid.lower()
-        item.add_marker(pytest.mark.xdist_group(CHROMIUM_GROUP if chromium else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

@@ -47,10 +47,11 @@ def _listening(port: int) -> bool:
 
 class Stack:
     """The site's processes under ``root`` on ports ``port`` (PostgreSQL), ``port+1`` (Redis) and
-    ``port+2`` (web). ``env``: extra settings of every site process."""
+    ``port+2`` (web), each plus 100 per pytest-xdist worker. ``env``: extra settings of every site process."""
 
     def __init__(self, root: Path, port: int, env: dict[str, str] | None = None) -> None:
         self.root = root
+        port += 100 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])  # each xdist worker its own ports
         self.pg_port, self.redis_port, self.web_port = port, port + 1, port + 2
         self.url = f"http://127.0.0.1:{self.web_port}"
         self.redis_dir, self.data_dir, self.logs = (root / n for n in ("redis", "data", "logs"))
