@@ -147,6 +147,24 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
     return sub
 
 
+def image_runs_with_weights(dataset: Dataset | None = None) -> list[tuple[str, int]]:
+    """The finished baseline runs of the image methods (modality ``image`` in the registry) whose encoder had real
+    weights (:func:`qval.methods.encoders.has_real_weights`: not ``ARCH:random``), on ``dataset`` when given, as
+    ``(backbone, runs)`` by backbone: what the image methods' pages and the image boards say was run here."""
+    from qval.methods.encoders import has_real_weights
+    from qval.methods.registry import all_methods
+
+    runs = Submission.objects.filter(kind=Submission.KIND_BASELINE, state=Submission.FINISHED,
+                                     method_name__in=[m.name for m in all_methods() if m.modality == "image"])
+    if dataset is not None:
+        runs = runs.filter(dataset=dataset)
+    counts: dict[str, int] = {}
+    for backbone in runs.values_list("backbone_name", flat=True):
+        if has_real_weights(backbone):
+            counts[backbone] = counts.get(backbone, 0) + 1
+    return sorted(counts.items())
+
+
 REFERENCE_SPLIT = "test"
 """The split the reference rows are run on: the one the boards rank."""
 REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")

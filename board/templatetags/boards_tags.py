@@ -1,4 +1,5 @@
-"""The boards overview that other pages (the home page) include."""
+"""Parts that several pages include: the boards overview (the home page) and the image methods' weights note
+(the image methods' pages and the hosted image boards)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ from typing import Any
 
 from django import template
 
+from leaderboard.models import Dataset
 from qval import metric_registry
+from qval.methods.encoders import NAMED_ENCODERS
+from qval.methods.registry import all_methods
+from submissions.baselines import image_runs_with_weights
 
 from .. import boards
 
@@ -18,3 +23,13 @@ def boards_overview() -> dict[str, Any]:
     """The canonical boards (:func:`board.boards.canonical_boards`): hosted datasets, then the
     QVal v1.0 published results."""
     return {**boards.canonical_boards(), "metric": metric_registry.get(boards.DEFAULT_METRIC)}
+
+
+@register.inclusion_tag("leaderboard/_encoder_weights.html")
+def encoder_weights_note(dataset: Dataset | None = None) -> dict[str, Any]:
+    """What the image methods need and whether they were run here: their names, the named encoders and their
+    settings (:data:`qval.methods.encoders.NAMED_ENCODERS`), and the platform's finished runs of them with real
+    weights (:func:`submissions.baselines.image_runs_with_weights`), on ``dataset`` when given (a board)."""
+    return {"methods": [m.name for m in all_methods() if m.modality == "image"],
+            "settings": [f"QVAL_ENCODER_{name.upper()}" for name in NAMED_ENCODERS],
+            "runs": image_runs_with_weights(dataset), "dataset": dataset}
