@@ -5,13 +5,12 @@ differ (:func:`qval.consistency.table`), and the errata of the paper's tables (:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from qval import consistency, errata
-from qval.paper.qval_v1 import tau as paper_tau
+from leaderboard.published import errata_context
+from qval import consistency
 from qval.paper.qval_v1 import published
 from submissions.models import Result, Submission
 
@@ -35,34 +34,6 @@ def rescored_values() -> list[consistency.RescoredValue]:
         method=r.submission.method_name, target=r.submission.target, modality=r.submission.modality,
         metric=r.metric, value=r.value, file=str(r.submission.provenance.get("file", "")), ref=r.submission_id,
     ) for r in results]
-
-
-def published_numbers_context() -> dict[str, object]:
-    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template."""
-    counts = paper_tau.published_numbers()
-    return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
-
-
-@dataclass(frozen=True)
-class ErratumRow:
-    """One erratum as a page shows it: the cell, the marks the paper prints beside its number, and the marks
-    computed from the authors' number (:func:`qval.errata.computed_marks`)."""
-
-    erratum: errata.Erratum
-    printed_marks: str
-    computed: errata.ComputedMarks
-
-
-def errata_context(environment: str | None = None) -> dict[str, object]:
-    """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template,
-    each with its printed and its computed significance marks."""
-    provenance, cells = errata.errata()
-    printed = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c.rho_stars or ""
-               for c in paper_tau.tau_cells()[1]}
-    return {"errata": [ErratumRow(e, printed.get((e.environment, e.target, e.modality, e.method, e.backbone, e.metric), ""),
-                                  errata.computed_marks(e))
-                       for e in cells if environment is None or e.environment == environment],
-            "errata_provenance": provenance}
 
 
 def _page_context(_: object) -> dict[str, object]:

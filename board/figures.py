@@ -7,7 +7,7 @@ row), ``means`` (summaries of the points) or ``guide`` (the diagonal), so a read
 count what is drawn.  Figures are plain dicts (no ``plotly.graph_objects`` validation), so
 building one is cheap.  Colours are the reference's family colours (:mod:`qval.families`).
 Plotly draws a subset of HTML in tick labels, legend names and hover text, so every name a user
-chose (method, backbone) goes into a trace through :func:`board.charts.plain`; the ``rows``
+chose (method, backbone) goes into a trace through :func:`leaderboard.charts.plain`; the ``rows``
 keep the names as they are.
 """
 
@@ -23,13 +23,13 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from leaderboard.charts import plain
 from qval import compare, families, metric_registry
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
 from . import boards
 from .aggregates import InvalidSelection
-from .charts import plain
 from .evaluations import FILTER_KEYS, Evaluation, best, derived, select
 from .exports import csv_text
 

@@ -36,13 +36,13 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 
+from leaderboard.charts import plain
 from qval import errata, families, metric_registry
 from qval.paper.qval_v1 import published, relabelled
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
 from . import boards, evaluations, figures
-from .charts import plain
 from .evaluations import Evaluation, best
 
 PAPER_SLICE: dict[str, tuple[str, str]] = {
