@@ -382,7 +382,7 @@ def _dataset(slice_: Slice) -> Dataset:
 
 def board_list(request: HttpRequest) -> HttpResponse:
     """Every canonical board (:func:`canonical_boards`) with its leaders."""
-    return render(request, "leaderboard/boards.html",
+    return render(request, "board/boards.html",
                   {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(DEFAULT_METRIC)})
 
 
@@ -428,7 +428,7 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
     page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))
     resampled = index.resampled(b)  # read from every row: once per version
-    return render(request, "leaderboard/board_slice.html", {
+    return render(request, "board/board_slice.html", {
         "board": b, "rows": page.object_list, "page": page, "resampled": resampled, "results_version": version,
         "dataset": ds, "metric": b.metric,
         "metrics": [metric_registry.get(m) for m in METRICS],

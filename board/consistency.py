@@ -56,5 +56,5 @@ def consistency_page(request: HttpRequest) -> HttpResponse:
     """Reported against re-scored, cell by cell, with the reasons, the label sources and the errata: computed once
     per results version, its table rendered once too (a fragment of the shared cache)."""
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
-    return render(request, "leaderboard/consistency.html",
+    return render(request, "board/consistency.html",
                   {"results_version": version, **evaluations.derived(("consistency-page",), _page_context)})

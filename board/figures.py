@@ -437,7 +437,7 @@ def _options_of(rows: list[Evaluation]) -> dict[str, list[tuple[str, str]]]:
 
 @dataclass(frozen=True)
 class FilterField:
-    """One select of a figure page's filter form (``templates/leaderboard/_figure_filters.html``)."""
+    """One select of a figure page's filter form (``templates/board/_figure_filters.html``)."""
 
     name: str
     choices: list[tuple[str, str]]

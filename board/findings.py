@@ -61,7 +61,7 @@ def findings_page(request: HttpRequest) -> HttpResponse:
     provenance, _ = qfindings.claims()
     found = current_findings()
     counts = Counter(f.verdict for f in found)
-    return render(request, "leaderboard/findings.html", {
+    return render(request, "board/findings.html", {
         "findings": [(f, view_url(f.claim.view), qfindings.VIEWS[f.claim.view].caption) for f in found],
         "counts": [(code, label, counts[code]) for code, label in qfindings.VERDICTS.items() if counts[code]],
         "rules": [(code, rule) for code, rule in qfindings.VERDICT_RULE.items() if code != "no-data"],

@@ -581,7 +581,7 @@ def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
     if "metric" in options:
         options["metric"] = [(m, label) for m, label in options["metric"] if m != LOCAL_METRIC]
     return figures.figure_page(
-        request, name, "leaderboard/paper_figure.html",
+        request, name, "board/paper_figure.html",
         {"paper_figures": PAPER_FIGURES, "spec": spec, "name": name, "title": spec.title},
         read=lambda: read(spec, request.GET), build=lambda f: build(spec, f),
         fields=lambda values: figures.filter_fields(options, values, _paper_default),

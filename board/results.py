@@ -109,4 +109,4 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
         "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))
                          if sub.source == Submission.SOURCE_RESCORED else None),
     }
-    return render(request, "leaderboard/result.html", context)
+    return render(request, "board/result.html", context)

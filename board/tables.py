@@ -257,7 +257,7 @@ def table_page(request: HttpRequest, family: str) -> HttpResponse:
         return response
     headings = [(METHOD, "Method"), (SUBMITTER, "Submitter"), *((c.key, c.label) for c in t.columns),
                 (AVERAGE, "Average")]
-    return render(request, "leaderboard/table.html", {
+    return render(request, "board/table.html", {
         "table": t, "families": FAMILIES, "average_rule": AVERAGE_RULE, "sources": boards.SOURCES,
         "headings": [_heading(key, label, t.sort) for key, label in headings],
         "metrics": [metric_registry.get(m) for m in boards.METRICS], "targets": boards.TARGETS,

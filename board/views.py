@@ -36,7 +36,7 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
     """The scoring rules, and where they differ from the QVal v1.0 reference implementation."""
     return render(
         request,
-        "leaderboard/scoring.html",
+        "board/scoring.html",
         {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
          "ladder_resamples": ladder.RESAMPLES, "ladder_alpha": ladder.ALPHA,
          "points_per_number": budget.POINTS_PER_NUMBER, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS,
@@ -73,7 +73,7 @@ def board(request: HttpRequest) -> HttpResponse:
     }
     return render(
         request,
-        "leaderboard/board.html",
+        "board/board.html",
         {"rows": page.object_list, "page": page, "total": len(rows), "filters": filters, "sort": sort,
          "options": options, "search": search, "results_version": version,
          "open_book": list(Environment.objects.filter(open_book=True))},
@@ -102,7 +102,7 @@ def aggregate(request: HttpRequest) -> HttpResponse:
     numbers), kept per results version."""
     selection, context = _selection_context(request)
     if selection is None:
-        return render(request, "leaderboard/aggregate.html", context, status=400)
+        return render(request, "board/aggregate.html", context, status=400)
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
     summary = aggregates.summary(selection)
     context.update(
@@ -112,7 +112,7 @@ def aggregate(request: HttpRequest) -> HttpResponse:
         families=summary.families,
         family_plot=evaluations.derived(("family-plot", selection), lambda _: _family_plot(selection)),
     )
-    return render(request, "leaderboard/aggregate.html", context)
+    return render(request, "board/aggregate.html", context)
 
 
 def _family_plot(selection: aggregates.Selection) -> str:
@@ -142,7 +142,7 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
         choice = aggregates.read_cd_choice(request.GET)
     except aggregates.InvalidSelection as exc:
         context["error"] = exc.message
-        return render(request, "leaderboard/critical_difference.html", context, status=400)
+        return render(request, "board/critical_difference.html", context, status=400)
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
     context.update(
         results_version=version, choice=choice, selection=choice.selection,
@@ -152,7 +152,7 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
         table=aggregates.critical_difference_of(choice),
         diagram=evaluations.derived(("critical-difference-diagram", choice), lambda _: _diagram(choice)),
     )
-    return render(request, "leaderboard/critical_difference.html", context)
+    return render(request, "board/critical_difference.html", context)
 
 
 # -- figures, method and environment pages --------------------------------------------------
@@ -163,7 +163,7 @@ def figure(request: HttpRequest, name: str) -> HttpResponse:
     data downloads (``?format=csv|json``)."""
     if name not in figures.FIGURES:
         raise Http404(f"no figure {name!r}")
-    return _figure_page(request, name, {}, "leaderboard/figure.html", {})
+    return _figure_page(request, name, {}, "board/figure.html", {})
 
 
 def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], template: str,
@@ -235,7 +235,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
              "builtin": builtin, "paper_settings": method_paper_settings(name, builtin),
              "paper_source": paper_settings.method_source(name),
              "num_results": len(rows), "all_results": "?" + urlencode({"method": name}), "fixed": "method", "fixed_value": name}
-    return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
+    return _figure_page(request, fig_name, {"method": name}, "board/method.html", extra)
 
 
 def environment_modalities(datasets: list[Dataset], result_modalities: list[str]) -> list[tuple[str, int, bool]]:
@@ -262,4 +262,4 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
              "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}
-    return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)
+    return _figure_page(request, fig_name, {"environment": slug}, "board/environment.html", extra)

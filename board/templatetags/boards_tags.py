@@ -13,7 +13,7 @@ from .. import boards
 register = template.Library()
 
 
-@register.inclusion_tag("leaderboard/_boards_overview.html")
+@register.inclusion_tag("board/_boards_overview.html")
 def boards_overview() -> dict[str, Any]:
     """The canonical boards (:func:`board.boards.canonical_boards`): hosted datasets, then the
     QVal v1.0 published results."""
