@@ -32,7 +32,7 @@ def alignment(request: HttpRequest) -> HttpResponse:
         else:
             best_of_n.enqueue(run)
             return redirect("best-of-n-run", pk=run.pk)
-    metric = request.GET.get("metric", "spearman")
+    metric = request.GET.get("metric", metric_registry.HEADLINE)
     if metric not in best_of_n.ALIGNMENT_METRICS:
         return JsonResponse({"error": f"unknown metric {metric!r}; choose one of "
                                       f"{', '.join(best_of_n.ALIGNMENT_METRICS)}"}, status=400)

@@ -10,22 +10,18 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from leaderboard.published import errata_context
-from qval import consistency
+from qval import consistency, metric_registry
 from qval.paper.qval_v1 import published
 from submissions.models import Result, Submission
 
 from . import evaluations
 from .results import public_results
 
-CONSISTENCY_METRICS = ("spearman", "ranking_spearman")
-"""The metrics the authors report, so the ones a cell compares."""
-
-
 def rescored_values() -> list[consistency.RescoredValue]:
     """The re-scored numbers on the site (finished *re-scored* rows, the metrics the authors report), in
     the order of their environment, backbone, target and method; ``ref`` is the row's submission id."""
     results = (Result.objects.filter(submission__source=Submission.SOURCE_RESCORED, submission__state=Submission.FINISHED,
-                                      metric__in=CONSISTENCY_METRICS)
+                                      metric__in=metric_registry.HEADLINES)
                .select_related("submission__dataset__environment")
                .order_by("submission__dataset__environment__slug", "submission__backbone_name", "submission__target",
                          "submission__method_name", "metric"))

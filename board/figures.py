@@ -52,7 +52,7 @@ class Filters:
     backbone: str = ""
     source: str = boards.DEFAULT_VIEW
     method: str = ""
-    metric: str = "spearman"
+    metric: str = metric_registry.HEADLINE
     by: str = "environment"
 
     def evaluation_filters(self) -> dict[str, str]:
@@ -145,8 +145,8 @@ def _hover(e: Evaluation, value: float) -> str:
 def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     """Paper Fig. 2: every evaluation as a point, methods grouped and coloured by family, a
     bar at each method's mean; the global metric and the state-local ranking ρ side by side."""
-    global_metric = f.metric if f.metric != "ranking_spearman" else "spearman"
-    panels = [(global_metric, "x", "y"), ("ranking_spearman", "x2", "y2")]
+    global_metric = f.metric if f.metric != metric_registry.LOCAL_HEADLINE else metric_registry.HEADLINE
+    panels = [(global_metric, "x", "y"), (metric_registry.LOCAL_HEADLINE, "x2", "y2")]
     fig = Figure("per-family", "Per family", ["submission_id", "method", "family", "environment", "backbone",
                                                "target", "modality", "source", "metric", "value"])
     shown: set[str] = set()
@@ -181,9 +181,9 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     fig.layout = _layout(
         "Per family", barmode="overlay", grid={"rows": 1, "columns": 2, "pattern": "independent"},
         xaxis={"domain": [0, 0.48], "title": {"text": _label(global_metric)}, "tickangle": -45},
-        xaxis2={"domain": [0.52, 1], "title": {"text": _label("ranking_spearman")}, "tickangle": -45},
+        xaxis2={"domain": [0.52, 1], "title": {"text": _label(metric_registry.LOCAL_HEADLINE)}, "tickangle": -45},
         yaxis={"range": [-1, 1], "title": {"text": _label(global_metric)}},
-        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label("ranking_spearman")}},
+        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label(metric_registry.LOCAL_HEADLINE)}},
     )
     return fig
 

@@ -66,7 +66,7 @@ def _positions(board: Board) -> dict[int, int]:
 
 def standing(submission_id: int, slice_: Slice, around: int = AROUND) -> Standing | None:
     """Where submission ``submission_id`` stands on the board of ``slice_`` (ranked by
-    :data:`board.boards.DEFAULT_METRIC`): the default view first, else among all submissions; ``None`` when it is on
+    :data:`qval.metric_registry.HEADLINE`): the default view first, else among all submissions; ``None`` when it is on
     neither tab (see :func:`why_unranked`)."""
     for all_submissions in (False, True):
         for tab in (VERIFIED, SELF_REPORTED):
@@ -105,9 +105,9 @@ def why_unranked(sub) -> str:  # type: ignore[no-untyped-def]
         return "It is private: only you see it. Make it public below to put it on its board."
     if sub.ladder_climbed and Submission.objects.filter(ladder_against=sub, ladder_climbed=True).exists():
         return "A later submission of yours climbed past it on the Ladder and replaced it on the board."
-    spearman = sub.results.filter(metric=boards.DEFAULT_METRIC).values_list("value", flat=True).first()
+    spearman = sub.results.filter(metric=metric_registry.HEADLINE).values_list("value", flat=True).first()
     if spearman is None:
-        label = metric_registry.get(boards.DEFAULT_METRIC).short
+        label = metric_registry.get(metric_registry.HEADLINE).short
         return (f"It has no {label}: fewer than {MIN_USABLE_POINTS} usable points, or constant scores, so it cannot "
                 f"be ranked.")
     return ""

@@ -52,7 +52,7 @@ def board(request: HttpRequest) -> HttpResponse:
     """The leaderboard table: filters, search (``q``), sort, pages of :data:`BOARD_PAGE_SIZE`
     and the export of the whole filtered view (``?format=csv|json``)."""
     filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
-    sort = request.GET.get("sort", "-spearman")
+    sort = request.GET.get("sort", exports.DEFAULT_SORT)
     search = request.GET.get("q", "").strip()
     version = evaluations.version()  # before the rows: a cached fragment is never older than its key
     rows = leaderboard_rows(filters, sort, search)
@@ -223,7 +223,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     Only a method with a public result (a row of :func:`board.evaluations.on_board`) or a built-in one has a page;
     any other name answers 404 alike, so the page tells nobody whether a private row bears the name."""
     version = evaluations.version()  # before the rows: the results table's cached fragment is never older than its key
-    rows = exports.leaderboard_rows({"method": name}, "-spearman")
+    rows = exports.leaderboard_rows({"method": name})
     builtin = builtin_method(name)
     method = Method.objects.filter(name=name).first() if rows or builtin else None
     if method is None:
@@ -255,7 +255,7 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     if fig_name not in figures.FIGURES:
         fig_name = "heatmap"
     version = evaluations.version()
-    rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
+    rows = exports.leaderboard_rows({"environment": slug})
     datasets = list(env.datasets.all())
     extra = {"results_version": version, "environment": env, "datasets": datasets, "results": rows[:RESULTS_SHOWN],
              "modalities": environment_modalities(datasets, [r.modality for r in rows]),

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts import throttling
-from board.boards import DEFAULT_METRIC, Slice
+from board.boards import Slice
 from board.results import reference_rows
 from board.standing import standing, standings, why_unranked
 from accounts.access import has_verified_email
@@ -92,12 +92,12 @@ def mine(request: HttpRequest) -> HttpResponse:
     """The user's submissions with live state, each finished one's ρ with its interval (as its page discloses it)
     and its rank where it stands on a board (:mod:`board.standing`)."""
     subs = list(Submission.objects.filter(user=request.user).select_related("dataset").prefetch_related(
-        Prefetch("results", Result.objects.filter(metric=DEFAULT_METRIC), to_attr="headline")))
+        Prefetch("results", Result.objects.filter(metric=metric_registry.HEADLINE), to_attr="headline")))
     places = standings([(s.pk, Slice(s.dataset.key, s.target, s.modality)) for s in subs
                         if s.state == Submission.FINISHED and s.split not in PUBLIC_SPLITS])
     rows = [{"sub": s, "headline": None if s.score_withheld or not s.headline else s.headline[0],
              "digits": printed_digits(s.split not in PUBLIC_SPLITS), "standing": places.get(s.pk)} for s in subs]
-    return render(request, "submissions/mine.html", {"rows": rows, "metric": metric_registry.get(DEFAULT_METRIC)})
+    return render(request, "submissions/mine.html", {"rows": rows, "metric": metric_registry.get(metric_registry.HEADLINE)})
 
 
 @login_required

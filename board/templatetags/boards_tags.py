@@ -17,4 +17,4 @@ register = template.Library()
 def boards_overview() -> dict[str, Any]:
     """The canonical boards (:func:`board.boards.canonical_boards`): hosted datasets, then the
     QVal v1.0 published results."""
-    return {**boards.canonical_boards(), "metric": metric_registry.get(boards.DEFAULT_METRIC)}
+    return {**boards.canonical_boards(), "metric": metric_registry.get(metric_registry.HEADLINE)}
