@@ -244,6 +244,13 @@ def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> Query
             .exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at"))
 
 
+def reference_rows(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
+    newest per method and backbone: one click each from a result's page."""
+    rows = candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
+    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
+
+
 def _summary(sub: Submission) -> dict[str, Any]:
     return {
         "id": sub.pk,
