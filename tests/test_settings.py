@@ -3,8 +3,9 @@ dumped from the single ``qval_site/settings.py`` before it was split by concern 
 with django-environ), so the split changed nothing; a deliberate change of a setting regenerates it
 (``python tests/test_settings.py > tests/data/settings_resolved.json``) and shows in the diff.
 
-The dump holds the settings (by :data:`DUMP`, in a process of their own) under two environments: :data:`DEFAULTS` (nothing set) and :data:`EVERYTHING_SET` (every documented
-variable set to a value other than its default). Paths under the repository, the data folder and the
+The dump holds the settings (by :data:`DUMP`, in a process of their own) under three environments:
+:data:`DEFAULTS` (nothing set), :data:`EVERYTHING_SET` (every documented variable set to a value other than its
+default) and :data:`ODD_VALUES`. Paths under the repository, the data folder and the
 interpreter's prefix are written as ``<repo>``, ``<data>`` and ``<prefix>`` (the prefix first), so the dump holds on any machine.
 """
 
@@ -66,7 +67,13 @@ EVERYTHING_SET: dict[str, str] = {
     "QVAL_REAP_EVERY_S": "4", "QVAL_RESEND_AFTER_S": "5", "QVAL_RUN_QUEUE_S": "6", "QVAL_BUILD_STALL_S": "7",
     "QVAL_BUILD_QUEUE_S": "8",
 }
-ENVIRONMENTS = {"defaults": DEFAULTS, "everything-set": EVERYTHING_SET}
+ODD_VALUES: dict[str, str] = {
+    "SECRET_KEY": "$not-a-variable-name", "DEBUG": "2", "QVAL_CONTAINER_GPU": "y", "QVAL_INPROCESS_WORKER": " On ",
+    "QVAL_MAX_UPLOAD_MB": "1e1", "QVAL_HEARTBEAT_S": "2.5e0", "QVAL_BROKER_VISIBILITY_S": "0", "QVAL_CACHE_URL": "",
+}
+"""Values django-environ reads otherwise unless told (``$`` names another variable, ``2`` and ``y`` are flags that
+are on, ``1e1`` is 11): read as they were before it."""
+ENVIRONMENTS = {"defaults": DEFAULTS, "everything-set": EVERYTHING_SET, "odd-values": ODD_VALUES}
 
 
 def resolved(variables: dict[str, str], data_dir: Path) -> dict[str, str]:
