@@ -487,3 +487,24 @@ def test_templates_live_in_folders_named_after_their_apps() -> None:
     folders = {p.name for p in (REPO / "templates").iterdir() if p.is_dir()}
     strays = sorted(folders - set(apps) - set(packages()) - TEMPLATE_OVERRIDES)
     assert not misplaced and not strays, (misplaced, f"template folders named after no package: {strays}")
+
+
+HEADLINE_LITERALS_ALLOWED = ("qval/metric_registry.py", "qval/metrics.py", "qval/budget.py", "qval/paper/")
+"""Where a headline metric's name may be written: the registry that gives the roles, the metrics' own formulas (an
+interval computed one way for Spearman's ρ, another for the state-local mean) and the authors' files' field names."""
+
+
+def test_the_headline_metrics_are_named_by_the_registry() -> None:
+    """No module names a headline metric by a string (``"spearman"``, ``"-spearman"``): it reads
+    :data:`qval.metric_registry.HEADLINE` or :data:`~qval.metric_registry.HEADLINES`, so the roles are data."""
+    from qval import metric_registry
+
+    names = set(metric_registry.HEADLINES) | {f"-{name}" for name in metric_registry.HEADLINES}
+    written = [
+        f"{path}:{node.lineno} {node.value!r}"
+        for path in (str(p.relative_to(REPO)) for p in module_files(REPO).values())
+        if "migrations" not in path and not path.startswith(HEADLINE_LITERALS_ALLOWED)
+        for node in ast.walk(ast.parse((REPO / path).read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert not written, "name the headline metrics through qval.metric_registry:\n" + "\n".join(written)
