@@ -1,4 +1,5 @@
-"""Where a result stands: its board, its rank range and the rows around it -- or, for a result on no board, why.
+"""Where a result stands: its board, its rank range and the rows around it (why one is on no board is
+:func:`submissions.selectors.why_unranked`).
 
 A finished test result is on one board (:mod:`board.boards`): its slice, the tab of its source (verified or
 self-reported), ranked by the board's default metric. It stands on the default view (the best per entry) when it is
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.urls import reverse
-
 
 from . import boards, evaluations
 from .boards import SELF_REPORTED, TABS, VERIFIED, Board, Row, Slice

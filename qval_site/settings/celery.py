@@ -2,6 +2,9 @@
 
 ``CELERY_BROKER_URL``       default ``redis://127.0.0.1:6379/0``.
 ``QVAL_INPROCESS_WORKER``   ``1`` runs Celery tasks inside the web process (laptop fallback only).
+``QVAL_BROKER_VISIBILITY_S`` Redis redelivers a task a dead worker held after this many seconds (a delivery
+                            for a final job or an older attempt does nothing)
+                            (default: the longest container run, twice, at least 3600).
 """
 
 from __future__ import annotations

@@ -32,9 +32,6 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
                                 tests: ``PYTHON scripts/vllm-standin``); split like a shell command line.
 ``QVAL_VLLM_STARTUP_S``         how long a starting vllm server may take to become healthy (default 900).
 ``QVAL_BASELINE_S``             how long a baseline run may take from launch to its end (default 172800).
-``QVAL_BROKER_VISIBILITY_S``    Redis redelivers a task a dead worker held after this many seconds (a delivery
-                                for a final job or an older attempt does nothing)
-                                (default: the longest container run, twice, at least 3600).
 
 Workers, heartbeats and remote gpu workers (jobs/services.py: every kind of job; submissions/lifecycle.py,
 workers/jobs.py, qval/remote_worker.py):
