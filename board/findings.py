@@ -15,19 +15,16 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from qval import findings as qfindings
+from qval import metric_registry
 
 from . import boards, evaluations, paper_figures
 from .evaluations import Evaluation
-
-REPORTED_METRICS = ("spearman", "ranking_spearman")
-"""The metrics the authors report."""
-
 
 def _reported_rows(rows: Sequence[Evaluation]) -> list[dict[str, Any]]:
     """One row per reported number: method, family, environment, backbone, target, modality, metric, value."""
     return [{"method": e.method, "family": e.family, "environment": e.environment, "backbone": e.backbone,
              "target": e.target, "modality": e.modality, "metric": metric, "value": e.value(metric)}
-            for e in boards.of_source(rows, boards.REPORTED) for metric in REPORTED_METRICS
+            for e in boards.of_source(rows, boards.REPORTED) for metric in metric_registry.HEADLINES
             if e.value(metric) is not None]
 
 
@@ -61,7 +58,7 @@ def findings_page(request: HttpRequest) -> HttpResponse:
     provenance, _ = qfindings.claims()
     found = current_findings()
     counts = Counter(f.verdict for f in found)
-    return render(request, "leaderboard/findings.html", {
+    return render(request, "board/findings.html", {
         "findings": [(f, view_url(f.claim.view), qfindings.VIEWS[f.claim.view].caption) for f in found],
         "counts": [(code, label, counts[code]) for code, label in qfindings.VERDICTS.items() if counts[code]],
         "rules": [(code, rule) for code, rule in qfindings.VERDICT_RULE.items() if code != "no-data"],

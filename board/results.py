@@ -18,11 +18,13 @@ from django.urls import reverse
 
 from qval import consistency, metric_registry
 from qval.schema import PUBLIC_SPLITS
+from submissions.comparison import reference_rows
 from submissions.models import Result, Submission
+from submissions.selectors import why_unranked
 
 from .boards import AUTHORS, SOURCES, Slice, platform_runs, source_of
 from .evaluations import on_board
-from .standing import standing, why_unranked
+from .standing import standing
 
 
 @dataclass(frozen=True)
@@ -77,15 +79,6 @@ def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
     return lines
 
 
-def reference_rows(sub: Submission, user) -> QuerySet[Submission]:  # type: ignore[no-untyped-def]
-    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
-    newest per method and backbone: one click each from a result's page."""
-    from submissions import comparison
-
-    rows = comparison.candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
-    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
-
-
 def result_page(request: HttpRequest, pk: int) -> HttpResponse:
     """The permalink of one public test result (404 for any other submission, whoever asks): where it stands on its
     board at the top (rank range and the rows around it), then its card and every disclosed metric."""
@@ -109,4 +102,4 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
         "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))
                          if sub.source == Submission.SOURCE_RESCORED else None),
     }
-    return render(request, "leaderboard/result.html", context)
+    return render(request, "board/result.html", context)

@@ -14,6 +14,7 @@ from board import apis as board_apis
 from board import boards, consistency, findings, paper_figures, results, tables
 from board import views as lb
 from leaderboard import apis as dataset_apis
+from leaderboard import views as catalogue
 from learning import views as lv
 from submissions import apis as submission_apis
 from submissions import views as sv
@@ -58,10 +59,10 @@ urlpatterns = [
     path("published/consistency/", consistency.consistency_page, name="published-consistency"),
     path("published/findings/", findings.findings_page, name="published-findings"),
     path("status/", wv.status, name="status"),
-    path("datasets/", lb.dataset_list, name="datasets"),
-    path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
-    path("datasets/<str:key>/download/", lb.dataset_download, name="dataset-download"),
-    path("datasets/<str:key>/images/<str:name>", lb.dataset_image, name="dataset-image"),
+    path("datasets/", catalogue.dataset_list, name="datasets"),
+    path("datasets/<str:key>/", catalogue.dataset_detail, name="dataset"),
+    path("datasets/<str:key>/download/", catalogue.dataset_download, name="dataset-download"),
+    path("datasets/<str:key>/images/<str:name>", catalogue.dataset_image, name="dataset-image"),
     path("submit/", sv.upload, name="upload"),
     path("submissions/", sv.mine, name="my-submissions"),
     path("submissions/<int:pk>/", sv.detail, name="submission"),

@@ -244,6 +244,13 @@ def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> Query
             .exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at"))
 
 
+def reference_rows(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
+    newest per method and backbone: one click each from a result's page."""
+    rows = candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
+    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
+
+
 def _summary(sub: Submission) -> dict[str, Any]:
     return {
         "id": sub.pk,
@@ -392,12 +399,12 @@ def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
                 f"{ledger.state} ({row.spent} of {row.size} numbers released): nothing more is released about it"
                 "; compare on the dev split, or on the fresh split that replaces this one"]}, a, status=409) from None
         truth = truth_for(a.dataset, a.split, a.target)
-        pc = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=["spearman"],
+        pc = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=[metric_registry.HEADLINE],
                                resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL,
-                               rules=a.rules, design=truth.design)["spearman"]
+                               rules=a.rules, design=truth.design)[metric_registry.HEADLINE]
         owner = a.user_id if a.source == Submission.SOURCE_USER else b.user_id
-        budgets.record(row, ledger, Release.COMPARE, a.pk, owner, ["spearman"], other_id=b.pk)
-    rho_a, rho_b = (sub.results.filter(metric="spearman").values_list("value", flat=True).first() for sub in (a, b))
+        budgets.record(row, ledger, Release.COMPARE, a.pk, owner, [metric_registry.HEADLINE], other_id=b.pk)
+    rho_a, rho_b = (sub.results.filter(metric=metric_registry.HEADLINE).values_list("value", flat=True).first() for sub in (a, b))
     se = disclose_value(pc.std_error)
     difference = disclose_value(rho_a - rho_b) if rho_a is not None and rho_b is not None else None
     low = high = p = None
@@ -405,7 +412,7 @@ def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
         half = float(stats.norm.isf((1 - LEVEL) / 2)) * se
         low, high = disclose_value(difference - half), disclose_value(difference + half)
         p = disclose_p_value(float(2 * stats.norm.sf(abs(difference) / se)))
-    row_out = {"metric": "spearman", "rho_a": rho_a, "rho_b": rho_b, "difference": difference,
+    row_out = {"metric": metric_registry.HEADLINE, "rho_a": rho_a, "rho_b": rho_b, "difference": difference,
                "ci95": [low, high] if low is not None else None, "p_value": p,
                "significance": significance_marks(p), "std_error": se, "num_points": pc.num_points,
                "num_dropped": pc.num_dropped, "resamples": pc.resamples, "num_undefined": pc.num_undefined,

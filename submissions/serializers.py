@@ -120,13 +120,11 @@ def baseline_payload(sub: Submission) -> dict[str, Any] | None:
 # -- what an upload and a card change send --------------------------------------------------
 
 
-class SubmissionUpload(serializers.Serializer):
-    """Fields of a predictions upload."""
+class UploadCard(serializers.Serializer):
+    """What every upload says besides its file and what it is evaluated on: the method's name, backbone and modality,
+    whether the row is public, and the method card. An upload's serializer lists its own fields first (its first base
+    class), then these."""
 
-    file = serializers.FileField(allow_empty_file=True)
-    dataset = serializers.CharField(help_text="slug or slug@version")
-    split = serializers.ChoiceField(choices=["train", "dev", "test"])
-    target = serializers.ChoiceField(choices=list(TARGETS))
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
@@ -139,8 +137,21 @@ class SubmissionUpload(serializers.Serializer):
     open_weights = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="method card")
 
 
-class ContainerUpload(serializers.Serializer):
-    """Fields of a method-container upload (``kind=container``)."""
+class _PredictionsFile(serializers.Serializer):
+    """A predictions upload's own fields: the file and the one dataset, split and target it is scored on."""
+
+    file = serializers.FileField(allow_empty_file=True)
+    dataset = serializers.CharField(help_text="slug or slug@version")
+    split = serializers.ChoiceField(choices=["train", "dev", "test"])
+    target = serializers.ChoiceField(choices=list(TARGETS))
+
+
+class SubmissionUpload(_PredictionsFile, UploadCard):
+    """Fields of a predictions upload."""
+
+
+class _ContainerImage(serializers.Serializer):
+    """A method-container upload's own fields: the image and the datasets and splits it is run on."""
 
     kind = serializers.ChoiceField(choices=["container"])
     file = serializers.FileField(help_text="docker save / podman save archive, tar or tar.gz")
@@ -149,16 +160,10 @@ class ContainerUpload(serializers.Serializer):
     split = serializers.ListField(
         child=serializers.CharField(), help_text="dev and/or test; repeat the field or separate with commas")
     target = serializers.ChoiceField(choices=list(TARGETS), help_text="q (pointwise and per-state ranking) or v")
-    method_name = serializers.CharField(max_length=100)
-    backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
-    public = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                      help_text="false: the row is its owner's only (no board, figure or permalink); "
-                                                "by default true on the test split, false on dev (a self-check)")
-    description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
-    paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
-    code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
-    open_weights = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="method card")
+
+
+class ContainerUpload(_ContainerImage, UploadCard):
+    """Fields of a method-container upload (``kind=container``)."""
 
 
 class CardChange(serializers.Serializer):

@@ -66,6 +66,23 @@ def test_a_private_result_is_on_no_board_and_has_no_permalink(client, loaded, us
     assert mine.status_code == 200 and "hidden-one" in mine.content.decode()
 
 
+def test_the_owners_pages_show_where_a_result_stands_and_why_one_is_unranked(loaded, user) -> None:  # type: ignore[no-untyped-def]
+    """A submission's page and *My submissions* (app ``submissions``, below ``board``) ask board's ``standing_of`` tag:
+    the ranked row's rank, board and permalink; the private row's reason (``submissions.selectors.why_unranked``)."""
+    ranked = container_row(loaded, user, "ranked-one", 0.8)
+    private = container_row(loaded, user, "kept-private", 0.7, public=False)
+    owner = Client()
+    owner.force_login(user)
+    page = owner.get(f"/submissions/{ranked.pk}/").content.decode()
+    assert 'id="standing-rank"' in page and f'href="/boards/{loaded.key}:q:text/' in page
+    assert f'id="permalink">Permalink: <a href="http://testserver/results/{ranked.pk}/"' in page
+    page = owner.get(f"/submissions/{private.pk}/").content.decode()
+    assert 'id="not-ranked"' in page and "It is private" in page and 'id="permalink"' not in page
+    mine = owner.get("/submissions/").content.decode()
+    assert f'href="/boards/{loaded.key}:q:text/#row-{ranked.pk}" title="on the verified board">1</a>' in mine
+    assert mine.count("not ranked") == 1  # the private row
+
+
 def test_a_dev_result_has_no_permalink(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
     dev = container_row(loaded, user, "self-check", 0.99, split="dev")
     assert client.get(f"/results/{dev.pk}/").status_code == 404
