@@ -46,11 +46,12 @@ J = TypeVar("J", bound=Job)
 MAX_ATTEMPTS = 2
 """A job whose worker is lost is requeued once: the second loss fails it."""
 
-USER_PRIORITY, PLATFORM_PRIORITY = 0, 9
-"""The message priority of a user's job and of the platform's own runs (reference rows, training and Best-of-N
-runs, dataset builds). On Redis (kombu's priority lists: ``<queue>`` for 0, ``<queue>\\x06\\x169`` for 9) a
-worker takes every message of priority 0 on its queues before any of priority 9: a user's job never waits behind
-the platform's runs queued before it. (Redis counts 0 as the first; RabbitMQ would count the other way.)"""
+PLATFORM_PRIORITY = 9
+"""The message priority of the platform's own runs (reference rows, training and Best-of-N runs, dataset builds); a
+user's job goes at the broker's default, 0. On Redis (kombu's priority lists: ``<queue>`` for 0,
+``<queue>\\x06\\x169`` for 9) a worker takes every message of priority 0 on its queues before any of priority 9:
+a user's job never waits behind the platform's runs queued before it. (Redis counts 0 as the first; RabbitMQ
+would count the other way.)"""
 
 
 def send_task(name: str, args: Sequence[Any], *, platform: bool = False, **options: Any) -> None:
@@ -58,7 +59,8 @@ def send_task(name: str, args: Sequence[Any], *, platform: bool = False, **optio
     every user's job when it is the ``platform``'s own run (:data:`PLATFORM_PRIORITY`); with the in-process worker
     (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead. Raises
     :class:`kombu.exceptions.OperationalError` when the broker cannot be reached."""
-    options["priority"] = PLATFORM_PRIORITY if platform else USER_PRIORITY
+    if platform:
+        options["priority"] = PLATFORM_PRIORITY
     app = current_app
     if app.conf.task_always_eager:
         app.loader.import_default_modules()  # registers the tasks, which an eager call runs by name

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,49 @@ from tests.conftest import wait_for, worker_process
 from tests.test_container_submissions import RESAMPLES, kit_tar  # noqa: F401 - the starter kit's archive fixture
 
 START_WITHIN_S = 60
+
+
+def test_a_queued_job_counts_the_users_jobs_first_and_the_status_estimates_from_the_rate(  # type: ignore[no-untyped-def]
+        loaded, user, client) -> None:
+    from jobs.queues import position, summaries
+    from learning import services as learning
+    from learning.models import TrainingRun
+    from submissions import lifecycle
+
+    t0 = timezone.now() - timedelta(minutes=10)
+
+    def queued(minute: int, platform: bool) -> Submission:
+        kind = {"kind": "baseline", "source": "baseline", "method_name": "random"} if platform else {
+            "kind": "file", "source": "user", "user": user, "method_name": "m"}
+        return Submission.objects.create(dataset=loaded, split="test", target="q", filename="f", state="queued",
+                                         queued_at=t0 + timedelta(minutes=minute), **kind)
+
+    platform_first, user_first, platform_second, user_second = (
+        queued(0, True), queued(1, False), queued(2, True), queued(3, False))
+    place = {sub.pk: position(lifecycle.JOB, sub) for sub in (platform_first, user_first, platform_second, user_second)}
+    assert {p.queue for p in place.values()} == {"scoring"}
+    # A worker takes both users' files before the reference rows queued before them.
+    assert [place[s.pk].ahead for s in (user_first, user_second, platform_first, platform_second)] == [0, 1, 2, 3]
+    assert position(lifecycle.JOB, Submission.objects.create(dataset=loaded, split="test", target="q", filename="f",
+                                                             state="finished", user=user)) is None
+
+    # gpu: one training run a minute in, a quarter done; two more queued behind it.
+    now = timezone.now()
+    common = {"method": "qlass", "dataset": loaded}
+    running = TrainingRun.objects.create(status="running", started_at=now - timedelta(seconds=60), done=1, total=4,
+                                         **common)
+    waiting = [TrainingRun.objects.create(queued_at=t0 + timedelta(minutes=i), **common) for i in range(2)]
+    assert position(learning.JOB, waiting[1]) is not None and position(learning.JOB, waiting[1]).ahead == 1
+    by_name = {q.name: q for q in summaries(["scoring", "gpu", "datasets"], now)}
+    gpu = by_name["gpu"]
+    assert (gpu.users_waiting, gpu.platform_waiting, [r["id"] for r in gpu.running]) == (0, 2, [running.pk])
+    assert gpu.running[0]["seconds_left"] == pytest.approx(180)  # 60 s for 1 of 4: 3 more at that rate
+    assert gpu.seconds_left == pytest.approx(180 + 2 * 240)  # each waiting run at a whole run's 240 s
+    assert (by_name["scoring"].users_waiting, by_name["scoring"].platform_waiting) == (2, 2)
+    assert by_name["scoring"].seconds_left is None  # nothing runs there: no rate measured
+    assert by_name["datasets"].seconds_left is None and by_name["datasets"].time_left == ""
+    page = client.get("/status/").content.decode()
+    assert "about 11 min left" in page and "no rate measured yet" in page
 
 
 @pytest.fixture
