@@ -1,7 +1,9 @@
 """Users first (issue 35): with the platform's seeded reference runs queued and one of its runs holding the gpu
 worker, a user's method container on a hosted dataset starts within a minute -- real Celery worker processes (the
-``gpu`` and ``containers`` workers ``make up`` starts), PostgreSQL, Redis and podman. A queued job shows its
-position, and the status page what runs and waits on each queue."""
+``gpu`` and ``containers`` workers ``make up`` starts), PostgreSQL, Redis and podman; a scoring worker takes a
+user's predictions file before the reference rows queued before it (their priority). A queued job shows its
+position, and the status page what runs and waits on each queue. Both worker tests fail without the change: the
+container waited past the minute behind the held run, and the reference rows ran before the file."""
 
 from __future__ import annotations
 
@@ -67,6 +69,37 @@ def test_a_queued_job_counts_the_users_jobs_first_and_the_status_estimates_from_
     assert by_name["datasets"].seconds_left is None and by_name["datasets"].time_left == ""
     page = client.get("/status/").content.decode()
     assert "about 11 min left" in page and "no rate measured yet" in page
+
+
+@pytest.mark.worker
+def test_a_scoring_worker_takes_a_users_file_before_the_reference_rows_queued_before_it(  # type: ignore[no-untyped-def]
+        transactional_db, loaded, frozenlake, api, settings, data_dir: Path, tmp_path: Path) -> None:
+    import redis
+
+    from submissions.baselines import queue_reference_rows
+    from tests.conftest import TEST_BROKER_URL
+
+    redis.Redis.from_url(TEST_BROKER_URL).flushdb()
+    settings.QVAL_BACKBONES = {}  # the reference methods only: seconds each, on scoring
+    platform = queue_reference_rows([loaded])
+    assert len(platform) >= 8
+    ids = frozenlake.point_ids("dev", "q")
+    preds = tmp_path / "dev.csv"
+    preds.write_text("id,score\n" + "".join(f"{i},{n % 7}\n" for n, i in enumerate(ids)))
+    resp = api.post("/api/v1/submissions/", {"dataset": loaded.key, "split": "dev", "target": "q", "method_name": "m",
+                                             "file": SimpleUploadedFile("dev.csv", preds.read_bytes())},
+                    format="multipart")
+    assert resp.status_code == 201, resp.content
+    pk = resp.json()["id"]
+    log = data_dir / "users-first-scoring.log"
+    with worker_process("scoring", f"test-scoring-first-{os.getpid()}@%h", data_dir, log, 30, flush=False,
+                        QVAL_BOOTSTRAP_RESAMPLES="50"):
+        mine = wait_for(lambda: (s := Submission.objects.get(pk=pk)).is_final and s, timeout=90)
+        assert mine.state == Submission.FINISHED, (mine.error, log.read_text()[-3000:])
+        connection.close()
+        started = [s.scoring_at for s in Submission.objects.filter(pk__in=[p.pk for p in platform])]
+    # Every reference row queued before the upload waited for it: none had started when the file was scored.
+    assert all(at is None or at >= mine.finished_at for at in started), (mine.finished_at, sorted(filter(None, started)))
 
 
 @pytest.fixture
