@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from jobs.queues import position
 from qval import best_of_n as bon
 from qval import metric_registry
 
@@ -58,12 +59,15 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(BestOfNRun, pk=pk)
     staff = request.user.is_staff
     if request.GET.get("format") == "json":
+        place = position(best_of_n.JOB, run)
         return JsonResponse({"id": run.pk, "status": run.status, "done": run.done, "total": run.num_episodes,
-                             "summary": run.summary, **({"error": run.error} if staff else {})})
+                             "summary": run.summary, "queue_position": place.as_dict() if place else None,
+                             **({"error": run.error} if staff else {})})
     gain = best_of_n.gain_over_base(run) if run.picker != "base" else None
     episodes = run.episodes.only("index", "task", "success", "discounted_return").order_by("index") if staff else None
     return render(request, "best_of_n/run.html", {
-        "run": run, "gain": gain, "base": best_of_n.baseline_run(run), "episodes": episodes})
+        "run": run, "gain": gain, "base": best_of_n.baseline_run(run), "episodes": episodes,
+        "position": position(best_of_n.JOB, run)})
 
 
 def episode_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:

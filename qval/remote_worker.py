@@ -1,7 +1,10 @@
 """A gpu worker that needs no database: it runs method containers for a site over HTTP(S).
 
-It consumes the ``remote`` queue, where a site with ``QVAL_GPU_WORKERS=remote`` sends container jobs and nothing
-else (baseline, training and Best-of-N runs need the database: the site's own gpu worker runs them from ``gpu``).
+It consumes the ``remote`` queue, where a site with ``QVAL_GPU_WORKERS=remote`` sends users' container jobs and
+nothing else (baseline, training and Best-of-N runs need the database: the site's own gpu worker runs them from
+``gpu``), so a user's job never waits behind a platform run here either; a platform run sent to a queue it shares
+with users carries priority 9 and is taken after every user's job (``jobs.services.PLATFORM_PRIORITY``,
+docs/workers.md).
 
 Start it on a host with podman (as root) and the broker reachable, with no database setting at
 all -- it never imports Django::

@@ -49,7 +49,7 @@ from leaderboard.exports import dataset_dir
 from leaderboard.loading import truth_for
 from leaderboard.models import Dataset, Method
 from qval import predictions as qpred
-from qval import schema
+from qval import schema, smollm2
 from qval.families import get as get_family
 from qval.methods.registry import MethodError, MethodSpec, get_method
 from qval.methods.run import Progress, run_method, write_predictions
@@ -168,6 +168,20 @@ def image_runs_with_weights(dataset: Dataset | None = None) -> list[tuple[str, i
 REFERENCE_SPLIT = "test"
 """The split the reference rows are run on: the one the boards rank."""
 REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
+REFERENCE_BACKBONE = smollm2.BACKBONE_NAME
+"""The backbone of the reference rows of the methods that need a chat model: SmolLM2-135M-Instruct, which every
+machine has (:mod:`qval.smollm2`)."""
+CHAT_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
+
+
+def chat_reference_methods() -> list[tuple[str, str]]:
+    """``(method, target)`` of every text method that needs a chat model, each on target Q (a ranking method runs
+    as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows, run with
+    :data:`REFERENCE_BACKBONE`."""
+    from qval.methods.registry import all_methods
+
+    return [(spec.name, "q") for spec in all_methods()
+            if spec.modality == "text" and spec.needs in CHAT_NEEDS and spec.supports("q")]
 
 
 def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
@@ -181,21 +195,37 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     baseline run on it that did not fail: calling this again queues nothing new, and a failed run is queued
     again.  The dataset's row is locked meanwhile, so two callers (``make up`` and a build finishing) never queue
     the same run twice.
+
+    Then the LLM reference rows: every text method that needs a chat model (:func:`chat_reference_methods`) with
+    backbone :data:`REFERENCE_BACKBONE` on the dataset's text board (a dataset with text observations), one run
+    per (method, target) with that backbone that did not fail; left out, logged, where ``QVAL_BACKBONES`` lacks the
+    backbone (its package is not installed). They run on ``gpu``, behind every user's job
+    (:func:`submissions.lifecycle.is_platform`), and a rerun answers every request from the response cache.
     """
     from qval.methods.reference import methods_for, modalities_for
 
     queued: list[Submission] = []
+    chat = chat_reference_methods() if REFERENCE_BACKBONE in settings.QVAL_BACKBONES else []
+    if not chat:
+        log.info("no LLM reference rows: backbone %s is not in QVAL_BACKBONES (%s)", REFERENCE_BACKBONE,
+                 smollm2.INSTALL_HINT)
     for ds in datasets:
         if not ds.hosted or not ds.states.filter(split=REFERENCE_SPLIT).exists():
             continue
+        runs = Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT).exclude(
+            state=Submission.FAILED)
         wanted = [(name, target, modality) for name in methods_for(ds.environment.slug)
                   for modality in modalities_for(name, ds.modalities or ["text"]) for target in REFERENCE_TARGETS]
         queued += queue_missing(
-            ds, wanted,
-            Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT)
-            .exclude(state=Submission.FAILED).values_list("method_name", "target", "modality"),
+            ds, wanted, runs.values_list("method_name", "target", "modality"),
             lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], "", ds.key, REFERENCE_SPLIT, key[1],
                                                                modality=key[2])))
+        if chat and "text" in (ds.modalities or ["text"]):
+            queued += queue_missing(
+                ds, chat, runs.filter(backbone_name=REFERENCE_BACKBONE, modality="text").values_list(
+                    "method_name", "target"),
+                lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], REFERENCE_BACKBONE, ds.key,
+                                                                   REFERENCE_SPLIT, key[1], modality="text")))
     return queued
 
 

@@ -10,10 +10,12 @@ from typing import Any
 
 from rest_framework import serializers
 
+from jobs.queues import position
 from leaderboard.models import MODALITY_CHOICES
 from qval import metric_registry
 from qval.schema import TARGETS
 
+from . import lifecycle
 from .ladder import outcome
 from .models import Submission
 
@@ -58,6 +60,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "coverage": sub.coverage,
         "worker": sub.worker or None,
         "attempt": sub.attempt,
+        "queue_position": queue_position(sub),
         "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},  # each state's latest time
         "history": [{**t, "at": t["at"].isoformat()} for t in sub.transitions()],  # type: ignore[attr-defined]
         "container": container_payload(sub),
@@ -79,6 +82,13 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         ],
         "one_sign_note": "" if all(shown.values()) else metric_registry.ONE_SIGN_NOTE,
     }
+
+
+def queue_position(sub: Submission) -> dict[str, object] | None:
+    """Where a queued submission stands in its queue (:func:`jobs.queues.position`: its queue, the jobs a worker
+    takes before it, the jobs running there); ``None`` unless it is queued."""
+    place = position(lifecycle.JOB, sub)
+    return place.as_dict() if place is not None else None
 
 
 def container_payload(sub: Submission) -> dict[str, Any] | None:
@@ -235,6 +245,9 @@ class SubmissionAnswer(serializers.Serializer):
     coverage = serializers.DictField(help_text="evaluation points expected, provided and missing")
     worker = serializers.CharField(allow_null=True)
     attempt = serializers.IntegerField()
+    queue_position = serializers.DictField(
+        allow_null=True, help_text="while queued: its queue, how many jobs a worker takes before it (ahead; users' "
+                                   "jobs go before the platform's runs) and how many run there now (running)")
     timeline = serializers.DictField(help_text="each state's latest time")
     history = serializers.ListField(child=serializers.DictField(), help_text="every transition: state, at, attempt")
     container = serializers.DictField(allow_null=True, help_text="a method container's run: image, limits, outcome")

@@ -22,13 +22,14 @@ CELERY_TASK_DEFAULT_QUEUE = "scoring"
 CELERY_TASK_ROUTES = {
     "workers.tasks.validate_upload": {"queue": "scoring"},
     "workers.tasks.score_submission": {"queue": "scoring"},
-    # Archives are read where they are run (a gpu worker has the disk for them); with remote gpu
-    # workers (no database) the scoring workers read them: submissions.services sends it to the queue.
-    "workers.tasks.inspect_container_upload": {"queue": "gpu"},
+    # Archives are read where they are run (the containers worker has the disk for them); with remote gpu
+    # workers (no database) the scoring workers read them: submissions.lifecycle sends it to the queue.
+    "workers.tasks.inspect_container_upload": {"queue": "containers"},
     "workers.tasks.score_remote_run": {"queue": "scoring"},
-    # One container at a time per worker process: `celery -A qval_site worker -Q gpu --concurrency 1`
-    # (acks late, prefetch 1 as above, so a job a dead worker held is redelivered, not lost).
-    "workers.tasks.run_container_submission": {"queue": "gpu"},
+    # Users' containers, apart from the platform's runs on gpu (docs/workers.md), one at a time per worker process:
+    # `celery -A qval_site worker -Q containers --concurrency 1` (acks late, prefetch 1 as above, so a job a
+    # dead worker held is redelivered, not lost).
+    "workers.tasks.run_container_submission": {"queue": "containers"},
     "learning.tasks.train_learned": {"queue": "gpu"},
     # A method that needs no model goes to scoring instead (submissions.lifecycle.job_queue names the queue).
     "workers.tasks.run_baseline_submission": {"queue": "gpu"},

@@ -36,7 +36,8 @@ Method containers (``kind=container`` submissions, run by ``gpu`` workers):
 Workers, heartbeats and remote gpu workers (jobs/services.py: every kind of job; submissions/lifecycle.py,
 workers/jobs.py, qval/remote_worker.py):
 
-``QVAL_GPU_WORKERS``            ``local`` (default: gpu workers with database access run containers) or
+``QVAL_GPU_WORKERS``            ``local`` (default: a ``containers`` worker with database access runs users'
+                                containers, apart from the platform's runs on ``gpu``) or
                                 ``remote`` (gpu workers with no database take container jobs from the
                                 ``remote`` queue and fetch each over HTTP with a per-job token; archives are
                                 then inspected on the ``scoring`` queue; baseline, training and Best-of-N
