@@ -21,7 +21,7 @@ from .models import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 
-QUEUES = ("scoring", "gpu", "remote", "datasets")
+QUEUES = ("scoring", "gpu", "remote", "campaign", "datasets")
 RECENT_FAILURES = 20
 RECENT_BUILDS = 15
 
