@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import threading
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -148,7 +148,7 @@ def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
     }
 
 
-def _start_baseline(sub: Submission, token: JobToken, worker: str, now: Any) -> dict[str, Any]:
+def _start_baseline(sub: Submission, token: JobToken, worker: str, now: datetime) -> dict[str, Any]:
     """:func:`start` of a GPU campaign's baseline run (in its transaction): it runs until the deadline it was
     queued with (``QVAL_BASELINE_S``), as on the site's own gpu worker."""
     if not baselines.is_remote(sub):
