@@ -62,6 +62,7 @@ TASKS = {
     Submission.KIND_CONTAINER: "workers.tasks.run_container_submission",
     "score_remote": "workers.tasks.score_remote_run",
     "remote": "qval.remote_worker.run_job",
+    "remote_baseline": "qval.remote_worker.run_baseline_job",
 }
 """The task each message goes to, by name (arguments: the submission id, and the attempt for a job; a remote
 gpu worker's ``qval.remote_worker.run_job`` gets the id and a job token bound to the attempt)."""
@@ -79,6 +80,10 @@ REMOTE_QUEUE = "remote"
 container jobs only. They have no database, so the jobs that need it and a model -- baseline runs, training runs,
 Best-of-N runs -- stay on ``gpu``, for the site's own gpu worker; one queue for both kinds would hand each some
 messages it cannot run."""
+CAMPAIGN_QUEUE = "campaign"
+"""The queue of a GPU campaign's baseline runs (:func:`submissions.baselines.queue_campaign`), for the remote worker
+``scripts/gpu-campaign.sh`` starts with the campaign's backbone; never ``remote``, whose workers serve other
+backbones, or none."""
 QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
 SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
@@ -86,13 +91,15 @@ VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed):
 
 def job_queue(sub: Submission) -> str:
     """The queue of ``sub``'s job: :data:`CONTAINER_QUEUE` for a container (:data:`REMOTE_QUEUE` when
-    ``QVAL_GPU_WORKERS=remote``), ``gpu`` for a baseline run of a method that needs a model, ``scoring`` for a
-    predictions file and for a baseline run of a method that needs none (the reference rows: seconds of work, like
-    scoring a file, so they do not wait behind training runs on ``gpu``; sent behind the users' files there,
-    :func:`is_platform`)."""
+    ``QVAL_GPU_WORKERS=remote``), :data:`CAMPAIGN_QUEUE` for a GPU campaign's baseline run, ``gpu`` for a baseline
+    run of a method that needs a model, ``scoring`` for a predictions file and for a baseline run of a method that
+    needs none (the reference rows: seconds of work, like scoring a file, so they do not wait behind training runs
+    on ``gpu``; sent behind the users' files there, :func:`is_platform`)."""
     if sub.kind == Submission.KIND_CONTAINER:
         return CONTAINER_QUEUE if settings.QVAL_GPU_WORKERS == "local" else REMOTE_QUEUE
     if sub.kind == Submission.KIND_BASELINE:
+        if sub.config.get("runner") == "remote":  # submissions.baselines.is_remote (that module imports this one)
+            return CAMPAIGN_QUEUE
         try:
             return "scoring" if get_method(sub.method_name).needs == "none" else "gpu"
         except MethodError:
@@ -142,10 +149,10 @@ def send_messages(pks: Sequence[int]) -> list[int]:
     ``received``: its check -- a predictions file's (``validate_upload``), a container archive's
     (``inspect_container_upload``, one message for the submissions sharing it). ``queued``: its job with its
     attempt, to :func:`job_queue`'s queue -- a predictions file to ``scoring``, a baseline run to ``gpu``
-    (``scoring`` for a method that needs no model), a container to :data:`CONTAINER_QUEUE` (to
-    :data:`REMOTE_QUEUE`, for a remote worker, with a fresh token when ``QVAL_GPU_WORKERS=remote``); a baseline run
-    behind every user's job there (:func:`is_platform`). When the broker cannot be reached the rest stay unsent,
-    logged, for the reaper; no exception reaches the caller.
+    (``scoring`` for a method that needs no model; a GPU campaign's to :data:`CAMPAIGN_QUEUE` with a fresh token), a
+    container to :data:`CONTAINER_QUEUE` (to :data:`REMOTE_QUEUE`, for a remote worker, with a fresh token when
+    ``QVAL_GPU_WORKERS=remote``); a baseline run behind every user's job there (:func:`is_platform`). When the
+    broker cannot be reached the rest stay unsent, logged, for the reaper; no exception reaches the caller.
     """
     subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
                                           sent_at__isnull=True).order_by("pk"))
@@ -167,6 +174,8 @@ def send_messages(pks: Sequence[int]) -> list[int]:
                 send_task(TASKS["validate"], [sub.pk])
             elif sub.kind == Submission.KIND_CONTAINER and settings.QVAL_GPU_WORKERS != "local":
                 send_task(TASKS["remote"], [sub.pk, issue_token(sub)], queue=REMOTE_QUEUE)
+            elif job_queue(sub) == CAMPAIGN_QUEUE:
+                send_task(TASKS["remote_baseline"], [sub.pk, issue_token(sub)], queue=CAMPAIGN_QUEUE)
             else:
                 send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub), platform=is_platform(sub))
             sent.append(sub.pk)

@@ -23,7 +23,7 @@ from .models import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 
-QUEUES = ("scoring", "containers", "gpu", "remote", "datasets")
+QUEUES = ("scoring", "containers", "gpu", "remote", "campaign", "datasets")
 RECENT_FAILURES = 20
 RECENT_BUILDS = 15
 

@@ -12,7 +12,8 @@
   (:func:`submissions.baselines.run_baseline`), serving its LLM backbone through the worker's
   :class:`qval.vllm.VLLMManager` (started on first use, reused across jobs, stopped when the
   worker process shuts down);
-* ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted
+* ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted (a container's, or a GPU
+  campaign's baseline run: :func:`submissions.baselines.finish_remote_baseline`)
   (:mod:`workers.jobs`, :mod:`qval.remote_worker`).
 
 Their reaper is every job's (``jobs.tasks.reap_jobs``): it fails submissions whose deadline passed and requeues
@@ -120,6 +121,8 @@ def score_remote_run(submission_id: int, attempt: int | None = None) -> str:
         log.info("submission %s is %s at attempt %s: delivery of attempt %s ignored", sub.pk, sub.state,
                  sub.attempt, attempt)
         return sub.state
+    if sub.kind == Submission.KIND_BASELINE:  # a GPU campaign's run
+        return baselines.finish_remote_baseline(sub)
     outcome = sub.container_outcome
     predictions = None
     if sub.predictions:  # as posted; stored again below once scored, like a local run's
