@@ -56,7 +56,8 @@ def follow(site: str, key: str, backbone: str, ids: set[int], timeout_s: float, 
         for run in runs:
             if run["state"] in FINAL and run["id"] not in reported:
                 reported.add(run["id"])
-                outcome = f"spearman {run['spearman']:.3f}" if run["spearman"] is not None else run["error"]
+                head = run["headline"]
+                outcome = f"{head['metric']} {head['value']:.3f}" if head["value"] is not None else run["error"]
                 print(f"run {run['id']} {run['method']} on {run['dataset']} (target {run['target']}): {run['state']}, "
                       f"{outcome}", file=out, flush=True)
         if all(r["state"] in FINAL for r in runs) or time.monotonic() > deadline:

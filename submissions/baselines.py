@@ -49,7 +49,7 @@ from leaderboard.exports import dataset_dir
 from leaderboard.loading import truth_for
 from leaderboard.models import Dataset, Method
 from qval import predictions as qpred
-from qval import schema, smollm2
+from qval import metric_registry, schema, smollm2
 from qval.families import get as get_family
 from qval.methods.registry import MethodError, MethodSpec, get_method
 from qval.methods.run import Progress, run_method, write_predictions
@@ -301,13 +301,16 @@ def queue_campaign(backbone: str, description: str = "", datasets: Iterable[Data
 
 def campaign_runs(backbone: str) -> list[dict[str, Any]]:
     """The remote baseline runs with ``backbone`` on test splits (a campaign's), oldest first: id, method,
-    dataset, target, state, error (why it failed), progress and, once finished, the Spearman ρ of its results."""
+    dataset, target, state, error (why it failed), progress and, once finished, its headline metric
+    (:data:`qval.metric_registry.HEADLINE`) as ``headline``: ``{"metric": name, "value": value}``."""
     runs = (Submission.objects.filter(kind=Submission.KIND_BASELINE, backbone_name=backbone, split=REFERENCE_SPLIT,
                                       config__runner=REMOTE_RUNNER)
             .select_related("dataset").prefetch_related("results").order_by("pk"))
     return [{"id": s.pk, "method": s.method_name, "dataset": s.dataset.key, "target": s.target, "state": s.state,
              "error": s.error, "progress": {k: s.progress[k] for k in ("done", "total", "tokens") if k in s.progress},
-             "spearman": next((r.value for r in s.results.all() if r.metric == "spearman"), None)} for s in runs]
+             "headline": {"metric": metric_registry.HEADLINE,
+                          "value": next((r.value for r in s.results.all() if r.metric == metric_registry.HEADLINE), None)}}
+            for s in runs]
 
 
 # -- running -----------------------------------------------------------------------------

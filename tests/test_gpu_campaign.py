@@ -138,7 +138,7 @@ def test_a_campaign_runs_through_the_job_protocol_and_its_rows_are_verified_base
     assert (sdpo.error, sdpo.fault) == ("the baseline run cannot proceed: no logprobs", "system")
     runs = _worker().get("/api/v1/workers/campaign?backbone=qwen-7b").json()["runs"]
     assert [(r["id"], r["state"]) for r in runs] == [(direct.pk, "finished"), (sdpo.pk, "failed")]
-    assert runs[0]["spearman"] is not None and runs[1]["error"].endswith("no logprobs")
+    assert runs[0]["headline"]["value"] is not None and runs[1]["error"].endswith("no logprobs")
 
 
 # -- the script's CPU dry run: SmolLM2 in vLLM's place, a real remote worker and a real site -----------------------
