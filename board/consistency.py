@@ -38,8 +38,9 @@ def rescored_values() -> list[consistency.RescoredValue]:
 
 
 def published_numbers_context() -> dict[str, object]:
-    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template."""
-    counts = paper_tau.published_numbers()
+    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template: counted from
+    the data files once per results version (reading them costs a page several milliseconds)."""
+    counts = evaluations.derived(("published-numbers",), lambda _: paper_tau.published_numbers())
     return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
 
 
@@ -55,7 +56,11 @@ class ErratumRow:
 
 def errata_context(environment: str | None = None) -> dict[str, object]:
     """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template,
-    each with its printed and its computed significance marks."""
+    each with its printed and its computed significance marks; read from the data files once per results version."""
+    return evaluations.derived(("errata", environment), lambda _: _errata_context(environment))
+
+
+def _errata_context(environment: str | None) -> dict[str, object]:
     provenance, cells = errata.errata()
     printed = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c.rho_stars or ""
                for c in paper_tau.tau_cells()[1]}
