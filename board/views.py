@@ -252,21 +252,27 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
 
 def _published_dataset_detail(request: HttpRequest, ds: Dataset) -> HttpResponse:
     """The page of an authors' dataset whose results we import but whose inputs we do not host:
-    the paper's summary of the environment, what is and is not here, and the imported rows."""
+    the paper's summary of the environment, what is and is not here, and the imported rows (read once per
+    results version: the paper's data files and a count over the dataset's rows)."""
+    context = evaluations.derived(("published-dataset", ds.pk), lambda _: _published_dataset_context(ds))
+    return render(request, "leaderboard/published_dataset.html", {"ds": ds, **context})
+
+
+def _published_dataset_context(ds: Dataset) -> dict[str, object]:
     provenance, environments = published.paper_environments()
     paper = next((e for e in environments.values() if published.ENVIRONMENTS[e.name] == ds.environment.slug), None)
     sources = dict(ds.submissions.filter(state="finished").order_by().values("source")
                    .annotate(n=Count("pk")).values_list("source", "n"))
     summary = (ds.submissions.filter(source="rescored").order_by("pk")
                .values_list("provenance__file", flat=True).first())
-    return render(request, "leaderboard/published_dataset.html", {
-        "ds": ds, "paper": paper, "provenance": provenance, "sources": sources,
+    return {
+        "paper": paper, "provenance": provenance, "sources": sources,
         "label_source": qconsistency.label_sources()[1].get(summary or ""),
         "reference": {"repository": published.REFERENCE_REPOSITORY, "commit": published.REFERENCE_COMMIT},
         "website": {"repository": published.SITE_REPOSITORY, "commit": published.SITE_COMMIT},
         "publication": published.paper(), **consistency.errata_context(paper.name if paper else None),
         **consistency.published_numbers_context(),
-    })
+    }
 
 
 IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.(png|jpg|jpeg|webp)")
@@ -384,11 +390,11 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
 
 
-def environment_modalities(datasets: list[Dataset], result_modalities: list[str]) -> list[tuple[str, int, bool]]:
+def environment_modalities(datasets: list[Dataset], counts: Counter[str]) -> list[tuple[str, int, bool]]:
     """An environment's modalities, each as ``(modality, results in it, whether a dataset of it has it)``: those of
-    its datasets and those of the results it holds (the authors' image results on datasets not hosted here too)."""
+    its datasets and those of the results it holds (``counts``, by modality: the authors' image results on datasets
+    not hosted here too)."""
     declared = {m for ds in datasets for m in (ds.modalities or [])}
-    counts = Counter(result_modalities)
     return [(m, counts[m], m in declared) for m in figures.MODALITIES if m in declared or counts[m]]
 
 
@@ -404,7 +410,8 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
     datasets = list(env.datasets.all())
     extra = {"results_version": version, "environment": env, "datasets": datasets, "results": rows[:RESULTS_SHOWN],
-             "modalities": environment_modalities(datasets, [r.modality for r in rows]),
+             "modalities": environment_modalities(datasets, evaluations.derived(  # counted once per version
+                 ("environment-modalities", slug), lambda _: Counter(r.modality for r in rows))),
              "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}

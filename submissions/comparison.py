@@ -240,8 +240,13 @@ def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> Query
     """The other finished submissions ``user`` can compare ``sub`` with (same dataset, split,
     target and rules; public or ``user``'s own; neither reported nor re-scored without
     per-point predictions, nor withheld by the Ladder)."""
-    return (_comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
-            .exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at"))
+    return comparable_with(sub, user).exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at")
+
+
+def comparable_with(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """:func:`candidates` and ``sub`` itself: every finished submission of ``sub``'s dataset, split, target and
+    rules that ``user`` may compare."""
+    return _comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
 
 
 def _summary(sub: Submission) -> dict[str, Any]:
