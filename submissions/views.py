@@ -179,7 +179,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         except comparison.ComparisonBusy as exc:
             return _too_many(request, exc.retry_after, exc.message)
     if sub_a is not None:
-        context.update(sub_a=sub_a, others=comparison.candidates(sub_a, request.user))
+        context.update(sub_a=sub_a, others=comparison.labelled(comparison.candidates(sub_a, request.user)))
     else:
         context["starts"] = comparison.starting_points(request.user)
     return render(request, "submissions/compare.html", context, status=status)
