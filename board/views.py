@@ -238,11 +238,11 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     return _figure_page(request, fig_name, {"method": name}, "board/method.html", extra)
 
 
-def environment_modalities(datasets: list[Dataset], result_modalities: list[str]) -> list[tuple[str, int, bool]]:
+def environment_modalities(datasets: list[Dataset], counts: Counter[str]) -> list[tuple[str, int, bool]]:
     """An environment's modalities, each as ``(modality, results in it, whether a dataset of it has it)``: those of
-    its datasets and those of the results it holds (the authors' image results on datasets not hosted here too)."""
+    its datasets and those of the results it holds (``counts``, by modality: the authors' image results on datasets
+    not hosted here too)."""
     declared = {m for ds in datasets for m in (ds.modalities or [])}
-    counts = Counter(result_modalities)
     return [(m, counts[m], m in declared) for m in figures.MODALITIES if m in declared or counts[m]]
 
 
@@ -258,7 +258,8 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     rows = exports.leaderboard_rows({"environment": slug})
     datasets = list(env.datasets.all())
     extra = {"results_version": version, "environment": env, "datasets": datasets, "results": rows[:RESULTS_SHOWN],
-             "modalities": environment_modalities(datasets, [r.modality for r in rows]),
+             "modalities": environment_modalities(datasets, evaluations.derived(  # counted once per version
+                 ("environment-modalities", slug), lambda _: Counter(r.modality for r in rows))),
              "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}

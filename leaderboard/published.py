@@ -3,14 +3,17 @@ errata of its tables (the scoring page, the consistency page and an authors' dat
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from qval import errata
 from qval.paper.qval_v1 import tau as paper_tau
 
 
+@functools.cache
 def published_numbers_context() -> dict[str, object]:
-    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template."""
+    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template: read from the
+    paper's data files, which ship with the code, once per process (reading them costs a page milliseconds)."""
     counts = paper_tau.published_numbers()
     return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
 
@@ -25,9 +28,10 @@ class ErratumRow:
     computed: errata.ComputedMarks
 
 
+@functools.cache
 def errata_context(environment: str | None = None) -> dict[str, object]:
     """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template,
-    each with its printed and its computed significance marks."""
+    each with its printed and its computed significance marks; read from the data files once per process."""
     provenance, cells = errata.errata()
     printed = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c.rho_stars or ""
                for c in paper_tau.tau_cells()[1]}

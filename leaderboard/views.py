@@ -4,6 +4,7 @@ images and its downloads. A method's and an environment's pages show the results
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -113,21 +114,29 @@ def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
 
 def _published_dataset_detail(request: HttpRequest, ds: Dataset) -> HttpResponse:
     """The page of an authors' dataset whose results we import but whose inputs we do not host:
-    the paper's summary of the environment, what is and is not here, and the imported rows."""
-    provenance, environments = published.paper_environments()
-    paper = next((e for e in environments.values() if published.ENVIRONMENTS[e.name] == ds.environment.slug), None)
-    sources = dict(ds.submissions.filter(state="finished").order_by().values("source")
-                   .annotate(n=Count("pk")).values_list("source", "n"))
+    the paper's summary of the environment, what is and is not here, and the imported rows (counted by source
+    once per results version, by the template tag ``rows_by_source`` of the boards)."""
     summary = (ds.submissions.filter(source="rescored").order_by("pk")
                .values_list("provenance__file", flat=True).first())
     return render(request, "leaderboard/published_dataset.html", {
-        "ds": ds, "paper": paper, "provenance": provenance, "sources": sources,
+        "ds": ds, **_paper_context(ds.environment.slug),
         "label_source": qconsistency.label_sources()[1].get(summary or ""),
+    })
+
+
+@functools.cache
+def _paper_context(environment: str) -> dict[str, object]:
+    """What an authors' dataset's page shows of the paper for ``environment`` (a slug): read from the paper's data
+    files, which ship with the code, once per process (parsing them cost the page several milliseconds)."""
+    provenance, environments = published.paper_environments()
+    paper = next((e for e in environments.values() if published.ENVIRONMENTS[e.name] == environment), None)
+    return {
+        "paper": paper, "provenance": provenance,
         "reference": {"repository": published.REFERENCE_REPOSITORY, "commit": published.REFERENCE_COMMIT},
         "website": {"repository": published.SITE_REPOSITORY, "commit": published.SITE_COMMIT},
         "publication": published.paper(), **errata_context(paper.name if paper else None),
         **published_numbers_context(),
-    })
+    }
 
 
 IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.(png|jpg|jpeg|webp)")

@@ -32,6 +32,34 @@ def container_row(ds, user, method: str, value: float, *, public: bool = True, s
     return sub
 
 
+def baseline_row(ds, method: str, backbone: str) -> Submission:  # type: ignore[no-untyped-def]
+    """A finished reference row (a baseline the platform ran) on ``ds``'s test split, target Q, text."""
+    return Submission.objects.create(
+        dataset=ds, split="test", target="q", method_name=method, backbone_name=backbone, modality="text",
+        kind=Submission.KIND_BASELINE, source=Submission.SOURCE_BASELINE, filename="predictions.jsonl",
+        state=Submission.FINISHED, finished_at=timezone.now(), public=True)
+
+
+def offered(client, pk: int) -> set[int]:  # type: ignore[no-untyped-def]
+    """The reference rows result ``pk``'s page offers to compare with."""
+    page = client.get(f"/results/{pk}/")
+    assert page.status_code == 200
+    return {int(b) for b in re.findall(r'class="compare-ref" href="/compare/\?a=\d+&amp;b=(\d+)"', page.content.decode())}
+
+
+def test_a_result_page_offers_the_newest_reference_row_per_method_and_backbone(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
+    """One click to compare with each reference row of the slice: the newest baseline per method and backbone, never
+    the result itself; kept per results version, so a newer baseline replaces the older at once."""
+    sub = container_row(loaded, user, "scorer-x", 0.731)
+    old, new, other = baseline_row(loaded, "random", "none"), baseline_row(loaded, "random", "none"), \
+        baseline_row(loaded, "zero", "b")
+    client.force_login(user)  # an uploaded row is compared by its owner
+    assert offered(client, sub.pk) == {new.pk, other.pk}
+    assert offered(Client(), new.pk) == {old.pk, other.pk}  # a baseline's page, for anyone: never itself
+    newest = baseline_row(loaded, "random", "none")
+    assert offered(client, sub.pk) == {newest.pk, other.pk}
+
+
 def test_a_public_test_result_has_a_permalink_anyone_reads(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
     sub = container_row(loaded, user, "scorer-x", 0.731, description="Scores each action by <b>look-ahead</b>.")
     page = client.get(f"/results/{sub.pk}/")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.db.models import Count
 
 from leaderboard.models import Dataset
 from qval import metric_registry
@@ -16,7 +17,7 @@ from qval.schema import PUBLIC_SPLITS
 from submissions.baselines import image_runs_with_weights
 from submissions.models import Submission
 
-from .. import boards
+from .. import boards, evaluations
 from ..standing import AROUND, Standing, standing
 
 register = template.Library()
@@ -46,3 +47,13 @@ def standing_of(sub: Submission, around: int = AROUND) -> Standing | None:
     if sub.state != Submission.FINISHED or sub.split in PUBLIC_SPLITS:
         return None
     return standing(sub.pk, boards.Slice(sub.dataset.key, sub.target, sub.modality), around)
+
+
+@register.simple_tag
+def rows_by_source(dataset: Dataset) -> dict[str, int]:
+    """``dataset``'s finished rows by source (reported, rescored, ...), counted once per results version
+    (:func:`board.evaluations.derived`): the page of an authors' dataset (``leaderboard``, an app below this one)
+    shows them without a count per request: ``{% rows_by_source ds as sources %}``."""
+    return evaluations.derived(("rows-by-source", dataset.pk), lambda _: dict(
+        dataset.submissions.filter(state=Submission.FINISHED).order_by().values("source")
+        .annotate(n=Count("pk")).values_list("source", "n")))
