@@ -18,6 +18,7 @@ from budgets.models import Refresh, Release, SplitBudget
 from leaderboard.models import Dataset, DatasetBuild, State
 from qval import budget
 from submissions.baselines import queue_reference_rows
+from submissions.lifecycle import job_queue
 from submissions.models import Submission
 from tests.conftest import wait_for, worker_process
 from tests.test_site import KEY, actor_points, csv_bytes
@@ -45,7 +46,8 @@ def test_a_spent_split_is_replaced_end_to_end(client, api, loaded, frozenlake, d
                   "QVAL_BOOTSTRAP_RESAMPLES": "50"}
     with worker_process("scoring,datasets", f"test-fresh-{os.getpid()}@%h", data_dir, data_dir / "fresh-worker.log",
                         60, **worker_env):
-        platform = queue_reference_rows([loaded])
+        # the reference rows that need no model (this worker's scoring queue); the SmolLM2 rows wait on gpu
+        platform = [s for s in queue_reference_rows([loaded]) if job_queue(s) == "scoring"]
         assert platform, "FrozenLake has reference methods to run"
         wait_for(lambda: not Submission.objects.filter(pk__in=[s.pk for s in platform])
                  .exclude(state__in=Submission.FINAL_STATES).exists(), timeout=180)
