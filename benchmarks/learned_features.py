@@ -28,6 +28,8 @@ Usage::
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --json var/learned-features.json
     python benchmarks/learned_features.py --datasets shared --features tabular --methods qlass --episodes 40
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --datasets unseen --features crossed,smollm2 \
+        --settings defaults --n 2 --audit --cache var/lf-cache   # SmolLM2's hidden states, each decision audited
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --datasets alfworld --features hashed \
         --settings defaults --episodes 20 --data var/lf-data   # then --features crossed: the same build
 """
