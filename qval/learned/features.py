@@ -40,6 +40,7 @@ import copy
 import functools
 import hashlib
 import json
+import os
 import re
 import zlib
 from pathlib import Path
@@ -411,6 +412,7 @@ class SmolLM2Hidden:
         return self._backend.tokenizer, body
 
     def _ids(self, tokenizer: Any, text: str, special: bool) -> list[int]:
+        """The token ids of ``text`` (with the tokenizer's special tokens when ``special``)."""
         return list(tokenizer(text, add_special_tokens=special)["input_ids"])
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -442,8 +444,6 @@ class SmolLM2Hidden:
     def _share(self, prefixes: list[list[int]], body: Any) -> None:
         """Run the token prefix that all of ``prefixes`` share (two or more of them differ; FrozenLake's legend line,
         say) once and keep its cache for :meth:`_prefix_pass`, unless a kept one still fits or it is short."""
-        import os
-
         distinct = list({tuple(p): p for p in prefixes}.values())
         if len(distinct) < 2:
             return
