@@ -1,10 +1,10 @@
-"""The Best-of-N alignment chart, as an HTML fragment (:mod:`board.charts`: no plotly.js inside)."""
+"""The Best-of-N alignment chart, as an HTML fragment (:mod:`leaderboard.charts`: no plotly.js inside)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from board.charts import fragment, plain
+from leaderboard.charts import fragment, plain
 
 from .services import Alignment, PickerResult
 

@@ -32,7 +32,7 @@ from leaderboard.models import Dataset
 from learning import selectors as learning_selectors
 from learning.models import TrainingRun
 from qval import best_of_n as bon
-from qval import families, schema
+from qval import families, metric_registry, schema
 from qval.learned import methods as lm
 from qval.learned.features import featuriser_from_spec
 from qval.offthread import call_in_thread
@@ -40,7 +40,7 @@ from qval.offthread import call_in_thread
 log = logging.getLogger(__name__)
 
 DEFINED_RHO = {"oracle": 1.0, "random": 0.0}
-ALIGNMENT_METRICS = ("spearman", "ranking_spearman")
+ALIGNMENT_METRICS = metric_registry.HEADLINES
 """The test-split metrics the alignment page can put on its x axis: global ρ (default) and state-local ρ
 (how well a method ranks the candidates of one state: what a Best-of-N pick uses). The oracle and random
 have the values of :data:`DEFINED_RHO` under both."""
@@ -289,7 +289,7 @@ def gain_over_base(run: BestOfNRun) -> bon.Interval | None:
     return bon.gain(episodes_of(run), episodes_of(base), seed=run.seed)
 
 
-def test_rho(method: str, dataset_slug: str, backbone: str = "", metric: str = "spearman") -> float | None:
+def test_rho(method: str, dataset_slug: str, backbone: str = "", metric: str = metric_registry.HEADLINE) -> float | None:
     """The latest test-split, target-q ``metric`` (one of :data:`ALIGNMENT_METRICS`; default global Spearman ρ)
     of ``method`` on the dataset (any version), from an evaluation with backbone ``backbone`` when there is
     one, else from any; for ``oracle`` and ``random`` the value they have by definition."""
@@ -303,7 +303,7 @@ def test_rho(method: str, dataset_slug: str, backbone: str = "", metric: str = "
     return chosen[0].value(metric) if chosen else None
 
 
-def picker_rho(run: BestOfNRun, metric: str = "spearman") -> float | None:
+def picker_rho(run: BestOfNRun, metric: str = metric_registry.HEADLINE) -> float | None:
     """The test ``metric`` of a run's picker: for a learned one, the test-split, target-q value its training
     run published (the model that picked); else :func:`test_rho`."""
     if run.training_run_id is None:
@@ -334,7 +334,7 @@ class Alignment:
     n: int
     points: list[AlignmentPoint]
     correlation: bon.Interval | None
-    metric: str = "spearman"
+    metric: str = metric_registry.HEADLINE
     """The metric of the points' ρ (one of :data:`ALIGNMENT_METRICS`)."""
 
 
@@ -350,7 +350,7 @@ def _group(picker: str) -> tuple[str, str]:
     return family.name, family.colour
 
 
-def alignment(metric: str = "spearman") -> list[Alignment]:
+def alignment(metric: str = metric_registry.HEADLINE) -> list[Alignment]:
     """Per environment and N: every picker's latest finished run that has a test ``metric`` (one of
     :data:`ALIGNMENT_METRICS`) and a base run to compare with, as a point, and Spearman ρ across the
     points with a bootstrap CI."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from jobs.queues import position
 from qval import best_of_n as bon
 from qval import metric_registry
 
@@ -32,7 +33,7 @@ def alignment(request: HttpRequest) -> HttpResponse:
         else:
             best_of_n.enqueue(run)
             return redirect("best-of-n-run", pk=run.pk)
-    metric = request.GET.get("metric", "spearman")
+    metric = request.GET.get("metric", metric_registry.HEADLINE)
     if metric not in best_of_n.ALIGNMENT_METRICS:
         return JsonResponse({"error": f"unknown metric {metric!r}; choose one of "
                                       f"{', '.join(best_of_n.ALIGNMENT_METRICS)}"}, status=400)
@@ -46,7 +47,7 @@ def alignment(request: HttpRequest) -> HttpResponse:
                for (env, n), rows in best_of_n.results().items()]
     runs = BestOfNRun.objects.all()[:200]
     metrics = [(m, metric_registry.get(m).label) for m in best_of_n.ALIGNMENT_METRICS]
-    return render(request, "leaderboard/best_of_n.html", {"panels": panels, "results": results, "runs": runs, "form": form,
+    return render(request, "best_of_n/alignment.html", {"panels": panels, "results": results, "runs": runs, "form": form,
                                                           "baselines": bon.BASELINES, "metric": metric,
                                                           "metric_label": label, "metrics": metrics},
                   status=400 if form is not None and form.errors else 200)
@@ -58,12 +59,15 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(BestOfNRun, pk=pk)
     staff = request.user.is_staff
     if request.GET.get("format") == "json":
+        place = position(best_of_n.JOB, run)
         return JsonResponse({"id": run.pk, "status": run.status, "done": run.done, "total": run.num_episodes,
-                             "summary": run.summary, **({"error": run.error} if staff else {})})
+                             "summary": run.summary, "queue_position": place.as_dict() if place else None,
+                             **({"error": run.error} if staff else {})})
     gain = best_of_n.gain_over_base(run) if run.picker != "base" else None
     episodes = run.episodes.only("index", "task", "success", "discounted_return").order_by("index") if staff else None
-    return render(request, "leaderboard/best_of_n_run.html", {
-        "run": run, "gain": gain, "base": best_of_n.baseline_run(run), "episodes": episodes})
+    return render(request, "best_of_n/run.html", {
+        "run": run, "gain": gain, "base": best_of_n.baseline_run(run), "episodes": episodes,
+        "position": position(best_of_n.JOB, run)})
 
 
 def episode_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:
@@ -76,4 +80,4 @@ def episode_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:
     if stored is None:
         raise Http404(f"run {pk} has no episode {index} (yet)")
     episode = best_of_n.episodes_of_one(stored)
-    return render(request, "leaderboard/best_of_n_episode.html", {"run": run, "episode": episode})
+    return render(request, "best_of_n/episode.html", {"run": run, "episode": episode})

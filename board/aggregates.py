@@ -60,7 +60,7 @@ class Selection:
 
     split: str = "test"
     target: str = "q"
-    metric: str = "spearman"
+    metric: str = metric_registry.HEADLINE
     source: str = boards.DEFAULT_VIEW
 
     @property

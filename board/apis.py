@@ -36,7 +36,7 @@ from qval import metric_registry
 from qval.paper.qval_v1 import relabelled
 
 from . import aggregates, boards, evaluations, figures
-from .exports import FILTER_KEYS, ROW_COLUMNS, TAIL_COLUMNS, leaderboard_rows
+from .exports import DEFAULT_SORT, FILTER_KEYS, ROW_COLUMNS, TAIL_COLUMNS, leaderboard_rows
 
 
 def _number(help_text: str) -> serializers.FloatField:
@@ -96,7 +96,7 @@ class Leaderboard(APIView):
     )
     def get(self, request: Request) -> Response:
         filters = {k: request.query_params.get(k, "") for k in FILTER_KEYS}
-        rows = leaderboard_rows(filters, request.query_params.get("sort", "-spearman"))
+        rows = leaderboard_rows(filters, request.query_params.get("sort", DEFAULT_SORT))
         pages = LeaderboardPagination()
         page = pages.paginate_queryset(rows, request, view=self)
         return pages.get_paginated_response([r.as_dict() for r in page or []])

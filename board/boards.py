@@ -1,7 +1,7 @@
 """Boards: one ranked table per benchmark slice, and their pages.
 
 A **board** is one slice -- a dataset version, the test split, a target and a modality -- ranked by one
-metric (:data:`DEFAULT_METRIC`, Spearman ρ, unless ``?metric=`` names another of
+metric (:data:`qval.metric_registry.HEADLINE`, Spearman ρ, unless ``?metric=`` names another of
 :data:`qval.metric_registry.COMPARABLE`).  Its rows are the evaluations of :mod:`board.evaluations`
 on that slice, so the same rules hold: a dev (or any public-split) result is on no board, a hidden split's
 ladder shows each account's current best only, and an uploaded file on an open-book dataset is ranked
@@ -49,7 +49,6 @@ SPLIT = "test"
 """The split every board ranks: the hidden one (dev results are their submitter's own self-check)."""
 TARGETS = ("q", "v")
 MODALITIES = ("text", "image")
-DEFAULT_METRIC = "spearman"
 METRICS: tuple[str, ...] = metric_registry.COMPARABLE
 """Metrics a board may rank by (correlations in [-1, 1] with a bootstrap interval)."""
 
@@ -256,7 +255,7 @@ class _Index:
                 self.slices.setdefault(Slice(e.dataset, e.target, e.modality), []).append(e)
         finished = Submission.objects.filter(Submission.platform_run(), state=Submission.FINISHED)
         self.platform_runs = frozenset(finished.values_list("pk", flat=True))
-        self.ranking = ranking.Context([e for slice_rows in self.slices.values() for e in slice_rows])
+        self.ranking = ranking.Context(self._tested)
         self._boards: dict[tuple[Slice, str, bool], Board] = {}
         self._resampled: dict[tuple[Slice, str, bool, str], list[str]] = {}
 
@@ -276,18 +275,31 @@ class _Index:
             made = self._boards[key] = self._make(slice_, metric, all_submissions, tab)
         return made
 
-    def _make(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
+    def _ordered(self, slice_: Slice, metric: MetricSpec, all_submissions: bool,
+                 tab: str) -> tuple[list[Evaluation], int, int]:
+        """The rows of a board in its order, with how many evaluations of the slice its tab holds and how many of
+        them have a value of ``metric``."""
         evs = [e for e in self.slices.get(slice_, [])
                if tab == ANY or (source_of(e, self.platform_runs) == SELF_REPORTED) == (tab == SELF_REPORTED)]
         valued = [e for e in evs if e.value(metric.name) is not None]
         kept = valued if all_submissions else _best_per_entry(valued, metric)
         sign = 1 if metric.higher_is_better else -1
         kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
+        return kept, len(evs), len(valued)
+
+    def _tested(self) -> list[Evaluation]:
+        """The rows any board of this version may run paired tests on: the first :data:`board.ranking.PAIRED_ROWS`
+        of each, so that their submissions are read in one query (not every row's: 10^5 of them cost a minute)."""
+        return [e for slice_ in self.slices for tab in (*TABS, ANY) for name in METRICS for all_submissions in (False, True)
+                for e in self._ordered(slice_, metric_registry.get(name), all_submissions, tab)[0][:ranking.PAIRED_ROWS]]
+
+    def _make(self, slice_: Slice, metric: MetricSpec, all_submissions: bool, tab: str) -> Board:
+        kept, submissions, valued = self._ordered(slice_, metric, all_submissions, tab)
         scores = [e.scores[metric.name] for e in kept]
         ranked = ranking.board_ranks(kept, metric, self.ranking)
         rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e), metric)
                      for r, e, s in zip(ranked, kept, scores))
-        return Board(slice_, metric, all_submissions, rows, submissions=len(evs), unranked=len(evs) - len(valued),
+        return Board(slice_, metric, all_submissions, rows, submissions=submissions, unranked=submissions - valued,
                      tab=tab)
 
 
@@ -301,7 +313,7 @@ def platform_runs() -> frozenset[int]:
     return _index().platform_runs
 
 
-def board(slice_: Slice, metric: str = DEFAULT_METRIC, *, all_submissions: bool = False, tab: str = VERIFIED) -> Board:
+def board(slice_: Slice, metric: str = metric_registry.HEADLINE, *, all_submissions: bool = False, tab: str = VERIFIED) -> Board:
     """The board of ``slice_`` ranked by ``metric`` (best per entry unless ``all_submissions``) on ``tab`` (a key
     of :data:`TABS`, or :data:`ANY`), kept per results version.  ``ValueError`` naming the choices for a metric
     not in :data:`METRICS` or an unknown tab."""
@@ -336,7 +348,7 @@ class Listing:
 
 
 def _listing(index: _Index, ds: Dataset, slice_: Slice) -> Listing:
-    metric = metric_registry.get(DEFAULT_METRIC)
+    metric = metric_registry.get(metric_registry.HEADLINE)
     b = index.board(slice_, metric, False, VERIFIED)
     return Listing(slice_, ds, len(b.rows), tuple(r for r in b.rows if r.rank.best == 1),
                    len(index.board(slice_, metric, False, SELF_REPORTED).rows))
@@ -382,8 +394,8 @@ def _dataset(slice_: Slice) -> Dataset:
 
 def board_list(request: HttpRequest) -> HttpResponse:
     """Every canonical board (:func:`canonical_boards`) with its leaders."""
-    return render(request, "leaderboard/boards.html",
-                  {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(DEFAULT_METRIC)})
+    return render(request, "board/boards.html",
+                  {**canonical_boards(), "sources": SOURCES, "metric": metric_registry.get(metric_registry.HEADLINE)})
 
 
 def resampled_units(rows: Iterable[Row]) -> list[str]:
@@ -408,7 +420,7 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
     (``?page=``), ``?format=json`` for every row."""
     slice_ = Slice.parse(key)
     ds = _dataset(slice_)
-    metric = request.GET.get("metric") or DEFAULT_METRIC
+    metric = request.GET.get("metric") or metric_registry.HEADLINE
     all_submissions = request.GET.get("all") == "1"
     tab = request.GET.get("source") or VERIFIED
     try:
@@ -428,7 +440,7 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
     page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))
     resampled = index.resampled(b)  # read from every row: once per version
-    return render(request, "leaderboard/board_slice.html", {
+    return render(request, "board/board_slice.html", {
         "board": b, "rows": page.object_list, "page": page, "resampled": resampled, "results_version": version,
         "dataset": ds, "metric": b.metric,
         "metrics": [metric_registry.get(m) for m in METRICS],

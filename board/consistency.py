@@ -5,28 +5,23 @@ differ (:func:`qval.consistency.table`), and the errata of the paper's tables (:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from qval import consistency, errata
-from qval.paper.qval_v1 import tau as paper_tau
+from leaderboard.published import errata_context
+from qval import consistency, metric_registry
 from qval.paper.qval_v1 import published
 from submissions.models import Result, Submission
 
 from . import evaluations
 from .results import public_results
 
-CONSISTENCY_METRICS = ("spearman", "ranking_spearman")
-"""The metrics the authors report, so the ones a cell compares."""
-
-
 def rescored_values() -> list[consistency.RescoredValue]:
     """The re-scored numbers on the site (finished *re-scored* rows, the metrics the authors report), in
     the order of their environment, backbone, target and method; ``ref`` is the row's submission id."""
     results = (Result.objects.filter(submission__source=Submission.SOURCE_RESCORED, submission__state=Submission.FINISHED,
-                                      metric__in=CONSISTENCY_METRICS)
+                                      metric__in=metric_registry.HEADLINES)
                .select_related("submission__dataset__environment")
                .order_by("submission__dataset__environment__slug", "submission__backbone_name", "submission__target",
                          "submission__method_name", "metric"))
@@ -35,34 +30,6 @@ def rescored_values() -> list[consistency.RescoredValue]:
         method=r.submission.method_name, target=r.submission.target, modality=r.submission.modality,
         metric=r.metric, value=r.value, file=str(r.submission.provenance.get("file", "")), ref=r.submission_id,
     ) for r in results]
-
-
-def published_numbers_context() -> dict[str, object]:
-    """How many published numbers of QVal v1.0 the site holds, by kind and in all, for a template."""
-    counts = paper_tau.published_numbers()
-    return {"published_numbers": counts, "published_total": sum(c.count for c in counts)}
-
-
-@dataclass(frozen=True)
-class ErratumRow:
-    """One erratum as a page shows it: the cell, the marks the paper prints beside its number, and the marks
-    computed from the authors' number (:func:`qval.errata.computed_marks`)."""
-
-    erratum: errata.Erratum
-    printed_marks: str
-    computed: errata.ComputedMarks
-
-
-def errata_context(environment: str | None = None) -> dict[str, object]:
-    """The errata of the paper's tables (those of one environment, the paper's name, when given) for a template,
-    each with its printed and its computed significance marks."""
-    provenance, cells = errata.errata()
-    printed = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c.rho_stars or ""
-               for c in paper_tau.tau_cells()[1]}
-    return {"errata": [ErratumRow(e, printed.get((e.environment, e.target, e.modality, e.method, e.backbone, e.metric), ""),
-                                  errata.computed_marks(e))
-                       for e in cells if environment is None or e.environment == environment],
-            "errata_provenance": provenance}
 
 
 def _page_context(_: object) -> dict[str, object]:
@@ -85,5 +52,5 @@ def consistency_page(request: HttpRequest) -> HttpResponse:
     """Reported against re-scored, cell by cell, with the reasons, the label sources and the errata: computed once
     per results version, its table rendered once too (a fragment of the shared cache)."""
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
-    return render(request, "leaderboard/consistency.html",
+    return render(request, "board/consistency.html",
                   {"results_version": version, **evaluations.derived(("consistency-page",), _page_context)})

@@ -169,7 +169,11 @@ def board_row(e: evaluations.Evaluation) -> BoardRow:
     )
 
 
-def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: str = "") -> list[BoardRow]:
+DEFAULT_SORT = f"-{metric_registry.HEADLINE}"
+"""The board's order unless asked otherwise: the headline metric, best first."""
+
+
+def leaderboard_rows(filters: dict[str, str], sort: str = DEFAULT_SORT, search: str = "") -> list[BoardRow]:
     """Finished submissions with their ρ, τ and ranking Spearman, filtered, searched and sorted.
 
     ``search`` keeps the rows whose method, backbone, dataset or submitter contains it
@@ -182,10 +186,10 @@ def leaderboard_rows(filters: dict[str, str], sort: str = "-spearman", search: s
 
 def canonical_sort(sort: str) -> str:
     """``sort`` as the board applies it: a key of :func:`sort_keys`, after one ``-`` when descending; any
-    other value is the default, ``-spearman``."""
+    other value is the default, :data:`DEFAULT_SORT`."""
     key = sort.lstrip("-")
     if key not in sort_keys():
-        return "-spearman"
+        return DEFAULT_SORT
     return f"-{key}" if sort.startswith("-") else key
 
 

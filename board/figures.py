@@ -7,7 +7,7 @@ row), ``means`` (summaries of the points) or ``guide`` (the diagonal), so a read
 count what is drawn.  Figures are plain dicts (no ``plotly.graph_objects`` validation), so
 building one is cheap.  Colours are the reference's family colours (:mod:`qval.families`).
 Plotly draws a subset of HTML in tick labels, legend names and hover text, so every name a user
-chose (method, backbone) goes into a trace through :func:`board.charts.plain`; the ``rows``
+chose (method, backbone) goes into a trace through :func:`leaderboard.charts.plain`; the ``rows``
 keep the names as they are.
 """
 
@@ -23,13 +23,13 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from leaderboard.charts import plain
 from qval import compare, families, metric_registry
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
 from . import boards
 from .aggregates import InvalidSelection
-from .charts import plain
 from .evaluations import FILTER_KEYS, Evaluation, best, derived, select
 from .exports import csv_text
 
@@ -52,7 +52,7 @@ class Filters:
     backbone: str = ""
     source: str = boards.DEFAULT_VIEW
     method: str = ""
-    metric: str = "spearman"
+    metric: str = metric_registry.HEADLINE
     by: str = "environment"
 
     def evaluation_filters(self) -> dict[str, str]:
@@ -145,8 +145,8 @@ def _hover(e: Evaluation, value: float) -> str:
 def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     """Paper Fig. 2: every evaluation as a point, methods grouped and coloured by family, a
     bar at each method's mean; the global metric and the state-local ranking ρ side by side."""
-    global_metric = f.metric if f.metric != "ranking_spearman" else "spearman"
-    panels = [(global_metric, "x", "y"), ("ranking_spearman", "x2", "y2")]
+    global_metric = f.metric if f.metric != metric_registry.LOCAL_HEADLINE else metric_registry.HEADLINE
+    panels = [(global_metric, "x", "y"), (metric_registry.LOCAL_HEADLINE, "x2", "y2")]
     fig = Figure("per-family", "Per family", ["submission_id", "method", "family", "environment", "backbone",
                                                "target", "modality", "source", "metric", "value"])
     shown: set[str] = set()
@@ -181,9 +181,9 @@ def per_family(rows: Sequence[Evaluation], f: Filters) -> Figure:
     fig.layout = _layout(
         "Per family", barmode="overlay", grid={"rows": 1, "columns": 2, "pattern": "independent"},
         xaxis={"domain": [0, 0.48], "title": {"text": _label(global_metric)}, "tickangle": -45},
-        xaxis2={"domain": [0.52, 1], "title": {"text": _label("ranking_spearman")}, "tickangle": -45},
+        xaxis2={"domain": [0.52, 1], "title": {"text": _label(metric_registry.LOCAL_HEADLINE)}, "tickangle": -45},
         yaxis={"range": [-1, 1], "title": {"text": _label(global_metric)}},
-        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label("ranking_spearman")}},
+        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label(metric_registry.LOCAL_HEADLINE)}},
     )
     return fig
 
@@ -437,7 +437,7 @@ def _options_of(rows: list[Evaluation]) -> dict[str, list[tuple[str, str]]]:
 
 @dataclass(frozen=True)
 class FilterField:
-    """One select of a figure page's filter form (``templates/leaderboard/_figure_filters.html``)."""
+    """One select of a figure page's filter form (``templates/board/_figure_filters.html``)."""
 
     name: str
     choices: list[tuple[str, str]]

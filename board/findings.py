@@ -15,19 +15,16 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from qval import findings as qfindings
+from qval import metric_registry
 
 from . import boards, evaluations, paper_figures
 from .evaluations import Evaluation
-
-REPORTED_METRICS = ("spearman", "ranking_spearman")
-"""The metrics the authors report."""
-
 
 def _reported_rows(rows: Sequence[Evaluation]) -> list[dict[str, Any]]:
     """One row per reported number: method, family, environment, backbone, target, modality, metric, value."""
     return [{"method": e.method, "family": e.family, "environment": e.environment, "backbone": e.backbone,
              "target": e.target, "modality": e.modality, "metric": metric, "value": e.value(metric)}
-            for e in boards.of_source(rows, boards.REPORTED) for metric in REPORTED_METRICS
+            for e in boards.of_source(rows, boards.REPORTED) for metric in metric_registry.HEADLINES
             if e.value(metric) is not None]
 
 
@@ -56,14 +53,22 @@ def current_findings() -> list[qfindings.Finding]:
     return qfindings.findings({name: view_rows(name) for name in qfindings.VIEWS})
 
 
-def findings_page(request: HttpRequest) -> HttpResponse:
-    """Each claim, where it is made, its verdict with the numbers, and a link to the view behind it."""
-    provenance, _ = qfindings.claims()
+def _page_context(_: object) -> dict[str, Any]:
+    """What the findings page shows, computed afresh (the tests take about 100 ms: kept per results version by
+    :func:`findings_page`)."""
+    provenance, _claims = qfindings.claims()
     found = current_findings()
     counts = Counter(f.verdict for f in found)
-    return render(request, "leaderboard/findings.html", {
+    return {
         "findings": [(f, view_url(f.claim.view), qfindings.VIEWS[f.claim.view].caption) for f in found],
         "counts": [(code, label, counts[code]) for code, label in qfindings.VERDICTS.items() if counts[code]],
         "rules": [(code, rule) for code, rule in qfindings.VERDICT_RULE.items() if code != "no-data"],
         "alpha": qfindings.ALPHA, "margin": qfindings.SMALL_GAIN, "provenance": provenance,
-    })
+    }
+
+
+def findings_page(request: HttpRequest) -> HttpResponse:
+    """Each claim, where it is made, its verdict with the numbers, and a link to the view behind it: computed once
+    per results version, the claims' sections rendered once too (a fragment of the shared cache)."""
+    version, context = evaluations.versioned(("findings-page",), _page_context)
+    return render(request, "board/findings.html", {"results_version": version, **context})

@@ -36,13 +36,13 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 
+from leaderboard.charts import plain
 from qval import errata, families, metric_registry
 from qval.paper.qval_v1 import published, relabelled
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
 from . import boards, evaluations, figures
-from .charts import plain
 from .evaluations import Evaluation, best
 
 PAPER_SLICE: dict[str, tuple[str, str]] = {
@@ -59,14 +59,11 @@ ENVIRONMENT_ORDER: tuple[str, ...] = tuple(published.ENVIRONMENTS.values())
 """The paper's environments (their slugs) from simpler closed-action to open-ended, its order (Fig. 3); others
 follow alphabetically."""
 
-LOCAL_METRIC = "ranking_spearman"
-
-
 def metric_of(method: str, f: figures.Filters) -> str:
     """The metric a method is plotted by: state-local for :data:`STATE_LOCAL`, else the chosen global one."""
     if method in STATE_LOCAL:
-        return LOCAL_METRIC
-    return f.metric if f.metric != LOCAL_METRIC else "spearman"
+        return metric_registry.LOCAL_HEADLINE
+    return f.metric if f.metric != metric_registry.LOCAL_HEADLINE else metric_registry.HEADLINE
 
 
 def in_slice(e: Evaluation, f: figures.Filters) -> bool:
@@ -160,7 +157,7 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     info = {(e.method, e.environment_slug, e.target, e.backbone): e for e in sliced}
     family = _families(sliced)
     global_metric = metric_of("", f)
-    blocks = [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]
+    blocks = [(global_metric, "x", "y"), (metric_registry.LOCAL_HEADLINE, "x2", "y2")]
     shown: set[str] = set()
     off = off_table(f)
     for metric, xaxis, yaxis in blocks:
@@ -200,9 +197,9 @@ def fig2(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
         "Figure 2: correlation by method (points: environment × backbone, × not in the paper's tables; bars: means)",
         barmode="overlay",
         xaxis={"domain": [0, 0.72], "title": {"text": f"global: {_label(global_metric)}"}, "tickangle": -45},
-        xaxis2={"domain": [0.76, 1], "title": {"text": f"state-local: {_label(LOCAL_METRIC)}"}, "tickangle": -45},
+        xaxis2={"domain": [0.76, 1], "title": {"text": f"state-local: {_label(metric_registry.LOCAL_HEADLINE)}"}, "tickangle": -45},
         yaxis={"range": [-1, 1], "title": {"text": _label(global_metric)}},
-        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label(LOCAL_METRIC)}},
+        yaxis2={"range": [-1, 1], "anchor": "x2", "title": {"text": _label(metric_registry.LOCAL_HEADLINE)}},
     )
     return fig
 
@@ -226,7 +223,7 @@ def fig3(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
     envs = sorted(names, key=_env_rank)
     family = _families(sliced)
     global_metric = metric_of("", f)
-    for metric, xaxis, yaxis in [(global_metric, "x", "y"), (LOCAL_METRIC, "x2", "y2")]:
+    for metric, xaxis, yaxis in [(global_metric, "x", "y"), (metric_registry.LOCAL_HEADLINE, "x2", "y2")]:
         for m in _method_order({k[0] for k in values if metric_of(k[0], f) == metric}):
             fam = family[m]
             xs, ys, lows, highs, texts, hatch = [], [], [], [], [], []
@@ -260,7 +257,7 @@ def fig3(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
         xaxis={"categoryorder": "array", "categoryarray": [names[e] for e in envs], "anchor": "y"},
         yaxis={"domain": [0.55, 1], "range": [-1, 1], "title": {"text": f"global: {_label(global_metric)}"}},
         xaxis2={"categoryorder": "array", "categoryarray": [names[e] for e in envs], "anchor": "y2"},
-        yaxis2={"domain": [0, 0.42], "range": [-1, 1], "title": {"text": f"state-local: {_label(LOCAL_METRIC)}"}},
+        yaxis2={"domain": [0, 0.42], "range": [-1, 1], "title": {"text": f"state-local: {_label(metric_registry.LOCAL_HEADLINE)}"}},
     )
     return fig
 
@@ -390,8 +387,8 @@ def fig5(rows: Sequence[Evaluation], f: figures.Filters) -> figures.Figure:
                          ["method", "family", "backbone", "metric", "first_labels", "opus_labels", "opus_marks",
                           "not_in_tables"])
     metric = metric_of("", f)
-    if metric not in ("spearman", "kendall_tau"):
-        metric = "spearman"
+    if metric not in (metric_registry.HEADLINE, "kendall_tau"):  # the correlations Table 6 prints
+        metric = metric_registry.HEADLINE
     _, table = relabelled.table6()
     opus = {(r.method, r.backbone): getattr(r, metric) for r in table if not f.backbone or r.backbone == f.backbone}
     marks = {(r.method, r.backbone): getattr(r, f"{metric}_stars") for r in table}  # as Table 6 prints them
@@ -579,9 +576,9 @@ def paper_figure(request: HttpRequest, name: str) -> HttpResponse:
         raise Http404(f"no paper figure {name!r}")
     options = {k: v for k, v in figures.options().items() if k in spec.offers}
     if "metric" in options:
-        options["metric"] = [(m, label) for m, label in options["metric"] if m != LOCAL_METRIC]
+        options["metric"] = [(m, label) for m, label in options["metric"] if m != metric_registry.LOCAL_HEADLINE]
     return figures.figure_page(
-        request, name, "leaderboard/paper_figure.html",
+        request, name, "board/paper_figure.html",
         {"paper_figures": PAPER_FIGURES, "spec": spec, "name": name, "title": spec.title},
         read=lambda: read(spec, request.GET), build=lambda f: build(spec, f),
         fields=lambda values: figures.filter_fields(options, values, _paper_default),

@@ -13,7 +13,7 @@ tested with Holm's correction (:func:`qval.ranks.paired_outcomes`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +60,12 @@ class _Shared:
 
 class Context:
     """What the boards of one results version share for their ranks, read once when first needed: the
-    submissions of their rows (one query) and the labels of each split (:func:`leaderboard.loading.truth_for`)."""
+    submissions of the rows their paired tests look at (``tested()``: each board's first :data:`PAIRED_ROWS`
+    rows, so one query of at most that many rows a board, however many rows the boards hold) and the labels of
+    each split (:func:`leaderboard.loading.truth_for`)."""
 
-    def __init__(self, rows: Sequence[Evaluation]) -> None:
-        self._rows = rows
+    def __init__(self, tested: Callable[[], Iterable[Evaluation]]) -> None:
+        self._tested = tested
         self._subs: dict[int, Any] | None = None
         self._truths: dict[tuple[int, str, str], scoring.Truth] = {}
 
@@ -72,8 +74,8 @@ class Context:
         if self._subs is None:
             from submissions.models import Submission
 
-            ids = [e.submission_id for e in self._rows if e.source != Submission.SOURCE_REPORTED]
-            self._subs = Submission.objects.select_related("dataset__environment").in_bulk(ids)
+            ids = {e.submission_id for e in self._tested() if e.source != Submission.SOURCE_REPORTED}
+            self._subs = Submission.objects.select_related("dataset__environment").in_bulk(sorted(ids))
         return self._subs.get(pk)
 
     def truth(self, sub: Any) -> scoring.Truth:

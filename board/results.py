@@ -9,20 +9,24 @@ the method card, the submitter's name, the date, the source and, for imported ro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from qval import consistency, metric_registry
 from qval.schema import PUBLIC_SPLITS
 from submissions.models import Result, Submission
+from submissions.selectors import why_unranked
 
+from . import evaluations
 from .boards import AUTHORS, SOURCES, Slice, platform_runs, source_of
-from .evaluations import on_board
-from .standing import standing, why_unranked
+from .evaluations import Evaluation, on_board
+from .standing import standing
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,13 @@ def public_results() -> QuerySet[Submission]:
     return on_board().exclude(split__in=sorted(PUBLIC_SPLITS))
 
 
-def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
-    """The registry's metrics stored for ``sub``, in the registry's order, less those that say nothing
-    unless its labels have both signs (``both_signs``, :func:`qval.metric_registry.shown`)."""
-    stored = {r.metric: r for r in Result.objects.filter(submission=sub)}
+def result_lines(stored: Iterable[Result], both_signs: bool) -> list[ResultLine]:
+    """The registry's metrics among a submission's ``stored`` results, in the registry's order, less those that say
+    nothing unless its labels have both signs (``both_signs``, :func:`qval.metric_registry.shown`)."""
+    by_metric = {r.metric: r for r in stored}
     lines = []
     for spec in metric_registry.METRICS:
-        r = stored.get(spec.name)
+        r = by_metric.get(spec.name)
         if r is None or not metric_registry.shown(spec.name, both_signs):
             continue
         ci = r.details.get("ci95") if isinstance(r.details, dict) else None
@@ -77,36 +81,88 @@ def result_lines(sub: Submission, both_signs: bool) -> list[ResultLine]:
     return lines
 
 
-def reference_rows(sub: Submission, user) -> QuerySet[Submission]:  # type: ignore[no-untyped-def]
-    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
-    newest per method and backbone: one click each from a result's page."""
-    from submissions import comparison
+@dataclass(frozen=True)
+class Reference:
+    """A reference row a result may be compared with: its submission id, method and backbone."""
 
-    rows = comparison.candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
-    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
+    pk: int
+    method_name: str
+    backbone_name: str
+
+
+class _Pages:
+    """What result pages read of one results version, each once: the ids that have a page, and per slice the
+    reference rows and whether the labels have both signs."""
+
+    def __init__(self, rows: list[Evaluation]) -> None:
+        self.public = frozenset(e.submission_id for e in rows if e.split not in PUBLIC_SPLITS)
+        self._references: dict[tuple[int, str, str, str, str], list[Reference]] = {}
+        self._both_signs: dict[tuple[int, str], bool] = {}
+
+    def references(self, sub: Submission) -> list[Reference]:
+        """The baselines of ``sub``'s dataset, split, target, rules and modality that a submission of them may be
+        compared with (``sub`` included), by method and backbone name, the newest first."""
+        from submissions import comparison
+
+        key = (sub.dataset_id, sub.split, sub.target, sub.rules, sub.modality)
+        made = self._references.get(key)
+        if made is None:
+            rows = (comparison.comparable_with(sub, AnonymousUser())
+                    .filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
+                    .order_by("method_name", "backbone_name", "-pk").values_list("pk", "method_name", "backbone_name"))
+            made = self._references[key] = [Reference(*r) for r in rows]
+        return made
+
+    def both_signs(self, sub: Submission) -> bool:
+        """:meth:`leaderboard.models.Dataset.labels_have_both_signs` of ``sub``'s dataset and target."""
+        key = (sub.dataset_id, sub.target)
+        made = self._both_signs.get(key)
+        if made is None:
+            made = self._both_signs[key] = sub.dataset.labels_have_both_signs(sub.target)
+        return made
+
+
+def _pages() -> _Pages:
+    return evaluations.derived(("result-pages",), _Pages)
+
+
+def reference_rows(sub: Submission) -> list[Reference]:
+    """The platform's reference rows (its baselines) of ``sub``'s slice that ``sub`` may be compared with, the newest
+    per method and backbone: one click each from a result's page. A baseline is never an uploaded file, so they are
+    the same whoever asks (:func:`submissions.comparison.candidates`); read once per results version and slice."""
+    newest: dict[tuple[str, str], Reference] = {}
+    for r in _pages().references(sub):
+        if r.pk != sub.pk:
+            newest.setdefault((r.method_name, r.backbone_name), r)
+    return list(newest.values())
 
 
 def result_page(request: HttpRequest, pk: int) -> HttpResponse:
     """The permalink of one public test result (404 for any other submission, whoever asks): where it stands on its
-    board at the top (rank range and the rows around it), then its card and every disclosed metric."""
-    sub = get_object_or_404(public_results().select_related("dataset__environment", "method", "backbone", "user"), pk=pk)
+    board at the top (rank range and the rows around it), then its card and every disclosed metric.  Whether it has
+    a page is read from the evaluations of the current results version (the rows of :func:`public_results`)."""
+    pages = _pages()
+    if pk not in pages.public:
+        raise Http404(f"no public result {pk}: a result has a page once it is on a board")
+    sub = get_object_or_404(Submission.objects.select_related("dataset__environment", "method", "backbone", "user"),
+                            pk=pk)
     own = request.user.is_authenticated and sub.user_id == request.user.pk
     source = source_of(SourcedRow(sub.pk, sub.source), platform_runs())  # the boards' badge
-    both_signs = sub.dataset.labels_have_both_signs(sub.target)
-    lines = result_lines(sub, both_signs)
+    both_signs = pages.both_signs(sub)
+    stored = list(Result.objects.filter(submission=sub))
+    lines = result_lines(stored, both_signs)
     slice_ = Slice(sub.dataset.key, sub.target, sub.modality)
     comparable = own or sub.source != Submission.SOURCE_USER  # submissions.comparison's public rows
     place = standing(sub.pk, slice_)
     context = {
         "sub": sub, "lines": lines, "own": own,
-        "one_sign_note": "" if both_signs or len(lines) == Result.objects.filter(submission=sub).count()
-        else metric_registry.ONE_SIGN_NOTE,
+        "one_sign_note": "" if both_signs or len(lines) == len(stored) else metric_registry.ONE_SIGN_NOTE,
         "submitter": AUTHORS if sub.source in Submission.IMPORTED_SOURCES else sub.submitted_by,
         "source": SOURCES[source], "source_key": source, "baseline": sub.source == Submission.SOURCE_BASELINE,
         "permalink": request.build_absolute_uri(reverse("result", args=[sub.pk])),
         "standing": place, "why_unranked": "" if place else why_unranked(sub),
-        "comparable": comparable, "references": reference_rows(sub, request.user) if comparable else [],
+        "comparable": comparable, "references": reference_rows(sub) if comparable else [],
         "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))
                          if sub.source == Submission.SOURCE_RESCORED else None),
     }
-    return render(request, "leaderboard/result.html", context)
+    return render(request, "board/result.html", context)

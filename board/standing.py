@@ -1,4 +1,5 @@
-"""Where a result stands: its board, its rank range and the rows around it -- or, for a result on no board, why.
+"""Where a result stands: its board, its rank range and the rows around it (why one is on no board is
+:func:`submissions.selectors.why_unranked`).
 
 A finished test result is on one board (:mod:`board.boards`): its slice, the tab of its source (verified or
 self-reported), ranked by the board's default metric. It stands on the default view (the best per entry) when it is
@@ -15,10 +16,6 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.urls import reverse
-
-from qval import metric_registry
-from qval.metrics import MIN_USABLE_POINTS
-from qval.schema import PUBLIC_SPLITS
 
 from . import boards, evaluations
 from .boards import SELF_REPORTED, TABS, VERIFIED, Board, Row, Slice
@@ -66,8 +63,8 @@ def _positions(board: Board) -> dict[int, int]:
 
 def standing(submission_id: int, slice_: Slice, around: int = AROUND) -> Standing | None:
     """Where submission ``submission_id`` stands on the board of ``slice_`` (ranked by
-    :data:`board.boards.DEFAULT_METRIC`): the default view first, else among all submissions; ``None`` when it is on
-    neither tab (see :func:`why_unranked`)."""
+    :data:`qval.metric_registry.HEADLINE`): the default view first, else among all submissions; ``None`` when it is on
+    neither tab (see :func:`submissions.selectors.why_unranked`)."""
     for all_submissions in (False, True):
         for tab in (VERIFIED, SELF_REPORTED):
             b = boards.board(slice_, all_submissions=all_submissions, tab=tab)
@@ -75,39 +72,3 @@ def standing(submission_id: int, slice_: Slice, around: int = AROUND) -> Standin
             if at is not None:
                 return Standing(b, b.rows[at], at, b.rows[max(at - around, 0):at + around + 1])
     return None
-
-
-def standings(subs: list[tuple[int, Slice]]) -> dict[int, Standing]:
-    """:func:`standing` of each ``(submission id, slice)`` that has one, by submission id."""
-    found = {pk: standing(pk, slice_, around=0) for pk, slice_ in subs}
-    return {pk: s for pk, s in found.items() if s is not None}
-
-
-def why_unranked(sub) -> str:  # type: ignore[no-untyped-def]
-    """Why the finished submission ``sub`` (a :class:`submissions.models.Submission`) is on no board, in one
-    sentence for its owner; empty when nothing keeps it off (it is on its board, or will be once the results version
-    moves)."""
-    from submissions.models import Submission
-
-    env = sub.dataset.environment
-    if sub.state != Submission.FINISHED:
-        return ""
-    if sub.split in PUBLIC_SPLITS:
-        return (f"A {sub.split} result is a self-check on public labels: it is on no board. Submit on the test split "
-                f"to be ranked.")
-    if not sub.ranked():
-        return (f"{env.name} is open book (its labels follow from its observations), so its test board ranks only "
-                f"rows the platform ran itself: built-in baselines, method containers, training runs. An uploaded "
-                f"file is scored for its uploader and ranked nowhere.")
-    if sub.score_withheld:
-        return "It did not significantly beat your best on this split (the Ladder), so your best stays on the board."
-    if not sub.public:
-        return "It is private: only you see it. Make it public below to put it on its board."
-    if sub.ladder_climbed and Submission.objects.filter(ladder_against=sub, ladder_climbed=True).exists():
-        return "A later submission of yours climbed past it on the Ladder and replaced it on the board."
-    spearman = sub.results.filter(metric=boards.DEFAULT_METRIC).values_list("value", flat=True).first()
-    if spearman is None:
-        label = metric_registry.get(boards.DEFAULT_METRIC).short
-        return (f"It has no {label}: fewer than {MIN_USABLE_POINTS} usable points, or constant scores, so it cannot "
-                f"be ranked.")
-    return ""

@@ -189,7 +189,7 @@ def _sorted(rows: list[Row], cols: tuple[Column, ...], sort: str) -> list[Row]:
 
 
 def table(family: str, *, target: str = "q", modality: str = "text", backbone: str = "",
-          metric: str = boards.DEFAULT_METRIC, self_reported: bool = False, sort: str | None = None) -> Table:
+          metric: str = metric_registry.HEADLINE, self_reported: bool = False, sort: str | None = None) -> Table:
     """The table of ``family`` (a key of :data:`FAMILIES`): a column for each of :func:`columns` that has a row of
     the chosen sources on any backbone (a dataset nobody has results on yet is left out, not averaged as missing).
     ``ValueError`` naming the choices for a family, target, modality, metric or sort key that is not one."""
@@ -245,7 +245,7 @@ def table_page(request: HttpRequest, family: str) -> HttpResponse:
     get = request.GET
     try:
         t = table(family, target=get.get("target") or "q", modality=get.get("modality") or "text",
-                  backbone=get.get("backbone", ""), metric=get.get("metric") or boards.DEFAULT_METRIC,
+                  backbone=get.get("backbone", ""), metric=get.get("metric") or metric_registry.HEADLINE,
                   self_reported=get.get("self_reported") == "1", sort=get.get("sort") or None)
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
@@ -257,7 +257,7 @@ def table_page(request: HttpRequest, family: str) -> HttpResponse:
         return response
     headings = [(METHOD, "Method"), (SUBMITTER, "Submitter"), *((c.key, c.label) for c in t.columns),
                 (AVERAGE, "Average")]
-    return render(request, "leaderboard/table.html", {
+    return render(request, "board/table.html", {
         "table": t, "families": FAMILIES, "average_rule": AVERAGE_RULE, "sources": boards.SOURCES,
         "headings": [_heading(key, label, t.sort) for key, label in headings],
         "metrics": [metric_registry.get(m) for m in boards.METRICS], "targets": boards.TARGETS,

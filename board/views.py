@@ -1,34 +1,27 @@
-"""Public pages: home, leaderboard, datasets and their downloads."""
+"""Public pages over the results: home, scoring rules, the leaderboard, aggregates and the critical difference,
+figures, and a method's and an environment's pages (the catalogue's pages are :mod:`leaderboard.views`)."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections import Counter
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.db.models import Count
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from qval import consistency as qconsistency
 from qval import budget, families, ladder, metrics
 from qval.paper.qval_v1 import settings as paper_settings
-from qval.paper.qval_v1 import published
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import printed_digits
 
-from . import aggregates, boards, charts, consistency, evaluations, figures, markdown, paper_figures
-from leaderboard import exports as downloads
-from leaderboard.exports import DOWNLOAD_COLUMNS, DOWNLOAD_FORMATS, download_response
-
-from . import exports
-from .exports import FILTER_KEYS, leaderboard_rows
-from leaderboard.models import Candidate, Dataset, Environment, Label, Method, State
-from leaderboard.task_table import task_table
+from leaderboard.models import Dataset, Environment, Method
+from leaderboard.published import published_numbers_context
 from submissions.models import Submission
+
+from . import aggregates, boards, charts, evaluations, exports, figures, paper_figures
+from .exports import FILTER_KEYS, leaderboard_rows
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -43,11 +36,11 @@ def how_we_score(request: HttpRequest) -> HttpResponse:
     """The scoring rules, and where they differ from the QVal v1.0 reference implementation."""
     return render(
         request,
-        "leaderboard/scoring.html",
+        "board/scoring.html",
         {"min_points": metrics.MIN_USABLE_POINTS, "resamples": settings.QVAL_BOOTSTRAP_RESAMPLES,
          "ladder_resamples": ladder.RESAMPLES, "ladder_alpha": ladder.ALPHA,
          "points_per_number": budget.POINTS_PER_NUMBER, "subsample_points": metrics.BOOTSTRAP_SUBSAMPLE_POINTS,
-         **consistency.published_numbers_context()},
+         **published_numbers_context()},
     )
 
 
@@ -59,7 +52,7 @@ def board(request: HttpRequest) -> HttpResponse:
     """The leaderboard table: filters, search (``q``), sort, pages of :data:`BOARD_PAGE_SIZE`
     and the export of the whole filtered view (``?format=csv|json``)."""
     filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
-    sort = request.GET.get("sort", "-spearman")
+    sort = request.GET.get("sort", exports.DEFAULT_SORT)
     search = request.GET.get("q", "").strip()
     version = evaluations.version()  # before the rows: a cached fragment is never older than its key
     rows = leaderboard_rows(filters, sort, search)
@@ -80,7 +73,7 @@ def board(request: HttpRequest) -> HttpResponse:
     }
     return render(
         request,
-        "leaderboard/board.html",
+        "board/board.html",
         {"rows": page.object_list, "page": page, "total": len(rows), "filters": filters, "sort": sort,
          "options": options, "search": search, "results_version": version,
          "open_book": list(Environment.objects.filter(open_book=True))},
@@ -109,7 +102,7 @@ def aggregate(request: HttpRequest) -> HttpResponse:
     numbers), kept per results version."""
     selection, context = _selection_context(request)
     if selection is None:
-        return render(request, "leaderboard/aggregate.html", context, status=400)
+        return render(request, "board/aggregate.html", context, status=400)
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
     summary = aggregates.summary(selection)
     context.update(
@@ -119,7 +112,7 @@ def aggregate(request: HttpRequest) -> HttpResponse:
         families=summary.families,
         family_plot=evaluations.derived(("family-plot", selection), lambda _: _family_plot(selection)),
     )
-    return render(request, "leaderboard/aggregate.html", context)
+    return render(request, "board/aggregate.html", context)
 
 
 def _family_plot(selection: aggregates.Selection) -> str:
@@ -149,7 +142,7 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
         choice = aggregates.read_cd_choice(request.GET)
     except aggregates.InvalidSelection as exc:
         context["error"] = exc.message
-        return render(request, "leaderboard/critical_difference.html", context, status=400)
+        return render(request, "board/critical_difference.html", context, status=400)
     version = evaluations.version()  # before the values: a cached fragment is never older than its key
     context.update(
         results_version=version, choice=choice, selection=choice.selection,
@@ -159,146 +152,7 @@ def critical_difference(request: HttpRequest) -> HttpResponse:
         table=aggregates.critical_difference_of(choice),
         diagram=evaluations.derived(("critical-difference-diagram", choice), lambda _: _diagram(choice)),
     )
-    return render(request, "leaderboard/critical_difference.html", context)
-
-
-def dataset_list(request: HttpRequest) -> HttpResponse:
-    """All dataset versions (their builds are on the status page, :mod:`workers.selectors`)."""
-    return render(request, "leaderboard/datasets.html", {"datasets": Dataset.objects.select_related("environment")})
-
-
-def _dataset_by_key(key: str) -> Dataset:
-    ds = Dataset.lookup(key)
-    if ds is None:
-        raise Http404(f"no dataset {key}")
-    return ds
-
-
-def _split_counts(ds: Dataset) -> list[dict[str, object]]:
-    """Per split: states, candidates and the evaluation points of each target."""
-    states: dict[str, int] = {}
-    cands: dict[str, int] = {}
-    ranked: dict[str, int] = {}
-    for split, k in ds.states.order_by().annotate(k=Count("candidates")).values_list("split", "k"):
-        states[split] = states.get(split, 0) + 1
-        cands[split] = cands.get(split, 0) + k
-        ranked[split] = ranked.get(split, 0) + (k >= 2)
-    return [
-        {"split": split, "states": states[split], "candidates": cands.get(split, 0), "q_points": states[split],
-         "ranking_states": ranked.get(split, 0), "v_points": states[split], "public": split in PUBLIC_SPLITS,
-         "images": downloads.has_images(ds, split)}
-        for split in ("train", "dev", "test") if states.get(split)
-    ]
-
-
-def _public_label_values(ds: Dataset) -> dict[str, dict[str, list[float]]]:
-    """Labels of the public splits only, by target and split (for the histograms)."""
-    out: dict[str, dict[str, list[float]]] = {"q": {}, "v": {}}
-    rows = Label.objects.filter(labelset__dataset=ds, split__in=sorted(PUBLIC_SPLITS)).order_by("split")
-    for split, target, value in rows.values_list("split", "target", "value"):
-        assert split in PUBLIC_SPLITS
-        out[target].setdefault(split, []).append(value)
-    return out
-
-
-def provenance_rows(config: object, prefix: str = "") -> list[tuple[str, str]]:
-    """A dataset's build configuration (``manifest["config"]``) as ``(setting, value)`` rows: nested
-    settings flattened to dotted names (``collection.seed``), lists of plain values joined by commas,
-    anything else printed as JSON."""
-    if isinstance(config, dict) and config:
-        rows: list[tuple[str, str]] = []
-        for key, value in config.items():
-            rows += provenance_rows(value, f"{prefix}.{key}" if prefix else str(key))
-        return rows
-    if not prefix:
-        return []
-    if isinstance(config, str):
-        return [(prefix, config)]
-    if isinstance(config, list) and all(isinstance(v, (str, int, float, bool)) for v in config):
-        return [(prefix, ", ".join(json.dumps(v) if not isinstance(v, str) else v for v in config))]
-    return [(prefix, json.dumps(config))]
-
-
-def dataset_detail(request: HttpRequest, key: str) -> HttpResponse:
-    """Description, provenance, schema, counts, label histograms (public splits), the per-task table
-    (:func:`leaderboard.task_table.task_table`: counts per task and group, an example per public task),
-    dataset card and download links of one dataset."""
-    ds = _dataset_by_key(key)
-    if not ds.hosted:
-        return _published_dataset_detail(request, ds)
-    counts = _split_counts(ds)
-    try:
-        card = markdown.render(downloads.card_body(downloads.dataset_card(ds)))
-    except ImportError:  # qval.export not available
-        card = ""
-    return render(
-        request,
-        "leaderboard/dataset.html",
-        {
-            "ds": ds,
-            "open_book": [ds.environment] if ds.environment.open_book else [],
-            "counts": counts,
-            "tasks": task_table(ds),
-            "histograms": charts.label_histograms(_public_label_values(ds)),
-            "has_images": any(c["images"] for c in counts),
-            "card": card,
-            "provenance": provenance_rows(ds.manifest.get("config", {})),
-            "labelset": getattr(ds, "labelset", None),
-            "columns": DOWNLOAD_COLUMNS,
-            "formats": list(DOWNLOAD_FORMATS),
-        },
-    )
-
-
-def _published_dataset_detail(request: HttpRequest, ds: Dataset) -> HttpResponse:
-    """The page of an authors' dataset whose results we import but whose inputs we do not host:
-    the paper's summary of the environment, what is and is not here, and the imported rows."""
-    provenance, environments = published.paper_environments()
-    paper = next((e for e in environments.values() if published.ENVIRONMENTS[e.name] == ds.environment.slug), None)
-    sources = dict(ds.submissions.filter(state="finished").order_by().values("source")
-                   .annotate(n=Count("pk")).values_list("source", "n"))
-    summary = (ds.submissions.filter(source="rescored").order_by("pk")
-               .values_list("provenance__file", flat=True).first())
-    return render(request, "leaderboard/published_dataset.html", {
-        "ds": ds, "paper": paper, "provenance": provenance, "sources": sources,
-        "label_source": qconsistency.label_sources()[1].get(summary or ""),
-        "reference": {"repository": published.REFERENCE_REPOSITORY, "commit": published.REFERENCE_COMMIT},
-        "website": {"repository": published.SITE_REPOSITORY, "commit": published.SITE_COMMIT},
-        "publication": published.paper(), **consistency.errata_context(paper.name if paper else None),
-        **consistency.published_numbers_context(),
-    })
-
-
-IMAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.(png|jpg|jpeg|webp)")
-IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp"}
-
-
-def dataset_image(request: HttpRequest, key: str, name: str) -> FileResponse:
-    """An image file the dataset names: state image or candidate next image (test inputs included),
-    or a goal image of a public split (never one of a hidden split: :func:`qval.schema.goal_images_public`)."""
-    ds = _dataset_by_key(key)
-    match = IMAGE_NAME.fullmatch(name)
-    if match is None or ".." in name:
-        raise Http404("no such image")
-    public = sorted(PUBLIC_SPLITS)
-    named = (State.objects.filter(dataset=ds, image=name).exists()
-             or Candidate.objects.filter(state__dataset=ds, next_image=name).exists()
-             or State.objects.filter(dataset=ds, split__in=public, end_image=name).exists()
-             or Candidate.objects.filter(state__dataset=ds, state__split__in=public, end_image=name).exists())
-    folder = downloads.images_dir(ds)
-    if not named or folder is None or not (folder / name).is_file():
-        raise Http404("no such image")
-    resp = FileResponse((folder / name).open("rb"), content_type=IMAGE_TYPES[match.group(1).lower()])
-    resp["Cache-Control"] = "public, max-age=86400"  # a dataset version never changes
-    return resp
-
-
-def dataset_download(request: HttpRequest, key: str) -> HttpResponse:
-    """Download a split as jsonl, csv or parquet (labels only for public splits)."""
-    ds = _dataset_by_key(key)
-    split = request.GET.get("split", "dev")
-    fmt = request.GET.get("format", "jsonl")
-    return download_response(ds, split, fmt)
+    return render(request, "board/critical_difference.html", context)
 
 
 # -- figures, method and environment pages --------------------------------------------------
@@ -309,7 +163,7 @@ def figure(request: HttpRequest, name: str) -> HttpResponse:
     data downloads (``?format=csv|json``)."""
     if name not in figures.FIGURES:
         raise Http404(f"no figure {name!r}")
-    return _figure_page(request, name, {}, "leaderboard/figure.html", {})
+    return _figure_page(request, name, {}, "board/figure.html", {})
 
 
 def _figure_page(request: HttpRequest, name: str, fixed: dict[str, str], template: str,
@@ -369,7 +223,7 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
     Only a method with a public result (a row of :func:`board.evaluations.on_board`) or a built-in one has a page;
     any other name answers 404 alike, so the page tells nobody whether a private row bears the name."""
     version = evaluations.version()  # before the rows: the results table's cached fragment is never older than its key
-    rows = exports.leaderboard_rows({"method": name}, "-spearman")
+    rows = exports.leaderboard_rows({"method": name})
     builtin = builtin_method(name)
     method = Method.objects.filter(name=name).first() if rows or builtin else None
     if method is None:
@@ -381,14 +235,14 @@ def method_detail(request: HttpRequest, name: str) -> HttpResponse:
              "builtin": builtin, "paper_settings": method_paper_settings(name, builtin),
              "paper_source": paper_settings.method_source(name),
              "num_results": len(rows), "all_results": "?" + urlencode({"method": name}), "fixed": "method", "fixed_value": name}
-    return _figure_page(request, fig_name, {"method": name}, "leaderboard/method.html", extra)
+    return _figure_page(request, fig_name, {"method": name}, "board/method.html", extra)
 
 
-def environment_modalities(datasets: list[Dataset], result_modalities: list[str]) -> list[tuple[str, int, bool]]:
+def environment_modalities(datasets: list[Dataset], counts: Counter[str]) -> list[tuple[str, int, bool]]:
     """An environment's modalities, each as ``(modality, results in it, whether a dataset of it has it)``: those of
-    its datasets and those of the results it holds (the authors' image results on datasets not hosted here too)."""
+    its datasets and those of the results it holds (``counts``, by modality: the authors' image results on datasets
+    not hosted here too)."""
     declared = {m for ds in datasets for m in (ds.modalities or [])}
-    counts = Counter(result_modalities)
     return [(m, counts[m], m in declared) for m in figures.MODALITIES if m in declared or counts[m]]
 
 
@@ -401,11 +255,12 @@ def environment_detail(request: HttpRequest, slug: str) -> HttpResponse:
     if fig_name not in figures.FIGURES:
         fig_name = "heatmap"
     version = evaluations.version()
-    rows = exports.leaderboard_rows({"environment": slug}, "-spearman")
+    rows = exports.leaderboard_rows({"environment": slug})
     datasets = list(env.datasets.all())
     extra = {"results_version": version, "environment": env, "datasets": datasets, "results": rows[:RESULTS_SHOWN],
-             "modalities": environment_modalities(datasets, [r.modality for r in rows]),
+             "modalities": environment_modalities(datasets, evaluations.derived(  # counted once per version
+                 ("environment-modalities", slug), lambda _: Counter(r.modality for r in rows))),
              "open_book": [env] if env.open_book else [],
              "num_results": len(rows), "all_results": f"?environment={slug}", "fixed": "environment",
              "fixed_value": slug}
-    return _figure_page(request, fig_name, {"environment": slug}, "leaderboard/environment.html", extra)
+    return _figure_page(request, fig_name, {"environment": slug}, "board/environment.html", extra)

@@ -10,6 +10,7 @@ The machinery that moves them -- claim, heartbeat, finish, fail, requeue once, t
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from django.db import models
@@ -72,6 +73,11 @@ class Job(models.Model):
         """What the progress partial (``templates/jobs/_progress.html``) shows of it; ``None``: nothing to show."""
         return None
 
+    @property
+    def running_since(self) -> datetime | None:
+        """When it started running (``None``: not started); the rate of its progress counts from then."""
+        return None
+
 
 class Run(Job):
     """A job with the four states only: ``queued`` → ``running`` → ``finished`` or ``failed``."""
@@ -86,6 +92,11 @@ class Run(Job):
 
     class Meta:
         abstract = True
+
+    @property
+    def running_since(self) -> datetime | None:
+        """:attr:`started_at`."""
+        return self.started_at
 
     def move(self, state: str, *, error: str = "", fault: str = "") -> None:
         """Set ``status``: ``queued`` stamps ``queued_at``, ``running`` ``started_at`` (its first start), a final

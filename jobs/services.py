@@ -46,11 +46,21 @@ J = TypeVar("J", bound=Job)
 MAX_ATTEMPTS = 2
 """A job whose worker is lost is requeued once: the second loss fails it."""
 
+PLATFORM_PRIORITY = 9
+"""The message priority of the platform's own runs (reference rows, training and Best-of-N runs, dataset builds); a
+user's job goes at the broker's default, 0. On Redis (kombu's priority lists: ``<queue>`` for 0,
+``<queue>\\x06\\x169`` for 9) a worker takes every message of priority 0 on its queues before any of priority 9:
+a user's job never waits behind the platform's runs queued before it. (Redis counts 0 as the first; RabbitMQ
+would count the other way.)"""
 
-def send_task(name: str, args: Sequence[Any], **options: Any) -> None:
-    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES`` unless ``options`` name a ``queue``); with
-    the in-process worker (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead. Raises
+
+def send_task(name: str, args: Sequence[Any], *, platform: bool = False, **options: Any) -> None:
+    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES`` unless ``options`` name a ``queue``), behind
+    every user's job when it is the ``platform``'s own run (:data:`PLATFORM_PRIORITY`); with the in-process worker
+    (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead. Raises
     :class:`kombu.exceptions.OperationalError` when the broker cannot be reached."""
+    if platform:
+        options["priority"] = PLATFORM_PRIORITY
     app = current_app
     if app.conf.task_always_eager:
         app.loader.import_default_modules()  # registers the tasks, which an eager call runs by name
@@ -76,7 +86,11 @@ class JobKind(Generic[J]):
     queued job may wait (its deadline once queued); ``deadline_reason``, why a job past its deadline failed;
     ``on_claim``, what every claim records besides (a running job's deadline); ``waiting``, which jobs wait for
     their message, given a time before which they should have been sent (default: queued before it);
-    ``lost_note``, added to the reason of a job lost twice; ``related``, what a claim selects with the job."""
+    ``lost_note``, added to the reason of a job lost twice; ``related``, what a claim selects with the job;
+    ``queue_of``, the Celery queue a job's message goes to (default: the route of ``task`` in
+    ``CELERY_TASK_ROUTES``); ``is_platform``, whether a job is the platform's own run rather than a user's (default:
+    every job of the kind is), sent behind every user's job (:data:`PLATFORM_PRIORITY`) and counted behind them by
+    :mod:`jobs.queues`."""
 
     name: str
     model: type[J]
@@ -88,6 +102,18 @@ class JobKind(Generic[J]):
     waiting: Callable[[datetime], Q] | None = None
     lost_note: str = ""
     related: tuple[str, ...] = ()
+    queue_of: Callable[[J], str] | None = None
+    is_platform: Callable[[J], bool] | None = None
+
+    def queue_name(self, job: J) -> str:
+        """The Celery queue ``job``'s message goes to (``queue_of``, else the route of ``task``)."""
+        if self.queue_of is not None:
+            return self.queue_of(job)
+        return str(settings.CELERY_TASK_ROUTES.get(self.task, {}).get("queue", settings.CELERY_TASK_DEFAULT_QUEUE))
+
+    def platform(self, job: J) -> bool:
+        """Whether ``job`` is the platform's own run (``is_platform``; default: yes)."""
+        return True if self.is_platform is None else self.is_platform(job)
 
     # -- reading -------------------------------------------------------------------------------------
     @property
@@ -256,9 +282,10 @@ class JobKind(Generic[J]):
         if self.send is not None:
             return self.send(pks)
         sent: list[int] = []
+        jobs = self.objects.in_bulk(pks)
         for pk in pks:
             try:
-                send_task(self.task, (pk,))
+                send_task(self.task, (pk,), platform=pk not in jobs or self.platform(jobs[pk]))
             except BrokerUnreachable as exc:
                 log.warning("the broker is unreachable (%s): %s %s stay unsent until it is back", exc, self.name,
                             sorted(set(pks) - set(sent)))

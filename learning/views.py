@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 
+from jobs.queues import position
 from qval.learned import methods as lm
 
 from . import selectors, services
@@ -51,4 +52,4 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("no such training run") from None
     return render(request, "learning/run.html", {
         "run": run, "info": lm.METHODS.get(run.method, {}), "plot": loss_plot(run) if run.losses else "",
-        "active": run.status in (TrainingRun.QUEUED, TrainingRun.RUNNING)})
+        "active": run.status in (TrainingRun.QUEUED, TrainingRun.RUNNING), "position": position(services.JOB, run)})

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from qval import metric_registry
 from qval.metrics import significance_marks
 from qval.scoring import DISCLOSED_DIGITS, MetricRow, disclose_p_value, disclose_value
 
 POINTS_PER_NUMBER = 25
 """Points of a hidden split per number the split may release (:func:`budget_size`)."""
-RELEASED_METRICS: tuple[str, ...] = ("spearman", "ranking_spearman")
+RELEASED_METRICS: tuple[str, ...] = metric_registry.HEADLINES
 """What a user-controlled row shows on a hidden split: the Ladder's metrics (:data:`qval.ladder.LADDER_METRICS`)."""
 COMPARE_COST = 1
 """Numbers one compared metric releases on a hidden split: the paired difference's standard error."""
@@ -169,7 +170,7 @@ def released_rows(rows: Sequence[MetricRow]) -> list[MetricRow]:
                                           **({"num_states": row.details["num_states"]}
                                              if "num_states" in row.details else {})}))
             continue
-        if row.metric != "spearman" or row.value is None:
+        if row.metric != metric_registry.HEADLINE or row.value is None:
             out.append(row)
             continue
         details = {k: v for k, v in row.details.items() if k in ("samples",)}

@@ -106,7 +106,7 @@ def paired_bootstrap(
     scores_a: ArrayLike,
     scores_b: ArrayLike,
     *,
-    metric: str = "spearman",
+    metric: str = metric_registry.HEADLINE,
     resamples: int = 2000,
     seed: int = 0,
     level: float = 0.95,

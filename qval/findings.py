@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from qval import families
+from qval import families, metric_registry
 from qval.paper.qval_v1.published import DATA_DIR, PublishedDataError
 
 CLAIMS_FILE: Path = DATA_DIR / "claims.json"
@@ -424,7 +424,7 @@ Cell = tuple[str, str]
 """An evaluation: (environment, LLM backbone)."""
 
 
-def _cells(rows: Sequence[Row], metric: str | None = "spearman") -> dict[Cell, dict[str, float]]:
+def _cells(rows: Sequence[Row], metric: str | None = metric_registry.HEADLINE) -> dict[Cell, dict[str, float]]:
     """Fig. 2-style rows (one value per method, environment and backbone) as evaluations: per environment ×
     LLM backbone the value of each method on its points; a method without an LLM (:data:`NON_LLM`) has one value
     per environment and encoder, and enters every evaluation of its environment with its best encoder's.
@@ -698,7 +698,7 @@ def target_ordering_preserved(views: Views) -> Outcome:
     for r in views["reported"]:
         fam = _family(r)
         wanted = "image" if fam == "pre-trained" else "text"
-        if r["environment"] in envs and r["method"] in both and r["modality"] == wanted and r["metric"] == "spearman":
+        if r["environment"] in envs and r["method"] in both and r["modality"] == wanted and r["metric"] == metric_registry.HEADLINE:
             pairs.setdefault((r["method"], r["environment"], r["backbone"], fam), {})[r["target"]] = float(r["value"])
     numbers: list[tuple[str, Any]] = [("methods with Q and V", len(both))]
     for fam, up in FIG4_RIGHT_SHIFTS:

@@ -46,12 +46,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from qval import metrics
+from qval import metric_registry, metrics
 from qval.budget import Ledger, affordable
 from qval.compare import paired_bootstrap
 from qval.sampling import Design
 
-LADDER_METRICS: tuple[str, ...] = ("spearman", "ranking_spearman")
+LADDER_METRICS: tuple[str, ...] = metric_registry.HEADLINES
 """The board's headline metrics the Ladder decides on (see the module doc)."""
 RESAMPLES = 1000
 """Bootstrap resamples behind the global ρ's standard error."""
@@ -157,10 +157,10 @@ def global_step(labels: ArrayLike, new: ArrayLike, best: ArrayLike, *, rules: st
     ``spearman(labels, new) - spearman(labels, best)`` on the points both score, resampling what the
     points' ``design`` drew (:mod:`qval.sampling`; points when ``None``); the fixed step is
     :data:`STEP` over ``sqrt(n - 1)`` (the spread of a label-free file's ρ on those ``n`` points)."""
-    pc = paired_bootstrap(labels, new, best, metric="spearman", resamples=RESAMPLES, seed=SEED, rules=rules,
+    pc = paired_bootstrap(labels, new, best, metric=metric_registry.HEADLINE, resamples=RESAMPLES, seed=SEED, rules=rules,
                           design=design)
     step = STEP / math.sqrt(pc.num_points - 1) if pc.num_points > 1 else None
-    return Step("spearman", pc.difference, pc.std_error, step, pc.num_points)
+    return Step(metric_registry.HEADLINE, pc.difference, pc.std_error, step, pc.num_points)
 
 
 def _mean_std_error(d: np.ndarray, design: Design | None) -> float:
@@ -191,12 +191,12 @@ def state_step(new: ArrayLike, best: ArrayLike, design: Design | None = None) ->
     d = (a - b)[both]
     n = int(d.size)
     if n == 0:
-        return Step("ranking_spearman", None, None, None, 0)
+        return Step(metric_registry.LOCAL_HEADLINE, None, None, None, 0)
     if n < 2:
-        return Step("ranking_spearman", float(d.mean()), None, None, n)
+        return Step(metric_registry.LOCAL_HEADLINE, float(d.mean()), None, None, n)
     spread = math.sqrt((float(a[both].var(ddof=1)) + float(b[both].var(ddof=1))) / 2)
     kept = None if design is None else design.subset(both)
-    return Step("ranking_spearman", float(d.mean()), _mean_std_error(d, kept), STEP * spread / math.sqrt(n), n)
+    return Step(metric_registry.LOCAL_HEADLINE, float(d.mean()), _mean_std_error(d, kept), STEP * spread / math.sqrt(n), n)
 
 
 def decide(labels: ArrayLike, new: Entry, best: Entry | None, *, attempt: int = 2,
@@ -223,7 +223,7 @@ def decide(labels: ArrayLike, new: Entry, best: Entry | None, *, attempt: int = 
     steps: list[Step] = []
     gains: list[str] = []
     for metric in shared:
-        step = global_step(labels, new.points, best.points, rules=rules, design=design) if metric == "spearman" \
+        step = global_step(labels, new.points, best.points, rules=rules, design=design) if metric == metric_registry.HEADLINE \
             else state_step(new.states, best.states, design)
         step = Step(step.metric, step.difference, step.std_error, step.step, step.num_paired, z)
         steps.append(step)

@@ -30,6 +30,10 @@ RULES: tuple[str, ...] = (QVAL_RULES, REFERENCE_RULES)
 KINDS: tuple[str, ...] = ("point", "ranking", "selection")
 """What a metric is computed over; each kind's function signature is in :class:`MetricSpec`."""
 
+HEADLINE_ROLES: tuple[str, ...] = ("global", "state-local")
+"""The headline roles a metric may hold (:attr:`MetricSpec.headline`), named as the QVal v1.0 paper names its
+two kinds of reported ρ (its results' ``metric_type``)."""
+
 DEFAULT_BOOTSTRAP_MAX_WORK: int = 100_000_000
 """Cap on resamples x values of a bootstrap unless a metric sets its own (beyond it fewer resamples
 are drawn, see :func:`qval.metrics.capped_resamples`)."""
@@ -57,6 +61,9 @@ class MetricSpec:
     ``board_ci`` its 95% interval and ``board_p`` its significance marks.  ``needs_both_signs``: the
     metric says nothing unless some labels are positive and some negative (sign agreement: otherwise
     it only counts the scores' signs), so pages do not show it for a dataset without (:func:`shown`).
+    ``headline``: its headline role (one of :data:`HEADLINE_ROLES`, held by one built-in metric each, or ``None``):
+    ``"global"`` is what a board ranks by unless asked otherwise, what pages, the Ladder and a comparison lead with
+    (:data:`HEADLINE`); ``"state-local"`` is the paper's second reported ρ (:data:`LOCAL_HEADLINE`).
 
     ``unit``: what its interval resamples, the unit the dataset's points were drawn in (:mod:`qval.sampling`):
     ``"trajectory"`` (whole tasks where a dataset has at least 20 of them, trajectories within tasks where
@@ -100,10 +107,14 @@ class MetricSpec:
     bootstrap_max_work: int = DEFAULT_BOOTSTRAP_MAX_WORK
     unit: str = "trajectory"
     interval_scale: str = "fisher_z"
+    headline: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"metric {self.name!r}: unknown kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        if self.headline is not None and self.headline not in HEADLINE_ROLES:
+            raise ValueError(f"metric {self.name!r}: unknown headline role {self.headline!r}; expected one of "
+                             f"{', '.join(HEADLINE_ROLES)}")
         if not self.name.isidentifier():
             raise ValueError(f"metric name {self.name!r} must be an identifier (it names columns and fields)")
 
@@ -132,7 +143,7 @@ BUILTIN: tuple[MetricSpec, ...] = (
                "Spearman rank correlation of the scores with the labels over all evaluation points "
                "(scipy.stats.spearmanr), two-sided p-value.", _SCIPY,
                function="qval.metrics:spearman", resampler="qval.metrics:spearman_resampler",
-               comparable=True, board=True, board_ci=True, board_p=True, constant_undefined=True),
+               comparable=True, board=True, board_ci=True, board_p=True, constant_undefined=True, headline="global"),
     MetricSpec("kendall_tau", "Kendall τ-b", "τ", True, 3, "point",
                "Kendall τ-b over all evaluation points (scipy.stats.kendalltau), two-sided p-value.", _SCIPY,
                function="qval.metrics:kendall_tau", resampler="qval.metrics:kendall_resampler",
@@ -151,7 +162,7 @@ BUILTIN: tuple[MetricSpec, ...] = (
                "states resampled by the trajectories (or tasks) they were drawn in, as for the global ρ; 95% "
                "interval on Fisher's z of the mean",
                function="qval.metrics:ranking_spearman", resampler="qval.metrics:bootstrap_ranking_ci",
-               comparable=True, board=True),
+               comparable=True, board=True, headline="state-local"),
     MetricSpec("top1_accuracy", "Top-1 accuracy", "top-1", True, 3, "selection",
                "Fraction of states where the highest-scored candidate has the best label.", "none",
                function="qval.metrics:top1_accuracy", unit="none"),
@@ -165,6 +176,27 @@ BUILTIN: tuple[MetricSpec, ...] = (
 """The built-in metrics, in the order they are reported."""
 
 _registry: dict[str, MetricSpec] = {m.name: m for m in BUILTIN}
+
+
+def headline(role: str) -> str:
+    """The name of the built-in metric that holds headline ``role`` (one of :data:`HEADLINE_ROLES`)."""
+    held = [m.name for m in BUILTIN if m.headline == role]
+    if len(held) != 1:
+        raise ValueError(f"headline role {role!r} is held by {len(held)} built-in metrics; expected one of "
+                         f"{', '.join(HEADLINE_ROLES)}, each held once")
+    return held[0]
+
+
+HEADLINE: str = headline("global")
+"""The headline metric (global Spearman ρ): a board's default ranking, the number a page, the Ladder's first step,
+a comparison and the budget lead with."""
+
+LOCAL_HEADLINE: str = headline("state-local")
+"""The paper's second headline (state-local Spearman ρ)."""
+
+HEADLINES: tuple[str, ...] = tuple(m.name for m in BUILTIN if m.headline)
+"""The headline metrics in report order (global first): what the authors report, the Ladder decides on and a
+hidden split's row releases."""
 
 
 ONE_SIGN_NOTE: str = ("Sign agreement is not shown: no label of this dataset is negative (or none is positive), so "
@@ -182,9 +214,13 @@ def shown(name: str, both_signs: bool) -> bool:
 
 
 def register(spec: MetricSpec) -> MetricSpec:
-    """Add ``spec`` after the metrics already registered; ``ValueError`` if its name is taken."""
+    """Add ``spec`` after the metrics already registered; ``ValueError`` if its name is taken or it claims a headline
+    role (those are the built-in metrics': :data:`HEADLINES`)."""
     if spec.name in _registry:
         raise ValueError(f"metric {spec.name!r} is already registered")
+    if spec.headline is not None:
+        raise ValueError(f"metric {spec.name!r}: the headline role {spec.headline!r} is "
+                         f"{headline(spec.headline)!r}'s; a registered metric holds none")
     _registry[spec.name] = spec
     return spec
 

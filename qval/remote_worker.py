@@ -1,7 +1,10 @@
 """A gpu worker that needs no database: it runs method containers for a site over HTTP(S).
 
-It consumes the ``remote`` queue, where a site with ``QVAL_GPU_WORKERS=remote`` sends container jobs and nothing
-else (baseline, training and Best-of-N runs need the database: the site's own gpu worker runs them from ``gpu``).
+It consumes the ``remote`` queue, where a site with ``QVAL_GPU_WORKERS=remote`` sends users' container jobs and
+nothing else, so a user's job never waits behind a platform run here either, or the ``campaign`` queue, where a GPU
+campaign (``scripts/gpu-campaign.sh``, :mod:`qval.campaign`) sends baseline runs of the built-in methods with the
+backbone the campaign's worker serves (:func:`run_baseline_job`); the site's other baseline runs, its training and
+Best-of-N runs need the database: its own gpu worker runs them from ``gpu`` (docs/workers.md).
 
 Start it on a host with podman (as root) and the broker reachable, with no database setting at
 all -- it never imports Django::
@@ -16,7 +19,11 @@ archive (its SHA-256 checked; not when the worker's image cache holds that archi
 a rerun, or another dataset split of the same upload) and the split's ``/input`` (no labels), runs the container in the
 sandbox of :mod:`qval.containers` (serving a backbone of ``QVAL_BACKBONES`` on the job's socket
 when the spec names one), posts heartbeats every ``heartbeat_s`` meanwhile, and posts the
-predictions and logs back once; the site scores them. A token the site refuses (forged, expired,
+predictions and logs back once; the site scores them. A baseline run's job downloads its split of the dataset
+(``/dataset``: no labels, but for a method that reads them), runs the method with :func:`qval.methods.run.run_method`
+on the named backbone of ``QVAL_BACKBONES`` (its responses cached under ``QVAL_DATA_DIR/cache/baselines``, so a
+requeued job resumes), posts its progress with each heartbeat, and posts the predictions with what the run recorded
+(counts, prompt hash, backbone kind and checkpoint). A token the site refuses (forged, expired,
 spent, of an earlier attempt) ends the task without running anything.
 
 Settings (environment): ``QVAL_SITE_URL``, ``CELERY_BROKER_URL``, ``QVAL_WORKER_NAME`` (default:
@@ -37,8 +44,12 @@ import logging
 import os
 import shlex
 import socket
+import math
 import tarfile
+import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +66,7 @@ from qval.vllm import VLLMManager
 log = logging.getLogger(__name__)
 
 TASK_NAME = "qval.remote_worker.run_job"
+BASELINE_TASK_NAME = "qval.remote_worker.run_baseline_job"
 _CHUNK = 1 << 20
 
 
@@ -118,18 +130,21 @@ class Client:
                 fh.write(chunk)
         return digest.hexdigest()
 
-    def heartbeat(self) -> None:
-        self._call("POST", "heartbeat", timeout=30)
+    def heartbeat(self, progress: dict[str, int] | None = None) -> None:
+        self._call("POST", "heartbeat", json={"progress": progress} if progress else None, timeout=30)
 
     def result(self, run: dict[str, Any], predictions: bytes | None) -> None:
-        files = {"predictions": ("predictions.jsonl", predictions)} if predictions is not None else None
-        self._call("POST", "result", data={"run": json.dumps(run)}, files=files, timeout=300)
+        """Post the run (and its predictions), always as multipart: the only body the site's endpoint parses."""
+        files: dict[str, tuple[str | None, bytes | str]] = {"run": (None, json.dumps(run))}
+        if predictions is not None:
+            files["predictions"] = ("predictions.jsonl", predictions)
+        self._call("POST", "result", files=files, timeout=300)
 
 
-def _beat(client: Client, every: float, stop: threading.Event) -> None:
+def _beat(client: Client, every: float, stop: threading.Event, progress: dict[str, int]) -> None:
     while not stop.wait(every):
         try:
-            client.heartbeat()
+            client.heartbeat(dict(progress))
         except Refused as exc:  # the reaper gave the job up: its result will be refused too
             log.warning("heartbeat refused: %s", exc)
             return
@@ -137,8 +152,24 @@ def _beat(client: Client, every: float, stop: threading.Event) -> None:
             log.warning("heartbeat failed: %s", exc)
 
 
+Runner = Callable[[Client, dict[str, Any], dict[str, int]], tuple[dict[str, Any], "bytes | None"]]
+"""What runs a started job: ``(client, spec, progress)`` to the posted ``run`` and predictions (``progress``: a dict
+the runner keeps up to date, posted with each heartbeat)."""
+
+
 def run_job(config: Config, engine: qc.Engine, submission_id: int, token: str) -> str:
-    """Run one remote job end to end; return ``posted`` or ``refused``."""
+    """Run one remote container job end to end; return ``posted`` or ``refused``."""
+    return _serve(config, submission_id, token, lambda client, spec, progress: _run(client, engine, spec, config))
+
+
+def run_baseline_job(config: Config, submission_id: int, token: str) -> str:
+    """Run one baseline run of a GPU campaign end to end; return ``posted`` or ``refused``."""
+    return _serve(config, submission_id, token, lambda client, spec, progress: _run_baseline(client, spec, config,
+                                                                                           progress))
+
+
+def _serve(config: Config, submission_id: int, token: str, runner: Runner) -> str:
+    """Start the job on the site, run it with ``runner`` while a thread sends heartbeats, post its result once."""
     client = Client(config, submission_id, token)
     try:
         spec = client.start()
@@ -146,10 +177,11 @@ def run_job(config: Config, engine: qc.Engine, submission_id: int, token: str) -
         log.warning("job %s refused by the site: %s", submission_id, exc)
         return "refused"
     stop = threading.Event()
-    beat = threading.Thread(target=_beat, args=(client, float(spec["heartbeat_s"]), stop), daemon=True)
+    progress: dict[str, int] = {}
+    beat = threading.Thread(target=_beat, args=(client, float(spec["heartbeat_s"]), stop, progress), daemon=True)
     beat.start()
     try:
-        run, predictions = _run(client, engine, spec, config)
+        run, predictions = runner(client, spec, progress)
     except Refused as exc:
         log.warning("job %s refused by the site while running: %s", submission_id, exc)
         return "refused"
@@ -165,6 +197,50 @@ def run_job(config: Config, engine: qc.Engine, submission_id: int, token: str) -
         return "refused"
     log.info("job %s: result posted (%s)", submission_id, run.get("error") or run.get("platform_error") or "finished")
     return "posted"
+
+
+def _run_baseline(client: Client, spec: dict[str, Any], config: Config,
+                  progress: dict[str, int]) -> tuple[dict[str, Any], bytes | None]:
+    """Fetch the split and run the method of baseline job ``spec`` on its backbone; the posted run and predictions
+    (a method that cannot run on what it was given: an ``error``, which fails the run with that reason)."""
+    from qval import schema
+    from qval.methods.llm import method_backbone
+    from qval.methods.registry import MethodError
+    from qval.methods.run import Progress, run_method, write_predictions
+
+    name, method = str(spec["backbone"]), str(spec["method"])
+    if name not in config.backbones:
+        return {"error": f"backbone {name!r} is not in the QVAL_BACKBONES of worker {config.name} "
+                         f"(it serves {sorted(config.backbones) or 'none'})"}, None
+
+    def report(p: Progress) -> None:
+        progress.update(done=p.done, total=p.total, tokens=p.tokens)
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qval-remote-baseline-") as tmp:
+        folder = Path(tmp) / "dataset"
+        client.download("dataset", Path(tmp) / "dataset.tar")
+        with tarfile.open(Path(tmp) / "dataset.tar") as tar:
+            tar.extractall(folder, filter="data")
+        dataset = schema.Dataset.read_split(folder)
+        try:
+            backbone, options, backbone_config = method_backbone(name, config.backbones[name], vllm_manager(config))
+            output = run_method(method, dataset, str(spec["split"]), str(spec["target"]), backbone,
+                                seed=int(spec.get("seed", 0)), cache_dir=config.data_dir / "cache" / "baselines" / method,
+                                options={**dict(spec.get("options") or {}), **options}, dataset_dir=folder,
+                                progress=report)
+        except MethodError as exc:
+            return {"error": f"the baseline run cannot proceed: {exc}"}, None
+        predictions = write_predictions(output, Path(tmp) / "predictions.jsonl").read_bytes()
+    meta = {k: v for k, v in output.meta.items() if _jsonable(v)}
+    return {"error": None, "exit_code": None, "wall_s": time.monotonic() - started, "num_nan": output.num_nan,
+            "config": {**meta, **backbone_config}, "token_usage": {"tokens": int(progress.get("tokens", 0))}}, predictions
+
+
+def _jsonable(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (str, int, bool, type(None), list, dict))
 
 
 def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config) -> tuple[dict[str, Any], bytes | None]:
@@ -198,6 +274,15 @@ def _run(client: Client, engine: qc.Engine, spec: dict[str, Any], config: Config
 
 
 _BACKENDS: Backends | None = None
+_VLLM: VLLMManager | None = None
+
+
+def vllm_manager(config: Config) -> VLLMManager:
+    """This worker process's manager of ``vllm serve`` processes (one per process, made at first use)."""
+    global _VLLM
+    if _VLLM is None:
+        _VLLM = VLLMManager(config.vllm_command, log_dir=config.data_dir / "logs", startup_timeout_s=config.vllm_startup_s)
+    return _VLLM
 
 
 def served_backend(config: Config, name: str) -> Backend:
@@ -207,8 +292,7 @@ def served_backend(config: Config, name: str) -> Backend:
     if name not in config.backbones:
         raise RuntimeError(f"backbone {name!r} is not in this worker's QVAL_BACKBONES")
     if _BACKENDS is None:
-        _BACKENDS = Backends(VLLMManager(config.vllm_command, log_dir=config.data_dir / "logs",
-                                         startup_timeout_s=config.vllm_startup_s))
+        _BACKENDS = Backends(vllm_manager(config))
     return _BACKENDS.get(name, config.backbones[name])
 
 
@@ -232,6 +316,12 @@ def run_job_task(submission_id: int, token: str) -> str:
     return run_job(Config.from_env(), qc.Engine.from_env(), submission_id, token)
 
 
+@app.task(name=BASELINE_TASK_NAME, acks_late=True)
+def run_baseline_job_task(submission_id: int, token: str) -> str:
+    """The broker's entry of a GPU campaign's baseline run ``submission_id`` with ``token``."""
+    return run_baseline_job(Config.from_env(), submission_id, token)
+
+
 def register(config: Config, queues: str, stop: threading.Event) -> None:
     """Register on the site and send a heartbeat every ``heartbeat_s`` until ``stop`` is set."""
     while True:
@@ -253,10 +343,13 @@ _stop = threading.Event()
 def _sweep(sender: str, instance: Any, **kwargs: Any) -> None:
     """Before the first job: remove the containers and job folders a killed predecessor left."""
     engine = qc.Engine.from_env()
-    removed = qc.sweep(engine)
-    log.info("remote worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
-    removed = sweep_leftovers(engine)
-    log.info("remote worker %s swept %d leftovers of terminal sandboxes: %s", sender, len(removed), removed)
+    try:
+        removed = qc.sweep(engine)
+        log.info("remote worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
+        removed = sweep_leftovers(engine)
+        log.info("remote worker %s swept %d leftovers of terminal sandboxes: %s", sender, len(removed), removed)
+    except OSError as exc:  # no container engine here (a GPU box for campaigns): container jobs will say so
+        log.warning("remote worker %s found no container engine (%s): nothing swept", sender, exc)
 
 
 @worker_ready.connect
@@ -275,5 +368,5 @@ def _stop_heartbeats(**kwargs: Any) -> None:
 @worker_process_shutdown.connect
 def _stop_vllm_servers(**kwargs: Any) -> None:
     """Stop the ``vllm serve`` processes this worker process started."""
-    if _BACKENDS is not None and _BACKENDS.vllm is not None:
-        _BACKENDS.vllm.stop_all()
+    if _VLLM is not None:
+        _VLLM.stop_all()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Mapping
@@ -355,23 +356,7 @@ class Dataset:
         from qval import hidden
 
         directory = Path(directory)
-        try:
-            manifest = Manifest(**json.loads((directory / "manifest.json").read_text(encoding="utf-8")))
-        except (OSError, TypeError, json.JSONDecodeError) as exc:
-            raise SchemaError(f"{directory}/manifest.json: {exc}") from exc
-        by_state: dict[str, list[Candidate]] = {}
-        for rec in read_jsonl(directory / "candidates.jsonl"):
-            cand = Candidate(**rec)
-            by_state.setdefault(cand.state_id, []).append(cand)
-        states = []
-        for rec in read_jsonl(directory / "states.jsonl"):
-            rec["history"] = tuple(rec["history"])
-            rec["candidates"] = tuple(sorted(by_state.get(rec["id"], []), key=lambda c: c.index))
-            states.append(State(**rec))
-        q_labels: dict[str, float] = {}
-        v_labels: dict[str, float] = {}
-        for rec in read_jsonl(directory / "labels.jsonl"):
-            (q_labels if rec["target"] == "q" else v_labels)[rec["id"]] = float(rec["value"])
+        manifest, states, q_labels, v_labels = _read_folder(directory)
         ds = cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels,
                  images=ImageFolder(directory / "images"), secret=secret or hidden.configured_secret())
         expected = manifest.fingerprint
@@ -382,6 +367,15 @@ class Dataset:
         if expected != actual:
             raise SchemaError(f"{directory}: fingerprint mismatch (manifest {expected}, content {actual})")
         return ds
+
+    @classmethod
+    def read_split(cls, directory: str | Path) -> "Dataset":
+        """Read a folder written by :func:`write_split`: one split of a dataset, its labels only when they were
+        written, its fingerprint not checked (the manifest's is the whole dataset's)."""
+        directory = Path(directory)
+        manifest, states, q_labels, v_labels = _read_folder(directory)
+        return cls(manifest=manifest, states=states, q_labels=q_labels, v_labels=v_labels,
+                   images=ImageFolder(directory / "images"))
 
     def validate(self) -> None:
         """Check internal consistency: unique ids, one actor per state, every label present."""
@@ -406,6 +400,52 @@ class Dataset:
         self.image_sha256()  # raises when a named image is missing or badly named
         if self.image_names() and "image" not in self.manifest.modalities:
             raise SchemaError(f"the dataset names images but its modalities {self.manifest.modalities} lack 'image'")
+
+
+def _read_folder(directory: Path) -> tuple[Manifest, list[State], dict[str, float], dict[str, float]]:
+    """The manifest, states (with their candidates) and Q and V labels of a dataset folder."""
+    try:
+        manifest = Manifest(**json.loads((directory / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, TypeError, json.JSONDecodeError) as exc:
+        raise SchemaError(f"{directory}/manifest.json: {exc}") from exc
+    by_state: dict[str, list[Candidate]] = {}
+    for rec in read_jsonl(directory / "candidates.jsonl"):
+        cand = Candidate(**rec)
+        by_state.setdefault(cand.state_id, []).append(cand)
+    states = []
+    for rec in read_jsonl(directory / "states.jsonl"):
+        rec["history"] = tuple(rec["history"])
+        rec["candidates"] = tuple(sorted(by_state.get(rec["id"], []), key=lambda c: c.index))
+        states.append(State(**rec))
+    q_labels: dict[str, float] = {}
+    v_labels: dict[str, float] = {}
+    if (directory / "labels.jsonl").is_file():
+        for rec in read_jsonl(directory / "labels.jsonl"):
+            (q_labels if rec["target"] == "q" else v_labels)[rec["id"]] = float(rec["value"])
+    return manifest, states, q_labels, v_labels
+
+
+def write_split(directory: str | Path, split: str, out: str | Path, *, labels: bool, images: bool) -> Path:
+    """Write into ``out`` the part of dataset folder ``directory`` that a method run on ``split`` reads: its
+    ``manifest.json``, the split's states and candidates, the split's labels only when ``labels``, the images its
+    states and candidates name only when ``images``; return ``out`` (read it with :meth:`Dataset.read_split`)."""
+    directory, out = Path(directory), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(directory / "manifest.json", out / "manifest.json")
+    states = [rec for rec in read_jsonl(directory / "states.jsonl") if rec["split"] == split]
+    ids = {rec["id"] for rec in states}
+    candidates = [rec for rec in read_jsonl(directory / "candidates.jsonl") if rec["state_id"] in ids]
+    ids |= {rec["id"] for rec in candidates}
+    _write_jsonl(out / "states.jsonl", states)
+    _write_jsonl(out / "candidates.jsonl", candidates)
+    if labels:
+        _write_jsonl(out / "labels.jsonl", (rec for rec in read_jsonl(directory / "labels.jsonl") if rec["id"] in ids))
+    if images:
+        names = {rec.get(key) for rec in (*states, *candidates) for key in ("image", "next_image", "end_image")}
+        for name in sorted(n for n in names if n):
+            (out / "images").mkdir(exist_ok=True)
+            shutil.copyfile(directory / "images" / name, out / "images" / name)
+    return out
 
 
 def _state_record(state: State) -> dict[str, Any]:

@@ -58,7 +58,7 @@ class ServeSpec:
         """The spec of ``QVAL_BACKBONES[name]`` (a ``kind: vllm`` entry); :class:`VLLMError` when malformed."""
         path = entry.get("path")
         if not path:
-            raise VLLMError(f"backbone {name!r}: a vllm entry needs 'path' (a local checkpoint directory)")
+            raise VLLMError(f"backbone {name!r}: a vllm entry needs 'path' (a local checkpoint directory or GGUF file)")
         args = entry.get("args") or []
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise VLLMError(f"backbone {name!r}: 'args' must be a list of strings, got {args!r}")
@@ -160,8 +160,8 @@ class VLLMManager:
             return server
 
     def _start(self, spec: ServeSpec) -> ServedModel:
-        if not spec.path.is_dir():
-            raise VLLMError(f"backbone {spec.name!r}: checkpoint directory {spec.path} does not exist")
+        if not spec.path.exists():  # a checkpoint directory, or a single-file (GGUF) checkpoint
+            raise VLLMError(f"backbone {spec.name!r}: checkpoint {spec.path} does not exist")
         port = _free_port(self.host)
         argv = [*self.command, "serve", str(spec.path), "--host", self.host, "--port", str(port),
                 "--served-model-name", spec.served_model_name, *spec.args]

@@ -14,6 +14,7 @@ from board import apis as board_apis
 from board import boards, consistency, findings, paper_figures, results, tables
 from board import views as lb
 from leaderboard import apis as dataset_apis
+from leaderboard import views as catalogue
 from learning import views as lv
 from submissions import apis as submission_apis
 from submissions import views as sv
@@ -58,10 +59,10 @@ urlpatterns = [
     path("published/consistency/", consistency.consistency_page, name="published-consistency"),
     path("published/findings/", findings.findings_page, name="published-findings"),
     path("status/", wv.status, name="status"),
-    path("datasets/", lb.dataset_list, name="datasets"),
-    path("datasets/<str:key>/", lb.dataset_detail, name="dataset"),
-    path("datasets/<str:key>/download/", lb.dataset_download, name="dataset-download"),
-    path("datasets/<str:key>/images/<str:name>", lb.dataset_image, name="dataset-image"),
+    path("datasets/", catalogue.dataset_list, name="datasets"),
+    path("datasets/<str:key>/", catalogue.dataset_detail, name="dataset"),
+    path("datasets/<str:key>/download/", catalogue.dataset_download, name="dataset-download"),
+    path("datasets/<str:key>/images/<str:name>", catalogue.dataset_image, name="dataset-image"),
     path("submit/", sv.upload, name="upload"),
     path("submissions/", sv.mine, name="my-submissions"),
     path("submissions/<int:pk>/", sv.detail, name="submission"),
@@ -87,9 +88,11 @@ urlpatterns = [
     path("api/v1/published/table6/", board_apis.PublishedTable6.as_view(), name="api-table6"),
     path("api/v1/status/", worker_apis.Status.as_view(), name="api-status"),
     path("api/v1/workers/heartbeat", worker_apis.WorkerHeartbeatView.as_view(), name="api-worker-heartbeat"),
+    path("api/v1/workers/campaign", worker_apis.CampaignView.as_view(), name="api-worker-campaign"),
     path("api/v1/jobs/<int:pk>/start", worker_apis.JobStart.as_view(), name="api-job-start"),
     path("api/v1/jobs/<int:pk>/input", worker_apis.JobInput.as_view(), name="api-job-input"),
     path("api/v1/jobs/<int:pk>/archive", worker_apis.JobArchive.as_view(), name="api-job-archive"),
+    path("api/v1/jobs/<int:pk>/dataset", worker_apis.JobDataset.as_view(), name="api-job-dataset"),
     path("api/v1/jobs/<int:pk>/heartbeat", worker_apis.JobHeartbeat.as_view(), name="api-job-heartbeat"),
     path("api/v1/jobs/<int:pk>/result", worker_apis.JobResult.as_view(), name="api-job-result"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),  # YAML, or JSON by the Accept header

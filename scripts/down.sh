@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop the web server, workers and beat that `make up` started.
 cd "$(dirname "$0")/.."
-for name in web beat worker gpu-worker datasets-worker; do
+for name in web beat worker containers-worker gpu-worker datasets-worker; do
   f=var/run/$name.pid
   if [ -f "$f" ]; then
     pid=$(cat "$f")

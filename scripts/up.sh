@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make up`: install, pick the database and broker, migrate, load the bundled datasets and
-# start the web server, the Celery workers (scoring, gpu, datasets) and Celery beat in the background on
+# start the web server, the Celery workers (scoring, containers, gpu, datasets) and Celery beat in the background on
 # http://127.0.0.1:8000; then queue builds of the ALFWorld and MiniWoB datasets when they are not
 # loaded yet (FrozenLake, a few seconds, is built inline) and the reference rows of the loaded ones.
 #
@@ -43,7 +43,12 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   nohup scripts/supervise.sh .venv/bin/celery -A qval_site beat -s var/run/celerybeat-schedule --loglevel INFO \
     > var/log/beat.log 2>&1 &
   echo $! > var/run/beat.pid
-  # Method containers: one job at a time; rootful podman (qval/containers.py).
+  # Users' method containers: a worker of their own, never behind the platform's runs; one job at a time;
+  # rootful podman (qval/containers.py).
+  nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q containers --concurrency 1 -n "containers@%h" --loglevel INFO \
+    > var/log/containers-worker.log 2>&1 &
+  echo $! > var/run/containers-worker.pid
+  # The platform's own runs with a model: LLM baseline rows, training and Best-of-N runs; one at a time.
   nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
     > var/log/gpu-worker.log 2>&1 &
   echo $! > var/run/gpu-worker.pid
@@ -57,7 +62,7 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
     || echo "the terminal image did not build (var/log/terminal-image.log): terminalbench-lite's build will fail with that reason"
   $PY manage.py build_dataset alfworld alfworld-all-types miniwob terminalbench-lite --queue --if-missing --workers-stopped
 fi
-# Reference rows on every loaded hosted dataset, queued on gpu (idempotent): random, constant, step index and
+# Reference rows on every loaded hosted dataset, queued behind every user's job (idempotent): random, constant, step index and
 # FrozenLake's goal distance on the test split, the three learned methods trained on the train split, and
 # Best-of-N runs of the base, oracle and random pickers. A dataset still building gets its own when its build finishes.
 $PY manage.py seed_reference_rows
@@ -69,4 +74,4 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 echo "QVal is up on http://127.0.0.1:8000 using $mode"
-echo "logs: var/log/web.log var/log/worker.log var/log/beat.log var/log/gpu-worker.log var/log/datasets-worker.log; stop with: make down"
+echo "logs: var/log/web.log var/log/worker.log var/log/beat.log var/log/containers-worker.log var/log/gpu-worker.log var/log/datasets-worker.log; stop with: make down"

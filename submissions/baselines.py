@@ -49,7 +49,7 @@ from leaderboard.exports import dataset_dir
 from leaderboard.loading import truth_for
 from leaderboard.models import Dataset, Method
 from qval import predictions as qpred
-from qval import schema
+from qval import metric_registry, schema, smollm2
 from qval.families import get as get_family
 from qval.methods.registry import MethodError, MethodSpec, get_method
 from qval.methods.run import Progress, run_method, write_predictions
@@ -80,6 +80,9 @@ class BaselineRequest:
     modality: str = ""
     """The board it enters (empty: the method's own modality); another one only for a reference method, which
     reads no rendering of a state (:func:`qval.methods.reference.modalities_for`)."""
+    remote: bool = False
+    """Run by a remote gpu worker (:mod:`qval.remote_worker`, a GPU campaign: :func:`queue_campaign`): ``backbone``
+    is a name of that worker's ``QVAL_BACKBONES``, not of the site's."""
 
 
 def _target_for(spec: MethodSpec, target: str) -> str:
@@ -90,14 +93,15 @@ def _target_for(spec: MethodSpec, target: str) -> str:
     return target
 
 
-def check_backbone(spec: MethodSpec, backbone: str) -> None:
-    """Refuse a backbone the method cannot use: LLM methods take a ``QVAL_BACKBONES`` name, a method that needs
-    none (``needs="none"``) takes any or none."""
+def check_backbone(spec: MethodSpec, backbone: str, remote: bool = False) -> None:
+    """Refuse a backbone the method cannot use: LLM methods take a ``QVAL_BACKBONES`` name (any name for a
+    ``remote`` run: the remote worker's list is not the site's), a method that needs none (``needs="none"``)
+    takes any or none."""
     if spec.needs == "none":
         return
     if not backbone.strip():
         raise SubmissionRejected("backbone", f"{spec.name} needs a backbone ({spec.needs})")
-    if spec.needs in LLM_NEEDS and backbone not in settings.QVAL_BACKBONES:
+    if spec.needs in LLM_NEEDS and not remote and backbone not in settings.QVAL_BACKBONES:
         served = sorted(settings.QVAL_BACKBONES) or ["none configured: set QVAL_BACKBONES"]
         raise SubmissionRejected("backbone", f"{spec.name} needs a served model ({spec.needs}); backbone {backbone!r} "
                                              f"is not in QVAL_BACKBONES; choose one of {served}")
@@ -131,7 +135,10 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
         if modality not in allowed:
             raise SubmissionRejected("modality", f"dataset {dataset.key} offers {', '.join(allowed)}, not {modality}")
     target = _target_for(spec, req.target)
-    check_backbone(spec, req.backbone)
+    check_backbone(spec, req.backbone, req.remote)
+    if req.remote and spec.needs not in LLM_NEEDS:
+        raise SubmissionRejected("method", f"{spec.name} needs {spec.needs}, not a served model: a remote worker runs "
+                                           f"only methods of a served model ({', '.join(sorted(LLM_NEEDS))})")
     with transaction.atomic():
         sub = Submission.objects.create(
             user=user, source=Submission.SOURCE_BASELINE, kind=Submission.KIND_BASELINE, dataset=dataset,
@@ -139,7 +146,7 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
             filename=f"{spec.name}.jsonl", file_format="baseline",
             config={"method": spec.name, "method_version": spec.version, "family": spec.family,
                     "backbone": req.backbone, "seed": req.seed, "options": dict(req.options),
-                    "params": dict(spec.params)},
+                    "params": dict(spec.params), **({"runner": REMOTE_RUNNER} if req.remote else {})},
         )
         sub.transition(Submission.VALIDATING, save=False)
         lifecycle.dispatch(sub)
@@ -147,9 +154,50 @@ def launch_baseline(req: BaselineRequest, user=None) -> Submission:  # type: ign
     return sub
 
 
+def image_runs_with_weights(dataset: Dataset | None = None) -> list[tuple[str, int]]:
+    """The finished baseline runs of the image methods (modality ``image`` in the registry) whose encoder had real
+    weights (:func:`qval.methods.encoders.has_real_weights`: not ``ARCH:random``), on ``dataset`` when given, as
+    ``(backbone, runs)`` by backbone: what the image methods' pages and the image boards say was run here."""
+    from qval.methods.encoders import has_real_weights
+    from qval.methods.registry import all_methods
+
+    runs = Submission.objects.filter(kind=Submission.KIND_BASELINE, state=Submission.FINISHED,
+                                     method_name__in=[m.name for m in all_methods() if m.modality == "image"])
+    if dataset is not None:
+        runs = runs.filter(dataset=dataset)
+    counts: dict[str, int] = {}
+    for backbone in runs.values_list("backbone_name", flat=True):
+        if has_real_weights(backbone):
+            counts[backbone] = counts.get(backbone, 0) + 1
+    return sorted(counts.items())
+
+
+REMOTE_RUNNER = "remote"
+"""``config["runner"]`` of a baseline run that a remote gpu worker runs (:func:`is_remote`)."""
+
+
+def is_remote(sub: Submission) -> bool:
+    """Whether baseline run ``sub`` is for a remote gpu worker (launched with ``remote=True``)."""
+    return sub.kind == Submission.KIND_BASELINE and sub.config.get("runner") == REMOTE_RUNNER
+
+
 REFERENCE_SPLIT = "test"
 """The split the reference rows are run on: the one the boards rank."""
 REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
+REFERENCE_BACKBONE = smollm2.BACKBONE_NAME
+"""The backbone of the reference rows of the methods that need a chat model: SmolLM2-135M-Instruct, which every
+machine has (:mod:`qval.smollm2`)."""
+CHAT_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
+
+
+def chat_reference_methods() -> list[tuple[str, str]]:
+    """``(method, target)`` of every text method that needs a chat model, each on target Q (a ranking method runs
+    as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows, run with
+    :data:`REFERENCE_BACKBONE`."""
+    from qval.methods.registry import all_methods
+
+    return [(spec.name, "q") for spec in all_methods()
+            if spec.modality == "text" and spec.needs in CHAT_NEEDS and spec.supports("q")]
 
 
 def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
@@ -163,22 +211,106 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     baseline run on it that did not fail: calling this again queues nothing new, and a failed run is queued
     again.  The dataset's row is locked meanwhile, so two callers (``make up`` and a build finishing) never queue
     the same run twice.
+
+    Then the LLM reference rows: every text method that needs a chat model (:func:`chat_reference_methods`) with
+    backbone :data:`REFERENCE_BACKBONE` on the dataset's text board (a dataset with text observations), one run
+    per (method, target) with that backbone that did not fail; left out, logged, where ``QVAL_BACKBONES`` lacks the
+    backbone (its package is not installed). They run on ``gpu``, behind every user's job
+    (:func:`submissions.lifecycle.is_platform`), and a rerun answers every request from the response cache.
     """
     from qval.methods.reference import methods_for, modalities_for
 
     queued: list[Submission] = []
+    chat = chat_reference_methods() if REFERENCE_BACKBONE in settings.QVAL_BACKBONES else []
+    if not chat:
+        log.info("no LLM reference rows: backbone %s is not in QVAL_BACKBONES (%s)", REFERENCE_BACKBONE,
+                 smollm2.INSTALL_HINT)
     for ds in datasets:
         if not ds.hosted or not ds.states.filter(split=REFERENCE_SPLIT).exists():
             continue
+        runs = Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT).exclude(
+            state=Submission.FAILED)
         wanted = [(name, target, modality) for name in methods_for(ds.environment.slug)
                   for modality in modalities_for(name, ds.modalities or ["text"]) for target in REFERENCE_TARGETS]
         queued += queue_missing(
-            ds, wanted,
-            Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT)
-            .exclude(state=Submission.FAILED).values_list("method_name", "target", "modality"),
+            ds, wanted, runs.values_list("method_name", "target", "modality"),
             lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], "", ds.key, REFERENCE_SPLIT, key[1],
                                                                modality=key[2])))
+        if chat and "text" in (ds.modalities or ["text"]):
+            queued += queue_missing(
+                ds, chat, runs.filter(backbone_name=REFERENCE_BACKBONE, modality="text").values_list(
+                    "method_name", "target"),
+                lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], REFERENCE_BACKBONE, ds.key,
+                                                                   REFERENCE_SPLIT, key[1], modality="text")))
     return queued
+
+
+CAMPAIGN_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
+"""What a campaign's methods need: a chat model (the text methods; the image methods need encoder weights)."""
+
+
+def campaign_methods() -> list[str]:
+    """Every built-in text method of a chat model: what a GPU campaign runs (:func:`queue_campaign`)."""
+    from qval.methods.registry import all_methods
+
+    return [m.name for m in all_methods() if m.modality == "text" and m.needs in CAMPAIGN_NEEDS]
+
+
+def queue_campaign(backbone: str, description: str = "", datasets: Iterable[Dataset] | None = None,
+                   methods: Iterable[str] | None = None, targets: Iterable[str] = REFERENCE_TARGETS
+                   ) -> list[Submission]:
+    """A GPU campaign's runs: register ``backbone`` (a :class:`leaderboard.models.Backbone`, ``description`` its
+    text) and queue, for a remote gpu worker serving it, a baseline run of each of ``methods`` (default
+    :func:`campaign_methods`) with it on the test split of each of ``datasets`` (default: the newest version of
+    every hosted dataset) for each target it scores; return the runs queued.
+
+    Idempotent like the reference rows: a (method, target) with a run of this backbone on the dataset's test
+    split that did not fail is not queued again. Raises :class:`~submissions.services.SubmissionRejected` for an
+    unknown method, or one that needs no served model."""
+    from leaderboard.models import Backbone
+
+    names = list(methods) if methods is not None else campaign_methods()
+    for name in names:
+        try:
+            needs = get_method(name).needs
+        except MethodError as exc:
+            raise SubmissionRejected("methods", str(exc)) from None
+        if needs not in CAMPAIGN_NEEDS:
+            raise SubmissionRejected("methods", f"{name} needs {needs}: a campaign runs methods of a chat model")
+    if not backbone.strip():
+        raise SubmissionRejected("backbone", "a campaign needs the name of the backbone its worker serves")
+    entry, _ = Backbone.objects.get_or_create(name=backbone)
+    if description and entry.description != description:
+        entry.description = description
+        entry.save(update_fields=["description"])
+    chosen = [ds for ds in (Dataset.newest_hosted() if datasets is None else datasets) if ds.hosted]
+    queued: list[Submission] = []
+    for ds in chosen:
+        if not ds.states.filter(split=REFERENCE_SPLIT).exists():
+            continue
+        wanted = [(name, target) for name in names for target in targets if get_method(name).supports(target)]
+        queued += queue_missing(
+            ds, wanted,
+            Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT,
+                                      backbone_name=backbone).exclude(state=Submission.FAILED)
+            .values_list("method_name", "target"),
+            lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], backbone, ds.key, REFERENCE_SPLIT, key[1],
+                                                               remote=True)))
+    return queued
+
+
+def campaign_runs(backbone: str) -> list[dict[str, Any]]:
+    """The remote baseline runs with ``backbone`` on test splits (a campaign's), oldest first: id, method,
+    dataset, target, state, error (why it failed), progress and, once finished, its headline metric
+    (:data:`qval.metric_registry.HEADLINE`) as ``headline``: ``{"metric": name, "value": value}``."""
+    runs = (Submission.objects.filter(kind=Submission.KIND_BASELINE, backbone_name=backbone, split=REFERENCE_SPLIT,
+                                      config__runner=REMOTE_RUNNER)
+            .select_related("dataset").prefetch_related("results").order_by("pk"))
+    return [{"id": s.pk, "method": s.method_name, "dataset": s.dataset.key, "target": s.target, "state": s.state,
+             "error": s.error, "progress": {k: s.progress[k] for k in ("done", "total", "tokens") if k in s.progress},
+             "headline": {"metric": metric_registry.HEADLINE,
+                          "value": next((r.value for r in s.results.all() if r.metric == metric_registry.HEADLINE), None)}}
+            for s in runs]
 
 
 # -- running -----------------------------------------------------------------------------
@@ -191,40 +323,12 @@ def served_backbone(name: str, spec: MethodSpec, vllm: Any) -> Iterator[tuple[st
     if spec.needs not in LLM_NEEDS:
         yield name, {}, {"backbone": name, "backbone_kind": "none" if spec.needs == "none" else "encoder"}
         return
-    from qval.methods.llm import checkpoint_identity
-    from qval.vllm import ServeSpec
+    from qval.methods.llm import method_backbone
 
     entry = settings.QVAL_BACKBONES.get(name)
     if entry is None:
         raise MethodError(f"backbone {name!r} is no longer in QVAL_BACKBONES")
-    kind = entry.get("kind", "transformers")
-    if kind == "vllm":
-        serve = ServeSpec.from_setting(name, entry)
-        server = vllm.ensure(serve)
-        identity = checkpoint_identity(serve.path)
-        yield server.url, {"model": serve.served_model_name, "backbone_identity": identity}, {
-            "backbone": name, "backbone_kind": "vllm", "checkpoint": identity, "served_model_name": serve.served_model_name,
-            "server_args": list(serve.args)}
-    elif kind == "transformers":
-        checkpoint = Path(str(entry["path"]))
-        if entry.get("gguf_file"):  # a GGUF file in that directory (qval.smollm2): checked, then served from its path
-            checkpoint = checkpoint / str(entry["gguf_file"])
-            if entry.get("sha256"):
-                from qval.smollm2 import ModelFileError, check_digest
-
-                try:
-                    check_digest(checkpoint, str(entry["sha256"]))
-                except (ModelFileError, OSError) as exc:
-                    raise MethodError(f"backbone {name!r}: {exc}") from exc
-        identity = checkpoint_identity(checkpoint)
-        yield str(checkpoint), {"backbone_identity": identity}, {
-            "backbone": name, "backbone_kind": "transformers", "checkpoint": identity}
-    elif kind == "upstream":
-        model = str(entry.get("model") or name)
-        yield str(entry["url"]), {"model": model, "backbone_identity": f"{name}:{model}"}, {
-            "backbone": name, "backbone_kind": "upstream", "checkpoint": None, "served_model_name": model}
-    else:
-        raise MethodError(f"backbone {name!r}: unknown kind {kind!r} (vllm, transformers or upstream)")
+    yield method_backbone(name, entry, vllm)
 
 
 def _start(pk: int, attempt: int | None, worker: str) -> Submission | None:
@@ -291,12 +395,8 @@ def run_baseline(pk: int, attempt: int | None, worker: str, vllm: Any) -> str:
                                     options={**options, **backbone_options}, dataset_dir=directory,
                                     progress=_ProgressWriter(sub))
             with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:
-                path = write_predictions(output, Path(tmp) / "predictions.jsonl")
-                data = path.read_bytes()
-                truth = truth_for(sub.dataset, sub.split, sub.target)
-                preds = qpred.parse(str(path), "predictions.jsonl", reference_ids=truth.point_ids)
-                rows: list[MetricRow] = score(truth, preds.ids, preds.scores, samples=preds.samples,
-                                              bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+                data = write_predictions(output, Path(tmp) / "predictions.jsonl").read_bytes()
+            rows, coverage = score_predictions(sub, data, output.num_nan)
     except (MethodError, qpred.ValidationFailed) as exc:
         return lifecycle.fail(pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM, sub.attempt)
     except Exception as exc:
@@ -305,15 +405,55 @@ def run_baseline(pk: int, attempt: int | None, worker: str, vllm: Any) -> str:
                               Submission.FAULT_SYSTEM, sub.attempt)
     meta = {k: v for k, v in output.meta.items() if _jsonable(v)}
     config = {**sub.config, **meta, **backbone_config, "seed": seed, "options": options}
-    stored = default_storage.save(f"predictions/{timezone.now():%Y/%m}/{pk}-baseline.jsonl", ContentFile(data))
-    ids = set(output.scores)
-    coverage = {"expected": len(truth.point_ids), "provided": len(ids & set(truth.point_ids)),
-                "missing": len(set(truth.point_ids) - ids), "missing_examples": sorted(set(truth.point_ids) - ids)[:5],
-                "nan": output.num_nan}
+    return finish_baseline(sub, data, rows, coverage, config, output.num_nan)
+
+
+def score_predictions(sub: Submission, data: bytes, num_nan: int) -> tuple[list[MetricRow], dict[str, Any]]:
+    """The metric rows of baseline run ``sub``'s predictions ``data`` (JSON Lines, as
+    :func:`qval.methods.run.write_predictions` writes them) and its coverage; ``qval.predictions.ValidationFailed``
+    for a file that is not a predictions file of its split."""
+    with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:
+        path = Path(tmp) / "predictions.jsonl"
+        path.write_bytes(data)
+        truth = truth_for(sub.dataset, sub.split, sub.target)
+        preds = qpred.parse(str(path), "predictions.jsonl", reference_ids=truth.point_ids)
+        rows: list[MetricRow] = score(truth, preds.ids, preds.scores, samples=preds.samples,
+                                      bootstrap_resamples=settings.QVAL_BOOTSTRAP_RESAMPLES)
+    ids, expected = set(preds.ids), set(truth.point_ids)
+    coverage = {"expected": len(expected), "provided": len(ids & expected), "missing": len(expected - ids),
+                "missing_examples": sorted(expected - ids)[:5], "nan": num_nan}
+    return rows, coverage
+
+
+def finish_baseline(sub: Submission, data: bytes, rows: list[MetricRow], coverage: dict[str, Any],
+                    config: dict[str, Any], num_nan: int) -> str:
+    """Store baseline run ``sub``'s predictions ``data`` and finish it with ``rows`` (its method listed);
+    return its state."""
+    spec = get_method(sub.method_name)
+    stored = default_storage.save(f"predictions/{timezone.now():%Y/%m}/{sub.pk}-baseline.jsonl", ContentFile(data))
     Method.objects.get_or_create(name=spec.name, defaults={"family": get_family(spec.family).slug,
                                                            "description": spec.description})
-    return lifecycle.finish(pk, rows, sub.attempt, config=config, num_nan=output.num_nan, predictions=stored, coverage=coverage,
-                          sha256=_sha256(data), size_bytes=len(data), file_format="jsonl")
+    return lifecycle.finish(sub.pk, rows, sub.attempt, config=config, num_nan=num_nan, predictions=stored,
+                            coverage=coverage, sha256=_sha256(data), size_bytes=len(data), file_format="jsonl")
+
+
+def finish_remote_baseline(sub: Submission) -> str:
+    """Score the run a remote gpu worker posted for baseline run ``sub`` (:func:`workers.jobs.accept_result`
+    stored its outcome, predictions, NaN count and config) and finish it, or fail it with the worker's reason;
+    return its state."""
+    data = b""
+    if sub.predictions:
+        with sub.predictions.open("rb") as fh:
+            data = fh.read()
+        sub.predictions.delete(save=False)
+    if sub.container_outcome != "finished" or not data:
+        reason = sub.container_outcome if sub.container_outcome != "finished" else "the worker posted no predictions"
+        return lifecycle.fail(sub.pk, reason, Submission.FAULT_SYSTEM, sub.attempt)
+    try:
+        rows, coverage = score_predictions(sub, data, sub.num_nan or 0)
+    except qpred.ValidationFailed as exc:
+        return lifecycle.fail(sub.pk, f"the baseline run cannot proceed: {exc}", Submission.FAULT_SYSTEM, sub.attempt)
+    return finish_baseline(sub, data, rows, coverage, dict(sub.config), sub.num_nan or 0)
 
 
 def _jsonable(value: Any) -> bool:

@@ -218,6 +218,16 @@ class Start:
     label: str
 
 
+LABEL_FIELDS = ("method_name", "backbone_name", "modality", "finished_at", "user", "source")
+"""The fields of a submission :func:`row_label` reads (its id aside)."""
+
+
+def labelled(rows: QuerySet[Submission]) -> QuerySet[Submission]:
+    """``rows`` reading only what :func:`row_label` shows (a list of a hundred rows to pick from costs a page a few
+    milliseconds less than with every field and related row)."""
+    return rows.select_related(None).select_related("user").only(*LABEL_FIELDS, "user__username")
+
+
 def row_label(sub: Submission) -> str:
     """How a list of rows to compare names ``sub``: method, backbone, modality, submitter, date and id (two runs of
     one method are told apart by all but the method)."""
@@ -230,8 +240,10 @@ def starting_points(user: AbstractBaseUser | AnonymousUser) -> list[Start]:
     """What the compare page offers as A before one is chosen: ``user``'s own finished submissions first, then the
     other rows it may compare, the newest :data:`STARTS_SHOWN` in all, ordered by dataset, split and target."""
     mine = Q(user_id=user.pk) if user.is_authenticated else Q(pk__in=[])
-    rows = list(_comparable(user).filter(mine).order_by("-finished_at")[:STARTS_SHOWN])
-    rows += list(_comparable(user).exclude(mine).order_by("-finished_at")[:STARTS_SHOWN - len(rows)])
+    shown = labelled(_comparable(user)).select_related("dataset").only(
+        *LABEL_FIELDS, "dataset__slug", "dataset__version", "split", "target", "user__username")
+    rows = list(shown.filter(mine).order_by("-finished_at")[:STARTS_SHOWN])
+    rows += list(shown.exclude(mine).order_by("-finished_at")[:STARTS_SHOWN - len(rows)])
     rows.sort(key=lambda s: (s.dataset.key, s.split, s.target, s.method_name, s.backbone_name, -s.pk))
     return [Start(s.pk, s.dataset.key, f"{row_label(s)} · {s.split} · {s.target.upper()}") for s in rows]
 
@@ -240,8 +252,20 @@ def candidates(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> Query
     """The other finished submissions ``user`` can compare ``sub`` with (same dataset, split,
     target and rules; public or ``user``'s own; neither reported nor re-scored without
     per-point predictions, nor withheld by the Ladder)."""
-    return (_comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
-            .exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at"))
+    return comparable_with(sub, user).exclude(pk=sub.pk).order_by("method_name", "backbone_name", "-finished_at")
+
+
+def comparable_with(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """:func:`candidates` and ``sub`` itself: every finished submission of ``sub``'s dataset, split, target and
+    rules that ``user`` may compare."""
+    return _comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
+
+
+def reference_rows(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
+    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
+    newest per method and backbone: one click each from a result's page."""
+    rows = candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
+    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
 
 
 def _summary(sub: Submission) -> dict[str, Any]:
@@ -392,12 +416,12 @@ def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
                 f"{ledger.state} ({row.spent} of {row.size} numbers released): nothing more is released about it"
                 "; compare on the dev split, or on the fresh split that replaces this one"]}, a, status=409) from None
         truth = truth_for(a.dataset, a.split, a.target)
-        pc = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=["spearman"],
+        pc = paired_bootstraps(truth.point_labels, _scores(a, truth), _scores(b, truth), metric_names=[metric_registry.HEADLINE],
                                resamples=settings.QVAL_BOOTSTRAP_RESAMPLES, seed=SEED, level=LEVEL,
-                               rules=a.rules, design=truth.design)["spearman"]
+                               rules=a.rules, design=truth.design)[metric_registry.HEADLINE]
         owner = a.user_id if a.source == Submission.SOURCE_USER else b.user_id
-        budgets.record(row, ledger, Release.COMPARE, a.pk, owner, ["spearman"], other_id=b.pk)
-    rho_a, rho_b = (sub.results.filter(metric="spearman").values_list("value", flat=True).first() for sub in (a, b))
+        budgets.record(row, ledger, Release.COMPARE, a.pk, owner, [metric_registry.HEADLINE], other_id=b.pk)
+    rho_a, rho_b = (sub.results.filter(metric=metric_registry.HEADLINE).values_list("value", flat=True).first() for sub in (a, b))
     se = disclose_value(pc.std_error)
     difference = disclose_value(rho_a - rho_b) if rho_a is not None and rho_b is not None else None
     low = high = p = None
@@ -405,7 +429,7 @@ def _spent_comparison(a: Submission, b: Submission) -> dict[str, Any]:
         half = float(stats.norm.isf((1 - LEVEL) / 2)) * se
         low, high = disclose_value(difference - half), disclose_value(difference + half)
         p = disclose_p_value(float(2 * stats.norm.sf(abs(difference) / se)))
-    row_out = {"metric": "spearman", "rho_a": rho_a, "rho_b": rho_b, "difference": difference,
+    row_out = {"metric": metric_registry.HEADLINE, "rho_a": rho_a, "rho_b": rho_b, "difference": difference,
                "ci95": [low, high] if low is not None else None, "p_value": p,
                "significance": significance_marks(p), "std_error": se, "num_points": pc.num_points,
                "num_dropped": pc.num_dropped, "resamples": pc.resamples, "num_undefined": pc.num_undefined,

@@ -43,6 +43,7 @@ from budgets.models import Release
 from leaderboard.loading import truth_for
 from qval import budget as qbudget
 from qval import ladder as qladder
+from qval import metric_registry
 from qval import predictions as qpred
 from qval.schema import PUBLIC_SPLITS
 from qval.scoring import MetricRow, Truth, point_scores, state_ranking_values
@@ -226,8 +227,8 @@ def outcome(sub: Submission) -> dict[str, Any] | None:
         return None
     best = sub.ladder_against
     values = board_values(best.results.all()) if best is not None else {}
-    rho = values.get("spearman")
-    local = values.get("ranking_spearman")
+    rho = values.get(metric_registry.HEADLINE)
+    local = values.get(metric_registry.LOCAL_HEADLINE)
     held = not sub.ladder_climbed and budgets.held(sub.pk)
     named = ""
     if best is not None:

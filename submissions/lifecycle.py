@@ -62,6 +62,7 @@ TASKS = {
     Submission.KIND_CONTAINER: "workers.tasks.run_container_submission",
     "score_remote": "workers.tasks.score_remote_run",
     "remote": "qval.remote_worker.run_job",
+    "remote_baseline": "qval.remote_worker.run_baseline_job",
 }
 """The task each message goes to, by name (arguments: the submission id, and the attempt for a job; a remote
 gpu worker's ``qval.remote_worker.run_job`` gets the id and a job token bound to the attempt)."""
@@ -70,22 +71,35 @@ INTERNAL_ERROR = (
     "internal error while {doing}; the maintainers have been notified and this "
     "submission does not count towards your quota"
 )
+CONTAINER_QUEUE = "containers"
+"""The queue of users' method containers (and of the checks of their archives), with a worker of its own
+(``celery -A qval_site worker -Q containers --concurrency 1``): a user's container never waits behind the
+platform's own runs, which go to ``gpu`` (docs/workers.md)."""
 REMOTE_QUEUE = "remote"
-"""The queue remote gpu workers consume (``QVAL_GPU_WORKERS=remote``): container jobs only. They have no database,
-so the jobs that need it and a model -- baseline runs, training runs, Best-of-N runs -- stay on ``gpu``, for the
-site's own gpu worker; one queue for both kinds would hand each some messages it cannot run."""
+"""The queue remote gpu workers consume (``QVAL_GPU_WORKERS=remote``), in place of :data:`CONTAINER_QUEUE`: users'
+container jobs only. They have no database, so the jobs that need it and a model -- baseline runs, training runs,
+Best-of-N runs -- stay on ``gpu``, for the site's own gpu worker; one queue for both kinds would hand each some
+messages it cannot run."""
+CAMPAIGN_QUEUE = "campaign"
+"""The queue of a GPU campaign's baseline runs (:func:`submissions.baselines.queue_campaign`), for the remote worker
+``scripts/gpu-campaign.sh`` starts with the campaign's backbone; never ``remote``, whose workers serve other
+backbones, or none."""
 QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
 SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
 VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed): the check of the upload stopped or hung"
 
 def job_queue(sub: Submission) -> str:
-    """The queue of ``sub``'s job: ``gpu`` for a container and for a baseline run of a method that needs a model,
-    ``scoring`` for a predictions file and for a baseline run of a method that needs none (the reference rows:
-    seconds of work, like scoring a file, so they do not wait behind training runs on ``gpu``)."""
+    """The queue of ``sub``'s job: :data:`CONTAINER_QUEUE` for a container (:data:`REMOTE_QUEUE` when
+    ``QVAL_GPU_WORKERS=remote``), :data:`CAMPAIGN_QUEUE` for a GPU campaign's baseline run, ``gpu`` for a baseline
+    run of a method that needs a model, ``scoring`` for a predictions file and for a baseline run of a method that
+    needs none (the reference rows: seconds of work, like scoring a file, so they do not wait behind training runs
+    on ``gpu``; sent behind the users' files there, :func:`is_platform`)."""
     if sub.kind == Submission.KIND_CONTAINER:
-        return "gpu"
+        return CONTAINER_QUEUE if settings.QVAL_GPU_WORKERS == "local" else REMOTE_QUEUE
     if sub.kind == Submission.KIND_BASELINE:
+        if sub.config.get("runner") == "remote":  # submissions.baselines.is_remote (that module imports this one)
+            return CAMPAIGN_QUEUE
         try:
             return "scoring" if get_method(sub.method_name).needs == "none" else "gpu"
         except MethodError:
@@ -99,7 +113,13 @@ def deadline_reason(sub: Submission) -> str:
         return VALIDATION_DEADLINE_REASON
     if sub.state == Submission.SCORING:
         return WORKER_DEADLINE_REASON
-    return QUEUE_DEADLINE_REASON if job_queue(sub) == "gpu" else SCORING_QUEUE_DEADLINE_REASON
+    return SCORING_QUEUE_DEADLINE_REASON if job_queue(sub) == "scoring" else QUEUE_DEADLINE_REASON
+
+
+def is_platform(sub: Submission) -> bool:
+    """Whether ``sub`` is the platform's own run (a baseline run) rather than a user's job: its message goes behind
+    every user's job on its queue (:data:`jobs.services.PLATFORM_PRIORITY`)."""
+    return sub.source == Submission.SOURCE_BASELINE
 
 
 def lock_account(user) -> None:  # type: ignore[no-untyped-def]
@@ -129,9 +149,10 @@ def send_messages(pks: Sequence[int]) -> list[int]:
     ``received``: its check -- a predictions file's (``validate_upload``), a container archive's
     (``inspect_container_upload``, one message for the submissions sharing it). ``queued``: its job with its
     attempt, to :func:`job_queue`'s queue -- a predictions file to ``scoring``, a baseline run to ``gpu``
-    (``scoring`` for a method that needs no model), a container to ``gpu`` (to :data:`REMOTE_QUEUE`, for a
-    remote worker, with a fresh token when ``QVAL_GPU_WORKERS=remote``). When the broker cannot be reached the rest
-    stay unsent, logged, for the reaper; no exception reaches the caller.
+    (``scoring`` for a method that needs no model; a GPU campaign's to :data:`CAMPAIGN_QUEUE` with a fresh token), a
+    container to :data:`CONTAINER_QUEUE` (to :data:`REMOTE_QUEUE`, for a remote worker, with a fresh token when
+    ``QVAL_GPU_WORKERS=remote``); a baseline run behind every user's job there (:func:`is_platform`). When the
+    broker cannot be reached the rest stay unsent, logged, for the reaper; no exception reaches the caller.
     """
     subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
                                           sent_at__isnull=True).order_by("pk"))
@@ -142,7 +163,7 @@ def send_messages(pks: Sequence[int]) -> list[int]:
     sent: list[int] = []
     try:
         # A remote gpu worker has no database: the site's scoring workers inspect archives then.
-        queue = "gpu" if settings.QVAL_GPU_WORKERS == "local" else "scoring"
+        queue = CONTAINER_QUEUE if settings.QVAL_GPU_WORKERS == "local" else "scoring"
         for group in archives.values():
             send_task(TASKS["inspect"], [group], queue=queue)
             sent += group
@@ -153,8 +174,10 @@ def send_messages(pks: Sequence[int]) -> list[int]:
                 send_task(TASKS["validate"], [sub.pk])
             elif sub.kind == Submission.KIND_CONTAINER and settings.QVAL_GPU_WORKERS != "local":
                 send_task(TASKS["remote"], [sub.pk, issue_token(sub)], queue=REMOTE_QUEUE)
+            elif job_queue(sub) == CAMPAIGN_QUEUE:
+                send_task(TASKS["remote_baseline"], [sub.pk, issue_token(sub)], queue=CAMPAIGN_QUEUE)
             else:
-                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub))
+                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub), platform=is_platform(sub))
             sent.append(sub.pk)
     except BrokerUnreachable as exc:
         unsent = sorted({s.pk for s in subs} - set(sent))
@@ -194,7 +217,8 @@ def queue_s(sub: Submission) -> float:
 
 JOB: JobKind[Submission] = JobKind(
     name="submission", model=Submission, send=send_messages, queue_s=queue_s, deadline_reason=deadline_reason,
-    waiting=waiting, lost_note="; a platform fault, not counted towards your quota", related=("dataset",))
+    waiting=waiting, lost_note="; a platform fault, not counted towards your quota", related=("dataset",),
+    queue_of=job_queue, is_platform=is_platform)
 """Submissions as a job kind (registered in :mod:`jobs.registry`)."""
 
 

@@ -242,6 +242,11 @@ class Submission(Job):
                         detail=f"{p.get('tokens', 0)} tokens",
                         seconds_left=None if self.is_final else baseline_seconds_left(p))
 
+    @property
+    def running_since(self) -> datetime | None:
+        """:attr:`scoring_at`: when its job last started."""
+        return self.scoring_at
+
     def scored_predictions(self) -> tuple[str, str]:
         """``(path, file name)`` of the predictions this submission was scored on: the uploaded
         file, for a container the ``predictions.jsonl`` it wrote (never the image archive), for

@@ -10,10 +10,12 @@ from typing import Any
 
 from rest_framework import serializers
 
+from jobs.queues import position
 from leaderboard.models import MODALITY_CHOICES
 from qval import metric_registry
 from qval.schema import TARGETS
 
+from . import lifecycle
 from .ladder import outcome
 from .models import Submission
 
@@ -58,6 +60,7 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         "coverage": sub.coverage,
         "worker": sub.worker or None,
         "attempt": sub.attempt,
+        "queue_position": queue_position(sub),
         "timeline": {state: ts.isoformat() for state, ts in sub.timeline()},  # each state's latest time
         "history": [{**t, "at": t["at"].isoformat()} for t in sub.transitions()],  # type: ignore[attr-defined]
         "container": container_payload(sub),
@@ -79,6 +82,13 @@ def submission_payload(sub: Submission) -> dict[str, Any]:
         ],
         "one_sign_note": "" if all(shown.values()) else metric_registry.ONE_SIGN_NOTE,
     }
+
+
+def queue_position(sub: Submission) -> dict[str, object] | None:
+    """Where a queued submission stands in its queue (:func:`jobs.queues.position`: its queue, the jobs a worker
+    takes before it, the jobs running there); ``None`` unless it is queued."""
+    place = position(lifecycle.JOB, sub)
+    return place.as_dict() if place is not None else None
 
 
 def container_payload(sub: Submission) -> dict[str, Any] | None:
@@ -120,13 +130,11 @@ def baseline_payload(sub: Submission) -> dict[str, Any] | None:
 # -- what an upload and a card change send --------------------------------------------------
 
 
-class SubmissionUpload(serializers.Serializer):
-    """Fields of a predictions upload."""
+class UploadCard(serializers.Serializer):
+    """What every upload says besides its file and what it is evaluated on: the method's name, backbone and modality,
+    whether the row is public, and the method card. An upload's serializer lists its own fields first (its first base
+    class), then these."""
 
-    file = serializers.FileField(allow_empty_file=True)
-    dataset = serializers.CharField(help_text="slug or slug@version")
-    split = serializers.ChoiceField(choices=["train", "dev", "test"])
-    target = serializers.ChoiceField(choices=list(TARGETS))
     method_name = serializers.CharField(max_length=100)
     backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
@@ -139,8 +147,21 @@ class SubmissionUpload(serializers.Serializer):
     open_weights = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="method card")
 
 
-class ContainerUpload(serializers.Serializer):
-    """Fields of a method-container upload (``kind=container``)."""
+class _PredictionsFile(serializers.Serializer):
+    """A predictions upload's own fields: the file and the one dataset, split and target it is scored on."""
+
+    file = serializers.FileField(allow_empty_file=True)
+    dataset = serializers.CharField(help_text="slug or slug@version")
+    split = serializers.ChoiceField(choices=["train", "dev", "test"])
+    target = serializers.ChoiceField(choices=list(TARGETS))
+
+
+class SubmissionUpload(_PredictionsFile, UploadCard):
+    """Fields of a predictions upload."""
+
+
+class _ContainerImage(serializers.Serializer):
+    """A method-container upload's own fields: the image and the datasets and splits it is run on."""
 
     kind = serializers.ChoiceField(choices=["container"])
     file = serializers.FileField(help_text="docker save / podman save archive, tar or tar.gz")
@@ -149,16 +170,10 @@ class ContainerUpload(serializers.Serializer):
     split = serializers.ListField(
         child=serializers.CharField(), help_text="dev and/or test; repeat the field or separate with commas")
     target = serializers.ChoiceField(choices=list(TARGETS), help_text="q (pointwise and per-state ranking) or v")
-    method_name = serializers.CharField(max_length=100)
-    backbone = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    modality = serializers.ChoiceField(choices=[m for m, _ in MODALITY_CHOICES], required=False, default="text")
-    public = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                      help_text="false: the row is its owner's only (no board, figure or permalink); "
-                                                "by default true on the test split, false on dev (a self-check)")
-    description = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card")
-    paper_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
-    code_url = serializers.CharField(required=False, allow_blank=True, default="", help_text="method card, http(s)")
-    open_weights = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="method card")
+
+
+class ContainerUpload(_ContainerImage, UploadCard):
+    """Fields of a method-container upload (``kind=container``)."""
 
 
 class CardChange(serializers.Serializer):
@@ -230,6 +245,9 @@ class SubmissionAnswer(serializers.Serializer):
     coverage = serializers.DictField(help_text="evaluation points expected, provided and missing")
     worker = serializers.CharField(allow_null=True)
     attempt = serializers.IntegerField()
+    queue_position = serializers.DictField(
+        allow_null=True, help_text="while queued: its queue, how many jobs a worker takes before it (ahead; users' "
+                                   "jobs go before the platform's runs) and how many run there now (running)")
     timeline = serializers.DictField(help_text="each state's latest time")
     history = serializers.ListField(child=serializers.DictField(), help_text="every transition: state, at, attempt")
     container = serializers.DictField(allow_null=True, help_text="a method container's run: image, limits, outcome")

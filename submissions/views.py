@@ -12,9 +12,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts import throttling
-from board.boards import DEFAULT_METRIC, Slice
-from board.results import reference_rows
-from board.standing import standing, standings, why_unranked
 from accounts.access import has_verified_email
 from qval import metric_registry
 from qval.schema import PUBLIC_SPLITS
@@ -23,7 +20,7 @@ from qval.scoring import printed_digits
 from . import comparison
 from .forms import CardForm, UploadForm
 from .models import Result, Submission
-from .selectors import visible_to
+from .selectors import visible_to, why_unranked
 from .serializers import submission_payload
 from .uploads import too_large
 from .services import (
@@ -90,14 +87,12 @@ def _upload_page(request: HttpRequest, form: UploadForm, status: int) -> HttpRes
 @login_required
 def mine(request: HttpRequest) -> HttpResponse:
     """The user's submissions with live state, each finished one's ρ with its interval (as its page discloses it)
-    and its rank where it stands on a board (:mod:`board.standing`)."""
+    and its rank where it stands on a board (the template asks board's ``standing_of`` tag)."""
     subs = list(Submission.objects.filter(user=request.user).select_related("dataset").prefetch_related(
-        Prefetch("results", Result.objects.filter(metric=DEFAULT_METRIC), to_attr="headline")))
-    places = standings([(s.pk, Slice(s.dataset.key, s.target, s.modality)) for s in subs
-                        if s.state == Submission.FINISHED and s.split not in PUBLIC_SPLITS])
+        Prefetch("results", Result.objects.filter(metric=metric_registry.HEADLINE), to_attr="headline")))
     rows = [{"sub": s, "headline": None if s.score_withheld or not s.headline else s.headline[0],
-             "digits": printed_digits(s.split not in PUBLIC_SPLITS), "standing": places.get(s.pk)} for s in subs]
-    return render(request, "submissions/mine.html", {"rows": rows, "metric": metric_registry.get(DEFAULT_METRIC)})
+             "digits": printed_digits(s.split not in PUBLIC_SPLITS)} for s in subs]
+    return render(request, "submissions/mine.html", {"rows": rows, "metric": metric_registry.get(metric_registry.HEADLINE)})
 
 
 @login_required
@@ -116,13 +111,11 @@ def detail(request: HttpRequest, pk: int, card_form: CardForm | None = None, sta
     others = comparison.candidates(sub, request.user) if sub.state == Submission.FINISHED else Submission.objects.none()
     hidden = sub.split not in PUBLIC_SPLITS  # its rows were disclosed (submissions.lifecycle.finish)
     finished = sub.state == Submission.FINISHED
-    place = standing(sub.pk, Slice(sub.dataset.key, sub.target, sub.modality)) if finished else None
-    why = why_unranked(sub) if finished and place is None else ""
     context = {"sub": sub, "data": data, "results": results, "sampled": sampled, "others": others,
                "one_sign_note": metric_registry.ONE_SIGN_NOTE if len(results) < len(data["results"]) else "",
-               "standing": place, "why_unranked": why, "unranked": finished and place is None,
-               "permalink": request.build_absolute_uri(reverse("result", args=[sub.pk])) if place else "",
-               "references": reference_rows(sub, request.user) if finished and not sub.score_withheld else [],
+               "why_unranked": why_unranked(sub) if finished else "",  # shown only when no standing
+               "result_url": request.build_absolute_uri(reverse("result", args=[sub.pk])),  # the permalink, if ranked
+               "references": comparison.reference_rows(sub, request.user) if finished and not sub.score_withheld else [],
                "hidden": hidden, "digits": printed_digits(hidden),
                "card_form": (card_form or CardForm.of(sub)) if sub.user_id == request.user.pk and sub.is_final
                and sub.source == Submission.SOURCE_USER else None}

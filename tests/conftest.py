@@ -182,20 +182,28 @@ def staff(db, django_user_model):  # type: ignore[no-untyped-def]
                                                  password="correct-horse-battery", is_staff=True)
 
 
+def priority_lists(queue: str) -> list[str]:
+    """The Redis lists of ``queue``, in the order a worker reads them: kombu keeps one per priority step
+    (``queue`` for 0, ``queue\\x06\\x16N`` for N = 3, 6, 9; the platform's runs: jobs.services.PLATFORM_PRIORITY)."""
+    return [queue] + [f"{queue}\x06\x16{n}" for n in (3, 6, 9)]
+
+
 def broker_messages(queue: str) -> list[dict]:  # type: ignore[type-arg]
-    """The Celery messages waiting in ``queue`` of this session's Redis database (oldest first)."""
+    """The Celery messages waiting in ``queue`` of this session's Redis database, in the order a worker takes
+    them (users' jobs first, each list oldest first)."""
     import json
 
     import redis
 
-    return [json.loads(m) for m in reversed(redis.Redis.from_url(TEST_BROKER_URL).lrange(queue, 0, -1))]
+    broker = redis.Redis.from_url(TEST_BROKER_URL)
+    return [json.loads(m) for key in priority_lists(queue) for m in reversed(broker.lrange(key, 0, -1))]
 
 
 def clear_queue(queue: str) -> None:
     """Drop the messages waiting in ``queue`` of this session's Redis database."""
     import redis
 
-    redis.Redis.from_url(TEST_BROKER_URL).delete(queue)
+    redis.Redis.from_url(TEST_BROKER_URL).delete(*priority_lists(queue))
 
 
 @pytest.fixture

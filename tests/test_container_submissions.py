@@ -374,15 +374,16 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded, settings
     assert reap_jobs()["submission"]["overdue"] == [on_time.pk]
     schedule = app.conf.beat_schedule["reap-jobs"]
     assert schedule["task"] == reap_jobs.name and schedule["schedule"] == settings.QVAL_REAP_EVERY_S
-    assert app.conf.task_routes["workers.tasks.run_container_submission"] == {"queue": "gpu"}
+    assert app.conf.task_routes["workers.tasks.run_container_submission"] == {"queue": "containers"}
 
 
-# -- a real worker process on the gpu queue ------------------------------------------------------
+# -- a real worker process on the containers queue -----------------------------------------------
 @pytest.fixture
 def gpu_worker(transactional_db, data_dir: Path, engine: qc.Engine):  # type: ignore[no-untyped-def]
-    """A real ``celery worker -Q gpu --concurrency 1`` process on the test database and Redis."""
+    """A real ``celery worker -Q containers --concurrency 1`` process (users' containers) on the test database
+    and Redis."""
     log_path = data_dir / "gpu-worker.log"
-    with worker_process("gpu", f"test-gpu-{os.getpid()}@%h", data_dir, log_path, 60,
+    with worker_process("containers", f"test-gpu-{os.getpid()}@%h", data_dir, log_path, 60,
                         QVAL_CONTAINER_WORK_ROOT=str(engine.work_root), QVAL_BOOTSTRAP_RESAMPLES=str(RESAMPLES),
                         QVAL_CONTAINER_TIMEOUT_S="120") as proc:
         yield proc, log_path

@@ -61,6 +61,28 @@ def test_unknown_and_duplicate_entries_are_refused(toy) -> None:  # type: ignore
     assert TOY in metric_registry.POINT and TOY in metrics.POINT_METRICS and TOY in metric_registry.BOARD
 
 
+def test_a_headline_role_is_held_once_by_a_built_in_metric(toy) -> None:  # type: ignore[no-untyped-def]
+    """The headline roles are the registry's data: each held by one built-in metric, which the board's default
+    order, the Ladder, the budget and the published results' metric types read; a plugin cannot take one."""
+    from dataclasses import replace
+
+    from board.exports import canonical_sort
+    from qval import budget, ladder
+    from qval.paper.qval_v1 import published
+
+    holders = {m.headline: m.name for m in metric_registry.BUILTIN if m.headline}
+    assert list(holders) == list(metric_registry.HEADLINE_ROLES)
+    assert (metric_registry.HEADLINE, metric_registry.LOCAL_HEADLINE) == (holders["global"], holders["state-local"])
+    assert ladder.LADDER_METRICS == budget.RELEASED_METRICS == metric_registry.HEADLINES == tuple(holders.values())
+    assert published.METRIC_TYPES == holders
+    assert canonical_sort("no-such-column") == f"-{holders['global']}"
+    with pytest.raises(ValueError, match="headline role 'global' is 'spearman''s"):
+        metric_registry.register(replace(toy, name="toy_headline", headline="global"))
+    with pytest.raises(ValueError, match="unknown headline role 'main'"):
+        replace(toy, name="toy_headline", headline="main")
+    assert "toy_headline" not in [m.name for m in metric_registry.METRICS]
+
+
 def test_the_toy_is_gone_after_its_fixture() -> None:
     assert TOY not in metric_registry.POINT and TOY not in metric_registry.BOARD
 

@@ -348,6 +348,39 @@ def test_queries_per_page_do_not_grow_with_the_rows(client, django_assert_max_nu
     assert max(after) <= 12, dict(zip(PAGES, after))
 
 
+WARM_PAGES = ["/", "/leaderboard/", "/boards/", "/boards/qval-v1.0-terminalbench@1.0:q:text/", "/environments/frozenlake/",
+              "/methods/gvl/", "/results/{result}/", "/datasets/qval-v1.0-terminalbench@1.0/", "/published/consistency/",
+              "/published/findings/", "/how-we-score/", "/compare/"]
+GROWING = re.compile(r"\bCOUNT\(|\bGROUP BY\b|\bDISTINCT\b|\(SELECT\b")
+"""What a query whose cost grows with the submissions or results looks like: a count, a grouping, a distinct or a
+subquery over them."""
+
+
+@pytest.mark.django_db
+def test_warm_pages_make_no_query_that_grows_with_the_rows(client) -> None:  # type: ignore[no-untyped-def]
+    """Once a results version's values are kept, a page reads the version, rows by key and bounded lists: no count,
+    grouping, distinct or subquery, whose cost follows the number of rows (the result page's on-board check and
+    reference rows, the published dataset page's counts by source were such)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from board.results import public_results
+
+    _import()
+    result = public_results().filter(source="rescored").order_by("pk").first()
+    assert result is not None
+    growing = {}
+    for page in WARM_PAGES:
+        url = page.format(result=result.pk)
+        assert client.get(url).status_code == 200, url  # the first request keeps what the version allows
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(url).status_code == 200, url
+        found = [q["sql"] for q in ctx.captured_queries if GROWING.search(q["sql"])]
+        if found:
+            growing[url] = found
+    assert not growing, growing
+
+
 @pytest.mark.django_db
 def test_the_results_version_follows_every_write_to_the_board(client) -> None:  # type: ignore[no-untyped-def]
     """The triggers bump the results version on every write the board shows (a result, a finished

@@ -17,14 +17,14 @@ import pytest
 import redis
 from django.utils import timezone
 
-from tests.conftest import TEST_BROKER_URL, wait_for, worker_process
+from tests.conftest import TEST_BROKER_URL, priority_lists, wait_for, worker_process
 
 
 def take_messages(queue: str) -> list[tuple[str, list]]:
     """Remove and return the (task name, arguments) of the messages waiting on ``queue`` in the test Redis."""
     broker = redis.Redis.from_url(TEST_BROKER_URL)
-    raw = broker.lrange(queue, 0, -1)
-    broker.delete(queue)
+    raw = [item for key in priority_lists(queue) for item in broker.lrange(key, 0, -1)]
+    broker.delete(*priority_lists(queue))
     out = []
     for item in raw:
         message = json.loads(item)

@@ -5,7 +5,9 @@ that seeds its own."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -101,9 +103,17 @@ def test_reference_methods_on_frozenlake(frozenlake: schema.Dataset) -> None:
 
 # -- on the site ---------------------------------------------------------------------------------
 def reference_runs(ds):  # type: ignore[no-untyped-def]
+    """The reference methods' runs on ``ds`` (no backbone; the LLM rows: :func:`llm_runs`)."""
     from submissions.models import Submission
 
-    return Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds)
+    return Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, backbone_name="")
+
+
+def llm_runs(ds):  # type: ignore[no-untyped-def]
+    """The LLM reference rows on ``ds``: the chat methods with SmolLM2."""
+    from submissions.models import Submission
+
+    return Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, backbone_name="smollm2-135m")
 
 
 def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> None:  # type: ignore[no-untyped-def]
@@ -172,7 +182,9 @@ def test_a_finished_dataset_build_seeds_its_reference_rows(db, tiny_lake, settin
     assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in sent] == [(SEED_TASK, f"([{ds.pk}],)")]
 
     modalities = ds.modalities
-    assert seed_reference_rows_of.apply(args=[[ds.pk]]).get() == 2 * len(methods_for("frozenlake")) * len(modalities)
+    assert seed_reference_rows_of.apply(args=[[ds.pk]]).get() == (2 * len(methods_for("frozenlake")) * len(modalities)
+                                                                  + llm_runs(ds).count())
+    assert llm_runs(ds).count() == 13
     assert sorted(reference_runs(ds).values_list("method_name", "target", "modality")) == sorted(
         (m, t, modality) for m in methods_for("frozenlake") for t in ("q", "v") for modality in modalities)
     assert not TrainingRun.objects.exists()  # no train split: nothing to train on
@@ -225,7 +237,8 @@ def test_seeding_queues_a_training_run_per_learned_method_and_best_of_n_runs_onc
     # The reference methods need no model: seconds of work each, so they run beside the uploads, not behind training.
     assert sent["scoring"] == sorted(("workers.tasks.run_baseline_submission", f"[{pk}, 1]") for pk in baselines)
     assert sent["gpu"] == sorted([("learning.tasks.train_learned", f"({r.pk},)") for r in TrainingRun.objects.all()]
-                                 + [("workers.best_of_n.play_best_of_n", f"({r.pk},)") for r in BestOfNRun.objects.all()])
+                                 + [("workers.best_of_n.play_best_of_n", f"({r.pk},)") for r in BestOfNRun.objects.all()]
+                                 + [("workers.tasks.run_baseline_submission", f"[{s.pk}, 1]") for s in llm_runs(loaded)])
 
     before = seeded_state(loaded)
     call_command("seed_reference_rows")
@@ -298,3 +311,47 @@ def test_a_dataset_with_images_gets_reference_rows_on_its_image_boards(loaded, c
     loaded.save(update_fields=["modalities"])
     with pytest.raises(SubmissionRejected, match="offers text, not image"):
         launch_baseline(BaselineRequest("random", "", loaded.key, "test", "q", modality="image"))
+
+
+def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type: ignore[no-untyped-def]
+        loaded, settings, django_capture_on_commit_callbacks) -> None:
+    """Every text method that needs a chat model, with backbone SmolLM2-135M on the test split's Q text board,
+    queued once, on ``gpu`` behind every user's job; none where
+    ``QVAL_BACKBONES`` lacks the backbone."""
+    import redis
+
+    from qval.methods.registry import all_methods
+    from submissions.baselines import chat_reference_methods
+    from submissions.models import Submission
+    from .conftest import TEST_BROKER_URL  # noqa: I001
+
+    backbones = settings.QVAL_BACKBONES
+    settings.QVAL_BACKBONES = {}
+    call_command("seed_reference_rows")
+    assert not llm_runs(loaded).exists()
+
+    settings.QVAL_BACKBONES = {**backbones, "smollm2-135m": {"kind": "transformers", "path": "/nowhere"}}
+    redis.Redis.from_url(TEST_BROKER_URL).flushdb()
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_reference_rows")
+    chat = [s.name for s in all_methods() if s.modality == "text" and s.needs in ("chat-llm", "chat-llm-logprobs")]
+    assert len(chat) == 13
+    runs = list(llm_runs(loaded))
+    assert sorted((s.method_name, s.target) for s in runs) == sorted(chat_reference_methods())
+    assert {s.method_name for s in runs} == set(chat)
+    assert {(s.split, s.modality, s.source, s.state, s.user) for s in runs} == {
+        ("test", "text", "baseline", "queued", None)}
+    assert {s.target for s in runs} == {"q"}  # the ranking methods too: their rows are on the Q board
+    # On gpu, in the list a worker reads only once every user's job is taken (kombu's priority 9 list).
+    broker = redis.Redis.from_url(TEST_BROKER_URL)
+    assert broker.llen("gpu") == 0
+    assert sorted(json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]
+                  for m in broker.lrange("gpu\x06\x169", 0, -1)
+                  if json.loads(m)["headers"]["task"] == "workers.tasks.run_baseline_submission") == sorted(
+        s.pk for s in runs)
+
+    call_command("seed_reference_rows")
+    assert llm_runs(loaded).count() == len(runs)  # nothing new
+    Submission.objects.filter(pk=runs[0].pk).update(state=Submission.FAILED)
+    call_command("seed_reference_rows")
+    assert llm_runs(loaded).count() == len(runs) + 1  # a failed one is queued again

@@ -238,7 +238,7 @@ def test_the_status_page_shows_queues_jobs_workers_and_platform_failures(client,
     Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="m", filename="h.csv",
                               state="failed", failed_at=now, fault="user", error="invalid predictions file: row 3")
     data = client.get("/api/v1/status/").json()
-    assert set(data["queues"]) == {"scoring", "gpu", "remote", "datasets"}
+    assert set(data["queues"]) == {"scoring", "containers", "gpu", "remote", "campaign", "datasets"}
     assert all(isinstance(n, int) for n in data["queues"].values())  # the test Redis answered
     assert data["waiting"]["scoring"] == 1
     assert [r["submission"] for r in data["running"]] == [running.pk]

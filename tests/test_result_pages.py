@@ -32,6 +32,34 @@ def container_row(ds, user, method: str, value: float, *, public: bool = True, s
     return sub
 
 
+def baseline_row(ds, method: str, backbone: str) -> Submission:  # type: ignore[no-untyped-def]
+    """A finished reference row (a baseline the platform ran) on ``ds``'s test split, target Q, text."""
+    return Submission.objects.create(
+        dataset=ds, split="test", target="q", method_name=method, backbone_name=backbone, modality="text",
+        kind=Submission.KIND_BASELINE, source=Submission.SOURCE_BASELINE, filename="predictions.jsonl",
+        state=Submission.FINISHED, finished_at=timezone.now(), public=True)
+
+
+def offered(client, pk: int) -> set[int]:  # type: ignore[no-untyped-def]
+    """The reference rows result ``pk``'s page offers to compare with."""
+    page = client.get(f"/results/{pk}/")
+    assert page.status_code == 200
+    return {int(b) for b in re.findall(r'class="compare-ref" href="/compare/\?a=\d+&amp;b=(\d+)"', page.content.decode())}
+
+
+def test_a_result_page_offers_the_newest_reference_row_per_method_and_backbone(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
+    """One click to compare with each reference row of the slice: the newest baseline per method and backbone, never
+    the result itself; kept per results version, so a newer baseline replaces the older at once."""
+    sub = container_row(loaded, user, "scorer-x", 0.731)
+    old, new, other = baseline_row(loaded, "random", "none"), baseline_row(loaded, "random", "none"), \
+        baseline_row(loaded, "zero", "b")
+    client.force_login(user)  # an uploaded row is compared by its owner
+    assert offered(client, sub.pk) == {new.pk, other.pk}
+    assert offered(Client(), new.pk) == {old.pk, other.pk}  # a baseline's page, for anyone: never itself
+    newest = baseline_row(loaded, "random", "none")
+    assert offered(client, sub.pk) == {newest.pk, other.pk}
+
+
 def test_a_public_test_result_has_a_permalink_anyone_reads(client, loaded, user) -> None:  # type: ignore[no-untyped-def]
     sub = container_row(loaded, user, "scorer-x", 0.731, description="Scores each action by <b>look-ahead</b>.")
     page = client.get(f"/results/{sub.pk}/")
@@ -64,6 +92,23 @@ def test_a_private_result_is_on_no_board_and_has_no_permalink(client, loaded, us
     assert owner.get(f"/results/{private.pk}/").status_code == 404  # not public: the owner's page is elsewhere
     mine = owner.get(f"/submissions/{private.pk}/")
     assert mine.status_code == 200 and "hidden-one" in mine.content.decode()
+
+
+def test_the_owners_pages_show_where_a_result_stands_and_why_one_is_unranked(loaded, user) -> None:  # type: ignore[no-untyped-def]
+    """A submission's page and *My submissions* (app ``submissions``, below ``board``) ask board's ``standing_of`` tag:
+    the ranked row's rank, board and permalink; the private row's reason (``submissions.selectors.why_unranked``)."""
+    ranked = container_row(loaded, user, "ranked-one", 0.8)
+    private = container_row(loaded, user, "kept-private", 0.7, public=False)
+    owner = Client()
+    owner.force_login(user)
+    page = owner.get(f"/submissions/{ranked.pk}/").content.decode()
+    assert 'id="standing-rank"' in page and f'href="/boards/{loaded.key}:q:text/' in page
+    assert f'id="permalink">Permalink: <a href="http://testserver/results/{ranked.pk}/"' in page
+    page = owner.get(f"/submissions/{private.pk}/").content.decode()
+    assert 'id="not-ranked"' in page and "It is private" in page and 'id="permalink"' not in page
+    mine = owner.get("/submissions/").content.decode()
+    assert f'href="/boards/{loaded.key}:q:text/#row-{ranked.pk}" title="on the verified board">1</a>' in mine
+    assert mine.count("not ranked") == 1  # the private row
 
 
 def test_a_dev_result_has_no_permalink(client, loaded, user) -> None:  # type: ignore[no-untyped-def]

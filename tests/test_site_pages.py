@@ -17,7 +17,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from board import markdown
+from leaderboard import markdown
 from leaderboard.loading import load_dataset
 from leaderboard.models import Dataset, DatasetBuild, Environment
 from qval import metric_registry, metrics, schema

@@ -465,3 +465,46 @@ def test_one_exception_handler_answers_the_projects_refusals() -> None:
                     if written in DOMAIN_REFUSALS:
                         caught.append(f"{path.relative_to(REPO)}:{node.lineno}: except {written}")
     assert not caught, "answered by qval_site.api_errors, not by hand:\n" + "\n".join(caught)
+
+
+TEMPLATE_OVERRIDES = {"admin", "account", "allauth", "registration"}
+"""Template folders of Django's and allauth's own templates, which the site overrides or renders under their names."""
+
+
+def test_templates_live_in_folders_named_after_their_apps() -> None:
+    """Each template an app's code names (``render(request, "board/board.html", ...)``) is in the folder of that
+    app, or of a package it imports (a partial shared from below: ``jobs/_progress.html``), and each folder of
+    ``templates/`` is an app's or a package's or one of :data:`TEMPLATE_OVERRIDES`."""
+    arrows, _ = app_graph(import_graph())
+    apps = _app_sources()
+    misplaced = [
+        f"{path.relative_to(REPO)}:{node.lineno} names {node.value}"
+        for app, paths in apps.items() for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".html")
+        and "/" in node.value and node.value.split("/")[0] not in TEMPLATE_OVERRIDES | {app} | arrows[app]
+    ]
+    folders = {p.name for p in (REPO / "templates").iterdir() if p.is_dir()}
+    strays = sorted(folders - set(apps) - set(packages()) - TEMPLATE_OVERRIDES)
+    assert not misplaced and not strays, (misplaced, f"template folders named after no package: {strays}")
+
+
+HEADLINE_LITERALS_ALLOWED = ("qval/metric_registry.py", "qval/metrics.py", "qval/budget.py", "qval/paper/")
+"""Where a headline metric's name may be written: the registry that gives the roles, the metrics' own formulas (an
+interval computed one way for Spearman's ρ, another for the state-local mean) and the authors' files' field names."""
+
+
+def test_the_headline_metrics_are_named_by_the_registry() -> None:
+    """No module names a headline metric by a string (``"spearman"``, ``"-spearman"``): it reads
+    :data:`qval.metric_registry.HEADLINE` or :data:`~qval.metric_registry.HEADLINES`, so the roles are data."""
+    from qval import metric_registry
+
+    names = set(metric_registry.HEADLINES) | {f"-{name}" for name in metric_registry.HEADLINES}
+    written = [
+        f"{path}:{node.lineno} {node.value!r}"
+        for path in (str(p.relative_to(REPO)) for p in module_files(REPO).values())
+        if "migrations" not in path and not path.startswith(HEADLINE_LITERALS_ALLOWED)
+        for node in ast.walk(ast.parse((REPO / path).read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert not written, "name the headline metrics through qval.metric_registry:\n" + "\n".join(written)

@@ -108,6 +108,6 @@ def test_every_job_page_draws_progress_with_one_partial() -> None:
     bars = sorted(p.relative_to(templates).as_posix() for p in templates.rglob("*.html") if "<progress" in p.read_text())
     assert bars == [partial], bars
     for page in ("submissions/detail.html", "learning/run.html", "learning/runs.html",
-                 "leaderboard/best_of_n_run.html", "workers/status.html"):
+                 "best_of_n/run.html", "workers/status.html"):
         assert f'include "{partial}"' in (templates / page).read_text(), page
     assert partial in Path(REPO / "leaderboard" / "admin.py").read_text()

@@ -3,14 +3,21 @@
 
 Remote job protocol (``Authorization: Job <token>``, ``X-QVal-Worker: <name>``):
 
-``POST /api/v1/jobs/<id>/start``       start the job; answers its spec (split, target, limits, archive hash)
+``POST /api/v1/jobs/<id>/start``       start the job; answers its spec (split, target, limits, archive hash; a
+                                       campaign's baseline run: ``kind: baseline``, method, backbone, seed, options)
 ``GET  /api/v1/jobs/<id>/input``       the ``/input`` folder as a tar (no labels)
 ``GET  /api/v1/jobs/<id>/archive``     the uploaded image archive
-``POST /api/v1/jobs/<id>/heartbeat``   the job is alive
+``GET  /api/v1/jobs/<id>/dataset``     a baseline run's split of the dataset as a tar (no labels unless its method
+                                       reads them)
+``POST /api/v1/jobs/<id>/heartbeat``   the job is alive; JSON ``progress`` (done, total, tokens) optional
 ``POST /api/v1/jobs/<id>/result``      multipart: ``run`` (JSON: error, exit_code, wall_s, stdout, stderr,
-                                       token_usage, or platform_error) and ``predictions``; spends the token
+                                       token_usage, or platform_error; a baseline run: num_nan, config) and
+                                       ``predictions``; spends the token
 
 ``POST /api/v1/workers/heartbeat``     ``Authorization: Worker <QVAL_WORKER_KEY>``; JSON ``name``, ``queues``, ``current``
+``POST /api/v1/workers/campaign``      ``Authorization: Worker <QVAL_WORKER_KEY>``; JSON ``backbone``, optional
+                                       ``description``, ``datasets``, ``methods``, ``targets``: queue a GPU campaign
+``GET  /api/v1/workers/campaign``      the same key; ``?backbone=NAME``: the campaign's runs and their states
 ``GET  /api/v1/status/``               queues, depths, running jobs, workers, recent platform failures
 """
 
@@ -27,6 +34,9 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from submissions import baselines
+from submissions.services import resolve_dataset
 
 from . import jobs, selectors
 from .models import WorkerHeartbeat
@@ -67,15 +77,29 @@ class JobInput(JobView):
 class JobArchive(JobView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request: Request, pk: int) -> Response | FileResponse:
-        sub = jobs.running(pk, self.token(request))
+        sub = jobs.container_job(jobs.running(pk, self.token(request)))
         return FileResponse(sub.file.open("rb"), as_attachment=True, filename=f"{sub.sha256}.image",
                             content_type="application/octet-stream")
 
 
+class JobDataset(JobView):
+    @extend_schema(responses={(200, "application/x-tar"): OpenApiTypes.BINARY})
+    def get(self, request: Request, pk: int) -> Response | FileResponse:
+        sub = jobs.running(pk, self.token(request))
+        return FileResponse(jobs.dataset_tar(sub), as_attachment=True, filename=f"dataset-{pk}.tar",
+                            content_type="application/x-tar")
+
+
 class JobHeartbeat(JobView):
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    parser_classes = [JSONParser]
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        jobs.heartbeat(pk, self.token(request))
+        progress = request.data.get("progress") if isinstance(request.data, dict) else None
+        try:
+            jobs.heartbeat(pk, self.token(request), progress)
+        except ValueError as exc:
+            return Response({"detail": str(exc)}, status=400)
         return Response({"ok": True})
 
 
@@ -113,6 +137,52 @@ class WorkerHeartbeatView(APIView):
             return Response({"detail": "current: expected a submission id or null"}, status=400)
         jobs.register(name.strip(), WorkerHeartbeat.REMOTE, str(request.data.get("queues") or ""), current)
         return Response({"ok": True})
+
+
+class CampaignView(APIView):
+    """A GPU campaign (:func:`submissions.baselines.queue_campaign`), queued and followed with ``QVAL_WORKER_KEY``
+    by ``scripts/gpu-campaign.sh`` (:mod:`qval.campaign`)."""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    parser_classes = [JSONParser]
+
+    def refused(self, request: Request) -> Response | None:
+        key = settings.QVAL_WORKER_KEY
+        if not key or not hmac.compare_digest(_credential(request, "Worker").encode(), key.encode()):
+            return Response({"detail": "unknown worker key"}, status=403)
+        return None
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request) -> Response:
+        if (refusal := self.refused(request)) is not None:
+            return refusal
+        data = request.data if isinstance(request.data, dict) else {}
+        backbone, description = data.get("backbone"), data.get("description", "")
+        lists = {name: data.get(name) for name in ("datasets", "methods", "targets")}
+        if not isinstance(backbone, str) or not backbone.strip():
+            return Response({"detail": "backbone: expected the name of the backbone the worker serves"}, status=400)
+        if not isinstance(description, str):
+            return Response({"detail": "description: expected a string"}, status=400)
+        for name, value in lists.items():
+            if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+                return Response({"detail": f"{name}: expected a list of strings"}, status=400)
+        if lists["targets"] is not None and not set(lists["targets"]) <= {"q", "v"}:
+            return Response({"detail": "targets: expected q and/or v"}, status=400)
+        datasets = None if lists["datasets"] is None else [resolve_dataset(key) for key in lists["datasets"]]
+        queued = baselines.queue_campaign(backbone.strip(), description, datasets, lists["methods"],
+                                          lists["targets"] or baselines.REFERENCE_TARGETS)
+        return Response({"backbone": backbone.strip(), "queued": [s.pk for s in queued],
+                         "runs": baselines.campaign_runs(backbone.strip())}, status=201)
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        if (refusal := self.refused(request)) is not None:
+            return refusal
+        backbone = str(request.query_params.get("backbone") or "").strip()
+        if not backbone:
+            return Response({"detail": "backbone: expected ?backbone=NAME"}, status=400)
+        return Response({"backbone": backbone, "runs": baselines.campaign_runs(backbone)})
 
 
 class Status(APIView):

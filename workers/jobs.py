@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import threading
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,10 +33,12 @@ from django.core.files.base import ContentFile
 from django.db import connection, transaction
 from django.utils import timezone
 
+from leaderboard.exports import dataset_dir
 from leaderboard.loading import inputs_for
 from qval import containers as qc
-from qval import safejson
-from submissions import lifecycle, services
+from qval import safejson, schema
+from qval.methods.registry import get_method
+from submissions import baselines, lifecycle, services
 from submissions.models import Submission
 
 from .models import JobToken, WorkerHeartbeat
@@ -114,13 +116,16 @@ def start_container(sub: Submission) -> None:
 
 def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
     """Start (or resume after a fetch was retried) a remote job; return its spec: what to run,
-    on which split, under which limits, and the archive's SHA-256."""
+    on which split, under which limits, and the archive's SHA-256 -- or for a GPU campaign's baseline run
+    (``kind: baseline``) the method, its seed and options, and the backbone name."""
     now = timezone.now()
     with transaction.atomic():
         sub, token = authorize(pk, raw)
         if sub.deadline is not None and sub.deadline < now:
             sub.transition(Submission.FAILED, error=lifecycle.deadline_reason(sub), fault=Submission.FAULT_SYSTEM)
             raise JobRefused(409, f"submission {pk} passed its deadline")
+        if sub.kind == Submission.KIND_BASELINE:
+            return _start_baseline(sub, token, worker, now)
         start_container(sub)
         if sub.state == Submission.QUEUED:
             sub.transition(Submission.SCORING, save=False)
@@ -143,6 +148,54 @@ def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
     }
 
 
+def _start_baseline(sub: Submission, token: JobToken, worker: str, now: datetime) -> dict[str, Any]:
+    """:func:`start` of a GPU campaign's baseline run (in its transaction): it runs until the deadline it was
+    queued with (``QVAL_BASELINE_S``), as on the site's own gpu worker."""
+    if not baselines.is_remote(sub):
+        raise JobRefused(409, f"submission {sub.pk} is a baseline run of the site's own gpu worker")
+    if sub.state == Submission.QUEUED:
+        sub.transition(Submission.SCORING, save=False)
+    sub.worker = f"remote:{worker}"[:200]
+    sub.heartbeat_at = now
+    sub.progress = {**sub.progress, "started_at": sub.progress.get("started_at") or now.isoformat(),
+                    "deliveries": int(sub.progress.get("deliveries", 0)) + 1}
+    sub.save()
+    token.started_at, token.worker = token.started_at or now, worker[:200]
+    token.save()
+    return {
+        "kind": Submission.KIND_BASELINE,
+        "submission": sub.pk,
+        "attempt": sub.attempt,
+        "dataset": sub.dataset.key,
+        "split": sub.split,
+        "target": sub.target,
+        "method": sub.method_name,
+        "backbone": sub.backbone_name,
+        "seed": int(sub.config.get("seed", 0)),
+        "options": dict(sub.config.get("options") or {}),
+        "heartbeat_s": settings.QVAL_HEARTBEAT_S,
+    }
+
+
+def dataset_tar(sub: Submission) -> IO[bytes]:
+    """A temporary file holding what a remote worker needs to run baseline run ``sub``'s method: the dataset's
+    ``manifest.json`` and the run's split of ``states.jsonl`` and ``candidates.jsonl`` (read with
+    :func:`qval.schema.Dataset.read_split`), and its images when the method reads them. Its labels only for a method
+    that reads the split's labels (``reads_labels``: the self-distillation teachers, which the site's own gpu
+    worker reads from disk as well); none otherwise."""
+    if not baselines.is_remote(sub):
+        raise JobRefused(409, f"submission {sub.pk} is not a remote baseline run")
+    spec = get_method(sub.method_name)
+    out = tempfile.TemporaryFile()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = schema.write_split(dataset_dir(sub.dataset), sub.split, Path(tmp) / "dataset",
+                                    labels=spec.reads_labels, images=spec.modality == "image")
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            tar.add(folder, arcname=".")
+    out.seek(0)
+    return out
+
+
 def running(pk: int, raw: str) -> Submission:
     """The submission of a valid token of a started job (``scoring``), for a fetch or a heartbeat."""
     with transaction.atomic():
@@ -152,16 +205,33 @@ def running(pk: int, raw: str) -> Submission:
         return sub
 
 
-def heartbeat(pk: int, raw: str) -> None:
-    """A remote job's heartbeat."""
+def heartbeat(pk: int, raw: str, progress: Any = None) -> None:
+    """A remote job's heartbeat; a baseline run's carries its ``progress`` (``done``, ``total``, ``tokens``:
+    counts), kept as a local run's is (``ValueError`` for anything else)."""
+    if progress is not None and (not isinstance(progress, dict) or set(progress) - {"done", "total", "tokens"}
+                                 or not all(isinstance(v, int) and v >= 0 for v in progress.values())):
+        raise ValueError("progress: expected an object of counts: done, total, tokens")
     with transaction.atomic():
         sub = running(pk, raw)
         sub.heartbeat_at = timezone.now()
-        sub.save(update_fields=["heartbeat_at"])
+        fields = ["heartbeat_at"]
+        if progress and sub.kind == Submission.KIND_BASELINE:
+            sub.progress = {**sub.progress, **progress, "updated_at": sub.heartbeat_at.isoformat()}
+            fields.append("progress")
+        sub.save(update_fields=fields)
+
+
+def container_job(sub: Submission) -> Submission:
+    """``sub`` when it is a container job; :class:`JobRefused` (409) for a baseline run, which has no archive and
+    reads its split from ``/dataset``."""
+    if sub.kind != Submission.KIND_CONTAINER:
+        raise JobRefused(409, f"submission {sub.pk} is a baseline run, not a container: GET .../dataset")
+    return sub
 
 
 def input_tar(sub: Submission) -> IO[bytes]:
     """A temporary file holding the split's ``/input`` folder as a tar (no label in it)."""
+    container_job(sub)
     images = Path(settings.QVAL_DATASETS_DIR) / f"{sub.dataset.slug}-{sub.dataset.version}" / "images"
     out = tempfile.TemporaryFile()
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,8 +259,11 @@ def accept_result(pk: int, raw: str, run_json: str, predictions: bytes | None) -
         token.save()
         if run.get("platform_error"):
             log.error("remote worker %s could not run submission %s: %s", token.worker, pk, run["platform_error"])
-            lifecycle.requeue_lost(sub, lifecycle.INTERNAL_ERROR.format(doing="running the container") + " (tried twice)")
+            doing = "running the baseline" if sub.kind == Submission.KIND_BASELINE else "running the container"
+            lifecycle.requeue_lost(sub, lifecycle.INTERNAL_ERROR.format(doing=doing) + " (tried twice)")
             return
+        if sub.kind == Submission.KIND_BASELINE:
+            sub.num_nan, sub.config = _baseline_fields(run, sub.config)
         for name, value in fields.items():
             setattr(sub, name, value)
         sub.heartbeat_at = timezone.now()
@@ -199,6 +272,19 @@ def accept_result(pk: int, raw: str, run_json: str, predictions: bytes | None) -
         sub.save()
         attempt = sub.attempt
         transaction.on_commit(lambda: lifecycle.send_task(lifecycle.TASKS["score_remote"], [pk, attempt]))
+
+
+def _baseline_fields(run: dict[str, Any], config: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A remote baseline run's NaN count and its config: the submission's, with what the worker recorded of the run
+    (``config``: the method's counts and prompt hash, the backbone's kind and checkpoint) over it -- but never its
+    method, backbone, seed or options, which the site chose."""
+    num_nan, extra = run.get("num_nan", 0), run.get("config") or {}
+    if not isinstance(num_nan, int) or num_nan < 0:
+        raise ValueError("num_nan: expected a count")
+    if not isinstance(extra, dict):
+        raise ValueError("config: expected a JSON object")
+    kept = ("method", "backbone", "seed", "options", "runner", "params", "family")
+    return num_nan, {**{k: v for k, v in extra.items() if k not in kept}, **config}
 
 
 def _run_object(run_json: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Reads for the public status page: queues and their depth, jobs in progress, workers and their
+"""Reads for the public status page: queues and their depth, what runs and waits on each (users' jobs and the
+platform's runs, with progress and an estimate: :func:`jobs.queues.summaries`), jobs in progress, workers and their
 heartbeats, recent failures that were the platform's fault, recent dataset builds. Nothing here names a user or shows
 a file, a log or a label."""
 
@@ -14,6 +15,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
+from jobs.queues import summaries
 from leaderboard.models import DatasetBuild
 from submissions.models import Submission
 
@@ -21,7 +23,7 @@ from .models import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 
-QUEUES = ("scoring", "gpu", "remote", "datasets")
+QUEUES = ("scoring", "containers", "gpu", "remote", "campaign", "datasets")
 RECENT_FAILURES = 20
 RECENT_BUILDS = 15
 
@@ -75,9 +77,13 @@ def status() -> dict[str, Any]:
         for s in Submission.objects.filter(state=Submission.FAILED, fault=Submission.FAULT_SYSTEM)
         .select_related("dataset").order_by("-failed_at")[:RECENT_FAILURES]
     ]
+    depths = queue_depths()
     return {
         "time": now,
-        "queues": queue_depths(),
+        "queues": depths,
+        "by_queue": [{"name": q.name, "messages": depths.get(q.name), "users_waiting": q.users_waiting,
+                      "platform_waiting": q.platform_waiting, "running": q.running, "seconds_left": q.seconds_left,
+                      "time_left": q.time_left} for q in summaries(QUEUES, now)],
         "waiting": {state: counts.get(state, 0) for state in
                     (Submission.RECEIVED, Submission.VALIDATING, Submission.QUEUED, Submission.SCORING)},
         "running": running,

@@ -1,18 +1,19 @@
 """Celery tasks.
 
 * ``validate_upload`` (queue ``scoring``) parses and validates an uploaded predictions file and
-  queues it; ``inspect_container_upload`` (queue ``gpu``) checks an uploaded image archive and
+  queues it; ``inspect_container_upload`` (queue ``containers``) checks an uploaded image archive and
   queues its submissions -- the web request only stores the upload;
 * ``score_submission`` (queue ``scoring``) scores an uploaded predictions file;
-* ``run_container_submission`` (queue ``gpu``; run those workers with ``--concurrency 1``) runs a
-  method container on the split's inputs -- serving the backbone it asked for on the job's socket
+* ``run_container_submission`` (queue ``containers``, a user's job: a worker of its own, never behind the
+  platform's runs on ``gpu``; run those workers with ``--concurrency 1``) runs a method container on the split's inputs -- serving the backbone it asked for on the job's socket
   with the per-job token budget (:mod:`qval.backbone`) -- and scores what it wrote;
 * ``run_baseline_submission`` (queue ``gpu``; ``scoring`` for a method that needs no model,
   :func:`submissions.lifecycle.job_queue`) runs a built-in method for a baseline submission
   (:func:`submissions.baselines.run_baseline`), serving its LLM backbone through the worker's
   :class:`qval.vllm.VLLMManager` (started on first use, reused across jobs, stopped when the
   worker process shuts down);
-* ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted
+* ``score_remote_run`` (queue ``scoring``) scores the run a remote gpu worker posted (a container's, or a GPU
+  campaign's baseline run: :func:`submissions.baselines.finish_remote_baseline`)
   (:mod:`workers.jobs`, :mod:`qval.remote_worker`).
 
 Their reaper is every job's (``jobs.tasks.reap_jobs``): it fails submissions whose deadline passed and requeues
@@ -120,6 +121,8 @@ def score_remote_run(submission_id: int, attempt: int | None = None) -> str:
         log.info("submission %s is %s at attempt %s: delivery of attempt %s ignored", sub.pk, sub.state,
                  sub.attempt, attempt)
         return sub.state
+    if sub.kind == Submission.KIND_BASELINE:  # a GPU campaign's run
+        return baselines.finish_remote_baseline(sub)
     outcome = sub.container_outcome
     predictions = None
     if sub.predictions:  # as posted; stored again below once scored, like a local run's
@@ -227,12 +230,13 @@ def stop_worker_heartbeats(**kwargs: Any) -> None:
 
 @celeryd_after_setup.connect
 def sweep_container_jobs(sender: str, instance: Any, **kwargs: Any) -> None:
-    """At the start of a worker consuming ``gpu``, before it takes a job: remove the containers,
-    job directories and mounts a killed worker left (:func:`qval.containers.sweep`); at the start of one
+    """At the start of a worker consuming ``containers``, before it takes a job: remove the containers,
+    job directories and mounts a killed worker left (:func:`qval.containers.sweep`; not a ``gpu`` worker's: the
+    method containers it would sweep may be a running ``containers`` worker's); at the start of one
     consuming ``gpu`` or ``datasets`` (which play TerminalBench-lite): the terminal sandbox containers and
     episode folders older than a command can live (:func:`qval.envs.terminalbench.adapter.sweep_leftovers`)."""
     queues = instance.app.amqp.queues.consume_from
-    if "gpu" in queues:
+    if lifecycle.CONTAINER_QUEUE in queues:
         removed = qc.sweep(services.container_engine())
         log.info("worker %s swept %d leftovers of method-container jobs: %s", sender, len(removed), removed)
     if "gpu" in queues or "datasets" in queues:

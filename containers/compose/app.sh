@@ -7,9 +7,12 @@
 #   app.sh beat       Celery beat: sends the reapers every minute (run exactly one)
 #   app.sh datasets   Celery worker on the datasets queue (needs the packages of requirements.txt
 #                     for ALFWorld and MiniWoB; FrozenLake builds with the site's)
-#   app.sh gpu        Celery worker on the gpu queue (method containers through podman; privileged)
+#   app.sh containers Celery worker on the containers queue: users' method containers through podman
+#                     (privileged), never behind the platform's runs
+#   app.sh gpu        Celery worker on the gpu queue: the platform's runs with a model (LLM baseline rows,
+#                     training and Best-of-N runs)
 set -eu
-role=${1:?usage: app.sh web|scoring|beat|datasets|gpu}
+role=${1:?usage: app.sh web|scoring|beat|datasets|containers|gpu}
 cd /app
 migrated=--migrated; [ "$role" = web ] && migrated=   # web migrates; the others wait for it
 python manage.py wait_ready --timeout "${QVAL_WAIT_READY_S:-300}" $migrated
@@ -32,11 +35,14 @@ case "$role" in
   datasets)
     exec celery -A qval_site worker -Q datasets -c 1 -n "datasets@%h" --loglevel INFO
     ;;
+  containers)
+    exec celery -A qval_site worker -Q containers -c 1 -n "containers@%h" --loglevel INFO
+    ;;
   gpu)
     exec celery -A qval_site worker -Q gpu -c 1 -n "gpu@%h" --loglevel INFO
     ;;
   *)
-    echo "app.sh: unknown role $role (web, scoring, beat, datasets, gpu)" >&2
+    echo "app.sh: unknown role $role (web, scoring, beat, datasets, containers, gpu)" >&2
     exit 2
     ;;
 esac

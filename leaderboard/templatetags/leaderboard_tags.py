@@ -51,7 +51,7 @@ def stars(p_value: float | None) -> str:
 def sort_query(context: template.Context, key: str) -> str:
     """The current query string with ``sort`` toggled for column ``key``."""
     params = context["request"].GET.copy()
-    current = params.get("sort", "-spearman")
+    current = params.get("sort", f"-{metric_registry.HEADLINE}")
     params["sort"] = key if current == f"-{key}" else f"-{key}"
     return params.urlencode()
 

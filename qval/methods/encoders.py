@@ -115,6 +115,14 @@ def resolve(backbone: str, env: Mapping[str, str] | None = None) -> EncoderSpec:
     return _checked(EncoderSpec(arch=arch, checkpoint=None if where == "random" else Path(where)), source=backbone)
 
 
+def has_real_weights(backbone: str) -> bool:
+    """Whether an encoder backbone spec names real weights: a named encoder or ``ARCH:PATH``, not ``ARCH:random``.
+
+    Read from the spec alone (nothing is resolved or opened), so it also sorts the backbones of past runs."""
+    backbone = (backbone or "").strip()
+    return bool(backbone) and not backbone.endswith(":random")
+
+
 def _checked(spec: EncoderSpec, source: str) -> EncoderSpec:
     if spec.kind == "open_clip":
         config = _open_clip_config(spec.arch)

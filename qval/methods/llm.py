@@ -242,6 +242,47 @@ def checkpoint_identity(path: str | Path) -> str:
     return f"{path.name}@{h.hexdigest()[:16]}"
 
 
+def method_backbone(name: str, entry: dict[str, Any], vllm: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``(backbone spec for run_method, options, config)`` of the ``QVAL_BACKBONES`` entry ``entry`` named ``name``,
+    for a built-in method that needs a served model (a site's gpu worker and a remote worker alike).
+
+    ``kind: vllm``: the ``vllm serve`` process of ``vllm`` (a :class:`qval.vllm.VLLMManager`), started now when not
+    healthy; ``kind: transformers``: the checkpoint (a GGUF file's digest checked first), served in this process;
+    ``kind: upstream``: a running server. ``config`` records the backbone's kind and checkpoint identity.
+    :class:`~qval.methods.registry.MethodError` for a malformed entry or a file that is not the one its digest says.
+    """
+    from qval.methods.registry import MethodError
+    from qval.vllm import ServeSpec
+
+    kind = entry.get("kind", "transformers")
+    if kind == "vllm":
+        serve = ServeSpec.from_setting(name, entry)
+        server = vllm.ensure(serve)
+        identity = checkpoint_identity(serve.path)
+        return server.url, {"model": serve.served_model_name, "backbone_identity": identity}, {
+            "backbone": name, "backbone_kind": "vllm", "checkpoint": identity,
+            "served_model_name": serve.served_model_name, "server_args": list(serve.args)}
+    if kind == "transformers":
+        checkpoint = Path(str(entry["path"]))
+        if entry.get("gguf_file"):  # a GGUF file in that directory (qval.smollm2): checked, then served from its path
+            checkpoint = checkpoint / str(entry["gguf_file"])
+            if entry.get("sha256"):
+                from qval.smollm2 import ModelFileError, check_digest
+
+                try:
+                    check_digest(checkpoint, str(entry["sha256"]))
+                except (ModelFileError, OSError) as exc:
+                    raise MethodError(f"backbone {name!r}: {exc}") from exc
+        identity = checkpoint_identity(checkpoint)
+        return str(checkpoint), {"backbone_identity": identity}, {
+            "backbone": name, "backbone_kind": "transformers", "checkpoint": identity}
+    if kind == "upstream":
+        model = str(entry.get("model") or name)
+        return str(entry["url"]), {"model": model, "backbone_identity": f"{name}:{model}"}, {
+            "backbone": name, "backbone_kind": "upstream", "checkpoint": None, "served_model_name": model}
+    raise MethodError(f"backbone {name!r}: unknown kind {kind!r} (vllm, transformers or upstream)")
+
+
 @contextlib.contextmanager
 def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency: int = 8,
                   model: str | None = None, identity: str | None = None) -> Iterator[LLMClient]:

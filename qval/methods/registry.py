@@ -12,7 +12,8 @@ Contract (other modules of :mod:`qval.methods` register against exactly this)::
   ``modality`` (``"text"`` | ``"image"``), ``needs`` (``"chat-llm"`` | ``"chat-llm-logprobs"`` |
   ``"vlm"`` | ``"image-text-encoder"`` | ``"image-encoder"`` | ``"none"``), ``version``,
   ``description``, ``params`` (the method's fixed hyperparameters; ``ctx.options`` may override
-  the ones a method documents) and ``run``.
+  the ones a method documents), ``reads_labels`` (whether it reads the split's labels: a teacher's
+  evidence; a remote worker gets them only then) and ``run``.
 * :class:`MethodContext` -- what one run gets: the dataset (``dataset``; ``dataset_dir`` when it is
   on disk), ``split``, ``target`` (``"q"`` or ``"v"``), ``points`` (the split's
   :class:`~qval.schema.State` objects in dataset order), ``backbone`` (an OpenAI-compatible URL,
@@ -111,6 +112,7 @@ class MethodSpec:
     description: str
     params: Mapping[str, Any]
     run: Callable[[MethodContext], MethodOutput]
+    reads_labels: bool = False
 
     def supports(self, target: str) -> bool:
         """Whether a run for target ``q`` or ``v`` makes sense (ranking methods run as target ``q``)."""
@@ -122,7 +124,7 @@ _LOADED = False
 
 
 def method(name: str, *, family: str, targets: tuple[str, ...], modality: str, needs: str, version: str = "1",
-           description: str = "", params: Mapping[str, Any] | None = None
+           description: str = "", params: Mapping[str, Any] | None = None, reads_labels: bool = False
            ) -> Callable[[Callable[[MethodContext], MethodOutput]], Callable[[MethodContext], MethodOutput]]:
     """Register the decorated function as the ``run`` of method ``name``."""
     if family not in FAMILY_SLUGS:
@@ -138,7 +140,8 @@ def method(name: str, *, family: str, targets: tuple[str, ...], modality: str, n
         if name in _REGISTRY and _REGISTRY[name].run is not run:
             raise ValueError(f"method {name!r} is registered twice")
         _REGISTRY[name] = MethodSpec(name=name, family=family, targets=tuple(targets), modality=modality, needs=needs,
-                                     version=version, description=description, params=dict(params or {}), run=run)
+                                     version=version, description=description, params=dict(params or {}), run=run,
+                                     reads_labels=reads_labels)
         return run
 
     return register

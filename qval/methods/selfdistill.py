@@ -83,14 +83,14 @@ def _sdpo(name: str, ctx: MethodContext, oracle: bool) -> MethodOutput:
 
 
 @method("sdpo", family="self-distillation", targets=("ranking",), modality="text", needs="chat-llm-logprobs",
-        description="Teacher (next state + good/bad hint from the labels) minus student mean token logprob of the action.")
+        reads_labels=True, description="Teacher (next state + good/bad hint from the labels) minus student mean token logprob of the action.")
 def sdpo(ctx: MethodContext) -> MethodOutput:
     """``sdpo``."""
     return _sdpo("sdpo", ctx, oracle=False)
 
 
 @method("sdpo-gt", family="self-distillation", targets=("ranking",), modality="text", needs="chat-llm-logprobs",
-        description="sdpo with an oracle teacher: next state and a summary of the stored reference rollout.")
+        reads_labels=True, description="sdpo with an oracle teacher: next state and a summary of the stored reference rollout.")
 def sdpo_gt(ctx: MethodContext) -> MethodOutput:
     """``sdpo-gt``."""
     return _sdpo("sdpo-gt", ctx, oracle=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from qval import families, metrics, scoring
+from qval import families, metric_registry, metrics, scoring
 from qval.paper.base import PublishedDataError
 
 DATA_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "qval-v1.0"
@@ -53,8 +53,8 @@ ENVIRONMENTS: dict[str, str] = {
 }
 """The paper's environments and our environment slugs."""
 
-METRIC_TYPES: dict[str, str] = {"global": "spearman", "state-local": "ranking_spearman"}
-"""The site's ``metric_type`` and our metric name."""
+METRIC_TYPES: dict[str, str] = {role: metric_registry.headline(role) for role in metric_registry.HEADLINE_ROLES}
+"""The site's ``metric_type`` and our metric name (the metric holding that headline role)."""
 
 PAPER: dict[str, str] = {
     "title": "QVal: Cheaply Evaluating Dense Supervision Signals for Long-Horizon LLM Agents",

@@ -1,0 +1,160 @@
+"""Who waits where, read from the database: the queue of every queued or running job of every kind
+(:mod:`jobs.registry`), a queued job's position in its queue, and each queue's jobs, progress and estimate for the
+status page.
+
+A worker takes every user's job on its queue before any of the platform's own runs (reference rows, training and
+Best-of-N runs, dataset builds: :data:`jobs.services.PLATFORM_PRIORITY`), and each of the two in the order they
+were queued; so the jobs ahead of a queued one are the users' jobs queued before it (every user's job, for a
+platform run) and, for a platform run, the platform runs queued before it. The broker's own count of messages is
+the status page's other column (:func:`workers.selectors.queue_depths`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
+
+from .models import Job
+from .progress import Progress, time_left_words
+from .registry import kinds
+from .services import JobKind
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One queued or running job: its ``kind`` (:attr:`jobs.services.JobKind.name`), id, queue, whether it is the
+    platform's own run, when it was queued, and (running) its progress."""
+
+    kind: str
+    pk: int
+    queue: str
+    platform: bool
+    queued_at: datetime
+    progress: Progress | None = None
+    running_since: datetime | None = None
+
+    @property
+    def order(self) -> tuple[bool, datetime, str, int]:
+        """Its place in the order a worker takes its queue's messages: users' jobs first, then by time queued."""
+        return (self.platform, self.queued_at, self.kind, self.pk)
+
+
+def _entries(kind: JobKind, jobs: Iterable[Job]) -> list[Entry]:  # type: ignore[type-arg]
+    return [Entry(kind.name, job.pk, kind.queue_name(job), kind.platform(job), job.queued_at,
+                  job.job_progress if job.job_state == job.RUNNING else None, job.running_since)
+            for job in jobs]
+
+
+def queued() -> list[Entry]:
+    """Every queued job of every kind, in the order its queue's workers take them."""
+    out: list[Entry] = []
+    for kind in kinds():
+        out += _entries(kind, kind.in_state(kind.model.QUEUED))
+    return sorted(out, key=lambda e: e.order)
+
+
+def running() -> list[Entry]:
+    """Every running job of every kind, with its progress, oldest start first."""
+    out: list[Entry] = []
+    for kind in kinds():
+        out += _entries(kind, kind.in_state(kind.model.RUNNING))
+    return sorted(out, key=lambda e: e.running_since or e.queued_at)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a queued job stands: its ``queue``, how many queued jobs a worker takes before it (``ahead``; 0: it
+    is next) and how many jobs run on that queue now (``running``)."""
+
+    queue: str
+    ahead: int
+    running: int
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-friendly form (the API's ``queue_position``)."""
+        return {"queue": self.queue, "ahead": self.ahead, "running": self.running}
+
+
+def position(kind: JobKind, job: Job) -> Position | None:  # type: ignore[type-arg]
+    """The position of ``job`` (of ``kind``) in its queue; ``None`` unless it is queued."""
+    if job.job_state != job.QUEUED:
+        return None
+    [me] = _entries(kind, [job])
+    ahead = sum(1 for e in queued() if e.queue == me.queue and e.order < me.order)
+    busy = sum(1 for e in running() if e.queue == me.queue)
+    return Position(me.queue, ahead, busy)
+
+
+def seconds_left(entry: Entry, now: datetime | None = None) -> tuple[float | None, float | None]:
+    """``(seconds left, whole run's seconds)`` of a running job at its measured rate: its progress's own estimate
+    where it has one, else the time since it started over the share done (``done / total``); ``(None, None)``
+    before anything is done."""
+    p = entry.progress
+    if p is None or not p.total or p.done <= 0:
+        return None, None
+    share = min(1.0, p.done / p.total)
+    if p.seconds_left is not None:
+        whole = p.seconds_left / (1 - share) if share < 1 else None
+        return p.seconds_left, whole
+    if entry.running_since is None:
+        return None, None
+    elapsed = max(0.0, ((now or timezone.now()) - entry.running_since).total_seconds())
+    return elapsed * (1 - share) / share, elapsed / share
+
+
+@dataclass
+class QueueSummary:
+    """One queue on the status page: what runs on it (with progress), how many users' jobs and platform runs wait,
+    and the estimate until it is empty (:attr:`seconds_left`)."""
+
+    name: str
+    running: list[dict[str, object]] = field(default_factory=list)
+    users_waiting: int = 0
+    platform_waiting: int = 0
+    seconds_left: float | None = None
+
+    @property
+    def time_left(self) -> str:
+        """:attr:`seconds_left` in words."""
+        return time_left_words(self.seconds_left)
+
+
+def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSummary]:
+    """A :class:`QueueSummary` of each queue of ``names`` (and of any other a job is on).
+
+    The estimate: the running jobs' time left at their measured rate (:func:`seconds_left`), plus each waiting job
+    at the mean length of a whole run among the running ones, shared among as many workers as run now; ``None``
+    when nothing runs with a measured rate and something waits."""
+    now = now or timezone.now()
+    by_name = {name: QueueSummary(name) for name in names}
+    lengths: dict[str, list[float]] = {}
+    left: dict[str, list[float | None]] = {}
+    for e in running():
+        summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
+        rest, whole = seconds_left(e, now)
+        summary.running.append({"kind": e.kind, "id": e.pk, "platform": e.platform,
+                                "progress": e.progress.as_dict() if e.progress else None,
+                                "seconds_left": rest, "time_left": time_left_words(rest)})
+        left.setdefault(e.queue, []).append(rest)
+        if whole is not None:
+            lengths.setdefault(e.queue, []).append(whole)
+    for e in queued():
+        summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
+        if e.platform:
+            summary.platform_waiting += 1
+        else:
+            summary.users_waiting += 1
+    for summary in by_name.values():
+        waiting = summary.users_waiting + summary.platform_waiting
+        rests = left.get(summary.name, [])
+        if not rests and not waiting:
+            continue  # idle: nothing to estimate
+        if any(r is None for r in rests) or (waiting and not lengths.get(summary.name)):
+            continue  # a part of it has no measured rate yet
+        workers = max(1, len(rests))
+        per_job = sum(lengths[summary.name]) / len(lengths[summary.name]) if waiting else 0.0
+        summary.seconds_left = max((r for r in rests if r is not None), default=0.0) + waiting * per_job / workers
+    return list(by_name.values())
