@@ -28,6 +28,8 @@ Usage::
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --json var/learned-features.json
     python benchmarks/learned_features.py --datasets shared --features tabular --methods qlass --episodes 40
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --datasets unseen --features crossed,smollm2 \
+        --settings defaults --n 2 --audit --cache var/lf-cache   # SmolLM2's hidden states, each decision audited
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/learned_features.py --datasets alfworld --features hashed \
         --settings defaults --episodes 20 --data var/lf-data   # then --features crossed: the same build
 """
@@ -50,7 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from qval import best_of_n as bon  # noqa: E402
-from qval import build, schema  # noqa: E402
+from qval import build, labelling, schema  # noqa: E402
 from qval.envs.base import Environment  # noqa: E402
 from qval.envs import registry  # noqa: E402
 from qval.envs.frozenlake.adapter import FrozenLake  # noqa: E402
@@ -58,7 +60,8 @@ from qval.learned import methods  # noqa: E402
 from qval.learned.data import read_inputs  # noqa: E402
 from qval.learned.features import FeatureCache, featuriser_from_spec  # noqa: E402
 from qval.learned.store import TrainedModel  # noqa: E402
-from qval.metrics import ranking_spearman  # noqa: E402
+from qval.metrics import bootstrap_point_ci, bootstrap_ranking_ci, ranking_spearman, selection_metrics  # noqa: E402
+from qval.sampling import Design  # noqa: E402
 
 LABELLER = {"best-of-q": {"epsilon": 0.0, "discount": 0.95, "tau": 0.9, "steps": 3000, "target_every": 20,
                           "lr": 3e-3, "branch_depth": 1},
@@ -94,42 +97,102 @@ def setting(name: str, env: Environment, spec: build.DatasetSpec, folder: Path, 
                        discount=spec.discount, n=n, seed=0, num_episodes=episodes)
 
 
+Interval3 = list[float | None]
+"""``[value, low, high]``: a number with its 95% interval (``None`` bounds: no interval)."""
+
+
 def split_rhos(model: TrainedModel, ds: schema.Dataset, folder: Path, split: str, feats: FeatureCache
-               ) -> tuple[float, float | None]:
+               ) -> tuple[Interval3, Interval3, float | None]:
     """``model``'s global Spearman ρ against the q labels over ``split``'s candidates, and its mean within-state ρ
-    (:func:`qval.metrics.ranking_spearman`) over ``split``'s states: on ``train``, whether the model fits the
-    states it was trained on; on ``test``, whether it generalises."""
+    (:func:`qval.metrics.ranking_spearman`) over ``split``'s states, each with the site's 95% bootstrap interval
+    (:func:`qval.metrics.bootstrap_point_ci` and :func:`~qval.metrics.bootstrap_ranking_ci`, trajectories resampled
+    within tasks, as scoring does), and the pairwise accuracy (:func:`qval.metrics.selection_metrics`: the share of
+    a state's candidate pairs with different labels that the scores order rightly, what a Best-of-N pick needs):
+    on ``train``, whether the model fits the states it was trained on; on ``test``, whether it generalises."""
     q = methods.score_split(model, read_inputs(folder), split, "q", feats)
-    within = ranking_spearman([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
-                               for s in ds.states_in(split)]).mean
-    return float(spearmanr([q[i] for i in q], [ds.q_labels[i] for i in q])[0]), within
+    states = ds.states_in(split)
+    ranking = ranking_spearman([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
+                                for s in states])
+    within_ci = bootstrap_ranking_ci(ranking.per_state, design=Design.of([s.trajectory for s in states],
+                                                                         [s.task for s in states]))
+    points = [(s, c) for s in states for c in s.candidates]
+    labels, scores = [ds.q_labels[c.id] for _, c in points], [q[c.id] for _, c in points]
+    rho_ci = bootstrap_point_ci(labels, scores, "spearman",
+                                design=Design.of([s.trajectory for s, _ in points], [s.task for s, _ in points]))
+    pairs = selection_metrics([([ds.q_labels[c.id] for c in s.candidates], [q[c.id] for c in s.candidates])
+                               for s in states]).pairwise_accuracy
+    return ([float(spearmanr(scores, labels)[0]), rho_ci.low, rho_ci.high],
+            [ranking.mean, within_ci.low, within_ci.high], pairs)
+
+
+def audited(picker: bon.Picker, decisions: list[dict[str, Any]]) -> bon.Picker:
+    """``picker``, and for every turn the reference Q of each candidate (the oracle's rollouts,
+    :func:`qval.labelling.q_value`) appended to ``decisions`` with the picker's scores: which turns it got wrong."""
+
+    def pick(turn: bon.Turn) -> list[float]:
+        scores = list(picker(turn))
+        truth = [labelling.q_value(turn.env, turn.snapshot, a, discount=turn.discount) for a in turn.candidates]
+        turn.env.restore(turn.snapshot)
+        decisions.append({"scores": scores, "q": truth, "actor": turn.candidates.index(turn.actor_action)})
+        return scores
+
+    return pick
+
+
+def decision_summary(decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the turns whose candidates differ in reference Q: how many, the share where the picker chose a worse one
+    (``wrong``; the actor's own choice's share as ``actor_wrong``), and the share of those where the one it chose
+    has Q 0 (``fatal``: a hole, or no way to the goal in time)."""
+    split = [d for d in decisions if max(d["q"]) - min(d["q"]) > 1e-9]
+    wrong = [d for d in split if d["q"][bon.best_index(d["scores"], d["actor"])] < max(d["q"]) - 1e-9]
+    fatal = [d for d in wrong if d["q"][bon.best_index(d["scores"], d["actor"])] <= 1e-9]
+    actor_wrong = [d for d in split if d["q"][d["actor"]] < max(d["q"]) - 1e-9]
+    n = max(1, len(split))
+    return {"turns": len(decisions), "differing": len(split), "wrong": len(wrong) / n, "fatal": len(fatal) / n,
+            "actor_wrong": len(actor_wrong) / n}
 
 
 def measure(name: str, env: Environment, spec: build.DatasetSpec, folder: Path, feature: str, method: str,
-            settings: str, ns: list[int], episodes: int, base: dict[int, list[bon.Episode]], models: Path
-            ) -> dict[str, Any]:
+            settings: str, ns: list[int], episodes: int, base: dict[int, list[bon.Episode]], models: Path,
+            cache: Path | None, audit: bool, extra: dict[str, Any]) -> dict[str, Any]:
     """Train, score and play one (dataset ``name`` built from ``env`` and ``spec`` into ``folder``, featuriser,
-    method); ``base``: the base picker's episodes per N."""
+    method); ``base``: the base picker's episodes per N; ``cache``: the features' disk cache (None: memory only);
+    ``audit``: also check every Best-of-N decision against the oracle's Q (:func:`audited`); ``extra``: training
+    parameters on top of the settings' (a subsample's ``max_roots``, say)."""
     featuriser = featuriser_from_spec(feature)
     started = time.monotonic()
-    params = LABELLER[method] if settings == "labeller" else None
-    _, model = methods.train(method, folder, models, featuriser=featuriser, seed=0, params=params, env=env, spec=spec)
+    params = ((LABELLER[method] if settings == "labeller" else {}) | extra) or None
+    _, model = methods.train(method, folder, models, featuriser=featuriser, cache_dir=cache, seed=0, params=params,
+                             env=env, spec=spec)
     trained = time.monotonic() - started
     ds = schema.Dataset.read(folder)
-    feats = FeatureCache(featuriser, None, ds.manifest.fingerprint)
-    test_rho, within = split_rhos(model, ds, folder, "test", feats)
-    train_rho, train_within = split_rhos(model, ds, folder, "train", feats)
+    feats = FeatureCache(featuriser, cache, ds.manifest.fingerprint)
+    test_rho, within, test_pairs = split_rhos(model, ds, folder, "test", feats)
+    train_rho, train_within, _ = split_rhos(model, ds, folder, "train", feats)
     out: dict[str, Any] = {"dataset": name, "features": feature, "method": method, "settings": settings,
-                           "test_rho": test_rho, "within_rho": within, "train_rho": train_rho,
-                           "train_within_rho": train_within, "train_seconds": round(trained, 1)}
+                           "test_rho": test_rho, "within_rho": within, "test_pairwise": test_pairs,
+                           "train_rho": train_rho, "train_within_rho": train_within, "train_seconds": round(trained, 1)}
     picker = bon.score_picker(lambda states: methods.score_states(model, states, "q", feats))
     started = time.monotonic()
     for n in ns:
-        played = bon.run_episodes(env, setting(name, env, spec, folder, n, episodes), picker)
+        decisions: list[dict[str, Any]] = []
+        played = bon.run_episodes(env, setting(name, env, spec, folder, n, episodes),
+                                  audited(picker, decisions) if audit else picker)
         success, gain = bon.summarise(played).success, bon.gain(played, base[n])
         out[f"n{n}"] = {"success": [success.value, success.low, success.high], "gain": [gain.value, gain.low, gain.high]}
+        if audit:
+            out[f"n{n}"]["decisions"] = decision_summary(decisions)
     out["play_seconds"] = round(time.monotonic() - started, 1)
     return out
+
+
+def ci(value: Interval3) -> str:
+    """``0.123 [0.045, 0.201]`` (the bounds left out when there are none)."""
+    if value[0] is None:
+        return "—"
+    if value[1] is None or value[2] is None:
+        return f"{value[0]:.3f}"
+    return f"{value[0]:.3f} [{value[1]:.3f}, {value[2]:.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,13 +201,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features", default="hashed,crossed,tabular")
     parser.add_argument("--methods", default=",".join(methods.METHODS))
     parser.add_argument("--settings", choices=("labeller", "defaults"), default="labeller")
-    parser.add_argument("--n", default="2,4")
+    parser.add_argument("--n", default="2,4", help="the Ns of Best-of-N; '' plays none (test and train ρ only)")
+    parser.add_argument("--params", type=json.loads, default={},
+                        help="JSON training parameters for every method on top of the settings', e.g. "
+                             "'{\"max_roots\": 10}' for a subsample")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--cache", type=Path, help="keep the features in this folder (per dataset fingerprint and "
+                                                   "featuriser): a later run or method encodes nothing again")
+    parser.add_argument("--audit", action="store_true", help="check each Best-of-N decision against the oracle's Q "
+                                                             "(a rollout per candidate: FrozenLake's are cheap)")
     parser.add_argument("--data", type=Path, help="build each dataset into DATA/NAME, or read it from there if built "
                                                   "already (one ALFWorld build for several runs); default: a temporary folder")
     args = parser.parse_args(argv)
-    ns = [int(n) for n in args.n.split(",")]
+    ns = [int(n) for n in args.n.split(",") if n]
     results = []
     with TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
@@ -165,12 +235,15 @@ def main(argv: list[str] | None = None) -> int:
                     continue  # one-hot maps say nothing about a map never trained on
                 for method in args.methods.split(","):
                     row = measure(name, env, spec, folder, feature, method, args.settings, ns, args.episodes, base,
-                                  Path(tmp) / "models")
+                                  Path(tmp) / "models", args.cache, args.audit, args.params)
                     results.append(row)
                     cells = "  ".join(f"N={n} {row[f'n{n}']['success'][0]:.2f} gain {row[f'n{n}']['gain'][0]:+.2f} "
-                                      f"[{row[f'n{n}']['gain'][1]:+.2f}, {row[f'n{n}']['gain'][2]:+.2f}]" for n in ns)
-                    print(f"{name:<8} {feature:<8} {method:<10} rho {row['test_rho']:.3f} within "
-                          f"{row['within_rho']:.3f} train rho {row['train_rho']:.3f} within {row['train_within_rho']:.3f}"
+                                      f"[{row[f'n{n}']['gain'][1]:+.2f}, {row[f'n{n}']['gain'][2]:+.2f}]"
+                                      + (" wrong {wrong:.2f} fatal {fatal:.2f} (actor {actor_wrong:.2f}, {differing} "
+                                         "turns)".format(**row[f"n{n}"]["decisions"]) if args.audit else "")
+                                      for n in ns)
+                    print(f"{name:<8} {feature:<8} {method:<10} rho {ci(row['test_rho'])} within "
+                          f"{ci(row['within_rho'])} pairs {row['test_pairwise'] or 0:.3f} train rho {ci(row['train_rho'])} within {ci(row['train_within_rho'])}"
                           f"  {cells}  (train {row['train_seconds']:.0f} s, play {row['play_seconds']:.0f} s)", flush=True)
                     if args.json:
                         args.json.parent.mkdir(parents=True, exist_ok=True)

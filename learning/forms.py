@@ -31,7 +31,7 @@ class TrainForm(forms.Form):
     seed = forms.IntegerField(initial=0)
     featuriser = forms.CharField(initial=DEFAULT_FEATURISER, max_length=300, required=False, help_text=(
         "hashed, hashed:DIM, crossed, crossed:DIM (state × action n-grams), tabular (exact one-hot grid states: "
-        "FrozenLake), http://HOST:PORT#MODEL (an /v1/embeddings server) or local:PATH (a transformers "
+        "FrozenLake), smollm2 (SmolLM2-135M-Instruct's hidden states), http://HOST:PORT#MODEL (an /v1/embeddings server) or local:PATH (a transformers "
         "checkpoint on the gpu worker; amc-value's lora fine-tunes it)"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

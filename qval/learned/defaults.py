@@ -17,7 +17,14 @@ unseen maps it raised every method's test ρ (0.63–0.66 → 0.70–0.78), with
 N = 2 Best-of-N success (qlass 0.16 → 0.62, amc-value 0.35 → 0.55), as with the labeller's settings; hashed
 features combine state and action only through the MLP and rank a state's candidates by one fixed order of moves.
 On ALFWorld (best-of-q only) the two were level, test ρ 0.17 and no within-state ranking with either: a
-coverage failure no featuriser fixes (``benchmarks/README.md``, "Learned features: the representation check")."""
+coverage failure no featuriser fixes (``benchmarks/README.md``, "Learned features: the representation check").
+``crossed`` rather than ``smollm2`` (SmolLM2-135M-Instruct's hidden states, the seed papers' kind of
+representation): on the same unseen maps with the default settings SmolLM2's features were worse for every
+method (qlass test ρ 0.64 against 0.78, within-state ρ 0.50 against 0.67, N = 2 success 0.25 against 0.62; amc-value
+0.58 / 0.41 / 0.16 against 0.74 / 0.66 / 0.55), on an ALFWorld subsample (qlass, small trees) they were level
+in test ρ (0.10 against 0.09) and behind within a state (−0.06 against 0.07), and their first encoding costs
+minutes of CPU a dataset
+(``benchmarks/README.md``, "SmolLM2 hidden states against crossed n-grams")."""
 
 BEST_OF_Q: dict[str, Any] = {"tau": 0.7, "discount": 0.99, "steps": 1500, "batch_size": 128, "lr": 1e-3,
                              "weight_decay": 1e-4, "target_every": 100, "shared": 64,

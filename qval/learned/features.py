@@ -17,6 +17,10 @@ names it with every setting, so cached vectors are reused only for the same feat
   one-hot over map × cell × action.  A representation check, not a general featuriser: every
   (map, cell, action) of a map seen in training has its own weight, so a method's errors with it
   are errors of its algorithm or targets.
+* :class:`SmolLM2Hidden`: SmolLM2-135M-Instruct (:mod:`qval.smollm2`, the model every install has) read
+  in-process: a text's mean-pooled final hidden layer, and for a (state, action) pair the final hidden state at
+  the last token of the state followed by the action (the state's key/value cache shared by its actions), as
+  QLASS and Best-of-Q put their heads on an LLM's representation.  Torch is imported only when it encodes.
 * :class:`EmbeddingsEndpoint`: an OpenAI-compatible ``POST /v1/embeddings`` (vLLM's pooling
   models in production; :mod:`qval.backbone`'s own server — mean-pooled last hidden layer — on
   CPU).
@@ -32,9 +36,11 @@ names it with every setting, so cached vectors are reused only for the same feat
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
+import os
 import re
 import zlib
 from pathlib import Path
@@ -336,9 +342,181 @@ class LocalBackbone:
             return self._encoder.encode(list(texts), self.batch_size).numpy()
 
 
+MEMO_STATES = 100_000
+"""At most this many states' :meth:`SmolLM2Hidden.encode` vectors are kept from :meth:`~SmolLM2Hidden.encode_pairs`
+(2.3 kB each)."""
+SHARED_MIN_TOKENS = 8
+"""A token prefix shared by the states of one :meth:`SmolLM2Hidden.encode_pairs` call is run once when at least this long."""
+PAIR_ACTION_PREFIX = "\nAction: "
+"""What joins a state's text and an action's in :class:`SmolLM2Hidden`'s pair input (``state + PREFIX + action``)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _smollm2_backend() -> Any:
+    """SmolLM2-135M-Instruct loaded once per process (:mod:`qval.smollm2`: the wheel's GGUF file, digest checked),
+    as :mod:`qval.backbone` loads it."""
+    from qval import smollm2
+    from qval.backbone import backend_from_spec
+
+    return backend_from_spec(smollm2.BACKBONE_NAME, smollm2.backbone_spec())
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` with each non-zero row scaled to length 1 (in place)."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    np.divide(matrix, norms, out=matrix, where=norms > 0)
+    return matrix
+
+
+class SmolLM2Hidden:
+    """SmolLM2-135M-Instruct's final hidden layer (after its last norm) as frozen features (module docstring).
+
+    :meth:`encode`: the mean over a text's tokens (at most ``max_tokens``, right-padded batches of ``batch_size``
+    sorted by length) -- the direction of :mod:`qval.backbone`'s ``/v1/embeddings`` vectors.  :meth:`encode_pairs`: the
+    hidden state at the *last* token of ``state + PAIR_ACTION_PREFIX + action`` (the state's tokens, then the
+    action line's, tokenised apart), i.e. what the model holds after reading the action in the state's context,
+    as QLASS and Best-of-Q read an LLM's representation of (state, action) at its last token.  Each distinct
+    state is run once and its key/value cache reused for all its actions, a token prefix that the states share
+    (FrozenLake's legend line) is run once and its cache continued, and the state's pass's mean is kept as its
+    :meth:`encode` vector (callers encode pairs first: one pass a state).  All under
+    ``torch.inference_mode()``.  ``backend``: a loaded :class:`qval.backbone.TransformersBackend` of the model
+    (tests share the session's); default: :func:`_smollm2_backend`, loaded at the first encode.  The name
+    carries the model file's SHA-256, so a :class:`FeatureCache` on disk keeps vectors per (text digest, model
+    digest) and a retrain encodes nothing again.  Every vector is scaled to length 1, as the n-gram featurisers'
+    (the final layer's raw norms run to the hundreds, carried by a few outlier dimensions), so the methods'
+    learning rates apply unchanged.
+    """
+
+    def __init__(self, backend: Any = None, batch_size: int = 16, max_tokens: int = 512) -> None:
+        from qval import smollm2
+
+        if batch_size < 1 or max_tokens < 8:
+            raise ValueError(f"batch_size must be at least 1 and max_tokens at least 8, got {batch_size} and {max_tokens}")
+        self.dim = self.pair_dim = smollm2.HIDDEN_SIZE
+        self.digest = smollm2.SHA256
+        self.batch_size, self.max_tokens = batch_size, max_tokens
+        self.name = f"smollm2-135m-hidden-v1-{self.dim}-{self.digest[:12]}"
+        self._backend = backend
+        self._shared: tuple[list[int], Any, Any] | None = None
+        """The token prefix the states of an :meth:`encode_pairs` call shared, its cache and its hidden states' sum."""
+        self._means: dict[str, np.ndarray] = {}
+        """:meth:`encode`'s vector of each state :meth:`encode_pairs` ran as a prefix (the same forward pass)."""
+
+    def _model(self) -> tuple[Any, Any]:
+        """``(tokenizer, body)``: the model's tokenizer and its transformer body (no LM head)."""
+        if self._backend is None:
+            self._backend = _smollm2_backend()
+        body = self._backend.model.base_model
+        if int(body.config.hidden_size) != self.dim:
+            raise ValueError(f"the loaded model has hidden size {body.config.hidden_size}, not SmolLM2-135M's {self.dim}")
+        return self._backend.tokenizer, body
+
+    def _ids(self, tokenizer: Any, text: str, special: bool) -> list[int]:
+        """The token ids of ``text`` (with the tokenizer's special tokens when ``special``)."""
+        return list(tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        import torch
+
+        tokenizer, body = self._model()
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        todo = []
+        for i, text in enumerate(texts):
+            if text in self._means:
+                out[i] = self._means[text]
+            else:
+                todo.append(i)
+        ids = {i: self._ids(tokenizer, texts[i], True)[:self.max_tokens] or [tokenizer.eos_token_id or 0] for i in todo}
+        order = sorted(todo, key=lambda i: len(ids[i]))
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                width = max(len(ids[i]) for i in rows)
+                input_ids = torch.tensor([ids[i] + [0] * (width - len(ids[i])) for i in rows], device=body.device)
+                mask = torch.tensor([[1] * len(ids[i]) + [0] * (width - len(ids[i])) for i in rows], device=body.device)
+                hidden = body(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                out[rows] = _unit_rows(((hidden * weights).sum(1) / weights.sum(1)).cpu().numpy())
+        return out
+
+    def _share(self, prefixes: list[list[int]], body: Any) -> None:
+        """Run the token prefix that all of ``prefixes`` share (two or more of them differ; FrozenLake's legend line,
+        say) once and keep its cache for :meth:`_prefix_pass`, unless a kept one still fits or it is short."""
+        distinct = list({tuple(p): p for p in prefixes}.values())
+        if len(distinct) < 2:
+            return
+        common = os.path.commonprefix(distinct)
+        if len(common) < SHARED_MIN_TOKENS or len(common) >= min(len(p) for p in distinct):
+            return
+        if self._shared is not None and all(p[:len(self._shared[0])] == self._shared[0] for p in distinct):
+            return
+        import torch
+
+        ran = body(input_ids=torch.tensor([common], device=body.device), use_cache=True)
+        self._shared = (list(common), ran.past_key_values, ran.last_hidden_state[0].float().sum(0))
+
+    def _prefix_pass(self, prefix: list[int], body: Any) -> tuple[Any, Any]:
+        """The key/value cache of ``prefix`` and the sum of its tokens' final hidden states, continuing the kept
+        shared prefix (:meth:`_share`) when ``prefix`` starts with it and goes on."""
+        import torch
+
+        shared = self._shared
+        if shared is not None and len(prefix) > len(shared[0]) and prefix[:len(shared[0])] == shared[0]:
+            cache = copy.deepcopy(shared[1])
+            ran = body(input_ids=torch.tensor([prefix[len(shared[0]):]], device=body.device), past_key_values=cache,
+                       use_cache=True)
+            return ran.past_key_values, shared[2] + ran.last_hidden_state[0].float().sum(0)
+        ran = body(input_ids=torch.tensor([prefix], device=body.device), use_cache=True)
+        return ran.past_key_values, ran.last_hidden_state[0].float().sum(0)
+
+    def encode_pairs(self, states: Sequence[str], actions: Sequence[str]) -> np.ndarray:
+        if len(states) != len(actions):
+            raise ValueError(f"{len(states)} states but {len(actions)} actions")
+        out = np.zeros((len(states), self.pair_dim), dtype=np.float32)
+        if not states:
+            return out
+        import torch
+
+        tokenizer, body = self._model()
+        rows_of: dict[str, list[int]] = {}
+        for i, state in enumerate(states):
+            rows_of.setdefault(state, []).append(i)
+        suffixes_of = {state: [self._ids(tokenizer, PAIR_ACTION_PREFIX + actions[i], False)[:self.max_tokens // 2]
+                               for i in rows] for state, rows in rows_of.items()}
+        prefixes = {}
+        for state, suffixes in suffixes_of.items():
+            full = self._ids(tokenizer, state, True)
+            prefixes[state] = (full, full[:self.max_tokens - max(len(x) for x in suffixes)] or [tokenizer.eos_token_id or 0])
+        with torch.inference_mode():
+            self._share([prefix for _, prefix in prefixes.values()], body)
+            for state, rows in rows_of.items():
+                suffixes, (full, prefix) = suffixes_of[state], prefixes[state]
+                cache, hidden_sum = self._prefix_pass(prefix, body)
+                if prefix == full and len(self._means) < MEMO_STATES:  # the whole state: encode()'s pass too
+                    self._means[state] = _unit_rows((hidden_sum / len(prefix)).unsqueeze(0).cpu().numpy())[0]
+                for start in range(0, len(rows), self.batch_size):
+                    part = list(range(start, min(start + self.batch_size, len(rows))))
+                    width = max(len(suffixes[j]) for j in part)
+                    step_cache = copy.deepcopy(cache)
+                    if len(part) > 1:
+                        step_cache.batch_repeat_interleave(len(part))
+                    input_ids = torch.tensor([suffixes[j] + [0] * (width - len(suffixes[j])) for j in part],
+                                             device=body.device)
+                    mask = torch.tensor([[1] * len(prefix) + [1] * len(suffixes[j]) + [0] * (width - len(suffixes[j]))
+                                         for j in part], device=body.device)
+                    hidden = body(input_ids=input_ids, attention_mask=mask, past_key_values=step_cache,
+                                  use_cache=True).last_hidden_state.float()
+                    last = torch.tensor([len(suffixes[j]) - 1 for j in part], device=hidden.device)
+                    out[[rows[j] for j in part]] = hidden[torch.arange(len(part), device=hidden.device), last].cpu().numpy()
+        return _unit_rows(out)
+
+
 def featuriser_from_spec(spec: str) -> Featuriser:
     """``hashed`` / ``hashed:DIM`` → :class:`HashedNgrams`; ``crossed`` / ``crossed:DIM`` → :class:`CrossedNgrams`;
-    ``tabular`` / ``tabular:MAPS`` → :class:`TabularGrid`; ``http://HOST:PORT#MODEL`` → :class:`EmbeddingsEndpoint`;
+    ``tabular`` / ``tabular:MAPS`` → :class:`TabularGrid`; ``smollm2`` → :class:`SmolLM2Hidden`;
+    ``http://HOST:PORT#MODEL`` → :class:`EmbeddingsEndpoint`;
     ``local:PATH`` → :class:`LocalBackbone`."""
     kind, _, arg = spec.partition(":")
     if kind in ("hashed", "crossed", "tabular") and not spec.startswith(("http:", "https:")):
@@ -354,8 +532,10 @@ def featuriser_from_spec(spec: str) -> Featuriser:
         return EmbeddingsEndpoint.probe(url, model)
     if spec.startswith("local:"):
         return LocalBackbone(spec.removeprefix("local:"))
+    if spec == "smollm2":
+        return SmolLM2Hidden()
     raise ValueError(f"unknown featuriser {spec!r}; expected 'hashed', 'hashed:DIM', 'crossed', 'crossed:DIM', "
-                     f"'tabular', 'tabular:MAPS', 'http://HOST:PORT#MODEL' or 'local:PATH'")
+                     f"'tabular', 'tabular:MAPS', 'smollm2', 'http://HOST:PORT#MODEL' or 'local:PATH'")
 
 
 class _Vectors:

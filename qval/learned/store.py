@@ -66,6 +66,9 @@ class TrainedModel:
         if feats.featuriser.name != self.featuriser:
             raise ValueError(f"this model was trained on {self.featuriser} features, not {feats.featuriser.name}")
         encode = self._through_encoder if self.encoder is not None else feats.encode
+        pairs = None  # pairs first: a featuriser that runs each state as its pairs' prefix encodes the state there
+        if with_action and len(self.nets["q"].projections) == 4:  # a featuriser with pair features (crossed, tabular)
+            pairs = torch.from_numpy(feats.encode_pairs([p.state for p in points], [p.action or "" for p in points]))
         state = encode([p.state for p in points])
         task = encode([p.task for p in points])
         if not with_action:
@@ -74,9 +77,7 @@ class TrainedModel:
             raise ValueError("Q scoring needs an action in every point")
         action = encode([p.action or "" for p in points])
         fields = [torch.from_numpy(state), torch.from_numpy(action), torch.from_numpy(task)]
-        if len(self.nets["q"].projections) == 4:  # a featuriser with pair features (crossed, tabular)
-            fields.append(torch.from_numpy(feats.encode_pairs([p.state for p in points], [p.action or "" for p in points])))
-        return fields
+        return fields + ([pairs] if pairs is not None else [])
 
     def _through_encoder(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts`` from the fine-tuned backbone (each distinct text encoded once)."""

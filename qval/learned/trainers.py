@@ -194,6 +194,8 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
                                                      depth=int(p["branch_depth"]))
     if not transitions:
         raise ValueError(f"{inputs.manifest.key}: the train split has no trajectories to learn from")
+    # pairs first: a featuriser that runs each state as its pairs' prefix (smollm2) encodes the state in that pass
+    pair = _pair_matrix(feats, [t.state for t in transitions], [t.action for t in transitions])
     states = _Texts.encode(feats, [t.state for t in transitions] + [t.next_state for t in transitions])
     actions = _Texts.encode(feats, [t.action for t in transitions])
     tasks = _Texts.encode(feats, [t.task for t in transitions])
@@ -202,7 +204,6 @@ def train_best_of_q(inputs: Inputs, env: Environment, spec: build.DatasetSpec, f
     reward = torch.tensor([t.reward for t in transitions], dtype=torch.float32)
     done = torch.tensor([float(t.done) for t in transitions], dtype=torch.float32)
 
-    pair = _pair_matrix(feats, [t.state for t in transitions], [t.action for t in transitions])
     gen = _seed(seed)
     dim_s, dim_a, dim_t = states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]
     q_fields = [dim_s, dim_a, dim_t] + ([pair.shape[1]] if pair is not None else [])
@@ -248,6 +249,7 @@ def _fit(name: str, rows: list[tuple[str, str, str | None, float]], inputs: Inpu
     """Regress a (state, action, task) ``FieldNet`` on ``(task, state, action or None, target)`` rows by MSE."""
     if not rows:
         raise ValueError(f"{inputs.manifest.key}: no {name} targets from the train split")
+    pair = _pair_matrix(feats, [r[1] for r in rows], [r[2] for r in rows])  # first, as in train_best_of_q
     states = _Texts.encode(feats, [r[1] for r in rows])
     actions = _Texts.encode(feats, [r[2] for r in rows if r[2] is not None] or [""])
     tasks = _Texts.encode(feats, [r[0] for r in rows])
@@ -256,7 +258,6 @@ def _fit(name: str, rows: list[tuple[str, str, str | None, float]], inputs: Inpu
     s_idx, t_idx = states.rows([r[1] for r in rows]), tasks.rows([r[0] for r in rows])
     a_idx = torch.tensor([actions.index[r[2]] if r[2] is not None else len(actions.index) for r in rows])
     target = torch.tensor([r[3] for r in rows], dtype=torch.float32)
-    pair = _pair_matrix(feats, [r[1] for r in rows], [r[2] for r in rows])
     gen = _seed(seed)
     config = _net_config([states.matrix.shape[1], actions.matrix.shape[1], tasks.matrix.shape[1]]
                          + ([pair.shape[1]] if pair is not None else []), p)

@@ -20,7 +20,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--method", required=True, help=f"one of {', '.join(METHODS)}")
         parser.add_argument("--dataset", required=True, help="slug or slug@version of a loaded dataset")
-        parser.add_argument("--featuriser", default=DEFAULT_FEATURISER, help="hashed, hashed:DIM, crossed, crossed:DIM, tabular, http://HOST:PORT#MODEL or local:PATH (a transformers checkpoint; "
+        parser.add_argument("--featuriser", default=DEFAULT_FEATURISER, help="hashed, hashed:DIM, crossed, crossed:DIM, tabular, smollm2 (SmolLM2-135M-Instruct's hidden states), http://HOST:PORT#MODEL or local:PATH (a transformers checkpoint; "
                                  "amc-value with --params '{\"lora\": true}' fine-tunes it with LoRA)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--params", default="{}", help="JSON object overriding the method's defaults")
