@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -20,6 +19,8 @@ from django.urls import reverse
 
 from qval import consistency, metric_registry
 from qval.schema import PUBLIC_SPLITS
+from submissions import comparison
+from submissions.comparison import Reference
 from submissions.models import Result, Submission
 from submissions.selectors import why_unranked
 
@@ -81,15 +82,6 @@ def result_lines(stored: Iterable[Result], both_signs: bool) -> list[ResultLine]
     return lines
 
 
-@dataclass(frozen=True)
-class Reference:
-    """A reference row a result may be compared with: its submission id, method and backbone."""
-
-    pk: int
-    method_name: str
-    backbone_name: str
-
-
 class _Pages:
     """What result pages read of one results version, each once: the ids that have a page, and per slice the
     reference rows and whether the labels have both signs."""
@@ -100,17 +92,11 @@ class _Pages:
         self._both_signs: dict[tuple[int, str], bool] = {}
 
     def references(self, sub: Submission) -> list[Reference]:
-        """The baselines of ``sub``'s dataset, split, target, rules and modality that a submission of them may be
-        compared with (``sub`` included), by method and backbone name, the newest first."""
-        from submissions import comparison
-
+        """:func:`submissions.comparison.slice_references` of ``sub``, once per slice."""
         key = (sub.dataset_id, sub.split, sub.target, sub.rules, sub.modality)
         made = self._references.get(key)
         if made is None:
-            rows = (comparison.comparable_with(sub, AnonymousUser())
-                    .filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
-                    .order_by("method_name", "backbone_name", "-pk").values_list("pk", "method_name", "backbone_name"))
-            made = self._references[key] = [Reference(*r) for r in rows]
+            made = self._references[key] = comparison.slice_references(sub)
         return made
 
     def both_signs(self, sub: Submission) -> bool:
@@ -124,17 +110,6 @@ class _Pages:
 
 def _pages() -> _Pages:
     return evaluations.derived(("result-pages",), _Pages)
-
-
-def reference_rows(sub: Submission) -> list[Reference]:
-    """The platform's reference rows (its baselines) of ``sub``'s slice that ``sub`` may be compared with, the newest
-    per method and backbone: one click each from a result's page. A baseline is never an uploaded file, so they are
-    the same whoever asks (:func:`submissions.comparison.candidates`); read once per results version and slice."""
-    newest: dict[tuple[str, str], Reference] = {}
-    for r in _pages().references(sub):
-        if r.pk != sub.pk:
-            newest.setdefault((r.method_name, r.backbone_name), r)
-    return list(newest.values())
 
 
 def result_page(request: HttpRequest, pk: int) -> HttpResponse:
@@ -161,7 +136,7 @@ def result_page(request: HttpRequest, pk: int) -> HttpResponse:
         "source": SOURCES[source], "source_key": source, "baseline": sub.source == Submission.SOURCE_BASELINE,
         "permalink": request.build_absolute_uri(reverse("result", args=[sub.pk])),
         "standing": place, "why_unranked": "" if place else why_unranked(sub),
-        "comparable": comparable, "references": reference_rows(sub) if comparable else [],
+        "comparable": comparable, "references": comparison.reference_rows(sub, pages.references(sub)) if comparable else [],
         "label_source": (consistency.label_sources()[1].get(str(sub.provenance.get("file", "")))
                          if sub.source == Submission.SOURCE_RESCORED else None),
     }

@@ -261,11 +261,33 @@ def comparable_with(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> 
     return _comparable(user).filter(dataset_id=sub.dataset_id, split=sub.split, target=sub.target, rules=sub.rules)
 
 
-def reference_rows(sub: Submission, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Submission]:
-    """The platform's reference rows (its baselines) of ``sub``'s slice that ``user`` may compare ``sub`` with, the
-    newest per method and backbone: one click each from a result's page."""
-    rows = candidates(sub, user).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
-    return rows.order_by("method_name", "backbone_name", "-pk").distinct("method_name", "backbone_name")
+@dataclass(frozen=True)
+class Reference:
+    """A reference row a result may be compared with: its submission id, method and backbone."""
+
+    pk: int
+    method_name: str
+    backbone_name: str
+
+
+def slice_references(sub: Submission) -> list[Reference]:
+    """Every reference row (platform baseline) of ``sub``'s dataset, split, target, rules and modality, ``sub``
+    included, by method and backbone name, the newest first.  A baseline is never an uploaded file, so these are
+    the same whoever asks; the result pages read them once per slice and results version."""
+    rows = (comparable_with(sub, AnonymousUser()).filter(source=Submission.SOURCE_BASELINE, modality=sub.modality)
+            .order_by("method_name", "backbone_name", "-pk").values_list("pk", "method_name", "backbone_name"))
+    return [Reference(*r) for r in rows]
+
+
+def reference_rows(sub: Submission, references: list[Reference] | None = None) -> list[Reference]:
+    """The platform's reference rows of ``sub``'s slice that ``sub`` may be compared with, the newest per method
+    and backbone: one click each from a result's page.  ``references`` is :func:`slice_references` of ``sub``
+    when the caller has read it already."""
+    newest: dict[tuple[str, str], Reference] = {}
+    for r in slice_references(sub) if references is None else references:
+        if r.pk != sub.pk:
+            newest.setdefault((r.method_name, r.backbone_name), r)
+    return list(newest.values())
 
 
 def _summary(sub: Submission) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def detail(request: HttpRequest, pk: int, card_form: CardForm | None = None, sta
                "one_sign_note": metric_registry.ONE_SIGN_NOTE if len(results) < len(data["results"]) else "",
                "why_unranked": why_unranked(sub) if finished else "",  # shown only when no standing
                "result_url": request.build_absolute_uri(reverse("result", args=[sub.pk])),  # the permalink, if ranked
-               "references": comparison.reference_rows(sub, request.user) if finished and not sub.score_withheld else [],
+               "references": comparison.reference_rows(sub) if finished and not sub.score_withheld else [],
                "hidden": hidden, "digits": printed_digits(hidden),
                "card_form": (card_form or CardForm.of(sub)) if sub.user_id == request.user.pk and sub.is_final
                and sub.source == Submission.SOURCE_USER else None}
