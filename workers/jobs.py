@@ -127,13 +127,7 @@ def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
         if sub.kind == Submission.KIND_BASELINE:
             return _start_baseline(sub, token, worker, now)
         start_container(sub)
-        if sub.state == Submission.QUEUED:
-            sub.transition(Submission.SCORING, save=False)
-        sub.worker = f"remote:{worker}"[:200]
-        sub.heartbeat_at = now
-        sub.save()
-        token.started_at, token.worker = token.started_at or now, worker[:200]
-        token.save()
+        _mark_started(sub, token, worker, now)
     return {
         "submission": sub.pk,
         "attempt": sub.attempt,
@@ -148,20 +142,26 @@ def start(pk: int, raw: str, worker: str) -> dict[str, Any]:
     }
 
 
+def _mark_started(sub: Submission, token: JobToken, worker: str, now: datetime) -> None:
+    """Record (in :func:`start`'s transaction) that remote ``worker`` runs ``sub`` under ``token`` from ``now``: a
+    queued job starts scoring, its heartbeat starts, and the token keeps its first start."""
+    if sub.state == Submission.QUEUED:
+        sub.transition(Submission.SCORING, save=False)
+    sub.worker = f"remote:{worker}"[:200]
+    sub.heartbeat_at = now
+    sub.save()
+    token.started_at, token.worker = token.started_at or now, worker[:200]
+    token.save()
+
+
 def _start_baseline(sub: Submission, token: JobToken, worker: str, now: datetime) -> dict[str, Any]:
     """:func:`start` of a GPU campaign's baseline run (in its transaction): it runs until the deadline it was
     queued with (``QVAL_BASELINE_S``), as on the site's own gpu worker."""
     if not baselines.is_remote(sub):
         raise JobRefused(409, f"submission {sub.pk} is a baseline run of the site's own gpu worker")
-    if sub.state == Submission.QUEUED:
-        sub.transition(Submission.SCORING, save=False)
-    sub.worker = f"remote:{worker}"[:200]
-    sub.heartbeat_at = now
     sub.progress = {**sub.progress, "started_at": sub.progress.get("started_at") or now.isoformat(),
                     "deliveries": int(sub.progress.get("deliveries", 0)) + 1}
-    sub.save()
-    token.started_at, token.worker = token.started_at or now, worker[:200]
-    token.save()
+    _mark_started(sub, token, worker, now)
     return {
         "kind": Submission.KIND_BASELINE,
         "submission": sub.pk,
