@@ -84,10 +84,19 @@ CAMPAIGN_QUEUE = "campaign"
 """The queue of a GPU campaign's baseline runs (:func:`submissions.baselines.queue_campaign`), for the remote worker
 ``scripts/gpu-campaign.sh`` starts with the campaign's backbone; never ``remote``, whose workers serve other
 backbones, or none."""
-QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no gpu worker started it in time"
-SCORING_QUEUE_DEADLINE_REASON = "timed out in the queue (deadline passed): no scoring worker started it in time"
+QUEUE_WORKERS = {
+    "scoring": "scoring worker", "gpu": "gpu worker", CONTAINER_QUEUE: "containers worker",
+    REMOTE_QUEUE: "remote gpu worker", CAMPAIGN_QUEUE: "GPU campaign worker (scripts/gpu-campaign.sh)",
+}
+"""The worker that takes each queue's jobs, as a job that waited past its deadline names it (docs/workers.md)."""
 WORKER_DEADLINE_REASON = "timed out in the worker (deadline passed): the worker running it stopped or hung"
 VALIDATION_DEADLINE_REASON = "timed out while being validated (deadline passed): the check of the upload stopped or hung"
+
+
+def queue_deadline_reason(queue: str) -> str:
+    """Why the reaper fails a job that waited on ``queue`` past its deadline: no worker of that queue took it."""
+    return f"timed out in the queue (deadline passed): no {QUEUE_WORKERS[queue]} started it in time"
+
 
 def job_queue(sub: Submission) -> str:
     """The queue of ``sub``'s job: :data:`CONTAINER_QUEUE` for a container (:data:`REMOTE_QUEUE` when
@@ -113,7 +122,7 @@ def deadline_reason(sub: Submission) -> str:
         return VALIDATION_DEADLINE_REASON
     if sub.state == Submission.SCORING:
         return WORKER_DEADLINE_REASON
-    return SCORING_QUEUE_DEADLINE_REASON if job_queue(sub) == "scoring" else QUEUE_DEADLINE_REASON
+    return queue_deadline_reason(job_queue(sub))
 
 
 def is_platform(sub: Submission) -> bool:

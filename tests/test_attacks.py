@@ -394,7 +394,7 @@ class TestStuckStates:
     @pytest.mark.parametrize("state,reason", [
         (Submission.RECEIVED, lifecycle.VALIDATION_DEADLINE_REASON),
         (Submission.VALIDATING, lifecycle.VALIDATION_DEADLINE_REASON),
-        (Submission.QUEUED, lifecycle.SCORING_QUEUE_DEADLINE_REASON),
+        (Submission.QUEUED, lifecycle.queue_deadline_reason("scoring")),
         (Submission.SCORING, lifecycle.WORKER_DEADLINE_REASON),
     ])
     def test_the_reaper_ends_every_stuck_state(self, api, loaded, frozenlake, state: str, reason: str) -> None:  # type: ignore[no-untyped-def]

@@ -125,8 +125,8 @@ def test_a_baseline_that_needs_no_model_is_sent_to_the_scoring_queue(loaded, set
     cheap.refresh_from_db()
     llm.refresh_from_db()
     assert cheap.state == llm.state == "queued"
-    assert lifecycle.deadline_reason(cheap) == lifecycle.SCORING_QUEUE_DEADLINE_REASON
-    assert lifecycle.deadline_reason(llm) == lifecycle.QUEUE_DEADLINE_REASON
+    assert lifecycle.deadline_reason(cheap) == lifecycle.queue_deadline_reason("scoring")
+    assert lifecycle.deadline_reason(llm) == lifecycle.queue_deadline_reason("gpu")
 
 
 def test_admin_launches_a_baseline_run(loaded, staff, client, settings) -> None:  # type: ignore[no-untyped-def]

@@ -348,7 +348,7 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded, settings
                                        filename="f.csv", state=Submission.QUEUED)
 
     assert sorted(lifecycle.JOB.reap_overdue()) == sorted([in_queue.pk, running.pk])
-    for sub, reason in ((in_queue, lifecycle.QUEUE_DEADLINE_REASON), (running, lifecycle.WORKER_DEADLINE_REASON)):
+    for sub, reason in ((in_queue, lifecycle.queue_deadline_reason("containers")), (running, lifecycle.WORKER_DEADLINE_REASON)):
         sub.refresh_from_db()
         assert (sub.state, sub.error, sub.fault) == ("failed", reason, "system")
     assert in_queue.error.startswith("timed out in the queue (deadline passed)")
@@ -369,7 +369,7 @@ def test_the_reaper_fails_submissions_past_their_deadline(user, loaded, settings
     late = _queued(user, loaded)
     assert run_container_submission(late.pk) == "failed"
     late.refresh_from_db()
-    assert late.error == lifecycle.QUEUE_DEADLINE_REASON and late.scoring_at is None
+    assert late.error == lifecycle.queue_deadline_reason("containers") and late.scoring_at is None
     Submission.objects.filter(pk=on_time.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     assert reap_jobs()["submission"]["overdue"] == [on_time.pk]
     schedule = app.conf.beat_schedule["reap-jobs"]
