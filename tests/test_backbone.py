@@ -266,6 +266,29 @@ def test_a_remote_worker_serves_a_vllm_backbone_itself(tiny_model: Path, tmp_pat
         rw._BACKENDS = None
 
 
+def test_a_checkpoint_is_loaded_once_per_process_until_its_files_change(tiny_model: Path, tmp_path: Path) -> None:
+    """Every run a worker makes on one local checkpoint shares one load (a gpu worker runs 13 methods on SmolLM2);
+    a checkpoint whose files changed at the same path is loaded again."""
+    import shutil
+
+    from qval.methods.llm import loaded_checkpoint, open_backbone
+
+    model = tmp_path / "tiny-llama"
+    shutil.copytree(tiny_model, model)
+    loaded_checkpoint.cache_clear()
+    replies = []
+    for _ in range(2):
+        with open_backbone(str(model), cache_dir=None) as client:
+            replies.append(client.chat([{"role": "user", "content": "hi"}], max_tokens=3, temperature=0.0).text)
+    assert loaded_checkpoint.cache_info().misses == 1 and loaded_checkpoint.cache_info().hits == 1
+    assert replies[0] == replies[1]
+    (model / "README.md").write_text("a new revision\n")
+    with open_backbone(str(model), cache_dir=None):
+        pass
+    assert loaded_checkpoint.cache_info().misses == 2
+    loaded_checkpoint.cache_clear()
+
+
 def test_upstream_down_is_a_clear_error(tmp_path: Path) -> None:
     proxy_backend = bb.UpstreamBackend("http://127.0.0.1:9", "m", timeout_s=5)
     with bb.BackboneServer(proxy_backend, 100, socket_path=tmp_path / "d" / "s.sock") as proxy:

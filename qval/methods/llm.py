@@ -23,6 +23,7 @@ or a local checkpoint directory, which it serves itself) into a client.  Django-
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -32,7 +33,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from qval.backbone import TransformersBackend
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -283,6 +287,17 @@ def method_backbone(name: str, entry: dict[str, Any], vllm: Any) -> tuple[str, d
     raise MethodError(f"backbone {name!r}: unknown kind {kind!r} (vllm, transformers or upstream)")
 
 
+@functools.lru_cache(maxsize=1)
+def loaded_checkpoint(path: Path, identity: str) -> TransformersBackend:
+    """The model of local checkpoint ``path`` (a directory or a ``.gguf`` file), loaded once per process and kept
+    until another checkpoint is asked for: a worker's runs of every method on one backbone share one load (SmolLM2
+    takes about a minute to load on two cores).  ``identity`` (:func:`checkpoint_identity`) is part of the key, so a
+    file replaced at the same path is loaded again."""
+    from qval.backbone import TransformersBackend
+
+    return TransformersBackend(path)
+
+
 @contextlib.contextmanager
 def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency: int = 8,
                   model: str | None = None, identity: str | None = None) -> Iterator[LLMClient]:
@@ -308,9 +323,9 @@ def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency
         if not (path / "config.json").is_file() and not (path.suffix == ".gguf" and path.is_file()):
             raise LLMError(f"backbone {spec!r} is neither an http(s):// URL, unix:PATH, a checkpoint directory "
                            f"(no config.json there) nor a .gguf file")
-        from qval.backbone import BackboneServer, TransformersBackend
+        from qval.backbone import BackboneServer
 
-        backend = TransformersBackend(path)
+        backend = loaded_checkpoint(path.resolve(), checkpoint_identity(path))
         with tempfile.TemporaryDirectory(prefix="qval-llm-") as tmp:
             with BackboneServer(backend, budget=2**62, socket_path=Path(tmp) / "llm.sock") as server:
                 assert server.socket_path is not None
