@@ -183,16 +183,35 @@ def environment(name: str, secret: str | None, *,
     if not secret:
         raise BestOfNError(f"{spec.slug}@{spec.version}: Best-of-N tasks come from the test-split secret, which is not set")
     build.hide_test_tasks(env, spec, secret)
-    dataset = {_instance(env, task) for task in env.tasks}
     key = f"{spec.slug}@{spec.version}"
-    for task in episode_tasks(env):  # the test positions, now drawn again under Best-of-N's own key
+    drawn = _DRAWS.get((name, key, secret, builder))
+    if drawn is None:
+        drawn = _DRAWS[name, key, secret, builder] = _draw_tasks(env, key, secret)
+    else:
+        env.hide_tasks(drawn)
+    return env, spec
+
+
+_DRAWS: dict[tuple[str, str, str, build.Builder | None], dict[str, int]] = {}
+"""The seeds :func:`_draw_tasks` chose, by environment, dataset version, secret and builder: deterministic, and
+reading every task's instance costs a reset each (ALFWorld's 40 resets, half a minute; MiniWoB's browser resets),
+so a worker draws once and its later runs hide the same seeds."""
+
+
+def _draw_tasks(env: Environment, key: str, secret: str) -> dict[str, int]:
+    """Draw each of ``env``'s test positions again under Best-of-N's own key until its instance is none of the
+    dataset's tasks' (train, dev and the secret test split); return the seed each was hidden with."""
+    dataset = {_instance(env, task) for task in env.tasks}
+    drawn: dict[str, int] = {}
+    for task in episode_tasks(env):
         for draw in range(MAX_DRAWS):
-            env.hide_tasks({task: hidden.derive_seed(secret, key, "best-of-n", task, draw)})
+            drawn[task] = hidden.derive_seed(secret, key, "best-of-n", task, draw)
+            env.hide_tasks({task: drawn[task]})
             if _instance(env, task) not in dataset:
                 break
         else:
             raise BestOfNError(f"{key}: {MAX_DRAWS} draws of Best-of-N task {task} all showed a dataset instance")
-    return env, spec
+    return drawn
 
 
 def _instance(env: Environment, task: str) -> str:

@@ -179,10 +179,15 @@ def test_frozenlake_episodes_show_no_state_of_the_dataset(frozen, frozenlake: sc
                                                             for c in s.candidates}
     shown = {step.observation for e in played(env, spec, "frozenlake", 8, ("oracle", "random")) for step in e.steps}
     assert len(shown) > 20 and not shown & dataset
-    # the draw is the secret's: the same secret the same maps, another secret others
+    # the draw is the secret's: the same secret the same maps, drawn afresh or hidden again from the worker's memo
+    # of the draw; another secret others
+    bon._DRAWS.clear()
+    fresh, _ = bon.environment("frozenlake", test_split_secret)
     again, _ = bon.environment("frozenlake", test_split_secret)
     other, _ = bon.environment("frozenlake", test_split_secret + "-other")
-    assert [again.maps[t] for t in bon.episode_tasks(again)] == [env.maps[t] for t in bon.episode_tasks(env)]
+    for drawn in (fresh, again):
+        assert [drawn.maps[t] for t in bon.episode_tasks(drawn)] == [env.maps[t] for t in bon.episode_tasks(env)]
+        assert instances(drawn, bon.episode_tasks(drawn)) == instances(env, bon.episode_tasks(env))
     assert not {other.maps[t] for t in bon.episode_tasks(other)} & mine
 
 
