@@ -7,7 +7,7 @@ import json
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -686,14 +686,15 @@ def test_the_registry_adapter_scores_the_points_it_is_given(fl_dir: Path, tmp_pa
 
 # -- ALFWorld and MiniWoB: small builds, fast settings --------------------------------------
 def train_and_score_everywhere(env_key: str, make_env: Callable[[], Environment], spec: build.DatasetSpec,
-                               tmp_path: Path, params: dict[str, dict[str, object]]) -> None:
-    """Build ``spec`` (cached between sessions: :func:`tests.conftest.cached_build`), train every learned
-    method on it in a fresh ``make_env()``, score dev and test (finite, every point)."""
+                               tmp_path: Path, params: dict[str, dict[str, object]],
+                               trained: Sequence[str] = methods.METHODS) -> None:
+    """Build ``spec`` (cached between sessions: :func:`tests.conftest.cached_build`), train each learned method
+    of ``trained`` (default: all) on it in a fresh ``make_env()``, score dev and test (finite, every point)."""
     folder = cached_build(env_key, make_env, spec)
     inputs = read_inputs(folder)
     env = make_env()
     try:
-        for method in methods.METHODS:
+        for method in trained:
             _, model = methods.train(method, folder, tmp_path / "models", featuriser=HashedNgrams(512), seed=0,
                                      params=params[method], env=env, spec=spec)
             feats = FeatureCache(HashedNgrams(512), None, inputs.fingerprint)
@@ -720,7 +721,9 @@ def test_every_learned_method_trains_on_alfworld(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
+@pytest.mark.browser
+@pytest.mark.parametrize("method", methods.METHODS)  # one test each: minutes of Chromium steps apiece under load
+def test_every_learned_method_trains_on_miniwob(method: str, tmp_path: Path) -> None:
     from qval.envs.miniwob.adapter import MiniWoB
 
     # tasks login-user:0, enter-password:0, login-user:1, enter-password:1 → train, dev, test, train
@@ -733,7 +736,7 @@ def test_every_learned_method_trains_on_miniwob(tmp_path: Path) -> None:
             "amc-value": {"steps": 60, "samples": 1, "epsilon": 0.0}}
     train_and_score_everywhere("MiniWoB(('login-user', 'enter-password'), range(2), horizon=6)",
                                lambda: MiniWoB(task_names=("login-user", "enter-password"), seeds=range(2), horizon=6),
-                               spec, tmp_path, fast)
+                               spec, tmp_path, fast, (method,))
 
 
 # -- the embeddings path: the project's own server with a tiny local model -----------------
