@@ -51,8 +51,9 @@ PICKER_FAMILY = {"oracle": "oracle", "random": "random"}
 """Legend groups of the built-in pickers on the alignment page (methods use their family's name)."""
 
 
-def _interval(i: bon.Interval) -> dict[str, float]:
-    return {"value": i.value, "low": i.low, "high": i.high}
+def _interval(i: bon.Interval) -> dict[str, float | None]:
+    """``i`` as JSON: an undefined bound (NaN) is ``null``, which strict JSON parsers accept."""
+    return {k: v if math.isfinite(v) else None for k, v in (("value", i.value), ("low", i.low), ("high", i.high))}
 
 
 DEFAULT_N = 3

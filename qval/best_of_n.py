@@ -429,6 +429,11 @@ class Interval:
     low: float
     high: float
 
+    @property
+    def has_bounds(self) -> bool:
+        """Whether the interval is defined (no bound is NaN: some resample gave a value)."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -471,11 +476,12 @@ def gain(episodes: Sequence[Episode], baseline: Sequence[Episode], *, seed: int 
 def rank_correlation(x: Sequence[float], y: Sequence[float], *, seed: int = 0, resamples: int = 1000
                      ) -> Interval | None:
     """Spearman ρ of ``x`` and ``y`` (one pair per method) with a 95% bootstrap CI over methods;
-    ``None`` with fewer than three pairs.  Resamples whose ρ is undefined (a constant side) are skipped."""
+    ``None`` with fewer than three pairs, or when one side is the same for every method (ρ is undefined).
+    Resamples whose ρ is undefined (a constant side) are skipped; with none left the bounds are NaN."""
     from scipy.stats import spearmanr
 
     xs, ys = np.asarray(x, float), np.asarray(y, float)
-    if len(xs) < 3:
+    if len(xs) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
         return None
     rho = float(spearmanr(xs, ys).statistic)
     resampled = metrics.bootstrap(metrics.spearman_resampler(xs, ys), len(xs), resamples, seed)

@@ -110,6 +110,9 @@ def test_statistics_by_hand() -> None:
     assert bon.rank_correlation([0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4]).value == 1.0  # type: ignore[union-attr]
     assert bon.rank_correlation([0.1, 0.2, 0.3, 0.4], [4, 3, 2, 1]).value == -1.0  # type: ignore[union-attr]
     assert bon.rank_correlation([0.1, 0.2], [1, 2]) is None
+    # one side the same for every method: ρ is undefined, not NaN on the page and in the JSON
+    assert bon.rank_correlation([0.1, 0.2, 0.3], [0.5, 0.5, 0.5]) is None
+    assert bon.rank_correlation([0.3, 0.3, 0.3, 0.3], [1, 2, 3, 4]) is None
 
 
 def test_bad_settings_are_refused(frozen) -> None:  # type: ignore[no-untyped-def]

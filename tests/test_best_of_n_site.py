@@ -421,3 +421,30 @@ def test_learned_pickers_are_points(client, staff, loaded, data_dir: Path, setti
     assert data[0]["rank_correlation"] is not None  # four points
     page = client.get("/best-of-n/").content.decode()
     assert 'data-method="best-of-q"' in page and 'data-method="amc-value"' in page
+
+
+def test_an_undefined_rank_correlation_reads_so_on_the_page_and_in_strict_json(rf) -> None:  # type: ignore[no-untyped-def]
+    """Every method with the same gain (or the same ρ), or no resample with a defined ρ: the page says so in words
+    and the JSON holds null, never NaN (which strict JSON parsers, a browser's included, refuse)."""
+    import json
+    import math
+
+    from django.template.loader import render_to_string
+
+    from best_of_n.services import Alignment, AlignmentPoint, alignment_json
+    from qval import best_of_n as bon
+
+    points = [AlignmentPoint(i, m, "Baselines", "#000", rho, bon.Interval(0.1, 0.0, 0.2))
+              for i, (m, rho) in enumerate((("oracle", 1.0), ("random", 0.0), ("qlass", 0.4)))]
+    correlation = bon.rank_correlation([p.rho for p in points], [p.gain.value for p in points])
+    same_gain = Alignment("frozenlake", 3, points, correlation)
+    no_bounds = Alignment("alfworld", 3, points, bon.Interval(0.5, math.nan, math.nan))
+    data = json.loads(json.dumps(alignment_json([same_gain, no_bounds]), allow_nan=False))
+    assert data[0]["rank_correlation"] is None
+    assert data[1]["rank_correlation"] == {"value": 0.5, "low": None, "high": None}
+    page = render_to_string("best_of_n/alignment.html", {
+        "panels": [{"alignment": a, "plot": ""} for a in (same_gain, no_bounds)], "results": [], "runs": [],
+        "form": None, "baselines": bon.BASELINES, "metric": "spearman", "metric_label": "ρ", "metrics": []},
+        request=rf.get("/best-of-n/"))
+    assert "their rank correlation is undefined" in page and "no interval: every resample" in page
+    assert "CI nan" not in page and "Fewer than three" not in page
