@@ -325,13 +325,14 @@ def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency
                            f"(no config.json there) nor a .gguf file")
         from qval.backbone import BackboneServer
 
-        backend = loaded_checkpoint(path.resolve(), checkpoint_identity(path))
+        checkpoint = checkpoint_identity(path)
+        backend = loaded_checkpoint(path.resolve(), checkpoint)
         with tempfile.TemporaryDirectory(prefix="qval-llm-") as tmp:
             with BackboneServer(backend, budget=2**62, socket_path=Path(tmp) / "llm.sock") as server:
                 assert server.socket_path is not None
                 client = LLMClient("http://localhost/v1", socket_path=server.socket_path, model=backend.name,
                                    cache_dir=cache_dir, concurrency=concurrency,
-                                   identity=identity or checkpoint_identity(path))
+                                   identity=identity or checkpoint)
                 try:
                     yield client
                 finally:
