@@ -40,11 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
     """Send every task this test session queues to a Redis database of its own, and keep its cache
     (rate-limit counters, comparisons) in another, for this process and the worker processes it
     starts; export the session's test-split secret (the settings', generated once in
-    ``QVAL_DATA_DIR`` when unset) so that every ``Dataset.read`` and worker process of the session uses it."""
+    ``QVAL_DATA_DIR`` when unset) so that every ``Dataset.read`` and worker process of the session uses it;
+    record Playwright's call stacks cheaply (:mod:`qval.playwright_stacks`)."""
     from django.conf import settings
     from django.test.utils import override_settings
 
     from qval import hidden
+    from qval.playwright_stacks import light_stacks
     from qval_site.celery import app
 
     app.conf.broker_url = TEST_BROKER_URL
@@ -54,6 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
                       # the tests' accounts need no slow hash (PBKDF2's iterations are a second of CPU a login here)
                       PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]).enable()
     os.environ[hidden.ENV_VAR] = settings.QVAL_TEST_SPLIT_SECRET
+    light_stacks()  # the browser tests' own Playwright calls, in xdist workers whose stacks start in <string>
 
 
 NEEDS = {"engine": "container", "base_image": "container", "celery_worker_process": "worker",

@@ -77,6 +77,7 @@ from browsergym.miniwob import all as miniwob_tasks
 from browsergym.utils.obs import IGNORED_AXTREE_PROPERTIES, flatten_axtree_to_str
 from PIL import Image, ImageDraw, ImageFont
 
+from ...playwright_stacks import light_stacks
 from ..base import Environment
 
 log = logging.getLogger(__name__)
@@ -217,13 +218,15 @@ _installed: _BrowserGymPlaywright | None = None
 
 def install_shared_chromium() -> None:
     """Give BrowserGym (``browsergym.core``'s global Playwright) Debian's Chromium, kept alive, and
-    the chat and screenshot that lean episodes replace (:class:`_PagelessChat`, :func:`_screenshot`).
+    the chat and screenshot that lean episodes replace (:class:`_PagelessChat`, :func:`_screenshot`), and
+    Playwright's sync calls their cheap stack records (:func:`qval.playwright_stacks.light_stacks`).
 
     Idempotent; the browsers are closed at interpreter exit.  Must run in the thread that
     uses the environments (Playwright's sync API is bound to one thread).
     """
     global _installed
     if _installed is None:
+        light_stacks()
         executable = chromium_executable()
         pw = playwright.sync_api.sync_playwright().start()
         _installed = _BrowserGymPlaywright(pw, executable)
