@@ -13,11 +13,13 @@ install:
 # Every test, including the slow ones (real Celery worker, real Chromium), on TEST_WORKERS processes
 # (pytest-xdist, each test sent to the next free process; each process has its own test database, Redis
 # databases and ports for the fault tests' private stacks). Most slow tests wait on a container or a worker
-# process, so more processes than cores pay off. TEST_WORKERS=0 runs in this process.
+# process, so more processes than cores pay off. TEST_WORKERS=0 runs in this process. Each process (and the
+# Celery workers it starts) computes on one OpenMP thread: torch's second thread per process only spins
+# against the other processes on a 2-core machine.
 TEST_WORKERS ?= 3
 test: install
 	@scripts/ensure-services.sh
-	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 .venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 # The linter's rules (pyproject.toml [tool.ruff]); .ci/run runs it before the tests.
 lint: install
