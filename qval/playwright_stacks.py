@@ -21,7 +21,8 @@ import playwright._impl._sync_base as _sync_base
 def frame_infos(skip: int = 1) -> list[inspect.FrameInfo]:
     """The caller's stack as ``inspect.stack(0)`` gives it (frame, file, line, function; no source context),
     innermost first, from the frame objects alone: no file is opened or looked for, no module searched.
-    ``skip`` frames are left out above the caller's caller (1: the caller of this function comes first)."""
+    ``skip`` is how many innermost frames to leave out: 1 leaves out this function's own, so its caller comes
+    first."""
     infos = []
     frame = sys._getframe(skip)
     while frame is not None:
