@@ -222,9 +222,12 @@ def test_gpu_worker_killed_while_its_container_runs(frozenlake, data_dir, engine
         s.wait_state(token, pk, "scoring", timeout=180)
         first = s.submission(token, pk)
         assert first["worker"] == "remote:gpu-one" and first["attempt"] == 1
-        time.sleep(4)  # the container is running (it sleeps 8 s)
+        wait_for(lambda: any(engine.work_root.iterdir()), timeout=120)  # the job's folder
         jobs_before = [p.name for p in engine.work_root.iterdir()]
-        assert jobs_before, "no job folder while the container runs"
+        # its container runs (it sleeps 8 s) once its conmon, named after the job, does: on a loaded machine loading
+        # the image can take longer than any fixed wait
+        wait_for(lambda: subprocess.run(["pgrep", "-f", f"conmon .*qval-{jobs_before[0]}"]).returncode == 0,
+                 timeout=120, interval=0.1)
         s.kill("gpu-one")  # kill -9: the worker dies, its container and job folder stay behind
         s.start_remote_worker("gpu-two", key)
         data = s.wait_final(token, pk, timeout=300)
