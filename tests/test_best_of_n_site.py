@@ -245,12 +245,14 @@ def baseline_evaluation(dataset: Any, method: Any, *, rho: float, local_rho: flo
     Result.objects.create(submission=sub, metric="ranking_spearman", value=local_rho, num_points=20, coverage=1.0)
 
 
-TEXT_METHOD = "direct-single"
-"""The built-in text method of the alignment page's browser test.  On the tiny model its replies do not parse
-(every score NaN: the actor's action is taken), so its episodes are as short as the base policy's; a method whose
-random picks wander to ALFWorld's 40-step horizon would take minutes."""
+TEXT_METHOD = "direct-batched"
+"""The built-in text method of the alignment page's browser test: one prompt per step holds every candidate (up to
+four), so a step costs one generation where ``direct-single`` costs one per candidate (256 tokens each, about a second
+on the tiny model here).  On the tiny model its replies do not parse (every score NaN: the actor's action is taken),
+so its episodes are as short as the base policy's; a method whose random picks wander to ALFWorld's 40-step horizon
+would take minutes.  :func:`test_a_text_method_is_a_point` plays ``direct-single``."""
 BROWSER_EPISODES = {"frozenlake": 4, "alfworld": 1}
-"""Episodes per picker in the browser test: a text method on the tiny model takes seconds a step."""
+"""Episodes per picker in the browser test: a text method on the tiny model takes a second a step."""
 
 
 @pytest.mark.slow
