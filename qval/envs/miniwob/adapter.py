@@ -288,8 +288,22 @@ def _chat(*args: Any, **kwargs: Any) -> Any:
 
 
 def _screenshot(page: playwright.sync_api.Page) -> np.ndarray | None:
-    """BrowserGym's screenshot, or in a lean call ``None`` (:meth:`MiniWoB.screenshot` takes it when asked)."""
-    return None if getattr(_lean, "on", False) else _browsergym_screenshot(page)
+    """:func:`still_screenshot`, or in a lean call ``None`` (:meth:`MiniWoB.screenshot` takes it when asked)."""
+    return None if getattr(_lean, "on", False) else still_screenshot(page)
+
+
+def still_screenshot(page: playwright.sync_api.Page) -> np.ndarray:
+    """BrowserGym's screenshot of ``page`` with the pointer resting on the page's bottom-right corner, off every
+    element, so that no element is drawn hovered.
+
+    Chromium updates an element's hover look after the pointer stops on it, on a timer that a loaded machine delays:
+    a screenshot right after a click showed the clicked checkbox hovered, or a neighbour, or none, so a restored
+    state's screenshot differed from the collected one.  With the pointer off the elements every screenshot of a
+    state is the same (each action moves the pointer to its element again)."""
+    size = page.viewport_size
+    if size:
+        page.mouse.move(size["width"] - 1, size["height"] - 1)
+    return _browsergym_screenshot(page)
 
 
 class _DropOverrideWarnings(logging.Filter):
@@ -600,7 +614,7 @@ class MiniWoB(Environment):
     def screenshot(self) -> np.ndarray:
         """The raw screenshot of the current state (H×W×3 uint8); a lean episode takes it on the first call."""
         if self._obs["screenshot"] is None:
-            self._obs["screenshot"] = _browsergym_screenshot(self._live_env().page)
+            self._obs["screenshot"] = still_screenshot(self._live_env().page)
         return np.asarray(self._obs["screenshot"])
 
     def observation_image(self) -> Image.Image:
