@@ -189,7 +189,7 @@ def test_web_restarted_during_an_upload_stores_it_whole_or_not_at_all(stack, tok
 
 # -- a remote gpu worker killed while its container runs ----------------------------------------
 SLEEPY_METHOD = """import json, time
-time.sleep(int(open('/input/context.json').read() and 8))
+time.sleep(int(open('/input/context.json').read() and 30))
 with open('/input/points.jsonl') as f, open('/output/predictions.jsonl', 'w') as out:
     for line in f:
         p = json.loads(line)
@@ -224,8 +224,9 @@ def test_gpu_worker_killed_while_its_container_runs(frozenlake, data_dir, engine
         assert first["worker"] == "remote:gpu-one" and first["attempt"] == 1
         wait_for(lambda: any(engine.work_root.iterdir()), timeout=120)  # the job's folder
         jobs_before = [p.name for p in engine.work_root.iterdir()]
-        # its container runs (it sleeps 8 s) once its conmon, named after the job, does: on a loaded machine loading
-        # the image can take longer than any fixed wait
+        # its container runs once its conmon, named after the job, does (on a loaded machine loading the image can
+        # take longer than any fixed wait). It sleeps 30 s, longer than the next worker takes to start on a loaded
+        # machine, so that worker's sweep finds it still there (a container that ended removes itself).
         wait_for(lambda: subprocess.run(["pgrep", "-f", f"conmon .*qval-{jobs_before[0]}"]).returncode == 0,
                  timeout=120, interval=0.1)
         s.kill("gpu-one")  # kill -9: the worker dies, its container and job folder stay behind
