@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import json
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -313,13 +313,16 @@ class Dataset:
         Files: ``manifest.json``, ``states.jsonl``, ``candidates.jsonl`` and
         ``labels.jsonl`` (``{"id", "target", "value"}``; kept apart so inputs can be
         handed out without labels), and ``images/`` holding every named image (only when
-        the dataset names images).  Afterwards ``images`` reads from that folder.
+        the dataset names images).  Afterwards ``images`` reads from that folder, and ``manifest`` is a
+        copy holding the fingerprints (a dataset this one was derived from keeps its own).
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.manifest.fingerprint = self.compute_fingerprint()
-        if self.manifest.secret_test:
-            self.manifest.split_fingerprints = self.split_fingerprints()
+        # A manifest of its own: a dataset derived with ``dataclasses.replace`` (a subset, a copy without images)
+        # shares its origin's, whose fingerprint must stay the origin's.
+        self.manifest = replace(self.manifest, fingerprint=self.compute_fingerprint(),
+                                split_fingerprints=self.split_fingerprints() if self.manifest.secret_test
+                                else self.manifest.split_fingerprints)
         names = self.image_names()
         if names:
             folder = directory / "images"

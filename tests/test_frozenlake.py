@@ -303,6 +303,18 @@ def test_rebuild_is_byte_identical_and_fingerprint_is_checked(
         schema.Dataset.read(tmp_path / "again", test_split_secret)
 
 
+def test_writing_a_derived_dataset_leaves_its_origin_alone(dataset: schema.Dataset, tmp_path) -> None:
+    """A subset made with ``dataclasses.replace`` starts with its origin's manifest; writing it gives it a manifest
+    of its own and leaves the origin's fingerprints as they were (the session's build, which other tests compare
+    rebuilds with, once took a text-only subset's)."""
+    before = (dataset.manifest.fingerprint, dict(dataset.manifest.split_fingerprints))
+    subset = replace(dataset, states=dataset.states_in("dev")[:3])
+    subset.write(tmp_path / "subset")
+    assert subset.manifest.fingerprint not in ("", before[0])
+    assert (dataset.manifest.fingerprint, dataset.manifest.split_fingerprints) == before
+    assert dataset.compute_fingerprint() == before[0]
+
+
 def test_unknown_builder_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(KeyError, match="unknown dataset 'nope'; choose one of .*frozenlake"):
         build.build(registry.builder("nope"), tmp_path)
