@@ -233,16 +233,19 @@ def test_rows_that_share_their_points_are_ranked_by_a_paired_test(client, loaded
     def spearman(s: np.ndarray) -> scoring.MetricRow:
         return next(r for r in scoring.score(truth, np.array(ids, dtype=object), s) if r.metric == "spearman")
 
-    for seed in range(40):  # the first draw where the intervals overlap and the paired test tells them apart
+    # The first draw where the intervals overlap and the paired test tells them apart. How far B falls behind for a
+    # given noise depends on the test split, which the session's secret draws: B's extra noise grows from small.
+    draws = [(extra, seed) for extra in (0.02, 0.03, 0.04, 0.05, 0.06, 0.08) for seed in range(10)]
+    for extra, seed in draws:
         rng = np.random.default_rng(seed)
         a = labels + rng.normal(0, 0.05, len(ids))
-        scores = {"a": a, "b": a + rng.normal(0, 0.08, len(ids))}
+        scores = {"a": a, "b": a + rng.normal(0, extra, len(ids))}
         rows = {name: spearman(s) for name, s in scores.items()}
         paired = compare.paired_bootstrap(truth.point_labels, scores["a"], scores["b"], design=truth.design)
         if rows["a"].details["ci95"][0] < rows["b"].details["ci95"][1] and paired.p_value < 0.01:
             break
     else:
-        pytest.fail("no draw of 40 has overlapping intervals and a paired p below .01")
+        pytest.fail(f"no draw of {len(draws)} has overlapping intervals and a paired p below .01")
     for name, row in rows.items():
         sub = run(loaded, staff, name, row.value, tuple(row.details["ci95"]), details=row.details)
         s = scores[name]
