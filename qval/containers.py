@@ -832,7 +832,7 @@ class Job:
         if backbone is not None and not is_socket(self.backbone_socket):
             raise ContainerError(f"no backbone is served on {self.backbone_socket}; start the server before the run")
         self._mount_output(limits.output_mb)
-        name = f"qval-{self.id}"
+        name = container_name(self.id)
         env = dict(os.environ, CONTAINERS_CONF=str(self.engine.conf))
         self._containers_left = True
         start = time.monotonic()
@@ -1002,11 +1002,43 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
     removed = []
     if containers and engine.kind == "podman" and (directory / "store").exists():
         listed = engine.call("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}", store=directory)
+        if listed.returncode != 0:
+            log.warning("could not list the containers of %s (exit %d): %s", directory, listed.returncode,
+                        listed.stderr.strip()[-500:])
         for name in listed.stdout.split():
             _remove_container(engine, name, store=directory)
             removed.append(name)
+        # A container podman does not list (seen once in seven runs when the worker running it was killed: its
+        # conmon ran, `ps -a` printed nothing) still has its init process, named in the pidfile podman wrote
+        # for conmon; killing it ends the container's PID namespace, every process of the method.
+        unlisted = _container_init_pids(directory)
+        if unlisted:
+            _kill_and_wait(unlisted)
+            removed.append(container_name(directory.name))
     _remove_tree(directory)
     return removed
+
+
+def container_name(job_id: str) -> str:
+    """The name of the container a :class:`Job` ``job_id`` runs (its id is its folder's name)."""
+    return f"qval-{job_id}"
+
+
+def _container_init_pids(directory: Path) -> list[int]:
+    """The running init processes of the containers in a podman job folder's runroot: the PID in each
+    ``run/overlay-containers/<id>/userdata/pidfile``, kept only while that process is in the container's
+    cgroup (its id in ``/proc/<pid>/cgroup``), so that a PID reused by another process is never named."""
+    pids = []
+    for pidfile in (directory / "run" / "overlay-containers").glob("*/userdata/pidfile"):
+        container_id = pidfile.parent.parent.name
+        try:
+            pid = int(pidfile.read_text().strip())
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        except (OSError, ValueError):
+            continue
+        if container_id in cgroup and _running(pid):
+            pids.append(pid)
+    return pids
 
 
 _REMOVE_ATTEMPTS = 10

@@ -586,8 +586,10 @@ def test_a_tar_claiming_another_images_tag_changes_nothing(engine, probe_tar, tm
     assert image_id(BASE_IMAGE) == base_before
 
 
-@pytest.mark.slow
-def test_sweep_removes_what_a_killed_worker_left(engine, probe_tar, frozenlake, tmp_path, nothing_left) -> None:
+def _worker_killed_while_its_container_runs(engine, probe_tar, tmp_path) -> tuple[Path, list[str], str]:  # type: ignore[no-untyped-def]
+    """A worker process that runs the probe's sleeper in a job, killed (SIGKILL) once its container runs: the job's
+    folder, the container's names as the engine listed them then, and the token only the container's processes
+    carry (in their environment, not their command line)."""
     token = uuid.uuid4().hex
     worker = textwrap.dedent(f"""
         import os
@@ -615,11 +617,30 @@ def test_sweep_removes_what_a_killed_worker_left(engine, probe_tar, frozenlake, 
     proc.wait()
     assert len(list(engine.work_root.iterdir())) == 1 and qc._mounts_under(engine.work_root)
     assert len(_processes_with(token)) == 1
+    return next(engine.work_root.iterdir()), running, token
 
+
+@pytest.mark.slow
+def test_sweep_removes_what_a_killed_worker_left(engine, probe_tar, frozenlake, tmp_path, nothing_left) -> None:
+    _, running, token = _worker_killed_while_its_container_runs(engine, probe_tar, tmp_path)
     removed = qc.sweep(engine)
     assert running[0] in removed
     assert _processes_with(token) == []
     # nothing_left checks the work root, the mounts and the shared store
+
+
+@pytest.mark.slow
+def test_sweep_ends_a_container_its_engine_no_longer_lists(engine, probe_tar, frozenlake, tmp_path,
+                                                           nothing_left) -> None:
+    """Podman once listed nothing in a killed worker's job store while the job's container ran (its conmon did;
+    one of seven runs of the killed-worker test in tests/test_faults.py). With the store's state database gone
+    the engine lists nothing in the same way; the sweep still ends the container and names it."""
+    job_dir, running, token = _worker_killed_while_its_container_runs(engine, probe_tar, tmp_path)
+    (job_dir / "store" / "libpod" / "bolt_state.db").unlink()
+    assert engine.call("ps", "-a", "--format", "{{.Names}}", store=job_dir).stdout.split() == []
+    removed = qc.sweep(engine)
+    assert running == [qc.container_name(job_dir.name)] and running[0] in removed
+    assert _processes_with(token) == []
 
 
 # -- the starter kit through the CLI ----------------------------------------------------
