@@ -1008,9 +1008,9 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
         for name in listed.stdout.split():
             _remove_container(engine, name, store=directory)
             removed.append(name)
-        # A container podman does not list (seen once in seven runs when the worker running it was killed: its
-        # conmon ran, `ps -a` printed nothing) still has its init process, named in the pidfile podman wrote
-        # for conmon; killing it ends the container's PID namespace, every process of the method.
+        # A container podman does not list (seen in 2 of 13 runs of the killed-worker fault test: its conmon
+        # ran, `ps -a` printed nothing) still has its init process, named in the pidfile podman wrote for
+        # conmon; killing it ends the container's PID namespace, every process of the method.
         unlisted = _container_init_pids(directory)
         if unlisted:
             _kill_and_wait(unlisted)

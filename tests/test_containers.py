@@ -632,9 +632,9 @@ def test_sweep_removes_what_a_killed_worker_left(engine, probe_tar, frozenlake, 
 @pytest.mark.slow
 def test_sweep_ends_a_container_its_engine_no_longer_lists(engine, probe_tar, frozenlake, tmp_path,
                                                            nothing_left) -> None:
-    """Podman once listed nothing in a killed worker's job store while the job's container ran (its conmon did;
-    one of seven runs of the killed-worker test in tests/test_faults.py). With the store's state database gone
-    the engine lists nothing in the same way; the sweep still ends the container and names it."""
+    """Podman has listed nothing in a killed worker's job store while the job's container ran (its conmon did; 2 of
+    13 runs of the killed-worker test in tests/test_faults.py). With the store's state database gone the engine
+    lists nothing in the same way; the sweep still ends the container and names it."""
     job_dir, running, token = _worker_killed_while_its_container_runs(engine, probe_tar, tmp_path)
     (job_dir / "store" / "libpod" / "bolt_state.db").unlink()
     assert engine.call("ps", "-a", "--format", "{{.Names}}", store=job_dir).stdout.split() == []

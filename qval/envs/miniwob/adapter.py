@@ -297,8 +297,8 @@ def still_screenshot(page: playwright.sync_api.Page) -> np.ndarray:
     element, so that no element is drawn hovered.
 
     Chromium updates an element's hover look after the pointer stops on it, on a timer that a loaded machine delays:
-    a screenshot right after a click showed the clicked checkbox hovered, or a neighbour, or none, so a restored
-    state's screenshot differed from the collected one.  With the pointer off the elements every screenshot of a
+    after the same click on click-checkboxes one screenshot showed a neighbouring box hovered and another the
+    clicked one, so a restored state's screenshot differed from the collected one.  With the pointer off the elements every screenshot of a
     state is the same (each action moves the pointer to its element again)."""
     size = page.viewport_size
     if size:
