@@ -76,6 +76,10 @@ log = logging.getLogger(__name__)
 LABEL = "org.qval.job"
 """Label on every container the runner starts (value: the job id); :func:`sweep` finds them by it."""
 
+RUNTIME = "runc"
+"""The OCI runtime podman runs containers with (``containers/containers.conf``); :func:`sweep` asks it
+directly for a container podman no longer lists."""
+
 LOG_KEEP_BYTES = 64 * 1024
 """How much of the start and of the end of stdout and stderr a :class:`RunResult` keeps."""
 
@@ -1008,12 +1012,19 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
         for name in listed.stdout.split():
             _remove_container(engine, name, store=directory)
             removed.append(name)
-        # A container podman does not list (seen in 2 of 13 runs of the killed-worker fault test: its conmon
-        # ran, `ps -a` printed nothing) still has its init process, named in the pidfile podman wrote for
-        # conmon; killing it ends the container's PID namespace, every process of the method.
-        unlisted = _container_init_pids(directory)
-        if unlisted:
-            _kill_and_wait(unlisted)
+        # A container podman does not list is ended through its runtime. Seen in the killed-worker fault test
+        # (tests/test_faults.py): `podman run` killed between the runtime's `create` and `start` left conmon and a
+        # waiting `runc init`, while podman's state and store no longer had the container (what removed it there
+        # was not established) -- and it outlived the job's folder. The job's engine
+        # processes go first (conmon, a `runc create` in flight: no container is created after this); then the
+        # runtime deletes every container it holds in the job's folder or still in its store; then any process
+        # still in such a container's cgroup is killed (an init whose `create` died before it wrote its state).
+        _stop_processes_in(directory)
+        unlisted = sorted(set(_container_ids(directory)) | set(_runtime_containers_in(directory)))
+        for container_id in unlisted:
+            _delete_from_runtime(container_id)
+        _kill_and_wait(_processes_in_cgroups_of(unlisted))
+        if unlisted and container_name(directory.name) not in removed:
             removed.append(container_name(directory.name))
     _remove_tree(directory)
     return removed
@@ -1024,20 +1035,56 @@ def container_name(job_id: str) -> str:
     return f"qval-{job_id}"
 
 
-def _container_init_pids(directory: Path) -> list[int]:
-    """The running init processes of the containers in a podman job folder's runroot: the PID in each
-    ``run/overlay-containers/<id>/userdata/pidfile``, kept only while that process is in the container's
-    cgroup (its id in ``/proc/<pid>/cgroup``), so that a PID reused by another process is never named."""
+def _container_ids(directory: Path) -> list[str]:
+    """The IDs of the containers in a podman job folder's store (each has a folder there from its
+    creation until its removal)."""
+    return sorted(p.name for p in (directory / "store" / "overlay-containers").glob("*") if p.is_dir())
+
+
+def _runtime_containers_in(directory: Path) -> list[str]:
+    """The IDs of the containers the OCI runtime (:data:`RUNTIME`) holds whose bundle is in ``directory``."""
+    try:
+        listed = subprocess.run([RUNTIME, "list", "--format", "json"], capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, timeout=60, check=False)
+        held = json.loads(listed.stdout) if listed.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        log.warning("%s could not list its containers: %s", RUNTIME, exc)
+        return []
+    if listed.returncode != 0:
+        log.warning("%s could not list its containers (exit %d): %s", RUNTIME, listed.returncode,
+                    listed.stderr.strip()[-500:])
+    return [c["id"] for c in held or [] if str(c.get("bundle", "")).startswith(f"{directory}/")]
+
+
+def _delete_from_runtime(container_id: str) -> None:
+    """Have the OCI runtime (:data:`RUNTIME`) kill every process of a container and forget it (its
+    state and cgroups); a container it does not hold is no error (``--force``)."""
+    try:
+        deleted = subprocess.run([RUNTIME, "delete", "--force", container_id], capture_output=True, text=True,
+                                 stdin=subprocess.DEVNULL, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("%s could not delete container %s: %s", RUNTIME, container_id[:12], exc)
+        return
+    if deleted.returncode != 0:
+        log.warning("%s could not delete container %s (exit %d): %s", RUNTIME, container_id[:12],
+                    deleted.returncode, deleted.stderr.strip()[-500:])
+
+
+def _processes_in_cgroups_of(container_ids: list[str]) -> list[int]:
+    """The host's processes whose cgroups name one of ``container_ids`` (podman puts a container's
+    processes in ``libpod-<id>`` cgroups; a container ID is 64 hex digits, so no other process matches)."""
+    if not container_ids:
+        return []
     pids = []
-    for pidfile in (directory / "run" / "overlay-containers").glob("*/userdata/pidfile"):
-        container_id = pidfile.parent.parent.name
-        try:
-            pid = int(pidfile.read_text().strip())
-            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
-        except (OSError, ValueError):
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
-        if container_id in cgroup and _running(pid):
-            pids.append(pid)
+        try:
+            cgroup = (entry / "cgroup").read_text()
+        except OSError:
+            continue
+        if any(container_id in cgroup for container_id in container_ids) and _running(int(entry.name)):
+            pids.append(int(entry.name))
     return pids
 
 

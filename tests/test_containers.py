@@ -191,6 +191,13 @@ def nothing_left(engine: qc.Engine):
     assert qc._mounts_under(engine.work_root) == []
     listed = engine.call("ps", "-a", "--filter", f"label={qc.LABEL}", "--format", "{{.Names}}")
     assert listed.stdout.split() == []
+    assert _runtime_containers_under(engine.work_root) == []
+
+
+def _runtime_containers_under(folder: Path) -> list[str]:
+    """The IDs of the containers the OCI runtime still holds whose bundle lies under ``folder``."""
+    listed = subprocess.run([qc.RUNTIME, "list", "--format", "json"], capture_output=True, text=True, check=True)
+    return [c["id"] for c in json.loads(listed.stdout or "null") or [] if c["bundle"].startswith(f"{folder}/")]
 
 
 def _processes_with(token: str) -> list[str]:
@@ -641,6 +648,44 @@ def test_sweep_ends_a_container_its_engine_no_longer_lists(engine, probe_tar, fr
     removed = qc.sweep(engine)
     assert running == [qc.container_name(job_dir.name)] and running[0] in removed
     assert _processes_with(token) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forgotten_by", ["podman's state", "podman's state and store", "podman and runc"])
+def test_sweep_ends_a_container_killed_between_its_create_and_start(engine, probe_tar, forgotten_by,
+                                                                    nothing_left) -> None:
+    """A worker killed while its `podman run` started the container -- after runc's `create`, before its `start` --
+    left conmon and a waiting `runc init` behind, while podman's state and store no longer had the container (3 of 5
+    runs of the killed-worker test in tests/test_faults.py). `create` and `init` leave a container in that state;
+    then podman's state database goes, or its store's folder for the container as well, or runc's state instead (a
+    `runc create` killed before it wrote it: only the container's cgroup still names it). The sweep ends the
+    container in every case and names it."""
+    with qc.Job(engine) as job:
+        image_id = job.load(probe_tar)
+        name = qc.container_name(job.id)
+        argv = job.run_argv(name, image_id, qc.Limits())
+        argv[argv.index("run")] = "create"
+        job._mount_output(qc.Limits().output_mb)
+        created = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CONTAINERS_CONF=str(engine.conf)))
+        assert created.returncode == 0, created.stderr
+        assert engine.call("init", name, store=job.dir).returncode == 0
+        container_id = engine.call("inspect", "--format", "{{.Id}}", name, store=job.dir).stdout.strip()
+        state = json.loads(subprocess.run([qc.RUNTIME, "state", container_id], capture_output=True).stdout)
+        assert state["status"] == "created" and qc._running(state["pid"])
+        (job.dir / "store" / "libpod" / "bolt_state.db").unlink()
+        assert engine.call("ps", "-a", "--format", "{{.Names}}", store=job.dir).stdout.split() == []
+        if forgotten_by == "podman's state and store":
+            folder = job.dir / "store" / "overlay-containers" / container_id
+            for point in qc._mounts_under(folder):
+                assert subprocess.run(["umount", str(point)]).returncode == 0
+            shutil.rmtree(folder)
+        elif forgotten_by == "podman and runc":
+            shutil.rmtree(Path("/run/runc") / container_id)  # runc's state folder (root's default --root)
+            assert subprocess.run([qc.RUNTIME, "state", container_id], capture_output=True).returncode != 0
+        removed = qc.sweep(engine)
+        assert name in removed and str(job.dir) in removed
+        assert subprocess.run([qc.RUNTIME, "state", container_id], capture_output=True).returncode != 0
+        assert not qc._running(state["pid"])
 
 
 # -- the starter kit through the CLI ----------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from qval import containers as qc
 from qval import schema
 from qval.envs import registry
 from tests.conftest import BASE_IMAGE, wait_for
@@ -224,21 +225,26 @@ def test_gpu_worker_killed_while_its_container_runs(frozenlake, data_dir, engine
         assert first["worker"] == "remote:gpu-one" and first["attempt"] == 1
         wait_for(lambda: any(engine.work_root.iterdir()), timeout=120)  # the job's folder
         jobs_before = [p.name for p in engine.work_root.iterdir()]
-        # its container runs once its conmon, named after the job, does (on a loaded machine loading the image can
-        # take longer than any fixed wait). It sleeps 30 s, longer than the next worker takes to start on a loaded
-        # machine, so that worker's sweep finds it still there (a container that ended removes itself).
-        wait_for(lambda: subprocess.run(["pgrep", "-f", f"conmon .*qval-{jobs_before[0]}"]).returncode == 0,
-                 timeout=120, interval=0.1)
+        name = qc.container_name(jobs_before[0])
+        # its container starts once its conmon, named after the job, runs (on a loaded machine loading the image can
+        # take longer than any fixed wait). The worker is killed then, before or after the runtime started the
+        # container; either way the next worker's sweep must end it. It sleeps 30 s, longer than the next worker takes
+        # to start on a loaded machine, so that the sweep finds it still there (a container that ended removes itself).
+        wait_for(lambda: subprocess.run(["pgrep", "-f", f"conmon .*{name}"]).returncode == 0, timeout=120, interval=0.1)
+        container_ids = [p.name for p in (engine.work_root / jobs_before[0] / "store" / "overlay-containers").iterdir()
+                         if p.is_dir()]
         s.kill("gpu-one")  # kill -9: the worker dies, its container and job folder stay behind
         s.start_remote_worker("gpu-two", key)
         data = s.wait_final(token, pk, timeout=300)
         assert data["state"] == "finished", (data, s.log("gpu-two")[-3000:])
         assert data["attempt"] == 2 and data["worker"] == "remote:gpu-two"
         log = s.log("gpu-two")
-        assert "swept" in log and f"qval-{jobs_before[0]}" in log  # the killed job's container and folder,
+        assert "swept" in log and name in log  # the killed job's container and folder,
         assert f"{engine.work_root / jobs_before[0]}" in log  # removed at the new worker's start
-        # and nothing of the killed run is left running (its conmon and container are named after the job).
-        wait_for(lambda: subprocess.run(["pgrep", "-f", f"qval-{jobs_before[0]}"]).returncode == 1, timeout=30)
+        # and nothing of the killed run is left: its conmon (named after the job), its container in the runtime.
+        wait_for(lambda: subprocess.run(["pgrep", "-f", name]).returncode == 1, timeout=30)
+        assert len(container_ids) == 1
+        assert subprocess.run([qc.RUNTIME, "state", container_ids[0]], capture_output=True).returncode != 0
         status = {w["name"]: w for w in __import__("requests").get(f"{s.url}/api/v1/status/").json()["workers"]}
         assert status["gpu-two"]["kind"] == "remote" and status["gpu-two"]["alive"]
     finally:
