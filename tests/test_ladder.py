@@ -305,7 +305,7 @@ class TestSiteLadder:
         from tests.test_attacks import _container_submission
 
         settings.QVAL_BOOTSTRAP_RESAMPLES = 0
-        file = upload(api, _noisy(frozenlake, 0.5, 8), method_name="file")["id"]
+        file = upload(api, _noisy(frozenlake, 1.0, 8), method_name="file")["id"]  # far enough below `better`'s 0.05
         finish(file)
         boxed = Submission.objects.get(pk=_container_submission(user, loaded, "test", *_noisy_scores(frozenlake, 2.0, 9)).pk)
         assert boxed.ladder_climbed is False and boxed.ladder_against_id == file  # paired on its predictions.jsonl
