@@ -1075,16 +1075,26 @@ def _processes_in_cgroups_of(container_ids: list[str]) -> list[int]:
     processes in ``libpod-<id>`` cgroups; a container ID is 64 hex digits, so no other process matches)."""
     if not container_ids:
         return []
+
+    def in_container(entry: Path) -> bool:
+        cgroup = (entry / "cgroup").read_text()
+        return any(container_id in cgroup for container_id in container_ids)
+
+    return _processes_where(in_container)
+
+
+def _processes_where(test: Callable[[Path], bool]) -> list[int]:
+    """The PIDs of the host's processes (but this one) whose ``/proc/<pid>`` folder passes ``test``; a
+    process that ends while it is read (``OSError``) is left out."""
     pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cgroup = (entry / "cgroup").read_text()
+            if test(entry):
+                pids.append(int(entry.name))
         except OSError:
             continue
-        if any(container_id in cgroup for container_id in container_ids) and _running(int(entry.name)):
-            pids.append(int(entry.name))
     return pids
 
 
@@ -1152,18 +1162,12 @@ def _stop_processes_in(directory: Path, timeout_s: float = 10.0) -> int:
     """SIGKILL every process (but this one) whose command line names ``directory`` or whose working
     directory is in it, and wait until they are gone; return how many there were."""
     folder = str(directory)
-    needle = folder.encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
-        except OSError:
-            continue
-        if needle in cmdline or cwd == folder or cwd.startswith(folder + "/"):
-            pids.append(int(entry.name))
+
+    def works_in(entry: Path) -> bool:
+        cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
+        return folder.encode() in (entry / "cmdline").read_bytes() or cwd == folder or cwd.startswith(folder + "/")
+
+    pids = _processes_where(works_in)
     _kill_and_wait(pids, timeout_s)
     return len(pids)
 
