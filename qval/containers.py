@@ -1015,10 +1015,10 @@ def _remove_job_dir(engine: Engine, directory: Path, *, containers: bool = True)
         # A container podman does not list is ended through its runtime. Seen in the killed-worker fault test
         # (tests/test_faults.py): `podman run` killed between the runtime's `create` and `start` left conmon and a
         # waiting `runc init`, while podman's state and store no longer had the container (what removed it there
-        # was not established) -- and it outlived the job's folder. The job's engine
-        # processes go first (conmon, a `runc create` in flight: no container is created after this); then the
-        # runtime deletes every container it holds in the job's folder or still in its store; then any process
-        # still in such a container's cgroup is killed (an init whose `create` died before it wrote its state).
+        # was not established) -- and it outlived the job's folder. The job's engine processes go first (conmon, a
+        # `runc create` in flight: no container is created after this); then the runtime deletes every container
+        # it holds in the job's folder or still in its store; then any process still in such a container's cgroup
+        # is killed (an init whose `create` died before it wrote its state).
         _stop_processes_in(directory)
         unlisted = sorted(set(_container_ids(directory)) | set(_runtime_containers_in(directory)))
         for container_id in unlisted:
@@ -1045,15 +1045,12 @@ def _runtime_containers_in(directory: Path) -> list[str]:
     """The IDs of the containers the OCI runtime (:data:`RUNTIME`) holds whose bundle is in ``directory``."""
     try:
         listed = subprocess.run([RUNTIME, "list", "--format", "json"], capture_output=True, text=True,
-                                stdin=subprocess.DEVNULL, timeout=60, check=False)
-        held = json.loads(listed.stdout) if listed.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-        log.warning("%s could not list its containers: %s", RUNTIME, exc)
+                                stdin=subprocess.DEVNULL, timeout=60, check=True)
+        held = json.loads(listed.stdout) or []  # `null` when it holds none
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:  # its stderr, when it exited non-zero
+        log.warning("%s could not list its containers: %s %s", RUNTIME, exc, (getattr(exc, "stderr", "") or "")[-500:])
         return []
-    if listed.returncode != 0:
-        log.warning("%s could not list its containers (exit %d): %s", RUNTIME, listed.returncode,
-                    listed.stderr.strip()[-500:])
-    return [c["id"] for c in held or [] if str(c.get("bundle", "")).startswith(f"{directory}/")]
+    return [c["id"] for c in held if str(c.get("bundle", "")).startswith(f"{directory}/")]
 
 
 def _delete_from_runtime(container_id: str) -> None:
