@@ -51,8 +51,9 @@
   or any other adapter, invalidates them: libdownward holds one problem per process).
   ``restore_mode="replay"``: every restore replays.  Both give the same data (tested).
 * **Speed.**  :func:`set_parse_memoization` caches TextWorld's text-template and query
-  parsing (tatsu), which dominates a step, and the PDDL-to-SAS translation, which dominates a
-  reset; the output is unchanged (tested).  Each task keeps its loaded game.
+  parsing (tatsu) and replaces the deep copies of its text generator's contexts, which
+  dominate a step, and caches the PDDL-to-SAS translation, which dominates a reset; the output
+  is unchanged (tested).  Each task keeps its loaded game.
 """
 
 from __future__ import annotations
@@ -502,6 +503,7 @@ _ORIGINALS: dict[str, Callable[..., Any]] = {
     "parse_and_convert": tw_textgen._parse_and_convert,
     "parse_conjunctive_query": Rule.parse_conjunctive_query.__func__,  # type: ignore[attr-defined]
     "pddl2sas": fast_downward.pddl2sas,
+    "copy_context": tw_textgen.copy_context,
 }
 
 
@@ -520,25 +522,37 @@ def _memoized_conjunctive_query(cls: type[Rule], expr: str) -> Rule:
     return _ORIGINALS["parse_conjunctive_query"](cls, expr)
 
 
+def _shallow_copy_context(context: dict[str, Any]) -> dict[str, Any]:
+    """TextWorld's ``copy_context`` without its deep copies: the text generator copies a context for every
+    symbol it derives, and only ever adds keys to the copy's ``variables`` and ``mapping`` (entity infos and
+    placeholders are never changed), so new dicts over the same entries give the same text.  The deep copies
+    were half the time of an ALFWorld step (measured in a dataset build)."""
+    return {**context, "variables": dict(context["variables"]), "mapping": dict(context["mapping"])}
+
+
 @functools.lru_cache(maxsize=64)
 def _memoized_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
     return _ORIGINALS["pddl2sas"](domain, problem, verbose=verbose, optimize=optimize)
 
 
 def set_parse_memoization(enabled: bool) -> None:
-    """Cache (``True``) or stop caching (``False``) the parsing TextWorld repeats; process-wide.
+    """Cache (``True``) or stop caching (``False``) the parsing TextWorld repeats, and the deep copies
+    it makes; process-wide.
 
     On every step TextWorld re-parses the same grammar snippets and fact queries with tatsu,
-    and every reset translates the same PDDL problem to SAS twice.  Caching the three parses
-    (text templates, conjunctive queries, ``fast_downward.pddl2sas``) makes steps and resets
-    several times faster and leaves every observation, command and reward unchanged (tested).
+    deep-copies a context for every symbol of its text (:func:`_shallow_copy_context`), and every
+    reset translates the same PDDL problem to SAS twice.  Caching the three parses (text templates,
+    conjunctive queries, ``fast_downward.pddl2sas``) and copying contexts shallowly makes steps and
+    resets several times faster and leaves every observation, command and reward unchanged (tested).
     """
     if enabled:
         tw_textgen._parse_and_convert = _memoized_parse_and_convert
+        tw_textgen.copy_context = _shallow_copy_context
         Rule.parse_conjunctive_query = classmethod(_memoized_conjunctive_query)  # type: ignore[assignment]
         fast_downward.pddl2sas = _memoized_pddl2sas
     else:
         tw_textgen._parse_and_convert = _ORIGINALS["parse_and_convert"]
+        tw_textgen.copy_context = _ORIGINALS["copy_context"]
         Rule.parse_conjunctive_query = classmethod(_ORIGINALS["parse_conjunctive_query"])  # type: ignore[assignment]
         fast_downward.pddl2sas = _ORIGINALS["pddl2sas"]
 
