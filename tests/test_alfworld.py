@@ -216,7 +216,11 @@ def test_a_detour_that_runs_out_of_horizon_gets_zero(game_root) -> None:
     assert labelling.q_value(roomier, snap, detour, discount=GAMMA) == pytest.approx(GAMMA ** (length - 1))
 
 
-def test_parse_memoization_keeps_every_output(game_root) -> None:
+def test_parse_memoization_keeps_every_output(game_root, tmp_path, monkeypatch) -> None:
+    """The same episode with TextWorld as it comes, with the memos and shallow copies, and again with the
+    translations read back from the disk cache alone."""
+    from qval.envs.alfworld import adapter
+
     def play(memoize: bool) -> list[tuple[str, str, float]]:
         set_parse_memoization(memoize)
         env = ALFWorld(SCENES[1:2], horizon=25, memoize_parsing=memoize, game_root=game_root)
@@ -227,9 +231,21 @@ def test_parse_memoization_keeps_every_output(game_root) -> None:
             seen.append((action, env.step(action).observation, env.reference_action() if not env.done else ""))
         return seen
 
+    monkeypatch.setenv("QVAL_ALFWORLD_CACHE", str(tmp_path))
+    adapter._memoized_pddl2sas.cache_clear()
     try:
-        assert play(False) == play(True)
+        plain, memoized = play(False), play(True)
+        stored = sorted((tmp_path / "sas").glob("*.pickle"))
+        assert len(stored) == 2  # the game's two translations (plain and optimised), each stored once
+        adapter._memoized_pddl2sas.cache_clear()
+        translate = adapter._ORIGINALS.pop("pddl2sas")  # nothing to translate with: the disk cache must answer
+        try:
+            from_disk = play(True)
+        finally:
+            adapter._ORIGINALS["pddl2sas"] = translate
+        assert plain == memoized == from_disk
     finally:
+        adapter._memoized_pddl2sas.cache_clear()
         set_parse_memoization(True)
 
 

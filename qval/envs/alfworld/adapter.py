@@ -52,8 +52,8 @@
   ``restore_mode="replay"``: every restore replays.  Both give the same data (tested).
 * **Speed.**  :func:`set_parse_memoization` caches TextWorld's text-template and query
   parsing (tatsu) and replaces the deep copies of its text generator's contexts, which
-  dominate a step, and caches the PDDL-to-SAS translation, which dominates a reset; the output
-  is unchanged (tested).  Each task keeps its loaded game.
+  dominate a step, and caches the PDDL-to-SAS translation, which dominates a reset, in memory and
+  on disk beside the game files; the output is unchanged (tested).  Each task keeps its loaded game.
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ from __future__ import annotations
 import copy
 import ctypes
 import functools
+import hashlib
 import json
 import os
+import pickle
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -532,7 +534,22 @@ def _shallow_copy_context(context: dict[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=64)
 def _memoized_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
-    return _ORIGINALS["pddl2sas"](domain, problem, verbose=verbose, optimize=optimize)
+    """The translation of ``problem`` to SAS, from this process's memo, else from the translation cache on disk
+    (:func:`cache_dir`, ``sas/``: a reset of a game any process of this machine loaded before costs no
+    translation), else translated and stored there."""
+    key = hashlib.sha256("\0".join((metadata.version("fast-downward-textworld"), str(optimize), domain,
+                                     problem)).encode()).hexdigest()
+    path = cache_dir() / "sas" / f"{key}.pickle"
+    try:
+        return pickle.loads(path.read_bytes())  # a cache this machine's processes wrote (as the game files)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass
+    translated = _ORIGINALS["pddl2sas"](domain, problem, verbose=verbose, optimize=optimize)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{key}.{os.getpid()}")
+    partial.write_bytes(pickle.dumps(translated, protocol=pickle.HIGHEST_PROTOCOL))
+    partial.replace(path)  # whole or not at all: another process may read it now
+    return translated
 
 
 def set_parse_memoization(enabled: bool) -> None:
@@ -542,8 +559,9 @@ def set_parse_memoization(enabled: bool) -> None:
     On every step TextWorld re-parses the same grammar snippets and fact queries with tatsu,
     deep-copies a context for every symbol of its text (:func:`_shallow_copy_context`), and every
     reset translates the same PDDL problem to SAS twice.  Caching the three parses (text templates,
-    conjunctive queries, ``fast_downward.pddl2sas``) and copying contexts shallowly makes steps and
-    resets several times faster and leaves every observation, command and reward unchanged (tested).
+    conjunctive queries, ``fast_downward.pddl2sas``, whose translations are also kept on disk for
+    every process: :func:`_memoized_pddl2sas`) and copying contexts shallowly makes steps and resets
+    several times faster and leaves every observation, command and reward unchanged (tested).
     """
     if enabled:
         tw_textgen._parse_and_convert = _memoized_parse_and_convert
