@@ -150,8 +150,8 @@ class TransformersBackend:
 
     ``path`` is a checkpoint directory (``config.json`` and weights), or with ``gguf_file`` the
     directory holding that GGUF file (e.g. :mod:`qval.smollm2`'s), whose weights are de-quantised to
-    float32 on load (``transformers`` reads it with the ``gguf`` package).  ``path`` may also be the
-    ``.gguf`` file itself.  ``sha256``: the GGUF file's expected digest, checked before loading
+    float32 (``transformers`` reads it with the ``gguf`` package) once per machine and then read from
+    :mod:`qval.model_cache`.  ``path`` may also be the ``.gguf`` file itself.  ``sha256``: the GGUF file's expected digest, checked before loading
     (:class:`qval.smollm2.ModelFileError` on a mismatch).
 
     Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
@@ -166,24 +166,21 @@ class TransformersBackend:
         path = Path(path)
         if gguf_file is None and path.suffix == ".gguf" and path.is_file():
             path, gguf_file = path.parent, path.name
-        load: dict[str, Any] = {"local_files_only": True}
+        self.name = name or (Path(gguf_file).stem if gguf_file else path.name)
         if gguf_file is not None:
-            from qval.smollm2 import check_digest
+            from qval.model_cache import converted
+            from qval.smollm2 import check_digest, file_sha256
 
             if not (path / gguf_file).is_file():
                 raise FileNotFoundError(f"{path / gguf_file}: no such GGUF checkpoint file")
             if sha256:
                 check_digest(path / gguf_file, sha256)
-            load["gguf_file"] = gguf_file
-            model_load: dict[str, Any] = {**load, "dtype": torch.float32}
+            path = converted(path, gguf_file, sha256 or file_sha256(path / gguf_file))
         elif not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a model checkpoint directory (no config.json)")
-        else:
-            model_load = load
-        self.name = name or (Path(gguf_file).stem if gguf_file else path.name)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path, **load)
-        self.model = AutoModelForCausalLM.from_pretrained(path, **model_load).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(self.device).eval()
         self._lock = threading.Lock()
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,

@@ -97,6 +97,37 @@ def test_the_manual_states_the_cards_facts() -> None:
         assert fact in text, fact
 
 
+# -- the conversion kept per machine ---------------------------------------------------------------
+@pytest.mark.slow
+def test_the_served_model_is_the_gguf_files_as_transformers_reads_it(smollm2) -> None:  # type: ignore[no-untyped-def]
+    """The session's backend reads the checkpoint :mod:`qval.model_cache` converted (once per machine): its
+    weights, tokenizer, chat prompt and end token are those of the GGUF file loaded by ``transformers`` here."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from qval import smollm2 as smol
+    from qval.model_cache import RECORD, converted
+
+    backend, _ = smollm2
+    folder = converted(smol.model_dir(), smol.FILE_NAME, smol.SHA256)
+    record = (folder / RECORD).read_text()
+    assert smol.SHA256 in record and backend.model.name_or_path == str(folder)
+    load = {"gguf_file": smol.FILE_NAME, "local_files_only": True}
+    direct = AutoModelForCausalLM.from_pretrained(smol.model_dir(), **load, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(smol.model_dir(), **load)
+    served = backend.model.state_dict()
+    assert set(served) == set(direct.state_dict())
+    assert all(torch.equal(served[k], v) for k, v in direct.state_dict().items())
+    chat = [{"role": "system", "content": "Rate the move."}, {"role": "user", "content": "FrozenLake: move left?"}]
+    assert backend.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) == \
+        tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    text = "You are in a kitchen. You see a fridge 1, a sinkbasin 1 and a mug 2."
+    assert backend.tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert backend.tokenizer.eos_token_id == tokenizer.eos_token_id
+    assert converted(smol.model_dir(), smol.FILE_NAME, smol.SHA256) == folder
+    assert (folder / RECORD).read_text() == record  # read again, not converted again
+
+
 # -- three methods end to end on SmolLM2 ---------------------------------------------------------
 def tiny_dataset(steps: int = 2, num_candidates: int = 2) -> schema.Dataset:
     """One FrozenLake trajectory of ``steps`` states, ``num_candidates`` candidates each (short prompts)."""
