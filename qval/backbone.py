@@ -167,6 +167,7 @@ class TransformersBackend:
         if gguf_file is None and path.suffix == ".gguf" and path.is_file():
             path, gguf_file = path.parent, path.name
         self.name = name or (Path(gguf_file).stem if gguf_file else path.name)
+        load: dict[str, Any] = {"local_files_only": True}
         if gguf_file is not None:
             from qval.model_cache import converted
             from qval.smollm2 import check_digest, file_sha256
@@ -175,12 +176,16 @@ class TransformersBackend:
                 raise FileNotFoundError(f"{path / gguf_file}: no such GGUF checkpoint file")
             if sha256:
                 check_digest(path / gguf_file, sha256)
-            path = converted(path, gguf_file, sha256 or file_sha256(path / gguf_file))
+            try:
+                path = converted(path, gguf_file, sha256 or file_sha256(path / gguf_file))
+            except OSError as exc:  # no cache this process may write: the file itself, de-quantised on load
+                log.warning("%s: its conversion cannot be kept (%s); reading the GGUF file itself", gguf_file, exc)
+                load.update(gguf_file=gguf_file, dtype=torch.float32)
         elif not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a model checkpoint directory (no config.json)")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path, **{k: v for k, v in load.items() if k != "dtype"})
+        self.model = AutoModelForCausalLM.from_pretrained(path, **load).to(self.device).eval()
         self._lock = threading.Lock()
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
