@@ -151,8 +151,8 @@ class TransformersBackend:
     ``path`` is a checkpoint directory (``config.json`` and weights), or with ``gguf_file`` the
     directory holding that GGUF file (e.g. :mod:`qval.smollm2`'s), whose weights are de-quantised to
     float32 (``transformers`` reads it with the ``gguf`` package) once per machine and then read from
-    :mod:`qval.model_cache`.  ``path`` may also be the ``.gguf`` file itself.  ``sha256``: the GGUF file's expected digest, checked before loading
-    (:class:`qval.smollm2.ModelFileError` on a mismatch).
+    :mod:`qval.model_cache`.  ``path`` may also be the ``.gguf`` file itself.  ``sha256``: the GGUF
+    file's expected digest, checked before loading (:class:`qval.smollm2.ModelFileError` on a mismatch).
 
     Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
     log-softmax (before temperature).  Calls are serialised: one model, one request at a time.

@@ -545,10 +545,13 @@ def _memoized_pddl2sas(domain: str, problem: str, verbose: bool = False, optimiz
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
         pass
     translated = _ORIGINALS["pddl2sas"](domain, problem, verbose=verbose, optimize=optimize)
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{key}.{os.getpid()}")
-    partial.write_bytes(pickle.dumps(translated, protocol=pickle.HIGHEST_PROTOCOL))
-    partial.replace(path)  # whole or not at all: another process may read it now
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(pickle.dumps(translated, protocol=pickle.HIGHEST_PROTOCOL))
+        partial.replace(path)  # whole or not at all: another process may read it now
+    except OSError:  # a cache this process cannot write: translated again next time, as before the cache
+        partial.unlink(missing_ok=True)
     return translated
 
 
