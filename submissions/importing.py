@@ -63,25 +63,55 @@ def _method(name: str) -> Method:
     return method
 
 
-def _upsert(row: ImportedRow, dataset: Dataset, rules: str) -> Submission:
-    """Create or update the imported submission of ``row`` and its results; return it."""
-    now = timezone.now()
+class _Registry:
+    """The methods and backbones an import links its rows to, each looked up (or created) once."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, Method] = {}
+        self._backbones: dict[str, Backbone] = {}
+
+    def method(self, name: str) -> Method:
+        if name not in self._methods:
+            self._methods[name] = _method(name)
+        return self._methods[name]
+
+    def backbone(self, name: str) -> Backbone:
+        if name not in self._backbones:
+            self._backbones[name] = Backbone.objects.get_or_create(name=name)[0]
+        return self._backbones[name]
+
+
+def _fields(row: ImportedRow, dataset: Dataset, rules: str, registry: _Registry) -> dict[str, object]:
+    """The submission fields of ``row``."""
     provenance = dict(row.provenance)
-    fields = {
+    return {
         "dataset": dataset, "split": "test", "target": row.target, "modality": row.modality,
-        "method_name": row.method, "backbone_name": row.backbone, "method": _method(row.method),
-        "backbone": Backbone.objects.get_or_create(name=row.backbone)[0], "source": row.source, "rules": rules,
+        "method_name": row.method, "backbone_name": row.backbone, "method": registry.method(row.method),
+        "backbone": registry.backbone(row.backbone), "source": row.source, "rules": rules,
         "provenance": provenance, "state": Submission.FINISHED, "filename": Path(provenance["file"]).name,
         "user": None,
     }
-    sub, created = Submission.objects.update_or_create(import_key=row.key, defaults=fields)
-    if created:
-        Submission.objects.filter(pk=sub.pk).update(received_at=now, finished_at=now)
+
+
+def _update(row: ImportedRow, dataset: Dataset, rules: str, registry: _Registry) -> Submission:
+    """Update the imported submission of ``row`` in place, and its results; return it."""
+    sub, _ = Submission.objects.update_or_create(import_key=row.key, defaults=_fields(row, dataset, rules, registry))
     results = [dict(r) for r in row.results]
     sub.results.exclude(metric__in=[r["metric"] for r in results]).delete()
     for result in results:
         Result.objects.update_or_create(submission=sub, metric=result.pop("metric"), defaults=result)
     return sub
+
+
+def _create(rows: list[ImportedRow], datasets: dict[str, Dataset], rules: str,
+            registry: _Registry) -> list[Submission]:
+    """Create the submissions of ``rows`` (none imported before) and their results, a few statements for all."""
+    now = timezone.now()
+    subs = Submission.objects.bulk_create([
+        Submission(import_key=row.key, received_at=now, finished_at=now,
+                   **_fields(row, datasets[row.environment], rules, registry)) for row in rows])
+    Result.objects.bulk_create([Result(submission=sub, **r) for sub, row in zip(subs, rows) for r in row.results])
+    return subs
 
 
 def _store_predictions(sub: Submission, data: bytes | None) -> None:
@@ -103,14 +133,22 @@ def _unchanged(keys: tuple[str, ...], digest: str) -> bool:
 
 
 def _import(results: PublishedResults, report: ImportReport, resamples: int) -> None:
-    """Import every batch of ``results`` whose data changed since the last import."""
+    """Import every batch of ``results`` whose data changed since the last import: rows imported before are
+    updated in place, the others created together."""
     datasets = {name: published_dataset(name, results) for name in results.environments()}
+    registry = _Registry()
     for batch in results.batches(resamples):
         setattr(report, batch.source, getattr(report, batch.source) + len(batch.keys))
         if _unchanged(batch.keys, batch.digest):
             continue
-        for row in batch.rows():
-            sub = _upsert(row, datasets[row.environment], results.rules)
+        rows = list(batch.rows())
+        known = set(Submission.objects.filter(import_key__in=[r.key for r in rows])
+                    .values_list("import_key", flat=True))
+        fresh = [row for row in rows if row.key not in known]
+        pairs = [(_update(row, datasets[row.environment], results.rules, registry), row)
+                 for row in rows if row.key in known]
+        pairs += zip(_create(fresh, datasets, results.rules, registry), fresh)
+        for sub, row in pairs:
             if row.source == "rescored":
                 _store_predictions(sub, row.predictions)
             report.results += len(row.results)

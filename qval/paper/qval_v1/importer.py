@@ -103,12 +103,13 @@ class QValV1(PublishedResults):
         def rows() -> Iterator[ImportedRow]:
             taus = {(c.environment, c.target, c.modality, c.method, c.backbone, c.metric): c
                     for c in paper_tau.tau_cells()[1]}
+            points_of = functools.cache(published.reported_points)  # one read of the files per count
             computed = {(e.environment, e.target, e.modality, e.method, e.backbone, e.metric): errata.computed_marks(e)
                         for e in errata.errata()[1]}
             for (env, backbone, method, target, modality), group in groups.items():
                 results = []
                 for r in group:
-                    points, points_from = published.reported_points(env, r.metric)
+                    points, points_from = points_of(env, r.metric)
                     row = {"metric": r.metric, "value": r.value, "p_value": None, "num_points": points,
                            "num_dropped": 0, "coverage": 1.0, "insufficient": False,
                            "details": {"std": r.std, "record": r.index, "num_points_from": points_from}}
