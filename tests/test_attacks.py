@@ -1773,10 +1773,12 @@ class TestCompareChannelAndWork:
         for t in threads:
             t.join(120)
         assert sorted(set(codes)) == [200, 429] and codes.count(200) <= 2, codes
-        # The 90th percentile, not the maximum: on a shared two-core test machine the scheduler
-        # alone stalls a request now and then (the old code: median 0.17 s, 90th percentile 0.4 s).
+        # The old code: median 0.17 s, 90th percentile 0.4 s. The median tells the two apart; the 90th percentile
+        # (of a dozen or so requests) only has to stay clear of the old code's, since on a shared two-core machine
+        # running other test processes the scheduler alone stalls a request now and then (0.14 s seen on a run where
+        # the median was 0.012 s).
         p50, p90 = np.quantile(latencies, [0.5, 0.9])
-        assert p90 < 0.1 and p50 < 0.05, f"/healthz took {p50:.3f} s (median), {p90:.3f} s (90%) during the compares"
+        assert p50 < 0.05 and p90 < 0.25, f"/healthz took {p50:.3f} s (median), {p90:.3f} s (90%) during the compares"
 
     def test_a_burst_of_heavy_sample_uploads_is_refused_past_the_work_bound(self, api, loaded, frozenlake,  # type: ignore[no-untyped-def]
                                                                              settings) -> None:
