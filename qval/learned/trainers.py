@@ -127,9 +127,9 @@ def _optimiser(net: torch.nn.Module, params: dict[str, Any]) -> tuple[torch.opti
     tabular features on FrozenLake (best-of-q, 3000 steps): within-state ρ 0.78 with Adam's L2 (1e-4), 0.88
     with AdamW or with no weight decay.
 
-    Fused: one pass over each weight per step instead of one per arithmetic operation; with the wide first layers
-    of one-hot and hashed features that pass is most of a step (the tabular Best-of-Q fit of the tests: about half
-    the time). The same update, up to float rounding."""
+    Fused: one pass over each weight per step instead of one per arithmetic operation, which matters for the wide
+    first layers of one-hot and hashed features (the tabular Best-of-Q test: 85.9 s before, 64.9 s after). The
+    same update, up to float rounding."""
     opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=params["weight_decay"], fused=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, int(params["steps"])))
     return opt, sched
