@@ -10,6 +10,7 @@ change since the last import is left as it is, so the import is idempotent.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,22 +64,16 @@ def _method(name: str) -> Method:
     return method
 
 
+def _backbone(name: str) -> Backbone:
+    return Backbone.objects.get_or_create(name=name)[0]
+
+
 class _Registry:
-    """The methods and backbones an import links its rows to, each looked up (or created) once."""
+    """The methods and backbones an import links its rows to, each looked up (or created) once per import."""
 
     def __init__(self) -> None:
-        self._methods: dict[str, Method] = {}
-        self._backbones: dict[str, Backbone] = {}
-
-    def method(self, name: str) -> Method:
-        if name not in self._methods:
-            self._methods[name] = _method(name)
-        return self._methods[name]
-
-    def backbone(self, name: str) -> Backbone:
-        if name not in self._backbones:
-            self._backbones[name] = Backbone.objects.get_or_create(name=name)[0]
-        return self._backbones[name]
+        self.method = functools.cache(_method)
+        self.backbone = functools.cache(_backbone)
 
 
 def _fields(row: ImportedRow, dataset: Dataset, rules: str, registry: _Registry) -> dict[str, object]:
