@@ -17,7 +17,7 @@ install:
 # Celery workers it starts) computes on one OpenMP thread: torch's second thread per process only spins
 # against the other processes on a 2-core machine. Bytecode is written even where the environment says not to
 # (PYTHONDONTWRITEBYTECODE, as in many container images): without it each test process rewrites the assertions of
-# every test module (collecting took 18.5 s of CPU, 7 s with the bytecode kept) and each site process the tests
+# every test module (collecting took 18.5 s, 7 s with the bytecode kept) and each site process the tests
 # start (web, Celery, manage.py) compiles the project again (an import of the worker's modules: 2.0 s, 1.7 s).
 TEST_WORKERS ?= 3
 test: install

@@ -74,7 +74,7 @@ def method_container_results(username: str, ds) -> tuple[int, int, int]:  # type
 
 WALK_TRAINING = {"steps": 150}
 """The seeded training runs' one override in the walk: a tenth of the default steps (the same experience, features
-and code path). Training at the defaults was most of the walk's own CPU time: 48 s, and 22 s with this override."""
+and code path). The walk's own CPU time (its process, one run each): 48 s at the defaults, 22 s with this."""
 
 
 @pytest.fixture
