@@ -15,14 +15,11 @@ install:
 # databases and ports for the fault tests' private stacks). Most slow tests wait on a container or a worker
 # process, so more processes than cores pay off. TEST_WORKERS=0 runs in this process. Each process (and the
 # Celery workers it starts) computes on one OpenMP thread: torch's second thread per process only spins
-# against the other processes on a 2-core machine. Bytecode is written even where the environment says not to
-# (PYTHONDONTWRITEBYTECODE, as in many container images): without it each test process rewrites the assertions of
-# every test module (collecting took 18.5 s, 7 s with the bytecode kept) and each site process the tests
-# start (web, Celery, manage.py) compiles the project again (an import of the worker's modules: 2.0 s, 1.7 s).
+# against the other processes on a 2-core machine.
 TEST_WORKERS ?= 3
 test: install
 	@scripts/ensure-services.sh
-	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 .venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 .venv/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 # The linter's rules (pyproject.toml [tool.ruff]); .ci/run runs it before the tests.
 lint: install
@@ -32,7 +29,7 @@ lint: install
 # a test by the fixtures it uses).
 test-fast: install
 	@scripts/ensure-services.sh
-	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -m "not slow and not container and not browser and not worker and not compose" $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -m "not slow and not container and not browser and not worker and not compose" $(PYTEST_ARGS)
 
 # The offline base image of method containers (python3 + numpy from Debian packages); cached.
 base-image: install
