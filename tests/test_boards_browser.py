@@ -79,8 +79,9 @@ and code path). The walk's own CPU time (its process, one run each): 48 s at the
 
 @pytest.fixture
 def fresh_site(live_server, celery_worker_process, loaded) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """What ``make up`` leaves: the published results imported, the reference rows of the hosted dataset run;
-    what the walk needs from the database, read before the browser starts."""
+    """What ``make up`` leaves: the published results imported, the reference rows of the hosted dataset run (the
+    training runs with :data:`WALK_TRAINING`'s steps); what the walk needs from the database, read before the
+    browser starts."""
     from learning.services import run_training
     from qval.paper.qval_v1 import published
     from qval_site.reference_rows import seed_reference_rows
