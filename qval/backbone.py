@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
+from qval.batcher import Batcher
 from qval.vllm import ServeSpec, VLLMManager
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,35 @@ class Backend(Protocol):
         """Complete a chat or a prompt (``sampling.echo``: with the prompt's own token logprobs)."""
 
 
+class _Sequence:
+    """One request in :meth:`TransformersBackend._generate_batch`: its prompt, settings and what it has decoded."""
+
+    def __init__(self, ids: list[int], sampling: Sampling, generator: Any, eos: int | None) -> None:
+        self.ids, self.sampling, self.generator, self.eos = ids, sampling, generator, eos
+        self.generated: list[int] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.prompt_logprobs: tuple[TokenLogprob, ...] = ()
+        self.finish = "length"
+        self.cache: Any = None
+        self.done = sampling.max_tokens == 0
+
+    def append(self, token: int) -> None:
+        """Add a decoded token; done at the end token or at ``max_tokens``."""
+        self.generated.append(token)
+        if token == self.eos:
+            self.finish, self.done = "stop", True
+        elif len(self.generated) >= self.sampling.max_tokens:
+            self.done = True
+
+    def result(self, tokenizer: Any) -> Generation:
+        """The finished request as a :class:`Generation` (stop strings applied)."""
+        text_ids = self.generated[:-1] if self.finish == "stop" else self.generated
+        text, stopped = _apply_stop(tokenizer.decode(text_ids, skip_special_tokens=True), self.sampling.stop)
+        return Generation(text=text, prompt_tokens=len(self.ids), completion_tokens=len(self.generated),
+                          finish_reason="stop" if stopped else self.finish, logprobs=tuple(self.logprobs),
+                          prompt_logprobs=self.prompt_logprobs)
+
+
 class TransformersBackend:
     """A causal language model from a local checkpoint (never downloaded).
 
@@ -155,11 +185,15 @@ class TransformersBackend:
     file's expected digest, checked before loading (:class:`qval.smollm2.ModelFileError` on a mismatch).
 
     Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
-    log-softmax (before temperature).  Calls are serialised: one model, one request at a time.
+    log-softmax (before temperature).  Concurrent requests are decoded together (:mod:`qval.batcher`, at
+    most ``max_batch`` at once): each prompt is read by its own forward pass (so its prompt logprobs and
+    first token are those of a request alone), then the sequences still going are decoded as one batch,
+    left-padded, each with its own sampling settings and seed.  A batch's float sums are not those of a
+    sequence alone, so a logprob may differ from the lone request's in its last digits.
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
-                 gguf_file: str | None = None, sha256: str | None = None) -> None:
+                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 16) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -187,6 +221,8 @@ class TransformersBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(path, **{k: v for k, v in load.items() if k != "dtype"})
         self.model = AutoModelForCausalLM.from_pretrained(path, **load).to(self.device).eval()
         self._lock = threading.Lock()
+        self.batcher: Batcher[tuple[list[int], Sampling], Generation] = Batcher(self._generate_batch,
+                                                                               max_batch=max_batch)
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
                     template: ChatTemplate = DEFAULT_TEMPLATE) -> list[int]:
@@ -217,55 +253,85 @@ class TransformersBackend:
 
     def generate(self, messages: Sequence[dict[str, str]] | None, prompt: str | None, sampling: Sampling,
                  template: ChatTemplate = DEFAULT_TEMPLATE) -> Generation:
-        import torch
-
         ids = self._prompt_ids(messages, prompt, template)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and len(ids) + sampling.max_tokens > limit:
             raise BackboneError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({sampling.max_tokens}) exceeds the "
                                      f"model's context of {limit} tokens", code="context_length_exceeded")
-        want_logprobs = sampling.top_logprobs is not None
-        k = sampling.top_logprobs or 0
-        eos = self.tokenizer.eos_token_id
+        return self.batcher.submit((ids, sampling))
+
+    def _generate_batch(self, requests: Sequence[tuple[list[int], Sampling]]) -> list[Generation]:
+        """Each request's prompt read alone, then the sequences still going decoded together (class docstring)."""
+        import torch
+        from transformers import DynamicCache
+
         with self._lock, torch.no_grad():
-            input_ids = torch.tensor([ids], device=self.device)
-            prompt_logprobs: tuple[TokenLogprob, ...] = ()
-            prompt_pass = None  # the echo's forward pass over the prompt, which is also the first generation step
-            if sampling.echo:
-                prompt_pass = self.model(input_ids, use_cache=sampling.max_tokens > 0)
-                logits = prompt_pass.logits[0].float().log_softmax(-1)
-                first = TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0])
-                prompt_logprobs = (first,) + tuple(
-                    self._logprob_entry(logits[i - 1], ids[i], k) for i in range(1, len(ids)))
-            generated: list[int] = []
-            entries: list[TokenLogprob] = []
-            finish = "length"
-            if sampling.max_tokens > 0:
-                gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
-                past = None
-                step_input = input_ids
-                for _ in range(sampling.max_tokens):
-                    out = prompt_pass if prompt_pass is not None else self.model(step_input, past_key_values=past,
-                                                                                  use_cache=True)
-                    prompt_pass = None
-                    past = out.past_key_values
-                    logits = out.logits[0, -1].float()
-                    logprobs = logits.log_softmax(-1)
-                    token = self._choose(logits, sampling, gen)
-                    if want_logprobs:
-                        entries.append(self._logprob_entry(logprobs, token, k))
-                    generated.append(token)
-                    if token == eos:
-                        finish = "stop"
-                        break
-                    step_input = torch.tensor([[token]], device=self.device)
-        text_ids = generated[:-1] if finish == "stop" else generated
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-        text, stopped = _apply_stop(text, sampling.stop)
-        if stopped:
-            finish = "stop"
-        return Generation(text=text, prompt_tokens=len(ids), completion_tokens=len(generated), finish_reason=finish,
-                          logprobs=tuple(entries), prompt_logprobs=prompt_logprobs)
+            rows = [self._prefill(ids, sampling) for ids, sampling in requests]
+            live = [row for row in rows if not row.done]
+            if len(live) == 1:
+                self._decode(live, live[0].cache, None)
+            elif live:
+                width = max(len(row.ids) for row in live)
+                layers = [[torch.nn.functional.pad(t, (0, 0, width - len(row.ids), 0)) for row in live
+                           for t in (row.cache.layers[i].keys, row.cache.layers[i].values)]
+                          for i in range(len(live[0].cache.layers))]
+                cache = DynamicCache()
+                for i, tensors in enumerate(layers):
+                    cache.update(torch.cat(tensors[0::2]), torch.cat(tensors[1::2]), i)
+                for row in live:
+                    row.cache = None
+                mask = torch.tensor([[0] * (width - len(row.ids)) + [1] * len(row.ids) for row in live],
+                                    device=self.device)
+                self._decode(live, cache, mask)
+        return [row.result(self.tokenizer) for row in rows]
+
+    def _prefill(self, ids: list[int], sampling: Sampling) -> "_Sequence":
+        """One prompt's forward pass: its prompt logprobs (echo) and its first token."""
+        import torch
+
+        row = _Sequence(ids, sampling, torch.Generator(device=self.device).manual_seed(sampling.seed),
+                        self.tokenizer.eos_token_id)
+        out = self.model(torch.tensor([ids], device=self.device), use_cache=sampling.max_tokens > 1,
+                         logits_to_keep=0 if sampling.echo else 1)
+        if sampling.echo:
+            logits = out.logits[0].float().log_softmax(-1)
+            first = TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0])
+            row.prompt_logprobs = (first,) + tuple(
+                self._logprob_entry(logits[i - 1], ids[i], sampling.top_logprobs or 0) for i in range(1, len(ids)))
+        if sampling.max_tokens > 0:
+            self._take(row, out.logits[0, -1])
+        row.cache = None if row.done else out.past_key_values
+        return row
+
+    def _decode(self, live: list["_Sequence"], cache: Any, mask: Any) -> None:
+        """Decode ``live`` (whose prompts ``cache`` holds, left-padded as ``mask`` says; None: one sequence,
+        no padding) one token a step until each has stopped; a stopped sequence leaves the batch."""
+        import torch
+
+        position = torch.tensor([[len(row.ids)] for row in live], device=self.device)
+        while live:
+            tokens = torch.tensor([[row.generated[-1]] for row in live], device=self.device)
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+            out = self.model(tokens, attention_mask=mask, position_ids=position, past_key_values=cache, use_cache=True)
+            for i, row in enumerate(live):
+                self._take(row, out.logits[i, -1])
+            keep = [i for i, row in enumerate(live) if not row.done]
+            if len(keep) < len(live) and keep:
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                position = position[index]
+                mask = mask[index] if mask is not None else None
+            live = [live[i] for i in keep]
+            position = position + 1
+
+    def _take(self, row: "_Sequence", logits: Any) -> None:
+        """Choose ``row``'s next token from its ``logits`` (and record its logprobs when asked)."""
+        logits = logits.float()
+        token = self._choose(logits, row.sampling, row.generator)
+        if row.sampling.top_logprobs is not None:
+            row.logprobs.append(self._logprob_entry(logits.log_softmax(-1), token, row.sampling.top_logprobs))
+        row.append(token)
 
     def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
         """Mean-pooled last hidden layer of each text (its tokens, special ones included); and the tokens read."""

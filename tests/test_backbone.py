@@ -154,6 +154,46 @@ def test_sampling_is_seeded(served: bb.BackboneServer) -> None:
     assert len(set(outs[1:])) > 1  # different seeds sample differently (4 draws of 12 tokens from ~400)
 
 
+def test_concurrent_requests_are_decoded_together_and_answered_as_if_alone(
+        served: bb.BackboneServer, backend: bb.TransformersBackend) -> None:
+    """Requests sent at once share decoding steps (fewer batches than requests) and get what each gets alone:
+    prompts of different lengths (left-padded), greedy and seeded sampling, different ``max_tokens``, logprobs,
+    a prompt echo (scored by its own forward pass) and a stop string."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    requests = []
+    for i in range(12):
+        chat = [CHAT[0], {"role": "user", "content": "The agent moved left. " * (1 + 3 * i) + "Is the action good?"}]
+        body: dict[str, Any] = {"messages": chat, "max_tokens": 4 + 3 * (i % 4), "temperature": 0 if i % 2 else 1.2,
+                                "seed": i}
+        if i % 3 == 0:
+            body.update(logprobs=True, top_logprobs=2)
+        if i == 5:
+            body["stop"] = ["e"]
+        requests.append(("/v1/chat/completions", body))
+    requests.append(("/v1/completions", {"prompt": "click the button " * 5, "max_tokens": 3, "echo": True,
+                                         "logprobs": 1, "temperature": 0}))
+    alone = [call(served, "POST", path, body) for path, body in requests]
+    before = backend.batcher.batches
+    with ThreadPoolExecutor(len(requests)) as pool:
+        together = list(pool.map(lambda r: call(served, "POST", r[0], r[1]), requests))
+    assert backend.batcher.batches - before < len(requests)
+    for (s1, a), (s2, b) in zip(alone, together):
+        assert s1 == s2 == 200, (a, b)
+        assert a["usage"] == b["usage"]
+        for x, y in zip(a["choices"], b["choices"]):
+            assert x.get("message", x.get("text")) == y.get("message", y.get("text"))
+            assert x["finish_reason"] == y["finish_reason"]
+            lx, ly = x.get("logprobs"), y.get("logprobs")
+            if lx and "content" in lx:
+                assert [e["logprob"] for e in lx["content"]] == pytest.approx([e["logprob"] for e in ly["content"]],
+                                                                              abs=1e-4)
+            elif lx:
+                assert lx["tokens"] == ly["tokens"]
+                assert lx["token_logprobs"][1:] == pytest.approx(ly["token_logprobs"][1:], abs=1e-4)
+    assert any(b["choices"][0]["finish_reason"] == "length" for _, b in together)
+
+
 @pytest.mark.parametrize(("path", "body", "status", "needle"), [
     ("/v1/chat/completions", {"messages": CHAT, "stream": True}, 400, "stream is not supported"),
     ("/v1/chat/completions", {"messages": CHAT, "n": 2}, 400, "n must be 1"),
