@@ -581,6 +581,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = 128  # connections waiting to be accepted; a client of a Unix socket that finds the
+    # queue full gets EAGAIN at once instead of waiting (socketserver's default, 5, refused a method's 8th request)
 
     def __init__(self, path: str, owner: "BackboneServer") -> None:
         self.owner = owner
@@ -589,6 +591,7 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class _TCPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
+    request_queue_size = 128
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], owner: "BackboneServer") -> None:
