@@ -13,7 +13,9 @@ No thread of its own: nothing to start or close.  Before a batch starts the lead
 ``window_s``, until as many items are pending as there were callers in flight at once since the previous
 batch started: after a batch of eight the next eight requests arrive some milliseconds apart (each client
 first reads its answer), and without the wait the first of them would run alone, the other seven behind it.
-The first batch waits for ``max_batch`` items; a single sequential caller then waits no more.
+The first batch waits for ``max_batch`` items.  A caller that has been alone (a sequential caller, or the
+first of a burst after one) waits ``solo_share`` of the previous batch's run time (at most ``window_s``) for
+company: 1 % of a sequential request's time at worst, and the burst's others join it.
 
 Django-free and model-free.
 """
@@ -45,12 +47,14 @@ class Batcher(Generic[T, R]):
     """
 
     def __init__(self, run: Callable[[Sequence[T]], Sequence[R]], *, max_batch: int = 8,
-                 window_s: float = 0.25) -> None:
+                 window_s: float = 0.25, solo_share: float = 0.01) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._run = run
         self.max_batch = max_batch
         self.window_s = window_s
+        self.solo_share = solo_share
+        self._last_run_s = 0.0
         self._cv = threading.Condition()
         self._pending: list[_Slot[T, R]] = []
         self._running = False
@@ -89,13 +93,17 @@ class Batcher(Generic[T, R]):
 
     def _gather(self) -> list[_Slot[T, R]]:
         """The next batch (the lock held): the oldest pending, after waiting for as many as were in flight."""
+        started = time.monotonic()
         want = min(self._peak, self.max_batch)
-        deadline = time.monotonic() + self.window_s
+        if want == 1:  # alone so far: wait a little for company, as many as come
+            want, limit = self.max_batch, min(self.window_s, self.solo_share * self._last_run_s)
+        else:
+            limit = self.window_s
         while len(self._pending) < want:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            waited = time.monotonic() - started
+            if waited >= limit:
                 break
-            self._cv.wait(left)
+            self._cv.wait(limit - waited)
         batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
         self._peak = self._in_flight
         self.batches += 1
@@ -104,6 +112,7 @@ class Batcher(Generic[T, R]):
 
     def _execute(self, batch: list[_Slot[T, R]]) -> None:
         """Run one batch (the lock not held) and hand each slot its result or the batch's exception."""
+        started = time.monotonic()
         try:
             results = list(self._run([s.item for s in batch]))
             if len(results) != len(batch):
@@ -112,5 +121,7 @@ class Batcher(Generic[T, R]):
             for s in batch:
                 s.error, s.done = exc, True
             return
+        finally:
+            self._last_run_s = time.monotonic() - started
         for s, r in zip(batch, results):
             s.result, s.done = r, True

@@ -85,3 +85,20 @@ def test_a_run_that_returns_the_wrong_number_of_results_is_an_error() -> None:
     batcher: Batcher[int, int] = Batcher(lambda items: [], max_batch=2, window_s=0)
     with pytest.raises(RuntimeError, match="a batch of 1 items gave 0 results"):
         batcher.submit(1)
+
+
+def test_a_burst_after_a_sequential_caller_runs_as_one_batch() -> None:
+    """The first of a burst, alone so far, waits (a share of the last batch's time) for the others to arrive."""
+    run = Recorder(seconds=0.2)
+    batcher = Batcher(run, max_batch=8, window_s=0.3, solo_share=1.0)
+    assert [batcher.submit(x) for x in range(2)] == [0, 1]  # sequential: batches of one
+    barrier = threading.Barrier(4)
+
+    def late(x: int) -> int:
+        barrier.wait()
+        time.sleep(0.02 * x)  # arriving 0-60 ms apart
+        return batcher.submit(x)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(late, range(10, 14))) == [x * x for x in range(10, 14)]
+    assert run.batches[2:] == [[10, 11, 12, 13]]
