@@ -42,7 +42,8 @@ class _Slot(Generic[T, R]):
 class Batcher(Generic[T, R]):
     """Run ``run(items) -> results`` (one result per item, in order) on batches of concurrently submitted items.
 
-    ``max_batch``: the most items in one batch.  ``window_s``: the longest a batch waits to fill (module
+    ``max_batch``: the most items in one batch.  ``window_s``: the longest a batch waits to fill;
+    ``solo_share``: the share of the previous batch's run time a caller that was alone waits for company (module
     docstring).  An exception raised by ``run`` is raised in every caller of that batch.
     """
 
