@@ -13,6 +13,7 @@ import http.client
 import json
 import math
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,8 @@ def test_a_prompt_that_starts_like_one_read_before_is_read_from_where_they_diffe
     answers = []
     for prefixes in (0, 8):
         backend = bb.TransformersBackend(tiny_model, name="tiny-llama", device="cpu", prefixes=prefixes, block=16)
-        with bb.BackboneServer(backend, 100_000, socket_path=Path(f"/tmp/qval-prefix-{prefixes}.sock")) as server:
+        with tempfile.TemporaryDirectory(prefix="qval-prefix-") as folder, \
+                bb.BackboneServer(backend, 100_000, socket_path=Path(folder) / "bb.sock") as server:  # a short path
             answers.append([call(server, "POST", path, body) for path, body in calls])
         if prefixes:
             assert backend.prefixes.hits == 2  # the second prompt (k 0) and the second chat
