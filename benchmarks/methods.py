@@ -81,10 +81,12 @@ def main() -> None:
                 server = stack.enter_context(BackboneServer(local, budget=2**62, socket_path=work / "llm.sock"))
                 backbone = f"unix:{server.socket_path}"
 
+            size, block = (local.prefixes.size, local.prefixes.block) if local else (0, 1)  # the backend's own
+
             def timed(method: str, concurrency: int, cache: Path, part: schema.Dataset = ds,
-                      prefixes: int = 8) -> dict[str, Any]:
-                if local is not None:
-                    local.prefixes = PrefixCache(prefixes)
+                      stored: bool = True) -> dict[str, Any]:
+                if local is not None:  # an empty store each run; none for the baseline
+                    local.prefixes = PrefixCache(size if stored else 0, block)
                 batches, items = (local.batcher.batches, local.batcher.items) if local else (0, 0)
                 wall, cpu = time.perf_counter(), time.process_time()
                 out = run_method(method, part, "dev", "q", backbone, cache_dir=cache,
@@ -99,7 +101,7 @@ def main() -> None:
                                    v_labels=ds.v_labels)
             for method in [m for m in args.methods.split(",") if m]:
                 timed(method, 1, work / method / "warm", first)  # warms the model and the method up (not counted)
-                runs = [("one at a time, whole prompts", timed(method, 1, work / method / "whole", prefixes=0)),
+                runs = [("one at a time, whole prompts", timed(method, 1, work / method / "whole", stored=False)),
                         ("one at a time, stored prompts", timed(method, 1, work / method / "serial")),
                         (f"{args.concurrency} at once, stored prompts",
                          timed(method, args.concurrency, work / method / "concurrent"))]
