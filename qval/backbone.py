@@ -303,15 +303,15 @@ class TransformersBackend:
         if entry is not None:
             for i, (keys, values) in enumerate(entry.layers):
                 past.update(keys[:, :, :start], values[:, :, :start], i)
-        block, rows = self.prefixes.block, []
+        block, chunks = self.prefixes.block, []
         for at in range(start, len(ids), block):  # fixed block offsets: the same floats, kept or not
             out = self.model(torch.tensor([ids[at:at + block]], device=self.device), past_key_values=past,
                              use_cache=True, logits_to_keep=0 if sampling.echo else 1)
             past = out.past_key_values
             if sampling.echo:
-                rows.append(out.logits[0].float().log_softmax(-1))
+                chunks.append(out.logits[0].float().log_softmax(-1))
         if sampling.echo:
-            logits = torch.cat(rows)
+            logits = torch.cat(chunks)
             read = tuple(self._logprob_entry(logits[i - 1 - start], ids[i], k) for i in range(max(1, start + 1), len(ids)))
             kept = entry.logprobs[:start + 1] if entry is not None and entry.logprobs is not None else (
                 TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0]),)
