@@ -190,7 +190,8 @@ class TransformersBackend:
     most ``max_batch`` at once): each prompt is read on its own, in blocks of ``block`` tokens at fixed offsets,
     from the longest of the last ``prefixes`` prompts read that it starts with (:mod:`qval.prefix_cache`: the
     same floats as a prompt read whole), then the sequences still going are decoded as one batch, left-padded,
-    each with its own sampling settings and seed.  A batch's float sums are not those of a sequence decoded
+    in a cache allocated once for the whole decode (:mod:`qval.decode_cache`), each with its own sampling
+    settings and seed.  A batch's float sums are not those of a sequence decoded
     alone, so a generated token's logprob may differ from a lone request's in its last digits.
     """
 
@@ -267,25 +268,20 @@ class TransformersBackend:
     def _generate_batch(self, requests: Sequence[tuple[list[int], Sampling]]) -> list[Generation]:
         """Each request's prompt read alone, then the sequences still going decoded together (class docstring)."""
         import torch
-        from transformers import DynamicCache
+
+        from qval.decode_cache import decode_cache
 
         with self._lock, torch.no_grad():
             rows = [self._prefill(ids, sampling) for ids, sampling in requests]
             live = [row for row in rows if not row.done]
-            if len(live) == 1:
-                self._decode(live, live[0].cache, None)
-            elif live:
+            if live:
                 width = max(len(row.ids) for row in live)
-                layers = [[torch.nn.functional.pad(t, (0, 0, width - len(row.ids), 0)) for row in live
-                           for t in (row.cache.layers[i].keys, row.cache.layers[i].values)]
-                          for i in range(len(live[0].cache.layers))]
-                cache = DynamicCache()
-                for i, tensors in enumerate(layers):
-                    cache.update(torch.cat(tensors[0::2]), torch.cat(tensors[1::2]), i)
+                cache = decode_cache([[(layer.keys, layer.values) for layer in row.cache.layers] for row in live],
+                                     width + max(row.sampling.max_tokens for row in live))
                 for row in live:
                     row.cache = None
-                mask = torch.tensor([[0] * (width - len(row.ids)) + [1] * len(row.ids) for row in live],
-                                    device=self.device)
+                mask = None if len(live) == 1 else torch.tensor(
+                    [[0] * (width - len(row.ids)) + [1] * len(row.ids) for row in live], device=self.device)
                 self._decode(live, cache, mask)
         return [row.result(self.tokenizer) for row in rows]
 
