@@ -14,8 +14,10 @@ No thread of its own: nothing to start or close.  Before a batch starts the lead
 batch started: after a batch of eight the next eight requests arrive some milliseconds apart (each client
 first reads its answer), and without the wait the first of them would run alone, the other seven behind it.
 The first batch waits for ``max_batch`` items.  A caller that has been alone (a sequential caller, or the
-first of a burst after one) waits ``solo_share`` of the previous batch's run time (at most ``window_s``) for
-company: 1 % of a sequential request's time at worst, and the burst's others join it.
+first of a burst after one) waits ``solo_share`` of the previous batch's run time for company, and goes on
+waiting while others keep arriving less than that apart (at most ``window_s`` in all): 1 % of a sequential
+request's time at worst, and a burst whose callers arrive one after another (each first prepares its request)
+runs as one batch, however many it holds.
 
 Django-free and model-free.
 """
@@ -56,6 +58,7 @@ class Batcher(Generic[T, R]):
         self.window_s = window_s
         self.solo_share = solo_share
         self._last_run_s = 0.0
+        self._last_arrival = 0.0
         self._cv = threading.Condition()
         self._pending: list[_Slot[T, R]] = []
         self._running = False
@@ -71,6 +74,7 @@ class Batcher(Generic[T, R]):
         slot: _Slot[T, R] = _Slot(item)
         with self._cv:
             self._pending.append(slot)
+            self._last_arrival = time.monotonic()
             self._in_flight += 1
             self._peak = max(self._peak, self._in_flight)
             self._cv.notify_all()
@@ -100,11 +104,11 @@ class Batcher(Generic[T, R]):
             want, limit = self.max_batch, min(self.window_s, self.solo_share * self._last_run_s)
         else:
             limit = self.window_s
-        while len(self._pending) < want:
-            waited = time.monotonic() - started
-            if waited >= limit:
+        while len(self._pending) < want:  # until ``limit`` has passed with no arrival, at most ``window_s``
+            now = time.monotonic()
+            if now - started >= self.window_s or (now - started >= limit and now - self._last_arrival >= limit):
                 break
-            self._cv.wait(limit - waited)
+            self._cv.wait(min(started + self.window_s, max(started, self._last_arrival) + limit) - now)
         batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
         self._peak = self._in_flight
         self.batches += 1

@@ -102,3 +102,20 @@ def test_a_burst_after_a_sequential_caller_runs_as_one_batch() -> None:
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(late, range(10, 14))) == [x * x for x in range(10, 14)]
     assert run.batches[2:] == [[10, 11, 12, 13]]
+
+
+def test_a_burst_that_arrives_over_longer_than_the_solo_wait_still_runs_as_one_batch() -> None:
+    """The solo wait (here 75 ms) goes on while callers keep arriving less than that apart (here 30 ms)."""
+    run = Recorder(seconds=0.2)
+    batcher = Batcher(run, max_batch=8, window_s=0.5, solo_share=0.375)
+    assert [batcher.submit(x) for x in range(2)] == [0, 1]
+    barrier = threading.Barrier(5)
+
+    def late(x: int) -> int:
+        barrier.wait()
+        time.sleep(0.03 * (x - 10))  # arriving 0-120 ms after the first
+        return batcher.submit(x)
+
+    with ThreadPoolExecutor(5) as pool:
+        assert list(pool.map(late, range(10, 15))) == [x * x for x in range(10, 15)]
+    assert run.batches[2:] == [[10, 11, 12, 13, 14]]
