@@ -196,7 +196,7 @@ class TransformersBackend:
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
-                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 16,
+                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 32,
                  prefixes: int = 8, block: int = 128) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from qval import metric_registry as rules_registry
 from qval import schema
+from qval.methods.llm import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
     import requests
@@ -494,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--split", default="dev")
     pr.add_argument("--target", default="q", choices=schema.TARGETS)
     pr.add_argument("--seed", type=int, default=0)
-    pr.add_argument("--concurrency", type=int, default=8, help="requests sent at once")
+    pr.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="requests sent at once")
     pr.add_argument("--model", help="the served model's name (default: the first the server lists)")
     pr.add_argument("--cache", help="response cache folder (default ~/.cache/qval/methods)")
     pr.add_argument("-o", "--out", help="predictions file (.parquet, .csv or .jsonl)")

@@ -6,10 +6,8 @@ import contextlib
 from typing import Any, Iterator
 
 from qval.methods import context
-from qval.methods.llm import LLMClient, open_backbone
+from qval.methods.llm import DEFAULT_CONCURRENCY, LLMClient, open_backbone
 from qval.methods.registry import MethodContext, MethodError, MethodSpec
-
-DEFAULT_CONCURRENCY = 8
 
 
 @contextlib.contextmanager
