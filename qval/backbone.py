@@ -61,7 +61,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from qval.batcher import Batcher
-from qval.prefix_cache import Entry, PrefixCache
+from qval.prefix_cache import Block, PrefixCache
 from qval.vllm import ServeSpec, VLLMManager
 
 log = logging.getLogger(__name__)
@@ -187,17 +187,18 @@ class TransformersBackend:
 
     Chat prompts use the tokenizer's chat template.  Logprobs are the model's own
     log-softmax (before temperature).  Concurrent requests are decoded together (:mod:`qval.batcher`, at
-    most ``max_batch`` at once): each prompt is read on its own, in blocks of ``block`` tokens at fixed offsets,
-    from the longest of the last ``prefixes`` prompts read that it starts with (:mod:`qval.prefix_cache`: the
-    same floats as a prompt read whole), then the sequences still going are decoded as one batch, left-padded,
-    in a cache allocated once for the whole decode (:mod:`qval.decode_cache`), each with its own sampling
-    settings and seed.  A batch's float sums are not those of a sequence decoded
-    alone, so a generated token's logprob may differ from a lone request's in its last digits.
+    most ``max_batch`` at once): each prompt is read on its own (a batch's in token order, so that prompts that
+    begin alike follow each other), in blocks of ``block`` tokens at fixed offsets, after the longest run of kept
+    blocks it starts with (:mod:`qval.prefix_cache`, ``prefixes`` blocks kept: the same floats as a prompt read
+    whole), then the sequences still going are decoded as one batch, left-padded, in a cache allocated once for
+    the whole decode (:mod:`qval.decode_cache`), each with its own sampling settings and seed.  A batch's float
+    sums are not those of a sequence decoded alone, so a generated token's logprob may differ from a lone
+    request's in its last digits.
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
                  gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 32,
-                 prefixes: int = 8, block: int = 128) -> None:
+                 prefixes: int = 64, block: int = 128) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -271,9 +272,13 @@ class TransformersBackend:
 
         from qval.decode_cache import decode_cache
 
+        # read in token order: prompts that begin alike (one state's candidates) follow each other, so each
+        # finds the one before it in the prefix store however many other prompts the batch holds
+        order = sorted(range(len(requests)), key=lambda i: requests[i][0])
         with self._lock, torch.no_grad():
-            rows = [self._prefill(ids, sampling) for ids, sampling in requests]
-            live = [row for row in rows if not row.done]
+            read = {i: self._prefill(*requests[i]) for i in order}
+            rows = [read[i] for i in range(len(requests))]
+            live = [read[i] for i in order if not read[i].done]
             if live:
                 width = max(len(row.ids) for row in live)
                 cache = decode_cache([[(layer.keys, layer.values) for layer in row.cache.layers] for row in live],
@@ -286,20 +291,21 @@ class TransformersBackend:
         return [row.result(self.tokenizer) for row in rows]
 
     def _prefill(self, ids: list[int], sampling: Sampling) -> "_Sequence":
-        """One prompt read in blocks, from the longest prompt read before that it starts with
-        (:mod:`qval.prefix_cache`): its prompt logprobs (echo) and its first token."""
+        """One prompt read in blocks, after the longest run of kept blocks it starts with
+        (:mod:`qval.prefix_cache`): its prompt logprobs (echo) and its first token; its new whole blocks kept."""
         import torch
         from transformers import DynamicCache
 
         row = _Sequence(ids, sampling, torch.Generator(device=self.device).manual_seed(sampling.seed),
                         self.tokenizer.eos_token_id)
         k = sampling.top_logprobs or 0
-        entry, start = self.prefixes.find(ids, k if sampling.echo else None)
+        kept = self.prefixes.find(ids, k if sampling.echo else None)
+        block, start = self.prefixes.block, len(kept) * self.prefixes.block
         past = DynamicCache()
-        if entry is not None:
-            for i, (keys, values) in enumerate(entry.layers):
-                past.update(keys[:, :, :start], values[:, :, :start], i)
-        block, chunks = self.prefixes.block, []
+        for i in range(len(kept[0].layers) if kept else 0):
+            past.update(torch.cat([b.layers[i][0] for b in kept], dim=-2),
+                        torch.cat([b.layers[i][1] for b in kept], dim=-2), i)
+        chunks = []
         for at in range(start, len(ids), block):  # fixed block offsets: the same floats, kept or not
             out = self.model(torch.tensor([ids[at:at + block]], device=self.device), past_key_values=past,
                              use_cache=True, logits_to_keep=0 if sampling.echo else 1)
@@ -308,12 +314,16 @@ class TransformersBackend:
                 chunks.append(out.logits[0].float().log_softmax(-1))
         if sampling.echo:
             logits = torch.cat(chunks)
-            read = tuple(self._logprob_entry(logits[i - 1 - start], ids[i], k) for i in range(max(1, start + 1), len(ids)))
-            kept = entry.logprobs[:start + 1] if entry is not None and entry.logprobs is not None else (
-                TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0]),)
-            row.prompt_logprobs = kept + read
-        self.prefixes.add(Entry(tuple(ids), tuple((layer.keys, layer.values) for layer in past.layers),
-                                row.prompt_logprobs or None, k))
+            row.prompt_logprobs = ((TokenLogprob(self._token(ids[0]), float("nan"), (), ids[0]),)
+                                   + tuple(lp for b in kept for lp in b.logprobs or ())
+                                   + tuple(self._logprob_entry(logits[i - 1 - start], ids[i], k)
+                                           for i in range(start + 1, len(ids))))
+        if self.prefixes.size > 0:
+            new = [Block(tuple((layer.keys[:, :, j * block:(j + 1) * block].clone(),
+                                layer.values[:, :, j * block:(j + 1) * block].clone()) for layer in past.layers),
+                         row.prompt_logprobs[j * block + 1:(j + 1) * block + 1] if sampling.echo else None, k)
+                   for j in range(len(kept), self.prefixes.usable(ids))]
+            self.prefixes.add(ids, kept + new)
         if sampling.max_tokens > 0:
             self._take(row, out.logits[0, -1])
         row.cache = None if row.done else past

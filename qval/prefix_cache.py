@@ -1,98 +1,106 @@
-"""Prompts read before: the longest stored prefix of a new prompt, so that only the rest is read again.
+"""Prompts read before, kept as blocks: a new prompt starts after the longest run of blocks it shares with them.
 
 A method's requests share long beginnings: the system prompt with the environment's description (about 270-300 of
-SmolLM2's 600 prompt tokens on FrozenLake), and a state's text across its candidates.  A model's keys and values at
-a prompt's first *p* tokens depend on those tokens alone, so :class:`qval.backbone.TransformersBackend` keeps the
-key/value tensors of the last few prompts it read (:class:`PrefixCache`) and, for a new prompt, starts from the
-stored prompt that shares the most tokens with it.
+SmolLM2's 600 prompt tokens on FrozenLake), and a state's text across its candidates and its Yes/No readouts.  A
+model's keys and values at a prompt's first *p* tokens depend on those tokens alone, so
+:class:`qval.backbone.TransformersBackend` keeps them and, for a new prompt, reads only what comes after the part
+already kept.
 
 The backend reads every prompt in blocks of ``block`` tokens at fixed offsets (0, ``block``, 2 ``block``, ...),
-and a stored prompt is used up to a block boundary only.  Each block's keys, values and logits are then computed
-from the same numbers in the same shapes whether the blocks before it were read now or kept, so a prompt's
-logprobs do not depend on what was read before it: a rerun gives the same floats to the last digit.
+and :class:`PrefixCache` keeps each whole block once, as a :class:`Block`, under the tokens from the prompt's start
+to the block's end and one token beyond: every prompt that begins with those tokens uses the same block, so a
+system prompt that a thousand prompts share is kept once.  Each block's keys, values and logits are computed from
+the same numbers in the same shapes whether the blocks before it were read now or kept, so a prompt's logprobs do
+not depend on what was read before it: a rerun gives the same floats to the last digit.
 
-An entry may also hold the prompt's own token logprobs (a request that echoed its prompt), with the number of
-alternatives ``k`` they list: an echo request can start from an entry only if it has them for its own ``k``, since
-the tokens it does not read again need their logprobs too.  The tokens used stop before the shared part ends
-(:meth:`PrefixCache.find`), so the logprob of the prompt's first new token comes from a forward pass.
+The token beyond the block is part of its key because a block may also hold the prompt's own token logprobs (a
+request that echoed its prompt): the logits of a block's positions score the tokens one position later, the last of
+them the next block's first token.  A block with logprobs lists the number of alternatives ``k`` they carry, and an
+echo request can start after a block only if it has them for its own ``k``.  A prompt's last token is never inside
+a block it uses: its logits give the first generated token.
 
-The tensors are opaque here (the backend slices them): Django-free and torch-free.
+The tensors are opaque here (the backend slices and joins them): Django-free and torch-free.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-@dataclass(frozen=True)
-class Entry:
-    """A prompt read before: its token ids, its per-layer (keys, values) and, if it was echoed, its token logprobs."""
 
-    ids: tuple[int, ...]
+@dataclass(frozen=True)
+class Block:
+    """One block of a prompt read before: its per-layer (keys, values) at its ``block`` positions and, if the
+    prompt was echoed, the logprobs of the tokens one position later (``k`` alternatives each)."""
+
     layers: tuple[tuple[Any, Any], ...]
     logprobs: tuple[Any, ...] | None = None
     k: int = 0
 
 
-def shared_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` have in common."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class PrefixCache:
-    """The last ``size`` prompts read (least recently used first out; ``size`` 0 keeps none), used in whole
-    blocks of ``block`` tokens (module docstring).
+    """Up to ``size`` blocks of ``block`` tokens (``size`` 0 keeps none), the least recently used dropped first
+    (module docstring).
 
-    Memory: an entry holds its prompt's keys and values, for SmolLM2-135M 46 KB a token (30 layers, 3 key/value
-    heads of 64 floats each, keys and values in float32), so 27 MB for a 600-token prompt.
+    Memory: a block holds ``block`` positions' keys and values, for SmolLM2-135M 46 KB a position (30 layers, 3
+    key/value heads of 64 floats each, keys and values in float32), so 5.9 MB a 128-token block; the default 64
+    blocks, 377 MB, hold the system prompt once and the rest of some 30 FrozenLake prompts.
     """
 
-    def __init__(self, size: int = 8, block: int = 128) -> None:
+    def __init__(self, size: int = 64, block: int = 128) -> None:
         if block < 1:
             raise ValueError("block must be at least 1")
         self.size = size
         self.block = block
-        self._entries: list[Entry] = []
+        self._blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
         self.hits = 0
-        """Prompts that started from a stored one."""
+        """Prompts that started after kept blocks."""
         self.skipped = 0
         """Prompt tokens not read again, over all hits."""
 
-    def find(self, ids: Sequence[int], echo_k: int | None = None) -> tuple[Entry | None, int]:
-        """The entry to start ``ids`` from and how many of its tokens to use (``(None, 0)``: read it all).
+    def _key(self, ids: Sequence[int], index: int) -> tuple[int, ...]:
+        return tuple(ids[:(index + 1) * self.block + 1])
 
-        ``echo_k``: the request echoes its prompt with ``k`` alternatives (only entries with logprobs for that
-        ``k`` qualify).  The tokens used are whole blocks before the last token the two share and before the
-        prompt's last token, so at least one token is read (its logits give the next token, and the first new
-        token's logprob comes from a forward pass).
+    def usable(self, ids: Sequence[int]) -> int:
+        """How many whole blocks of ``ids`` could be kept: those ending before its last token."""
+        return (len(ids) - 1) // self.block
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def find(self, ids: Sequence[int], echo_k: int | None = None) -> list[Block]:
+        """The longest run of kept blocks that ``ids`` starts with (``[]``: read it all); ``len(run) * block``
+        tokens need not be read again.
+
+        ``echo_k``: the request echoes its prompt with ``k`` alternatives (only blocks with logprobs for that ``k``
+        qualify).
         """
-        best, used = None, 0
-        for entry in self._entries:
-            if echo_k is not None and (entry.logprobs is None or entry.k != echo_k):
-                continue
-            n = (min(shared_length(entry.ids, ids), len(ids)) - 1) // self.block * self.block
-            if n > used:
-                best, used = entry, n
-        if best is None:
-            return None, 0
-        self._entries.remove(best)
-        self._entries.append(best)
-        self.hits += 1
-        self.skipped += used
-        return best, used
+        run: list[Block] = []
+        for index in range(self.usable(ids)):
+            found = self._blocks.get(self._key(ids, index))
+            if found is None or (echo_k is not None and (found.logprobs is None or found.k != echo_k)):
+                break
+            run.append(found)
+        for index in reversed(range(len(run))):  # the first blocks, which every longer run needs, last out
+            self._blocks.move_to_end(self._key(ids, index))
+        if run:
+            self.hits += 1
+            self.skipped += len(run) * self.block
+        return run
 
-    def add(self, entry: Entry) -> None:
-        """Keep ``entry`` (replacing one of the same tokens), dropping the least recently used beyond ``size``."""
+    def add(self, ids: Sequence[int], blocks: Sequence[Block]) -> None:
+        """Keep ``blocks`` as the first blocks of ``ids`` (those it cannot use are not kept; a kept block without
+        logprobs is replaced by one with them), the first most recently used, dropping the least recently used
+        beyond ``size``."""
         if self.size <= 0:
             return
-        same = next((e for e in self._entries if e.ids == entry.ids), None)
-        if same is not None and entry.logprobs is None and same.logprobs is not None:
-            entry = same  # the stored one can serve echo requests too
-        self._entries = [e for e in self._entries if e.ids != entry.ids]
-        self._entries.append(entry)
-        del self._entries[:-self.size]
+        for index in reversed(range(min(len(blocks), self.usable(ids)))):
+            key, block = self._key(ids, index), blocks[index]
+            kept = self._blocks.get(key)
+            if kept is not None and block.logprobs is None and kept.logprobs is not None:
+                block = kept  # the kept one can serve echo requests too
+            self._blocks[key] = block
+            self._blocks.move_to_end(key)
+        while len(self._blocks) > self.size:
+            self._blocks.popitem(last=False)

@@ -1,71 +1,71 @@
-"""Prompts read before (qval.prefix_cache): which stored prompt a new one starts from, and how much of it."""
+"""Prompts read before, kept as blocks (qval.prefix_cache): which blocks a new prompt starts after."""
 
 from __future__ import annotations
 
-from qval.prefix_cache import Entry, PrefixCache, shared_length
-
-
-def entry(ids: list[int], logprobs: bool = False, k: int = 0) -> Entry:
-    return Entry(tuple(ids), ((f"keys{len(ids)}", f"values{len(ids)}"),), tuple(ids) if logprobs else None, k)
-
+from qval.prefix_cache import Block, PrefixCache
 
 BASE = list(range(100, 140))  # 40 tokens
 
 
-def test_the_longest_shared_prompt_is_used_up_to_one_token_before_they_differ() -> None:
-    cache = PrefixCache(block=1)
-    short, long = entry(BASE[:20] + [1, 2]), entry(BASE[:30] + [3])
-    cache.add(short)
-    cache.add(long)
-    found, used = cache.find(BASE)
-    assert found is long and used == 29  # shares 30 tokens: the 30th is read again
-    assert cache.hits == 1 and cache.skipped == 29
+def blocks(ids: list[int], size: int, logprobs: bool = False, k: int = 0) -> list[Block]:
+    """Stand-in blocks of ``ids`` (the store never looks inside them), naming the tokens they hold."""
+    return [Block(((f"keys{ids[i:i + size]}", f"values{ids[i:i + size]}"),),
+                  tuple(ids[i + 1:i + size + 1]) if logprobs else None, k)
+            for i in range(0, len(ids) - size, size)]
 
 
-def test_a_prompt_equal_to_a_stored_one_still_reads_its_last_token() -> None:
-    cache = PrefixCache(block=1)
-    cache.add(entry(BASE))
-    assert cache.find(BASE)[1] == len(BASE) - 1
-    assert cache.find(BASE[:25])[1] == 24  # a prompt inside a stored one
+def test_a_prompt_starts_after_the_longest_run_of_kept_blocks_it_begins_with() -> None:
+    cache = PrefixCache(block=8)
+    cache.add(BASE[:30] + [1], blocks(BASE[:30] + [1], 8))  # three usable blocks: 0-7, 8-15, 16-23
+    found = cache.find(BASE)
+    assert [b.layers[0][0] for b in found] == [f"keys{BASE[i:i + 8]}" for i in (0, 8, 16)]
+    assert cache.hits == 1 and cache.skipped == 24
+    assert len(cache.find(BASE[:24] + [7] * 10)) == 2  # the token after block 16-23 differs: it is not used
+    assert cache.find([5] + BASE) == [] and cache.hits == 2
 
 
-def test_only_whole_blocks_are_used() -> None:
-    cache = PrefixCache(block=16)
-    cache.add(entry(BASE[:16] + [7]))
-    assert cache.find(BASE[:16] + [9, 9]) == (None, 0)  # 15 tokens could be skipped: less than a block
-    cache.add(entry(BASE[:35] + [7]))
-    assert cache.find(BASE)[1] == 32  # 34 could be skipped: two blocks
-    assert cache.find(BASE[:33])[1] == 32 and cache.find(BASE[:32])[1] == 16  # the last token is always read
-    assert shared_length([1, 2, 3], [1, 2, 4, 5]) == 2
+def test_a_prompt_always_reads_its_last_token() -> None:
+    cache = PrefixCache(block=8)
+    cache.add(BASE, blocks(BASE, 8))
+    assert len(cache) == 4  # 40 tokens: the fifth block would hold the last token
+    assert len(cache.find(BASE)) == 4 and len(cache.find(BASE[:33])) == 4
+    assert len(cache.find(BASE[:32])) == 3  # block 24-31 would end at the prompt's last token
 
 
-def test_an_echo_request_needs_stored_logprobs_for_its_own_k() -> None:
-    cache = PrefixCache(block=1)
-    cache.add(entry(BASE))
-    assert cache.find(BASE, echo_k=0) == (None, 0)
-    with_logprobs = entry(BASE[:35], logprobs=True, k=2)
-    cache.add(with_logprobs)
-    assert cache.find(BASE, echo_k=0) == (None, 0)
-    assert cache.find(BASE, echo_k=2) == (with_logprobs, 34)
-    assert cache.find(BASE)[0].ids == tuple(BASE)  # no echo: the longer one without logprobs
+def test_blocks_that_prompts_share_are_kept_once() -> None:
+    cache = PrefixCache(block=8)
+    for tail in range(5):
+        ids = BASE[:17] + [tail] * 19
+        cache.add(ids, blocks(ids, 8))
+    assert len(cache) == 2 + 5 * 2  # the two shared blocks once, and each prompt's own two (of 36 tokens: 4)
+    assert len(cache.find(BASE[:17] + [3] * 19)) == 4
 
 
-def test_the_least_recently_used_goes_first_and_logprobs_are_not_replaced_by_none() -> None:
-    cache = PrefixCache(size=2, block=1)
-    a, b, c = entry([1] * 20 + BASE), entry([2] * 20 + BASE), entry([3] * 20 + BASE)
-    cache.add(a)
-    cache.add(b)
-    assert cache.find([1] * 20 + [0])[0] is a  # a is used, so b is now the oldest
-    cache.add(c)
-    assert cache.find([2] * 20 + [0]) == (None, 0)
-    assert cache.find([1] * 20 + [0])[0] is a and cache.find([3] * 20 + [0])[0] is c
-    echoed = entry([1] * 20 + BASE, logprobs=True)
-    cache.add(echoed)
-    cache.add(entry([1] * 20 + BASE))  # read again without echo: the entry with logprobs stays
-    assert cache.find([1] * 20 + [0], echo_k=0)[0] is echoed
+def test_an_echo_request_needs_kept_logprobs_for_its_own_k() -> None:
+    cache = PrefixCache(block=8)
+    cache.add(BASE, blocks(BASE, 8))
+    assert cache.find(BASE, echo_k=0) == []
+    cache.add(BASE[:20], blocks(BASE[:20], 8, logprobs=True, k=2))  # blocks 0-7 and 8-15 again, with logprobs
+    assert cache.find(BASE, echo_k=0) == []
+    found = cache.find(BASE, echo_k=2)
+    assert len(found) == 2 and found[1].logprobs == tuple(BASE[9:17])  # tokens 9-16: scored by positions 8-15
+    assert len(cache.find(BASE)) == 4  # no echo: every kept block
+    cache.add(BASE, blocks(BASE, 8))  # read again without echo: the blocks with logprobs stay
+    assert len(cache.find(BASE, echo_k=2)) == 2
+
+
+def test_the_least_recently_used_blocks_go_first_and_a_prompts_first_blocks_last() -> None:
+    cache = PrefixCache(size=4, block=8)
+    a, b = [1] * 17 + BASE, [2] * 17 + BASE
+    cache.add(a[:17], blocks(a[:17], 8))  # a's two blocks
+    cache.add(b[:17], blocks(b[:17], 8))  # b's two blocks
+    assert len(cache.find(a)) == 2  # a is used: b's blocks are now the oldest
+    cache.add(a[:25], blocks(a[:25], 8))  # a's third block: one of b's goes, its second block first
+    assert len(cache) == 4 and len(cache.find(a)) == 3
+    assert len(cache.find(b)) == 1  # b's first block is still there
 
 
 def test_size_zero_keeps_nothing() -> None:
-    cache = PrefixCache(size=0)
-    cache.add(entry(BASE))
-    assert cache.find(BASE) == (None, 0)
+    cache = PrefixCache(size=0, block=8)
+    cache.add(BASE, blocks(BASE, 8))
+    assert cache.find(BASE) == [] and len(cache) == 0
