@@ -5,7 +5,7 @@ four times against the same server, as a reference row does (target ``q``, the m
 
 1. one request at a time (option ``concurrency`` 1), every prompt read whole, empty cache: the baseline, what our
    server did before it batched requests and kept prompts;
-2. one request at a time, a prompt read from where it differs from one of the last 8 read
+2. one request at a time, a prompt read only after the blocks it begins with that the server keeps
    (:mod:`qval.prefix_cache`), another empty cache;
 3. ``--concurrency`` requests at once, decoded together (:mod:`qval.batcher`), prompts kept as in (2), another
    empty cache: what the server does now;
@@ -19,9 +19,9 @@ transformers-backed server (``--backbone DIR``; ``--backbone smollm2-135m``: Smo
 (``--backbone http://...``, e.g. ``vllm serve``, which batches and keeps prefixes itself: runs (1) and (2) are
 then the same, the CPU seconds are the client's alone and no batch size is known).
 
-    .venv/bin/python benchmarks/methods.py [--points 24] [--concurrency 8] [--backbone DIR|URL|smollm2-135m]
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/methods.py --backbone smollm2-135m --points 8 \\
-        --methods direct-single,ranking,Δbelief --max-tokens 0
+    .venv/bin/python benchmarks/methods.py [--points 24] [--concurrency 32] [--backbone DIR|URL|smollm2-135m]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/methods.py --backbone smollm2-135m --points 32 \\
+        --methods direct-single --max-tokens 0
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ from qval import build, schema, smollm2  # noqa: E402
 from qval.backbone import BackboneServer, TransformersBackend, backend_from_spec, make_tiny_model  # noqa: E402
 from qval.envs import registry  # noqa: E402
 from qval.prefix_cache import PrefixCache  # noqa: E402
+from qval.methods.llm import DEFAULT_CONCURRENCY  # noqa: E402
 from qval.methods.run import run_method  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=24)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--methods", default="direct-single", help="comma-separated text methods")
     parser.add_argument("--max-tokens", type=int, default=16,
                         help="the methods' max_tokens (default 16; 0: each method's own, as the reference rows)")

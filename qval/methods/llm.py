@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from qval.backbone import TransformersBackend
 
 #: Requests a run sends at once.  A server decodes concurrent requests together: on one CPU core SmolLM2 decodes a
-#: token for 32 sequences in 7.5 ms a sequence, against 9.3 for 16, 13.3 for 8 and 41.6 alone
-#: (``benchmarks/README.md``, ``methods.py``), and vLLM batches as wide as it is sent.
+#: token for 32 sequences in 8.2 ms a sequence, against 9.8 for 16, 13.7 for 8 and 44.8 alone
+#: (``benchmarks/decode_step.py``), and vLLM batches as wide as it is sent.
 DEFAULT_CONCURRENCY = 32
 
 T = TypeVar("T")
