@@ -3,8 +3,8 @@
 For each batch size, the same random prompts are read once and then decoded greedily for ``--steps`` tokens twice:
 with the ``DynamicCache`` the prompt pass returns (every step concatenates, so copies, the whole cache) and with
 :func:`qval.decode_cache.decode_cache`.  Prints the CPU milliseconds of a step and of a sequence a step, the ratio of
-each row to the first row's concatenating step (the baseline, measured in the same run), and whether the two
-caches gave identical logits.
+each row's sequence a step to the first batch size's with the concatenating cache (the baseline, measured in the
+same run), and whether the two caches gave identical logits.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/decode_step.py [--batches 1,8,16,32] [--prompt 600] [--steps 40]
     [--backbone smollm2-135m|DIR]   (default: SmolLM2-135M-Instruct, the default backbone)
@@ -59,14 +59,14 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     print(f"{args.backbone}, prompts of {args.prompt} tokens, {args.steps} greedy steps, "
           f"torch threads {args.torch_threads}")
-    print("| batch | cache | ms a step | ms a sequence a step | ratio to one sequence, concatenating | same logits |")
+    print("| batch | cache | ms a step | ms a sequence a step | ratio to the first row, a sequence | same logits |")
     print("|---:|---|---:|---:|---:|---|")
     base = None
     for size in (int(b) for b in args.batches.split(",")):
         prompts = torch.randint(3, model.config.vocab_size, (size, args.prompt), generator=generator)
         concatenating, logits = decode(model, prompts, args.steps, allocated_once=False)
         once, logits_once = decode(model, prompts, args.steps, allocated_once=True)
-        base = base or concatenating
+        base = base or concatenating / size
         same = "yes" if torch.equal(logits, logits_once) else f"no (max diff {(logits - logits_once).abs().max():.2e})"
         for label, seconds in (("concatenating", concatenating), ("allocated once", once)):
             print(f"| {size} | {label} | {seconds * 1000:.1f} | {seconds * 1000 / size:.1f} | "
