@@ -1,4 +1,4 @@
-"""CPU cost of every text method on SmolLM2-135M-Instruct, per scored pair, extrapolated to the hosted test splits.
+"""Cost of every text method on SmolLM2-135M-Instruct, per scored pair, extrapolated to the hosted test splits.
 
 For each dataset (``--dataset DIR``, repeatable: a dataset folder as the site keeps it; default: FrozenLake built
 here into a temporary folder with a random test-split secret) it draws ``--states`` states of the test split
@@ -9,12 +9,13 @@ process), then runs it again on the same cache. It prints, per method and datase
 
 * ``pairs``: the state-action pairs of the sample, ``ids``: the ids the method scored (a pointwise method scores
   the actor's pair of each state, a ranking method every pair);
-* ``cpu s/pair``: process CPU seconds (server and client threads together) per pair of the sample, and
+* ``cpu s/pair``: process CPU seconds (server and client threads together) per pair of the sample (``wall
+  s/pair`` with ``--clock wall``, for a GPU, whose process mostly waits on the device), and
   ``tokens/pair``: model tokens (prompt + completion) per pair, cache hits excluded (both times ``scale``);
-* ``rerun``: the second run's CPU time over the first's, and its tokens (0: every answer came from the cache);
-* ``full h``: the first run's CPU seconds per state times the test split's states, in hours -- but for the code
+* ``rerun``: the second run's time over the first's, and its tokens (0: every answer came from the cache);
+* ``full h``: the first run's seconds per state times the test split's states, in hours -- but for the code
   family (``codegen``, ``codegen-avg``, ``eureka``), whose model calls are made once per run (the functions are
-  generated once, then run on every point in the sandbox, outside this process), the first run's CPU seconds as
+  generated once, then run on every point in the sandbox, outside this process), the first run's seconds as
   they are.
 
 ``--option METHOD:KEY=VALUE`` runs a method with fewer ``samples`` or ``iterations`` than its own (the code family's
@@ -22,9 +23,10 @@ process), then runs it again on the same cache. It prints, per method and datase
 scaled by default/used for each (``scale``): model calls grow linearly in both.
 
 and the total per dataset: the CPU hours a fresh site needs to fill that dataset's Q text board with every text
-method on one core (the gpu worker runs one job at a time).
+method on one core (the gpu worker runs one job at a time), or with ``--clock wall`` on a GPU its hours there.
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/smollm2_cost.py [--states 2] [--dataset DIR ...]
+    python3 benchmarks/smollm2_cost.py --clock wall --torch-threads 4 ...   # on a GPU machine
 """
 
 from __future__ import annotations
@@ -68,17 +70,21 @@ def sample(ds: schema.Dataset, states: int, seed: int) -> tuple[schema.Dataset, 
     return schema.Dataset(manifest=ds.manifest, states=chosen, q_labels=ds.q_labels, v_labels=ds.v_labels), len(test)
 
 
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+"""``--clock``: process CPU seconds (a CPU worker's cost) or wall seconds (a GPU's: its CPU time only waits)."""
+
+
 def measure(method: str, ds: schema.Dataset, backbone: str, cache: Path,
-            options: dict[str, Any]) -> tuple[float, int, int]:
-    """CPU seconds, model tokens and ids scored of one run of ``method`` on ``ds``'s test split."""
+            options: dict[str, Any], clock: str) -> tuple[float, int, int]:
+    """Seconds on ``clock``, model tokens and ids scored of one run of ``method`` on ``ds``'s test split."""
     tokens = [0]
 
     def progress(p: Progress) -> None:
         tokens[0] = p.tokens
 
-    cpu = time.process_time()
+    start = CLOCKS[clock]()
     out = run_method(method, ds, "test", "q", backbone, cache_dir=cache, progress=progress, options=options)
-    return time.process_time() - cpu, tokens[0], len(out.scores)
+    return CLOCKS[clock]() - start, tokens[0], len(out.scores)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a method option (integer), e.g. eureka:iterations=1; samples/iterations are scaled")
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads (default 1: CPU seconds of one core, no spinning threads)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="requests each method sends at once and the server decodes together (default: the "
+                        "methods' and the server's own, 32)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                        help="what a run costs: process CPU seconds (default) or wall seconds (on a GPU)")
     args = parser.parse_args(argv)
     import torch
 
@@ -111,12 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             datasets = [build.build(registry.builder("frozenlake"), work / "frozenlake", secret=secret)]
         started = time.perf_counter()
-        backend = backend_from_spec(smollm2.BACKBONE_NAME, smollm2.backbone_spec())
-        print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f} s; torch threads {torch.get_num_threads()}; "
-              f"{os.cpu_count()} CPUs", flush=True)
+        spec = smollm2.backbone_spec() | ({"max_batch": args.batch} if args.batch else {})
+        backend = backend_from_spec(smollm2.BACKBONE_NAME, spec)
+        print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f} s on {backend.device}; torch threads "
+              f"{torch.get_num_threads()}; {os.cpu_count()} CPUs; clock {args.clock}; batch "
+              f"{backend.batcher.max_batch}", flush=True)
         socket_path = work / "llm.sock"
         totals: dict[str, float] = {}
-        print("| dataset | method | pairs | ids | cpu s/pair | tokens/pair | rerun cpu ratio | rerun tokens | scale | "
+        print(f"| dataset | method | pairs | ids | {args.clock} s/pair | tokens/pair | rerun ratio | rerun tokens | scale | "
               "test states | full h |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
         with BackboneServer(backend, budget=2**62, socket_path=socket_path):
@@ -126,19 +139,20 @@ def main(argv: list[str] | None = None) -> int:
                 for method in methods:
                     cache = work / "cache" / ds.manifest.key / method
                     used = options.get(method, {})
+                    sent = used | ({"concurrency": args.batch} if args.batch else {})
                     params = get_method(method).params
                     scale = math.prod(params[k] / used[k] for k in SCALED if k in used and k in params)
-                    cpu, tokens, ids = measure(method, part, f"unix:{socket_path}", cache, used)
-                    cpu2, tokens2, _ = measure(method, part, f"unix:{socket_path}", cache, used)
-                    per_run = cpu * scale
+                    spent, tokens, ids = measure(method, part, f"unix:{socket_path}", cache, sent, args.clock)
+                    spent2, tokens2, _ = measure(method, part, f"unix:{socket_path}", cache, sent, args.clock)
+                    per_run = spent * scale
                     full_h = (per_run if method in PER_RUN else per_run / len(part.states) * test_states) / 3600
                     totals[ds.manifest.key] = totals.get(ds.manifest.key, 0.0) + full_h
-                    print(f"| {ds.manifest.key} | {method} | {pairs} | {ids} | {cpu * scale / pairs:.2f} | "
-                          f"{tokens * scale / pairs:.0f} | {cpu2 / cpu:.4f} | {tokens2} | {scale:g} | {test_states} | "
+                    print(f"| {ds.manifest.key} | {method} | {pairs} | {ids} | {spent * scale / pairs:.2f} | "
+                          f"{tokens * scale / pairs:.0f} | {spent2 / spent:.4f} | {tokens2} | {scale:g} | {test_states} | "
                           f"{full_h:.2f} |", flush=True)
         for key, hours in totals.items():
-            print(f"{key}: {hours:.1f} CPU hours for every text method's Q row on its test split")
-        print(f"all: {sum(totals.values()):.1f} CPU hours; wall {time.perf_counter() - started:.0f} s")
+            print(f"{key}: {hours:.2f} {args.clock} hours for every text method's Q row on its test split")
+        print(f"all: {sum(totals.values()):.2f} {args.clock} hours; wall {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -482,8 +482,9 @@ def _prompt_entry(entry: dict[str, Any] | None) -> TokenLogprob:
 def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | None = None) -> Backend:
     """A backend from a ``QVAL_BACKBONES`` entry: the one place that dispatches on its ``kind``.
 
-    ``{"kind": "transformers", "path": DIR}`` (optional ``device``; ``gguf_file``: a GGUF file in ``DIR``, with
-    optional ``sha256``, its digest checked before loading: :func:`qval.smollm2.backbone_spec`),
+    ``{"kind": "transformers", "path": DIR}`` (optional ``device``; ``max_batch``, the most requests decoded
+    together, wider on a GPU; ``gguf_file``: a GGUF file in ``DIR``, with optional ``sha256``, its digest checked
+    before loading: :func:`qval.smollm2.backbone_spec`),
     ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``, or
     ``{"kind": "vllm", "path": DIR, ...}`` (:meth:`qval.vllm.ServeSpec.from_setting`): the ``vllm serve``
     process of the worker's manager ``vllm``, started (or restarted) now if it is not healthy, and
@@ -491,8 +492,9 @@ def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | No
     """
     kind = spec.get("kind")
     if kind == "transformers":
+        wider = {"max_batch": int(spec["max_batch"])} if "max_batch" in spec else {}
         return TransformersBackend(spec["path"], name=name, device=spec.get("device"), gguf_file=spec.get("gguf_file"),
-                                   sha256=spec.get("sha256"))
+                                   sha256=spec.get("sha256"), **wider)
     if kind == "upstream":
         return UpstreamBackend(spec["url"], spec["model"], name=name)
     if kind == "vllm":

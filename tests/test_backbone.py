@@ -303,8 +303,12 @@ def test_upstream_backend_forwards_to_an_openai_server(backend: bb.TransformersB
             assert 60 <= used < 60 + prompt + 5  # may pass the budget by at most one prompt (documented)
 
 
-def test_every_kind_of_backbone_entry_is_dispatched_in_one_place(tmp_path: Path) -> None:
-    """backend_from_spec knows the three kinds; a vllm entry needs the worker's manager, an unknown kind is named."""
+def test_every_kind_of_backbone_entry_is_dispatched_in_one_place(tiny_model: Path, tmp_path: Path) -> None:
+    """backend_from_spec knows the three kinds; a vllm entry needs the worker's manager, an unknown kind is named;
+    a transformers entry's ``max_batch`` is how many requests its server decodes together (32 when not given)."""
+    local = {"kind": "transformers", "path": str(tiny_model), "device": "cpu"}
+    assert bb.backend_from_spec("tiny", local).batcher.max_batch == 32
+    assert bb.backend_from_spec("tiny", {**local, "max_batch": 128}).batcher.max_batch == 128
     upstream = bb.backend_from_spec("up", {"kind": "upstream", "url": "http://127.0.0.1:9", "model": "m"})
     assert isinstance(upstream, bb.UpstreamBackend) and upstream.model == "m"
     with pytest.raises(ValueError, match="kind 'vllm' is served by a worker that manages vllm servers"):
