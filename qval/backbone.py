@@ -325,7 +325,7 @@ class TransformersBackend:
                    for j in range(len(kept), self.prefixes.usable(ids))]
             self.prefixes.add(ids, kept + new)
         if sampling.max_tokens > 0:
-            self._take(row, out.logits[0, -1])
+            self._take([row], out.logits[:, -1])
         row.cache = None if row.done else past
         return row
 
@@ -340,8 +340,7 @@ class TransformersBackend:
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
             out = self.model(tokens, attention_mask=mask, position_ids=position, past_key_values=cache, use_cache=True)
-            for i, row in enumerate(live):
-                self._take(row, out.logits[i, -1])
+            self._take(live, out.logits[:, -1])
             keep = [i for i, row in enumerate(live) if not row.done]
             if len(keep) < len(live) and keep:
                 index = torch.tensor(keep, device=self.device)
@@ -351,13 +350,21 @@ class TransformersBackend:
             live = [live[i] for i in keep]
             position = position + 1
 
-    def _take(self, row: "_Sequence", logits: Any) -> None:
-        """Choose ``row``'s next token from its ``logits`` (and record its logprobs when asked)."""
+    def _take(self, rows: Sequence["_Sequence"], logits: Any) -> None:
+        """Choose each row's next token from its row of ``logits`` (and record its logprobs when asked).
+
+        Every row's token is chosen on the device (its own sampling settings and generator) before any is read
+        back, in one transfer: reading each alone would make a GPU wait for the host at every row of every step.
+        """
+        import torch
+
         logits = logits.float()
-        token = self._choose(logits, row.sampling, row.generator)
-        if row.sampling.top_logprobs is not None:
-            row.logprobs.append(self._logprob_entry(logits.log_softmax(-1), token, row.sampling.top_logprobs))
-        row.append(token)
+        tokens = torch.stack([self._choose(logits[i], row.sampling, row.generator)
+                              for i, row in enumerate(rows)]).tolist()
+        for i, (row, token) in enumerate(zip(rows, tokens)):
+            if row.sampling.top_logprobs is not None:
+                row.logprobs.append(self._logprob_entry(logits[i].log_softmax(-1), token, row.sampling.top_logprobs))
+            row.append(token)
 
     def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
         """Mean-pooled last hidden layer of each text (its tokens, special ones included); and the tokens read."""
@@ -373,17 +380,18 @@ class TransformersBackend:
         return vectors, tokens
 
     @staticmethod
-    def _choose(logits: Any, sampling: Sampling, gen: Any) -> int:
+    def _choose(logits: Any, sampling: Sampling, gen: Any) -> Any:
+        """The next token of one row of ``logits``, as a 0-d tensor on their device (not read back)."""
         import torch
 
         if sampling.temperature <= 0:
-            return int(torch.argmax(logits))
+            return torch.argmax(logits)
         probs = (logits / sampling.temperature).softmax(-1)
         if sampling.top_p < 1.0:
             sorted_probs, order = probs.sort(descending=True)
             keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
-        return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
+        return torch.multinomial(probs / probs.sum(), 1, generator=gen)[0]
 
 
 def _apply_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
