@@ -187,6 +187,11 @@ def test_direct_16_averages_parsable_samples(scripted, tmp_path: Path) -> None: 
     server.reply = lambda m: "<answer>2</answer>" if server.local.body["seed"] % 2 else "bad"
     out = run_method("direct-16", tiny_dataset(1, 1), "dev", "v", server.url, seed=5, options={"samples": 4})
     assert out.scores == {"t0s0": 2.0} and out.meta["unparsable_answers"] == 2
+    # a refused request loses its own sample, not the point's other answers, and is counted apart
+    server.reply = lambda m: f"<answer>{server.local.body['seed']}</answer>"
+    server.fail = lambda m: 400 * (server.local.body["seed"] == 8)
+    out = run_method("direct-16", tiny_dataset(1, 1), "dev", "v", server.url, seed=5, options={"samples": 4})
+    assert out.scores == {"t0s0": 6.0} and out.meta["unparsable_answers"] == 0 and out.meta["failed_points"] == 1
 
 
 def test_direct_batched_and_sequential_split_points(scripted) -> None:  # type: ignore[no-untyped-def]

@@ -41,16 +41,20 @@ def _single_messages(env: context.EnvText, target: str, point: Point) -> list[di
 def _pointwise(name: str, ctx: MethodContext, samples: int) -> MethodOutput:
     spec = get_method(name)
     env, points, params = env_of(ctx), context.points_of(ctx.points, ctx.target), sampling(spec, ctx)
+    # every sample is a request of its own: those of one point (the same prompt) go out together, so the server
+    # reads the prompt once for all of them, and a failed request loses its sample alone (NaN, not unparsable)
+    jobs = [(point, k) for point in points for k in range(samples)]
     with llm_for(ctx) as llm:
-        def score(point: Point) -> tuple[float, list[float]]:
-            messages = _single_messages(env, ctx.target, point)
-            values = [parsing.parse_answer(llm.chat(messages, seed=ctx.seed + k, **params).text) for k in range(samples)]
-            return parsing.mean(values), values
+        def answer(job: tuple[Point, int]) -> float | None:
+            point, k = job
+            return parsing.parse_answer(llm.chat(_single_messages(env, ctx.target, point), seed=ctx.seed + k,
+                                                 **params).text)
 
-        results = llm.map(score, points, ctx.progress, on_error=lambda p: (math.nan, [math.nan] * samples))
-        unparsed = sum(1 for _, values in results for v in values if math.isnan(v))
-        return MethodOutput.from_scores({p.id: r[0] for p, r in zip(points, results)},
-                                        run_meta(spec, ctx, llm, unparsable_answers=unparsed))
+        values = llm.map(answer, jobs, ctx.progress, on_error=lambda job: None)
+        unparsed = sum(1 for v in values if v is not None and math.isnan(v))
+        scores = {point.id: parsing.mean([math.nan if v is None else v for v in values[i * samples:(i + 1) * samples]])
+                  for i, point in enumerate(points)}
+        return MethodOutput.from_scores(scores, run_meta(spec, ctx, llm, unparsable_answers=unparsed))
 
 
 @method("direct-single", family="direct", targets=("q", "v"), modality="text", needs="chat-llm",
