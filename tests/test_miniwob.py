@@ -99,6 +99,24 @@ def test_early_submit_gets_zero_and_the_optimal_action_the_highest_q(env: MiniWo
     assert all(value < q[optimal] for action, value in q.items() if action != optimal)
 
 
+def test_an_action_that_timed_out_is_tried_again_from_a_restore(env: MiniWoB) -> None:
+    """A click that times out while Playwright carries it out (a loaded machine) is not a no-op: the step is tried
+    again, from a restore of the state before it.  Here the live page's Login button blocks its renderer for 2 s on
+    the first mousedown, so the first click times out (BrowserGym gives it 500 ms) whatever the load, and swallows
+    that click (the CI failure: a click that had not landed when it timed out); the restored page's button takes
+    the second: Login on an empty form ends the episode with reward 0."""
+    env.reset("login-user:1")
+    login = next(el.bid for el in env.elements if el.role == "button" and el.name == "Login")
+    env.evaluate("""bid => {
+                      const button = document.querySelector(`[bid='${bid}']`);
+                      button.addEventListener('mousedown', () => { const start = Date.now(); while (Date.now() - start < 2000) {} },
+                                              {capture: true, once: true});
+                      button.addEventListener('click', event => event.stopImmediatePropagation(), {capture: true, once: true});
+                    }""", login)
+    result = env.step(f"click('{login}')")
+    assert result.done and result.reward == 0.0 and env.history == (f"click('{login}')",)
+
+
 def test_pages_run_in_utc_and_en_us_whatever_the_machine() -> None:
     """enter-time's and enter-date's goals come from the page clock: a build on a machine in another zone or
     language must draw the same goals (a process of its own, started in Tahiti with a German locale)."""

@@ -115,7 +115,19 @@ FILL_ROLES = frozenset({"textbox", "spinbutton", "searchbox", "Date", "InputTime
 """Roles whose elements get ``fill`` candidates."""
 
 ACTION_TIMEOUT_MS = 2000
-"""Playwright's default timeout for actions and waits (MiniWoB's own is 5000 ms)."""
+"""Playwright's default timeout for waits (page loads, field reads; MiniWoB's own is 5000 ms).  BrowserGym's
+``bid`` actions set their own: :data:`BROWSERGYM_ACTION_TIMEOUT_MS`."""
+
+BROWSERGYM_ACTION_TIMEOUT_MS = 500
+"""The Playwright timeout written into BrowserGym's action functions (``elem.click(..., timeout=500)``)."""
+
+PATIENT_ACTION_TIMEOUT_MS = 5000
+"""The timeout of the second try of a step whose action timed out while Playwright was still carrying it out
+(:meth:`MiniWoB._step`): a loaded machine can take over 500 ms to click an enabled, uncovered button."""
+
+PLAYWRIGHT_RETRY = re.compile(r"^\s*- retrying \w+ action", re.MULTILINE)
+"""The line of Playwright's call log that says it found the element unable to take the action (covered, disabled,
+hidden) and tried again."""
 
 RESET_TRIES = 3
 """Tries of one reset whose page load times out (a loaded machine); a reset opens a fresh context, so a retry
@@ -547,7 +559,7 @@ class MiniWoB(Environment):
                 slow_mo=0,
                 timeout=ACTION_TIMEOUT_MS,
                 pre_observation_delay=0,
-                action_mapping=self._actions.to_python_code,
+                action_mapping=None,  # set at each step (_browser_step)
                 locale=BROWSER_LOCALE,
                 timezone_id=BROWSER_TIMEZONE,
             )
@@ -566,7 +578,23 @@ class MiniWoB(Environment):
         self._set_obs(obs)
 
     def _step(self, action: str) -> tuple[float, bool]:
-        obs, reward, terminated, truncated, _ = self._browser_call(lambda: self._live_env().step(action))
+        """BrowserGym's step; an action that timed out before Playwright ever found its element unable to take
+        it is tried once more, from a restore of the state before it, with :data:`PATIENT_ACTION_TIMEOUT_MS`, and
+        that outcome stands.
+
+        BrowserGym reports a failed action only in ``last_action_error`` (``TimeoutError: Locator.click: Timeout
+        500ms exceeded.`` and Playwright's call log) and goes on as after a no-op.  An action on a covered or disabled
+        element times out after Playwright has retried it (``retrying click action, attempt #1``: a no-op, whatever
+        the load); on a machine too loaded to finish an action in 500 ms, any action times out without a retry, the
+        click sometimes already dispatched.  The restore makes the second try start from the same page, and its
+        longer timeout makes the outcome, and so the labels, the same as on an idle machine."""
+        obs, reward, terminated, truncated, _ = self._browser_step(action, BROWSERGYM_ACTION_TIMEOUT_MS)
+        error = obs["last_action_error"]
+        if error.startswith("TimeoutError:") and not PLAYWRIGHT_RETRY.search(error):
+            log.info("%s: %s timed out after %s; trying it again with %d ms", self.task, action, list(self.history),
+                     PATIENT_ACTION_TIMEOUT_MS)
+            self.restore(self.snapshot())
+            obs, reward, terminated, truncated, _ = self._browser_step(action, PATIENT_ACTION_TIMEOUT_MS)
         self._set_obs(obs)
         return float(reward), bool(terminated or truncated)
 
@@ -681,6 +709,20 @@ class MiniWoB(Environment):
             return call()
         finally:
             _lean.on = False
+
+    def _browser_step(self, action: str, timeout_ms: int) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """BrowserGym's step of ``action`` with its Playwright timeouts set to ``timeout_ms``."""
+        browser_env = self._live_env()
+        browser_env.action_mapping = lambda a: self._action_code(a, timeout_ms)
+        return self._browser_call(lambda: browser_env.step(action))
+
+    def _action_code(self, action: str, timeout_ms: int) -> str:
+        """BrowserGym's Python code of ``action``, every ``timeout=500`` of its functions made ``timeout_ms``."""
+        code = self._actions.to_python_code(action)
+        written = f"timeout={BROWSERGYM_ACTION_TIMEOUT_MS})"
+        if written not in code:
+            raise RuntimeError(f"BrowserGym's action functions no longer pass {written}: check the action timeouts")
+        return code.replace(written, f"timeout={timeout_ms})")
 
     def _set_obs(self, obs: dict[str, Any]) -> None:
         self._obs = obs
