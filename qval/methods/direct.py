@@ -43,12 +43,12 @@ def _pointwise(name: str, ctx: MethodContext, samples: int) -> MethodOutput:
     env, points, params = env_of(ctx), context.points_of(ctx.points, ctx.target), sampling(spec, ctx)
     # every sample is a request of its own: those of one point (the same prompt) go out together, so the server
     # reads the prompt once for all of them, and a failed request loses its sample alone (NaN, not unparsable)
-    jobs = [(point, k) for point in points for k in range(samples)]
+    prompts = [_single_messages(env, ctx.target, point) for point in points]
+    jobs = [(messages, k) for messages in prompts for k in range(samples)]
     with llm_for(ctx) as llm:
-        def answer(job: tuple[Point, int]) -> float | None:
-            point, k = job
-            return parsing.parse_answer(llm.chat(_single_messages(env, ctx.target, point), seed=ctx.seed + k,
-                                                 **params).text)
+        def answer(job: tuple[list[dict[str, str]], int]) -> float | None:
+            messages, k = job
+            return parsing.parse_answer(llm.chat(messages, seed=ctx.seed + k, **params).text)
 
         values = llm.map(answer, jobs, ctx.progress, on_error=lambda job: None)
         unparsed = sum(1 for v in values if v is not None and math.isnan(v))
