@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from qval import metric_registry as rules_registry
 from qval import schema
-from qval.methods.llm import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
     import requests
@@ -400,7 +399,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         def progress(p: Any) -> None:
             print(f"\r{args.method}: {p.done}/{p.total}", end="", file=sys.stderr, flush=True)
 
-        options = {"concurrency": args.concurrency, **({"model": args.model} if args.model else {})}
+        options = {**({"concurrency": args.concurrency} if args.concurrency is not None else {}),
+                   **({"model": args.model} if args.model else {})}
         output = run_method(args.method, ds, args.split, args.target, args.backbone, seed=args.seed, cache_dir=cache,
                             options=options, dataset_dir=ds_dir, progress=progress)
         print(file=sys.stderr)
@@ -495,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--split", default="dev")
     pr.add_argument("--target", default="q", choices=schema.TARGETS)
     pr.add_argument("--seed", type=int, default=0)
-    pr.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="requests sent at once")
+    pr.add_argument("--concurrency", type=int,
+                    help="requests sent at once (default: the methods' client's, qval.methods.llm.DEFAULT_CONCURRENCY)")
     pr.add_argument("--model", help="the served model's name (default: the first the server lists)")
     pr.add_argument("--cache", help="response cache folder (default ~/.cache/qval/methods)")
     pr.add_argument("-o", "--out", help="predictions file (.parquet, .csv or .jsonl)")
