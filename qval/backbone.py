@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
+from qval import heap
 from qval.batcher import Batcher
 from qval.prefix_cache import Block, PrefixCache
 from qval.vllm import ServeSpec, VLLMManager
@@ -193,12 +194,13 @@ class TransformersBackend:
     whole), then the sequences still going are decoded as one batch, left-padded, in a cache allocated once for
     the whole decode (:mod:`qval.decode_cache`), each with its own sampling settings and seed.  A batch's float
     sums are not those of a sequence decoded alone, so a generated token's logprob may differ from a lone
-    request's in its last digits.
+    request's in its last digits.  ``trim_heap``: after each batch, give what it freed back to the system
+    (:mod:`qval.heap`; without it a CPU server's memory grows with the batches it serves).
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
                  gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 32,
-                 prefixes: int = 64, block: int = 128) -> None:
+                 prefixes: int = 64, block: int = 128, trim_heap: bool = True) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -229,6 +231,7 @@ class TransformersBackend:
         self.batcher: Batcher[tuple[list[int], Sampling], Generation] = Batcher(self._generate_batch,
                                                                                max_batch=max_batch)
         self.prefixes = PrefixCache(prefixes, block)
+        self.trim_heap = trim_heap
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
                     template: ChatTemplate = DEFAULT_TEMPLATE) -> list[int]:
@@ -270,8 +273,6 @@ class TransformersBackend:
         """Each request's prompt read alone, then the sequences still going decoded together (class docstring)."""
         import torch
 
-        from qval.decode_cache import decode_cache
-
         # read in token order: prompts that begin alike (one state's candidates) follow each other, so each
         # finds the one before it in the prefix store however many other prompts the batch holds
         order = sorted(range(len(requests)), key=lambda i: requests[i][0])
@@ -280,14 +281,9 @@ class TransformersBackend:
             rows = [read[i] for i in range(len(requests))]
             live = [read[i] for i in order if not read[i].done]
             if live:
-                width = max(len(row.ids) for row in live)
-                cache = decode_cache([[(layer.keys, layer.values) for layer in row.cache.layers] for row in live],
-                                     width + max(row.sampling.max_tokens for row in live))
-                for row in live:
-                    row.cache = None
-                mask = None if len(live) == 1 else torch.tensor(
-                    [[0] * (width - len(row.ids)) + [1] * len(row.ids) for row in live], device=self.device)
-                self._decode(live, cache, mask)
+                self._decode(live)
+            if self.trim_heap:  # the decode cache and activations are gone now
+                heap.trim()
         return [row.result(self.tokenizer) for row in rows]
 
     def _prefill(self, ids: list[int], sampling: Sampling) -> "_Sequence":
@@ -329,11 +325,20 @@ class TransformersBackend:
         row.cache = None if row.done else past
         return row
 
-    def _decode(self, live: list["_Sequence"], cache: Any, mask: Any) -> None:
-        """Decode ``live`` (whose prompts ``cache`` holds, left-padded as ``mask`` says; None: one sequence,
-        no padding) one token a step until each has stopped; a stopped sequence leaves the batch."""
+    def _decode(self, live: list["_Sequence"]) -> None:
+        """Decode ``live`` (each holding its prompt's cache) one token a step until each has stopped, left-padded
+        in one cache for the whole decode; a stopped sequence leaves the batch."""
         import torch
 
+        from qval.decode_cache import decode_cache
+
+        width = max(len(row.ids) for row in live)
+        cache = decode_cache([[(layer.keys, layer.values) for layer in row.cache.layers] for row in live],
+                             width + max(row.sampling.max_tokens for row in live))
+        for row in live:
+            row.cache = None
+        mask = None if len(live) == 1 else torch.tensor(
+            [[0] * (width - len(row.ids)) + [1] * len(row.ids) for row in live], device=self.device)
         position = torch.tensor([[len(row.ids)] for row in live], device=self.device)
         while live:
             tokens = torch.tensor([[row.generated[-1]] for row in live], device=self.device)
