@@ -77,13 +77,16 @@ class PrefixCache:
         qualify).
         """
         run: list[Block] = []
+        keys: list[tuple[int, ...]] = []
         for index in range(self.usable(ids)):
-            found = self._blocks.get(self._key(ids, index))
+            key = self._key(ids, index)
+            found = self._blocks.get(key)
             if found is None or (echo_k is not None and (found.logprobs is None or found.k != echo_k)):
                 break
             run.append(found)
-        for index in reversed(range(len(run))):  # the first blocks, which every longer run needs, last out
-            self._blocks.move_to_end(self._key(ids, index))
+            keys.append(key)
+        for key in reversed(keys):  # the first blocks, which every longer run needs, last out
+            self._blocks.move_to_end(key)
         if run:
             self.hits += 1
             self.skipped += len(run) * self.block
