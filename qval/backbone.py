@@ -73,6 +73,9 @@ SOCKET_IN_CONTAINER = "/run/qval/backbone.sock"
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_TOP_LOGPROBS = 20
 DEFAULT_MAX_TOKENS = 256
+DEFAULT_MAX_BATCH = 32
+"""The most requests :class:`TransformersBackend` decodes together unless its entry says (``max_batch``), and so the
+requests a method's client sends at once (:data:`qval.methods.llm.DEFAULT_CONCURRENCY`)."""
 
 
 class BackboneError(RuntimeError):
@@ -199,7 +202,7 @@ class TransformersBackend:
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
-                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = 32,
+                 gguf_file: str | None = None, sha256: str | None = None, max_batch: int = DEFAULT_MAX_BATCH,
                  prefixes: int = 64, block: int = 128, trim_heap: bool = True) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
