@@ -226,7 +226,7 @@ def _run_baseline(client: Client, spec: dict[str, Any], config: Config,
         try:
             backbone, options, backbone_config = method_backbone(name, config.backbones[name], vllm_manager(config))
             output = run_method(method, dataset, str(spec["split"]), str(spec["target"]), backbone,
-                                seed=int(spec.get("seed", 0)), cache_dir=config.data_dir / "cache" / "baselines" / method,
+                                seed=int(spec.get("seed", 0)), cache_dir=config.data_dir / "cache" / "baselines",
                                 options={**dict(spec.get("options") or {}), **options}, dataset_dir=folder,
                                 progress=report)
         except MethodError as exc:

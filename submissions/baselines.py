@@ -9,9 +9,10 @@ sends ``workers.tasks.run_baseline_submission``, which calls :func:`run_baseline
   serve`` process the worker starts and reuses, :mod:`qval.vllm`; ``kind: transformers``: the
   checkpoint served in the worker; ``kind: upstream``: a running server), or an encoder spec for
   the image methods (``clip``, ``ARCH:random``, ...; :mod:`qval.methods.encoders`);
-* :func:`qval.methods.run.run_method` runs with the response cache in
-  ``QVAL_DATA_DIR/cache/baselines/<method>``, so a delivery after a worker died resumes where the
-  dead one was (its answered requests are cache hits, counted in ``config``) and a rerun is free;
+* :func:`qval.methods.run.run_method` runs with the response cache in ``QVAL_DATA_DIR/cache/baselines``,
+  one for every method (a response is keyed on the model and the whole request), so a delivery after a worker
+  died resumes where the dead one was (its answered requests are cache hits, counted in ``config``), a rerun is
+  free, and a method that asks what another asked (``codegen-avg`` after ``codegen``) gets its answers;
 * progress (done / total, tokens, times) is written to ``Submission.progress`` at most twice a
   second; the run is claimed, stamps ``heartbeat_at`` and ends like every job (:mod:`submissions.lifecycle`),
   so the reaper requeues it once when its worker is lost, and a second delivery of a run whose heartbeat
@@ -188,16 +189,25 @@ REFERENCE_BACKBONE = smollm2.BACKBONE_NAME
 """The backbone of the reference rows of the methods that need a chat model: SmolLM2-135M-Instruct, which every
 machine has (:mod:`qval.smollm2`)."""
 CHAT_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
+CHAT_REFERENCE_ORDER = ("verifier", "direct-batched", "codegen", "codegen-avg", "direct-single", "gvl", "ranking",
+                        "Δbelief", "direct-sequential", "sdpo", "sdpo-gt", "eureka", "direct-16")
+"""The order of a dataset's LLM reference rows in the queue: cheapest first, so that while one gpu worker fills a
+fresh site (hours on a CPU) each board shows most of its rows soonest.  SmolLM2's CPU seconds per FrozenLake test
+state on one core (``benchmarks/smollm2_cost.py``; ``benchmarks/README.md``): 1.4 to 7.8 for the per-state methods
+in this order, ``codegen`` 259 s a run (about 2.7 a state; ``codegen-avg`` then reads its functions from the
+response cache), ``eureka`` 2,142 s a run (22.5 a state), ``direct-16`` 39.  A method not listed goes last."""
 
 
 def chat_reference_methods() -> list[tuple[str, str]]:
     """``(method, target)`` of every text method that needs a chat model, each on target Q (a ranking method runs
     as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows, run with
-    :data:`REFERENCE_BACKBONE`."""
+    :data:`REFERENCE_BACKBONE`, in :data:`CHAT_REFERENCE_ORDER`."""
     from qval.methods.registry import all_methods
 
-    return [(spec.name, "q") for spec in all_methods()
+    chat = [spec.name for spec in all_methods()
             if spec.modality == "text" and spec.needs in CHAT_NEEDS and spec.supports("q")]
+    rank = {name: i for i, name in enumerate(CHAT_REFERENCE_ORDER)}
+    return [(name, "q") for name in sorted(chat, key=lambda name: rank.get(name, len(rank)))]
 
 
 def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
@@ -391,7 +401,7 @@ def run_baseline(pk: int, attempt: int | None, worker: str, vllm: Any) -> str:
             dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
             with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config):
                 output = run_method(spec.name, dataset, sub.split, sub.target, backbone, seed=seed,
-                                    cache_dir=Path(settings.QVAL_DATA_DIR) / "cache" / "baselines" / spec.name,
+                                    cache_dir=Path(settings.QVAL_DATA_DIR) / "cache" / "baselines",
                                     options={**options, **backbone_options}, dataset_dir=directory,
                                     progress=_ProgressWriter(sub))
             with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:

@@ -322,3 +322,20 @@ def test_a_container_backbone_of_kind_vllm_is_the_workers_managed_server(tiny_mo
         assert tasks.served_backend("tiny").port == server.port  # reused
     finally:
         tasks.stop_vllm_servers()
+
+
+@pytest.mark.slow
+def test_codegen_avg_after_codegen_asks_the_model_nothing(mini_lake, tiny_model: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    """The runs share one response cache: codegen-avg sends codegen's requests, so every answer is a cache hit."""
+    from submissions.baselines import BaselineRequest, launch_baseline, run_baseline
+
+    settings.QVAL_BACKBONES = {"tiny": {"kind": "transformers", "path": str(tiny_model)}}
+    configs = {}
+    for name in ("codegen", "codegen-avg"):
+        sub = launch_baseline(BaselineRequest(name, "tiny", mini_lake.key, "dev", "q", seed=3,
+                                              options={"samples": 2, "max_tokens": 8}))
+        assert run_baseline(sub.pk, None, "here@vm", vllm=None) == "finished", name
+        sub.refresh_from_db()
+        configs[name] = sub.config
+    assert configs["codegen"]["requests"] == 2 and configs["codegen"]["cache_hits"] == 0
+    assert configs["codegen-avg"]["requests"] == 0 and configs["codegen-avg"]["cache_hits"] == 2

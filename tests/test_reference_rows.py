@@ -321,7 +321,7 @@ def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type
     import redis
 
     from qval.methods.registry import all_methods
-    from submissions.baselines import chat_reference_methods
+    from submissions.baselines import CHAT_REFERENCE_ORDER, chat_reference_methods
     from submissions.models import Submission
     from .conftest import TEST_BROKER_URL  # noqa: I001
 
@@ -339,6 +339,8 @@ def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type
     runs = list(llm_runs(loaded))
     assert sorted((s.method_name, s.target) for s in runs) == sorted(chat_reference_methods())
     assert {s.method_name for s in runs} == set(chat)
+    # cheapest first, so a board shows most of its rows soonest; every chat method has its place in the order
+    assert [s.method_name for s in sorted(runs, key=lambda s: s.pk)] == list(CHAT_REFERENCE_ORDER)
     assert {(s.split, s.modality, s.source, s.state, s.user) for s in runs} == {
         ("test", "text", "baseline", "queued", None)}
     assert {s.target for s in runs} == {"q"}  # the ranking methods too: their rows are on the Q board
