@@ -325,10 +325,12 @@ def test_a_container_backbone_of_kind_vllm_is_the_workers_managed_server(tiny_mo
 
 
 @pytest.mark.slow
-def test_codegen_avg_after_codegen_asks_the_model_nothing(mini_lake, tiny_model: Path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_codegen_avg_after_codegen_asks_the_model_nothing(mini_lake, tiny_model: Path, settings,  # type: ignore[no-untyped-def]
+                                                          tmp_path: Path) -> None:
     """The runs share one response cache: codegen-avg sends codegen's requests, so every answer is a cache hit."""
     from submissions.baselines import BaselineRequest, launch_baseline, run_baseline
 
+    settings.QVAL_DATA_DIR = tmp_path  # a cache of this test's own: the session's may hold these answers already
     settings.QVAL_BACKBONES = {"tiny": {"kind": "transformers", "path": str(tiny_model)}}
     configs = {}
     for name in ("codegen", "codegen-avg"):
