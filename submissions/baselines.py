@@ -189,6 +189,8 @@ REFERENCE_BACKBONE = smollm2.BACKBONE_NAME
 """The backbone of the reference rows of the methods that need a chat model: SmolLM2-135M-Instruct, which every
 machine has (:mod:`qval.smollm2`)."""
 CHAT_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
+"""What the LLM reference rows' and a GPU campaign's methods need: a chat model (the text methods; the image methods
+need encoder weights)."""
 CHAT_REFERENCE_ORDER = ("verifier", "direct-batched", "codegen", "codegen-avg", "direct-single", "gvl", "ranking",
                         "Δbelief", "direct-sequential", "sdpo", "sdpo-gt", "eureka", "direct-16")
 """The order of a dataset's LLM reference rows in the queue: cheapest first, so that while one gpu worker fills a
@@ -198,16 +200,21 @@ in this order, ``codegen`` 259 s a run (about 2.7 a state; ``codegen-avg`` then 
 response cache), ``eureka`` 2,142 s a run (22.5 a state), ``direct-16`` 39.  A method not listed goes last."""
 
 
+def campaign_methods() -> list[str]:
+    """Every built-in text method of a chat model (:data:`CHAT_NEEDS`), in the registry's order: what a GPU campaign
+    runs (:func:`queue_campaign`)."""
+    from qval.methods.registry import all_methods
+
+    return [m.name for m in all_methods() if m.modality == "text" and m.needs in CHAT_NEEDS]
+
+
 def chat_reference_methods() -> list[tuple[str, str]]:
     """``(method, target)`` of every text method that needs a chat model, each on target Q (a ranking method runs
     as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows, run with
     :data:`REFERENCE_BACKBONE`, in :data:`CHAT_REFERENCE_ORDER`."""
-    from qval.methods.registry import all_methods
-
-    chat = [spec.name for spec in all_methods()
-            if spec.modality == "text" and spec.needs in CHAT_NEEDS and spec.supports("q")]
     rank = {name: i for i, name in enumerate(CHAT_REFERENCE_ORDER)}
-    return [(name, "q") for name in sorted(chat, key=lambda name: rank.get(name, len(rank)))]
+    return [(name, "q") for name in sorted(campaign_methods(), key=lambda name: rank.get(name, len(rank)))
+            if get_method(name).supports("q")]
 
 
 def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
@@ -255,17 +262,6 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     return queued
 
 
-CAMPAIGN_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
-"""What a campaign's methods need: a chat model (the text methods; the image methods need encoder weights)."""
-
-
-def campaign_methods() -> list[str]:
-    """Every built-in text method of a chat model: what a GPU campaign runs (:func:`queue_campaign`)."""
-    from qval.methods.registry import all_methods
-
-    return [m.name for m in all_methods() if m.modality == "text" and m.needs in CAMPAIGN_NEEDS]
-
-
 def queue_campaign(backbone: str, description: str = "", datasets: Iterable[Dataset] | None = None,
                    methods: Iterable[str] | None = None, targets: Iterable[str] = REFERENCE_TARGETS
                    ) -> list[Submission]:
@@ -285,7 +281,7 @@ def queue_campaign(backbone: str, description: str = "", datasets: Iterable[Data
             needs = get_method(name).needs
         except MethodError as exc:
             raise SubmissionRejected("methods", str(exc)) from None
-        if needs not in CAMPAIGN_NEEDS:
+        if needs not in CHAT_NEEDS:
             raise SubmissionRejected("methods", f"{name} needs {needs}: a campaign runs methods of a chat model")
     if not backbone.strip():
         raise SubmissionRejected("backbone", "a campaign needs the name of the backbone its worker serves")
