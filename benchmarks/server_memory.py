@@ -65,8 +65,9 @@ def child(setting: str, states: int, samples: int, secret: str) -> dict[str, obj
                              options={"samples": samples})
         spent = time.process_time() - started
     digest = hashlib.sha256(json.dumps(sorted(out.scores.items()), default=repr).encode()).hexdigest()[:16]
-    return {"setting": setting, "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt, "peak_gib": status_kib("VmHWM") / 2**20, "end_gib": status_kib("VmRSS") / 2**20,
-            "loaded_gib": loaded / 2**20, "cpu_s": spent, "requests": len(part.states) * samples, "scores": digest}
+    return {"setting": setting, "peak_gib": status_kib("VmHWM") / 2**20, "end_gib": status_kib("VmRSS") / 2**20,
+            "loaded_gib": loaded / 2**20, "cpu_s": spent, "requests": len(part.states) * samples, "scores": digest,
+            "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,9 +40,9 @@ from qval.backbone import DEFAULT_MAX_BATCH
 if TYPE_CHECKING:
     from qval.backbone import TransformersBackend
 
-#: Requests a run sends at once: as many as our server decodes together.  A server decodes concurrent requests
-#: together: on one CPU core SmolLM2 decodes a token for 32 sequences in 8.2 ms a sequence, against 9.8 for 16, 13.7
-#: for 8 and 44.8 alone (``benchmarks/decode_step.py``), and vLLM batches as wide as it is sent.
+#: Requests a run sends at once: as many as our server decodes together.  On one CPU core SmolLM2 decodes a token
+#: for 32 sequences in 8.2 ms a sequence, against 9.8 for 16, 13.7 for 8 and 44.8 alone
+#: (``benchmarks/decode_step.py``), and vLLM batches as wide as it is sent.
 DEFAULT_CONCURRENCY = DEFAULT_MAX_BATCH
 
 T = TypeVar("T")
