@@ -47,18 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from qval import build, schema, smollm2  # noqa: E402
 from qval.backbone import BackboneServer, backend_from_spec  # noqa: E402
 from qval.envs import registry  # noqa: E402
-from qval.methods.registry import all_methods, get_method  # noqa: E402
+from qval.methods.registry import chat_methods, get_method  # noqa: E402
 from qval.methods.run import Progress, run_method  # noqa: E402
 
-CHAT_NEEDS = ("chat-llm", "chat-llm-logprobs")
 PER_RUN = frozenset({"codegen", "codegen-avg", "eureka"})
 """Methods whose model calls do not grow with the states scored (module docstring)."""
 SCALED = ("samples", "iterations")
-
-
-def text_methods() -> list[str]:
-    """The text methods that need a chat model: those the SmolLM2 reference rows run."""
-    return [m.name for m in all_methods() if m.modality == "text" and m.needs in CHAT_NEEDS]
 
 
 def sample(ds: schema.Dataset, states: int, seed: int) -> tuple[schema.Dataset, int]:
@@ -106,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.torch_threads)
-    methods = [m for m in args.methods.split(",") if m] or text_methods()
+    methods = [m for m in args.methods.split(",") if m] or chat_methods()
     options: dict[str, dict[str, Any]] = {}
     for text in args.option:
         method, _, assignment = text.partition(":")

@@ -206,7 +206,7 @@ def _run_baseline(client: Client, spec: dict[str, Any], config: Config,
     from qval import schema
     from qval.methods.llm import method_backbone
     from qval.methods.registry import MethodError
-    from qval.methods.run import Progress, run_method, write_predictions
+    from qval.methods.run import Progress, run_method, shared_cache_dir, write_predictions
 
     name, method = str(spec["backbone"]), str(spec["method"])
     if name not in config.backbones:
@@ -226,7 +226,7 @@ def _run_baseline(client: Client, spec: dict[str, Any], config: Config,
         try:
             backbone, options, backbone_config = method_backbone(name, config.backbones[name], vllm_manager(config))
             output = run_method(method, dataset, str(spec["split"]), str(spec["target"]), backbone,
-                                seed=int(spec.get("seed", 0)), cache_dir=config.data_dir / "cache" / "baselines",
+                                seed=int(spec.get("seed", 0)), cache_dir=shared_cache_dir(config.data_dir),
                                 options={**dict(spec.get("options") or {}), **options}, dataset_dir=folder,
                                 progress=report)
         except MethodError as exc:

@@ -52,8 +52,8 @@ from leaderboard.models import Dataset, Method
 from qval import predictions as qpred
 from qval import metric_registry, schema, smollm2
 from qval.families import get as get_family
-from qval.methods.registry import MethodError, MethodSpec, get_method
-from qval.methods.run import Progress, run_method, write_predictions
+from qval.methods.registry import CHAT_NEEDS, MethodError, MethodSpec, chat_methods, get_method
+from qval.methods.run import Progress, run_method, shared_cache_dir, write_predictions
 from qval.scoring import MetricRow, score
 
 from . import lifecycle
@@ -188,9 +188,6 @@ REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
 REFERENCE_BACKBONE = smollm2.BACKBONE_NAME
 """The backbone of the reference rows of the methods that need a chat model: SmolLM2-135M-Instruct, which every
 machine has (:mod:`qval.smollm2`)."""
-CHAT_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
-"""What the LLM reference rows' and a GPU campaign's methods need: a chat model (the text methods; the image methods
-need encoder weights)."""
 CHAT_REFERENCE_ORDER = ("verifier", "direct-batched", "codegen", "codegen-avg", "direct-single", "gvl", "ranking",
                         "Δbelief", "direct-sequential", "sdpo", "sdpo-gt", "eureka", "direct-16")
 """The order of a dataset's LLM reference rows in the queue: cheapest first, so that while one gpu worker fills a
@@ -201,11 +198,9 @@ response cache), ``eureka`` 2,142 s a run (22.5 a state), ``direct-16`` 39.  A m
 
 
 def campaign_methods() -> list[str]:
-    """Every built-in text method of a chat model (:data:`CHAT_NEEDS`), in the registry's order: what a GPU campaign
-    runs (:func:`queue_campaign`)."""
-    from qval.methods.registry import all_methods
-
-    return [m.name for m in all_methods() if m.modality == "text" and m.needs in CHAT_NEEDS]
+    """Every built-in text method of a chat model, in the registry's order (:func:`qval.methods.registry.chat_methods`):
+    what a GPU campaign runs (:func:`queue_campaign`)."""
+    return chat_methods()
 
 
 def chat_reference_methods() -> list[tuple[str, str]]:
@@ -397,7 +392,7 @@ def run_baseline(pk: int, attempt: int | None, worker: str, vllm: Any) -> str:
             dataset = schema.Dataset.read(directory, secret=settings.QVAL_TEST_SPLIT_SECRET)
             with served_backbone(sub.backbone_name, spec, vllm) as (backbone, backbone_options, backbone_config):
                 output = run_method(spec.name, dataset, sub.split, sub.target, backbone, seed=seed,
-                                    cache_dir=Path(settings.QVAL_DATA_DIR) / "cache" / "baselines",
+                                    cache_dir=shared_cache_dir(settings.QVAL_DATA_DIR),
                                     options={**options, **backbone_options}, dataset_dir=directory,
                                     progress=_ProgressWriter(sub))
             with tempfile.TemporaryDirectory(prefix="qval-baseline-") as tmp:

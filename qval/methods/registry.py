@@ -174,3 +174,13 @@ def all_methods() -> list[MethodSpec]:
     _load_builtins()
     order = {f.slug: i for i, f in enumerate(ALL)}
     return sorted(_REGISTRY.values(), key=lambda s: (order.get(s.family, len(order)), s.name))
+
+
+CHAT_NEEDS = frozenset({"chat-llm", "chat-llm-logprobs"})
+"""The ``needs`` of a method that asks a chat model (a backbone served over the OpenAI-compatible API)."""
+
+
+def chat_methods() -> list[str]:
+    """Every text method that asks a chat model (:data:`CHAT_NEEDS`), in :func:`all_methods`' order: the methods of
+    the LLM reference rows and of a GPU campaign (the image methods need encoder weights)."""
+    return [m.name for m in all_methods() if m.modality == "text" and m.needs in CHAT_NEEDS]

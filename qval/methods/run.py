@@ -30,6 +30,13 @@ class Progress:
     tokens: int = 0
 
 
+def shared_cache_dir(data_dir: str | Path) -> Path:
+    """The response cache every baseline run under the data folder ``data_dir`` shares (a site's, a remote
+    worker's).  One for every method: a response's key is the model's identity and the whole request, so a
+    method that sends another's requests (``codegen-avg`` after ``codegen``) is answered from the cache."""
+    return Path(data_dir) / "cache" / "baselines"
+
+
 def run_method(name: str, dataset: schema.Dataset, split: str, target: str, backbone: str, *, seed: int = 0,
                cache_dir: str | Path | None = None, options: dict[str, Any] | None = None,
                dataset_dir: str | Path | None = None,
