@@ -58,12 +58,13 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads of the local server (default 1: CPU seconds of one core; on a "
                              "busy CPU, OpenMP threads make a long-lived serving thread many times slower than a "
-                             "fresh one)")
+                             "fresh one; 0: 'auto', the cores the machine's other processes leave idle)")
     args = parser.parse_args()
     if args.torch_threads:
         import torch
 
         torch.set_num_threads(args.torch_threads)
+    threads = args.torch_threads or "auto"
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="qval-bench-") as tmp:
         work = Path(tmp)
@@ -75,9 +76,9 @@ def main() -> None:
         local: TransformersBackend | None = None
         with contextlib.ExitStack() as stack:
             if backbone == smollm2.BACKBONE_NAME:
-                local = backend_from_spec(backbone, smollm2.backbone_spec())  # type: ignore[assignment]
+                local = backend_from_spec(backbone, smollm2.backbone_spec() | {"threads": threads})  # type: ignore[assignment]
             elif not backbone.startswith(("http://", "https://")):
-                local = TransformersBackend(backbone)
+                local = TransformersBackend(backbone, threads=threads)
             if local is not None:  # serve the checkpoint once for every run
                 server = stack.enter_context(BackboneServer(local, budget=2**62, socket_path=work / "llm.sock"))
                 backbone = f"unix:{server.socket_path}"

@@ -55,7 +55,7 @@ def child(setting: str, states: int, samples: int, secret: str) -> dict[str, obj
         work = Path(tmp)
         ds = build.build(registry.builder("frozenlake"), work / "frozenlake", secret=secret)
         part, _ = sample(ds, states, seed=0)
-        backend = backend_from_spec(smollm2.BACKBONE_NAME, smollm2.backbone_spec())
+        backend = backend_from_spec(smollm2.BACKBONE_NAME, smollm2.backbone_spec() | {"threads": 1})
         backend.trim_heap = SETTINGS[setting][0]
         loaded = status_kib("VmRSS")
         socket_path = work / "llm.sock"

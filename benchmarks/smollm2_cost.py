@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--option", action="append", default=[], metavar="METHOD:KEY=VALUE",
                         help="a method option (integer), e.g. eureka:iterations=1; samples/iterations are scaled")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads (default 1: CPU seconds of one core, no spinning threads)")
+    parser.add_argument("--torch-threads", default="1",
+                        help="torch intra-op threads, or 'auto': the cores the machine's other processes leave idle "
+                        "(qval.cpu_share, as the site's gpu worker; default 1: CPU seconds of one core)")
     parser.add_argument("--batch", type=int, default=None,
                         help="requests each method sends at once and the server decodes together (default: the "
                         "methods' and the server's own, 32)")
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    torch.set_num_threads(args.torch_threads)
+    if args.torch_threads != "auto":
+        torch.set_num_threads(int(args.torch_threads))
     methods = [m for m in args.methods.split(",") if m] or chat_methods()
     options: dict[str, dict[str, Any]] = {}
     for text in args.option:
@@ -116,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             datasets = [build.build(registry.builder("frozenlake"), work / "frozenlake", secret=secret)]
         started = time.perf_counter()
-        spec = smollm2.backbone_spec() | ({"max_batch": args.batch} if args.batch else {})
+        spec = smollm2.backbone_spec() | {"threads": args.torch_threads}
+        spec |= {"max_batch": args.batch} if args.batch else {}
         backend = backend_from_spec(smollm2.BACKBONE_NAME, spec)
         print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f} s on {backend.device}; torch threads "
-              f"{torch.get_num_threads()}; {os.cpu_count()} CPUs; clock {args.clock}; batch "
+              f"{args.torch_threads}; {os.cpu_count()} CPUs; clock {args.clock}; batch "
               f"{backend.batcher.max_batch}", flush=True)
         socket_path = work / "llm.sock"
         totals: dict[str, float] = {}

@@ -54,14 +54,16 @@ import stat
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from qval import heap
 from qval.batcher import Batcher
+from qval.cpu_share import ThreadGovernor
 from qval.prefix_cache import Block, PrefixCache
 from qval.vllm import ServeSpec, VLLMManager
 
@@ -198,12 +200,14 @@ class TransformersBackend:
     the whole decode (:mod:`qval.decode_cache`), each with its own sampling settings and seed.  A batch's float
     sums are not those of a sequence decoded alone, so a generated token's logprob may differ from a lone
     request's in its last digits.  ``trim_heap``: after each batch, give what it freed back to the system
-    (:mod:`qval.heap`; without it a CPU server's memory grows with the batches it serves).
+    (:mod:`qval.heap`; without it a CPU server's memory grows with the batches it serves).  ``threads``: torch's
+    CPU threads on a CPU device, a number, or ``"auto"``: the cores the machine's other processes leave idle,
+    measured about once a second while decoding (:mod:`qval.cpu_share`).
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str | None = None, *,
                  gguf_file: str | None = None, sha256: str | None = None, max_batch: int = DEFAULT_MAX_BATCH,
-                 prefixes: int = 64, block: int = 128, trim_heap: bool = True) -> None:
+                 prefixes: int = 64, block: int = 128, trim_heap: bool = True, threads: int | str = "auto") -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -235,6 +239,15 @@ class TransformersBackend:
                                                                                max_batch=max_batch)
         self.prefixes = PrefixCache(prefixes, block)
         self.trim_heap = trim_heap
+        # torch's CPU threads while this model runs (the process's own count restored after each batch): fixed,
+        # or the governor's, which follows the machine's idle cores
+        self.governor: ThreadGovernor | None = None
+        self._fixed_threads: int | None = None
+        if self.device == "cpu":
+            if threads == "auto":
+                self.governor = ThreadGovernor(torch.set_num_threads, torch.get_num_threads())
+            else:
+                self._fixed_threads = _thread_count(threads)
 
     def _prompt_ids(self, messages: Sequence[dict[str, str]] | None, prompt: str | None,
                     template: ChatTemplate = DEFAULT_TEMPLATE) -> list[int]:
@@ -279,8 +292,11 @@ class TransformersBackend:
         # read in token order: prompts that begin alike (one state's candidates) follow each other, so each
         # finds the one before it in the prefix store however many other prompts the batch holds
         order = sorted(range(len(requests)), key=lambda i: requests[i][0])
-        with self._lock, torch.no_grad():
-            read = {i: self._prefill(*requests[i]) for i in order}
+        with self._lock, torch.no_grad(), self._cpu_threads():
+            read = {}
+            for i in order:
+                self._share_cpu()
+                read[i] = self._prefill(*requests[i])
             rows = [read[i] for i in range(len(requests))]
             live = [read[i] for i in order if not read[i].done]
             if live:
@@ -344,6 +360,7 @@ class TransformersBackend:
             [[0] * (width - len(row.ids)) + [1] * len(row.ids) for row in live], device=self.device)
         position = torch.tensor([[len(row.ids)] for row in live], device=self.device)
         while live:
+            self._share_cpu()
             tokens = torch.tensor([[row.generated[-1]] for row in live], device=self.device)
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
@@ -357,6 +374,28 @@ class TransformersBackend:
                 mask = mask[index] if mask is not None else None
             live = [live[i] for i in keep]
             position = position + 1
+
+    @contextmanager
+    def _cpu_threads(self) -> Iterator[None]:
+        """On a CPU: torch's threads set to this model's (``threads``) for the block, the process's own count
+        restored after it (a worker's training runs keep theirs)."""
+        import torch
+
+        wanted = self.governor.threads if self.governor is not None else self._fixed_threads
+        if wanted is None:
+            yield
+            return
+        own = torch.get_num_threads()
+        torch.set_num_threads(wanted)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(own)
+
+    def _share_cpu(self) -> None:
+        """On a CPU with ``threads="auto"``: the threads the machine leaves idle now (:mod:`qval.cpu_share`)."""
+        if self.governor is not None:
+            self.governor.tick()
 
     def _take(self, rows: Sequence["_Sequence"], logits: Any) -> None:
         """Choose each row's next token from its row of ``logits`` (and record its logprobs when asked).
@@ -379,8 +418,9 @@ class TransformersBackend:
         import torch
 
         vectors, tokens = [], 0
-        with self._lock, torch.no_grad():
+        with self._lock, torch.no_grad(), self._cpu_threads():
             for text in texts:
+                self._share_cpu()
                 ids = self.tokenizer(text, add_special_tokens=True)["input_ids"] or [self.tokenizer.eos_token_id]
                 tokens += len(ids)
                 hidden = self.model(torch.tensor([ids], device=self.device), output_hidden_states=True).hidden_states[-1]
@@ -400,6 +440,17 @@ class TransformersBackend:
             keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
         return torch.multinomial(probs / probs.sum(), 1, generator=gen)[0]
+
+
+def _thread_count(threads: int | str) -> int:
+    """A fixed count of CPU threads, checked: a positive whole number (``"auto"`` is handled by the caller)."""
+    try:
+        count = int(threads)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        raise ValueError(f"threads must be 'auto' or a whole number of at least 1, got {threads!r}")
+    return count
 
 
 def _apply_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
@@ -500,7 +551,8 @@ def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | No
 
     ``{"kind": "transformers", "path": DIR}`` (optional ``device``; ``max_batch``, the most requests decoded
     together, wider on a GPU; ``gguf_file``: a GGUF file in ``DIR``, with optional ``sha256``, its digest checked
-    before loading: :func:`qval.smollm2.backbone_spec`),
+    before loading: :func:`qval.smollm2.backbone_spec`; ``threads``: torch's CPU threads, a number or ``"auto"``,
+    by default the ``QVAL_GPU_WORKER_THREADS`` environment variable's, else ``"auto"``),
     ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``, or
     ``{"kind": "vllm", "path": DIR, ...}`` (:meth:`qval.vllm.ServeSpec.from_setting`): the ``vllm serve``
     process of the worker's manager ``vllm``, started (or restarted) now if it is not healthy, and
@@ -509,8 +561,9 @@ def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | No
     kind = spec.get("kind")
     if kind == "transformers":
         wider = {"max_batch": int(spec["max_batch"])} if "max_batch" in spec else {}
+        threads = spec.get("threads", os.environ.get("QVAL_GPU_WORKER_THREADS", "auto"))
         return TransformersBackend(spec["path"], name=name, device=spec.get("device"), gguf_file=spec.get("gguf_file"),
-                                   sha256=spec.get("sha256"), **wider)
+                                   sha256=spec.get("sha256"), threads=threads, **wider)
     if kind == "upstream":
         return UpstreamBackend(spec["url"], spec["model"], name=name)
     if kind == "vllm":

@@ -48,10 +48,11 @@ if [ -z "${QVAL_INPROCESS_WORKER:-}" ]; then
   nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q containers --concurrency 1 -n "containers@%h" --loglevel INFO \
     > var/log/containers-worker.log 2>&1 &
   echo $! > var/run/containers-worker.pid
-  # The platform's own runs with a model: LLM baseline rows, training and Best-of-N runs; one at a time. Torch on
-  # QVAL_GPU_WORKER_THREADS CPU threads (default 1): beside another busy worker on 2 cores, 2 threads took 2.1 times
-  # as long as 1 (benchmarks/README.md, "Threads of the gpu worker").
-  OMP_NUM_THREADS=${QVAL_GPU_WORKER_THREADS:-1} nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
+  # The platform's own runs with a model: LLM baseline rows, training and Best-of-N runs; one at a time. Its model
+  # server's torch takes the cores the other workers leave idle, measured every second (QVAL_GPU_WORKER_THREADS:
+  # auto by default, or a number): on 2 cores, 2 threads beat 1 alone and lose by 2.1 times beside a busy worker
+  # (benchmarks/README.md, "Threads of the gpu worker"). Everything else in it runs on one thread.
+  OMP_NUM_THREADS=1 nohup scripts/supervise.sh .venv/bin/celery -A qval_site worker -Q gpu --concurrency 1 -n "gpu@%h" --loglevel INFO \
     > var/log/gpu-worker.log 2>&1 &
   echo $! > var/run/gpu-worker.pid
   # Dataset builds: one at a time (minutes each); progress on /datasets/. Stopped at once (cold shutdown):

@@ -39,8 +39,9 @@ case "$role" in
     exec celery -A qval_site worker -Q containers -c 1 -n "containers@%h" --loglevel INFO
     ;;
   gpu)
-    # torch's CPU threads (docs/configuration.md: QVAL_GPU_WORKER_THREADS)
-    OMP_NUM_THREADS=${QVAL_GPU_WORKER_THREADS:-1} exec celery -A qval_site worker -Q gpu -c 1 -n "gpu@%h" --loglevel INFO
+    # one CPU thread but for the model server's, which follows the idle cores (docs/configuration.md:
+    # QVAL_GPU_WORKER_THREADS)
+    OMP_NUM_THREADS=1 exec celery -A qval_site worker -Q gpu -c 1 -n "gpu@%h" --loglevel INFO
     ;;
   *)
     echo "app.sh: unknown role $role (web, scoring, beat, datasets, containers, gpu)" >&2
