@@ -2,10 +2,10 @@
 (:mod:`jobs.registry`), a queued job's position in its queue, and each queue's jobs, progress and estimate for the
 status page.
 
-A worker takes every user's job on its queue before any of the platform's own runs (reference rows, training and
-Best-of-N runs, dataset builds: :data:`jobs.services.PLATFORM_PRIORITY`), and each of the two in the order they
-were queued; so the jobs ahead of a queued one are the users' jobs queued before it (every user's job, for a
-platform run) and, for a platform run, the platform runs queued before it. The broker's own count of messages is
+A worker takes the messages on its queue by priority, then in the order they were queued: every user's job before
+any of the platform's own runs (reference rows, training and Best-of-N runs, dataset builds:
+:data:`jobs.services.PLATFORM_PRIORITY`), and those before its costliest ones (:data:`jobs.services.COSTLY_PRIORITY`);
+so the jobs ahead of a queued one are those of a higher priority and those of its own queued before it. The broker's own count of messages is
 the status page's other column (:func:`workers.selectors.queue_depths`).
 """
 
@@ -20,30 +20,35 @@ from django.utils import timezone
 from .models import Job
 from .progress import Progress, time_left_words
 from .registry import kinds
-from .services import JobKind
+from .services import USER_PRIORITY, JobKind
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One queued or running job: its ``kind`` (:attr:`jobs.services.JobKind.name`), id, queue, whether it is the
-    platform's own run, when it was queued, and (running) its progress."""
+    """One queued or running job: its ``kind`` (:attr:`jobs.services.JobKind.name`), id, queue, message priority,
+    when it was queued, and (running) its progress."""
 
     kind: str
     pk: int
     queue: str
-    platform: bool
+    priority: int
     queued_at: datetime
     progress: Progress | None = None
     running_since: datetime | None = None
 
     @property
-    def order(self) -> tuple[bool, datetime, str, int]:
-        """Its place in the order a worker takes its queue's messages: users' jobs first, then by time queued."""
-        return (self.platform, self.queued_at, self.kind, self.pk)
+    def platform(self) -> bool:
+        """Whether it is the platform's own run rather than a user's job."""
+        return self.priority != USER_PRIORITY
+
+    @property
+    def order(self) -> tuple[int, datetime, str, int]:
+        """Its place in the order a worker takes its queue's messages: by priority, then by time queued."""
+        return (self.priority, self.queued_at, self.kind, self.pk)
 
 
 def _entries(kind: JobKind, jobs: Iterable[Job]) -> list[Entry]:  # type: ignore[type-arg]
-    return [Entry(kind.name, job.pk, kind.queue_name(job), kind.platform(job), job.queued_at,
+    return [Entry(kind.name, job.pk, kind.queue_name(job), kind.priority(job), job.queued_at,
                   job.job_progress if job.job_state == job.RUNNING else None, job.running_since)
             for job in jobs]
 

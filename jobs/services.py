@@ -46,21 +46,26 @@ J = TypeVar("J", bound=Job)
 MAX_ATTEMPTS = 2
 """A job whose worker is lost is requeued once: the second loss fails it."""
 
-PLATFORM_PRIORITY = 9
-"""The message priority of the platform's own runs (reference rows, training and Best-of-N runs, dataset builds); a
-user's job goes at the broker's default, 0. On Redis (kombu's priority lists: ``<queue>`` for 0,
-``<queue>\\x06\\x169`` for 9) a worker takes every message of priority 0 on its queues before any of priority 9:
-a user's job never waits behind the platform's runs queued before it. (Redis counts 0 as the first; RabbitMQ
-would count the other way.)"""
+USER_PRIORITY = 0
+"""The message priority of a user's job: the broker's default, taken first."""
+PLATFORM_PRIORITY = 3
+"""The message priority of the platform's own runs (reference rows, training and Best-of-N runs, dataset builds).
+On Redis (kombu's priority lists: ``<queue>`` for 0, ``<queue>\\x06\\x163`` for 3, ``...9`` for 9) a worker takes
+every message of priority 0 on its queues before any of 3, and those before any of 9: a user's job never waits
+behind the platform's runs queued before it.  (Redis counts 0 as the first; RabbitMQ would count the other way.
+kombu rounds a priority down to its steps 0, 3, 6 and 9.)"""
+COSTLY_PRIORITY = 9
+"""The message priority of the platform's costliest runs (:data:`submissions.costs.COSTLY_METHODS`): behind its
+other runs, so that every board gets its cheap rows before any board gets its costly ones."""
 
 
-def send_task(name: str, args: Sequence[Any], *, platform: bool = False, **options: Any) -> None:
-    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES`` unless ``options`` name a ``queue``), behind
-    every user's job when it is the ``platform``'s own run (:data:`PLATFORM_PRIORITY`); with the in-process worker
+def send_task(name: str, args: Sequence[Any], *, priority: int = USER_PRIORITY, **options: Any) -> None:
+    """Send task ``name`` by name (routed by ``CELERY_TASK_ROUTES`` unless ``options`` name a ``queue``) at message
+    ``priority`` (a user's job: :data:`USER_PRIORITY`; the platform's own runs behind it); with the in-process worker
     (``QVAL_INPROCESS_WORKER``: eager tasks) run it here instead. Raises
     :class:`kombu.exceptions.OperationalError` when the broker cannot be reached."""
-    if platform:
-        options["priority"] = PLATFORM_PRIORITY
+    if priority != USER_PRIORITY:
+        options["priority"] = priority
     app = current_app
     if app.conf.task_always_eager:
         app.loader.import_default_modules()  # registers the tasks, which an eager call runs by name
@@ -88,9 +93,9 @@ class JobKind(Generic[J]):
     their message, given a time before which they should have been sent (default: queued before it);
     ``lost_note``, added to the reason of a job lost twice; ``related``, what a claim selects with the job;
     ``queue_of``, the Celery queue a job's message goes to (default: the route of ``task`` in
-    ``CELERY_TASK_ROUTES``); ``is_platform``, whether a job is the platform's own run rather than a user's (default:
-    every job of the kind is), sent behind every user's job (:data:`PLATFORM_PRIORITY`) and counted behind them by
-    :mod:`jobs.queues`."""
+    ``CELERY_TASK_ROUTES``); ``priority_of``, its message's priority (default: every job of the kind is the
+    platform's own run, :data:`PLATFORM_PRIORITY`; a user's job is :data:`USER_PRIORITY`), by which
+    :mod:`jobs.queues` counts who waits ahead of it."""
 
     name: str
     model: type[J]
@@ -103,7 +108,7 @@ class JobKind(Generic[J]):
     lost_note: str = ""
     related: tuple[str, ...] = ()
     queue_of: Callable[[J], str] | None = None
-    is_platform: Callable[[J], bool] | None = None
+    priority_of: Callable[[J], int] | None = None
 
     def queue_name(self, job: J) -> str:
         """The Celery queue ``job``'s message goes to (``queue_of``, else the route of ``task``)."""
@@ -111,9 +116,9 @@ class JobKind(Generic[J]):
             return self.queue_of(job)
         return str(settings.CELERY_TASK_ROUTES.get(self.task, {}).get("queue", settings.CELERY_TASK_DEFAULT_QUEUE))
 
-    def platform(self, job: J) -> bool:
-        """Whether ``job`` is the platform's own run (``is_platform``; default: yes)."""
-        return True if self.is_platform is None else self.is_platform(job)
+    def priority(self, job: J) -> int:
+        """``job``'s message priority (``priority_of``; default: :data:`PLATFORM_PRIORITY`)."""
+        return PLATFORM_PRIORITY if self.priority_of is None else self.priority_of(job)
 
     # -- reading -------------------------------------------------------------------------------------
     @property
@@ -285,7 +290,7 @@ class JobKind(Generic[J]):
         jobs = self.objects.in_bulk(pks)
         for pk in pks:
             try:
-                send_task(self.task, (pk,), platform=pk not in jobs or self.platform(jobs[pk]))
+                send_task(self.task, (pk,), priority=self.priority(jobs[pk]) if pk in jobs else PLATFORM_PRIORITY)
             except BrokerUnreachable as exc:
                 log.warning("the broker is unreachable (%s): %s %s stay unsent until it is back", exc, self.name,
                             sorted(set(pks) - set(sent)))

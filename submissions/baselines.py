@@ -57,6 +57,7 @@ from qval.methods.run import Progress, run_method, shared_cache_dir, write_predi
 from qval.scoring import MetricRow, score
 
 from . import lifecycle
+from .queue_order import CHAT_REFERENCE_ORDER
 from .models import Submission
 from .services import SubmissionRejected, resolve_dataset
 
@@ -188,13 +189,6 @@ REFERENCE_TARGETS: tuple[str, ...] = ("q", "v")
 REFERENCE_BACKBONE = smollm2.BACKBONE_NAME
 """The backbone of the reference rows of the methods that need a chat model: SmolLM2-135M-Instruct, which every
 machine has (:mod:`qval.smollm2`)."""
-CHAT_REFERENCE_ORDER = ("verifier", "direct-batched", "codegen", "codegen-avg", "direct-single", "gvl", "ranking",
-                        "Δbelief", "direct-sequential", "sdpo", "sdpo-gt", "eureka", "direct-16")
-"""The order of a dataset's LLM reference rows in the queue: cheapest first, so that while one gpu worker fills a
-fresh site (hours on a CPU) each board shows most of its rows soonest.  SmolLM2's CPU seconds per FrozenLake test
-state on one core (``benchmarks/smollm2_cost.py``; ``benchmarks/README.md``): 1.4 to 7.8 for the per-state methods
-in this order, ``codegen`` 259 s a run (about 2.7 a state; ``codegen-avg`` then reads its functions from the
-response cache), ``eureka`` 2,142 s a run (22.5 a state), ``direct-16`` 39.  A method not listed goes last."""
 
 
 def campaign_methods() -> list[str]:
@@ -206,7 +200,7 @@ def campaign_methods() -> list[str]:
 def chat_reference_methods() -> list[tuple[str, str]]:
     """``(method, target)`` of every text method that needs a chat model, each on target Q (a ranking method runs
     as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows, run with
-    :data:`REFERENCE_BACKBONE`, in :data:`CHAT_REFERENCE_ORDER`."""
+    :data:`REFERENCE_BACKBONE`, in :data:`submissions.queue_order.CHAT_REFERENCE_ORDER`."""
     rank = {name: i for i, name in enumerate(CHAT_REFERENCE_ORDER)}
     return [(name, "q") for name in sorted(campaign_methods(), key=lambda name: rank.get(name, len(rank)))
             if get_method(name).supports("q")]
@@ -227,8 +221,8 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     Then the LLM reference rows: every text method that needs a chat model (:func:`chat_reference_methods`) with
     backbone :data:`REFERENCE_BACKBONE` on the dataset's text board (a dataset with text observations), one run
     per (method, target) with that backbone that did not fail; left out, logged, where ``QVAL_BACKBONES`` lacks the
-    backbone (its package is not installed). They run on ``gpu``, behind every user's job
-    (:func:`submissions.lifecycle.is_platform`), and a rerun answers every request from the response cache.
+    backbone (its package is not installed). They run on ``gpu``, behind every user's job, the costliest
+    (``eureka``, ``direct-16``) behind every other platform run too (:func:`submissions.queue_order.priority`), and a rerun answers every request from the response cache.
     """
     from qval.methods.reference import methods_for, modalities_for
 

@@ -49,7 +49,7 @@ from qval.schema import PUBLIC_SPLITS
 from qval.budget import released_rows
 from qval.scoring import MetricRow, disclose
 
-from . import ladder
+from . import ladder, queue_order
 from .models import Result, Submission
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def job_queue(sub: Submission) -> str:
     ``QVAL_GPU_WORKERS=remote``), :data:`CAMPAIGN_QUEUE` for a GPU campaign's baseline run, ``gpu`` for a baseline
     run of a method that needs a model, ``scoring`` for a predictions file and for a baseline run of a method that
     needs none (the reference rows: seconds of work, like scoring a file, so they do not wait behind training runs
-    on ``gpu``; sent behind the users' files there, :func:`is_platform`)."""
+    on ``gpu``; sent behind the users' files there, :func:`submissions.queue_order.priority`)."""
     if sub.kind == Submission.KIND_CONTAINER:
         return CONTAINER_QUEUE if settings.QVAL_GPU_WORKERS == "local" else REMOTE_QUEUE
     if sub.kind == Submission.KIND_BASELINE:
@@ -123,12 +123,6 @@ def deadline_reason(sub: Submission) -> str:
     if sub.state == Submission.SCORING:
         return WORKER_DEADLINE_REASON
     return queue_deadline_reason(job_queue(sub))
-
-
-def is_platform(sub: Submission) -> bool:
-    """Whether ``sub`` is the platform's own run (a baseline run) rather than a user's job: its message goes behind
-    every user's job on its queue (:data:`jobs.services.PLATFORM_PRIORITY`)."""
-    return sub.source == Submission.SOURCE_BASELINE
 
 
 def lock_account(user) -> None:  # type: ignore[no-untyped-def]
@@ -160,7 +154,7 @@ def send_messages(pks: Sequence[int]) -> list[int]:
     attempt, to :func:`job_queue`'s queue -- a predictions file to ``scoring``, a baseline run to ``gpu``
     (``scoring`` for a method that needs no model; a GPU campaign's to :data:`CAMPAIGN_QUEUE` with a fresh token), a
     container to :data:`CONTAINER_QUEUE` (to :data:`REMOTE_QUEUE`, for a remote worker, with a fresh token when
-    ``QVAL_GPU_WORKERS=remote``); a baseline run behind every user's job there (:func:`is_platform`). When the
+    ``QVAL_GPU_WORKERS=remote``); a baseline run behind every user's job there (:func:`queue_order.priority`). When the
     broker cannot be reached the rest stay unsent, logged, for the reaper; no exception reaches the caller.
     """
     subs = list(Submission.objects.filter(pk__in=pks, state__in=(Submission.RECEIVED, Submission.QUEUED),
@@ -186,7 +180,7 @@ def send_messages(pks: Sequence[int]) -> list[int]:
             elif job_queue(sub) == CAMPAIGN_QUEUE:
                 send_task(TASKS["remote_baseline"], [sub.pk, issue_token(sub)], queue=CAMPAIGN_QUEUE)
             else:
-                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub), platform=is_platform(sub))
+                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub), priority=queue_order.priority(sub))
             sent.append(sub.pk)
     except BrokerUnreachable as exc:
         unsent = sorted({s.pk for s in subs} - set(sent))
@@ -227,7 +221,7 @@ def queue_s(sub: Submission) -> float:
 JOB: JobKind[Submission] = JobKind(
     name="submission", model=Submission, send=send_messages, queue_s=queue_s, deadline_reason=deadline_reason,
     waiting=waiting, lost_note="; a platform fault, not counted towards your quota", related=("dataset",),
-    queue_of=job_queue, is_platform=is_platform)
+    queue_of=job_queue, priority_of=queue_order.priority)
 """Submissions as a job kind (registered in :mod:`jobs.registry`)."""
 
 

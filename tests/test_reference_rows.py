@@ -321,8 +321,9 @@ def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type
     import redis
 
     from qval.methods.registry import all_methods
-    from submissions.baselines import CHAT_REFERENCE_ORDER, chat_reference_methods
+    from submissions.baselines import chat_reference_methods
     from submissions.models import Submission
+    from submissions.queue_order import CHAT_REFERENCE_ORDER, COSTLY_METHODS
     from .conftest import TEST_BROKER_URL  # noqa: I001
 
     backbones = settings.QVAL_BACKBONES
@@ -344,13 +345,18 @@ def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type
     assert {(s.split, s.modality, s.source, s.state, s.user) for s in runs} == {
         ("test", "text", "baseline", "queued", None)}
     assert {s.target for s in runs} == {"q"}  # the ranking methods too: their rows are on the Q board
-    # On gpu, in the list a worker reads only once every user's job is taken (kombu's priority 9 list).
+    # On gpu, in the lists a worker reads only once every user's job is taken (kombu's priority 3 and 9 lists):
+    # eureka and direct-16 in the last, behind every dataset's cheaper rows.
     broker = redis.Redis.from_url(TEST_BROKER_URL)
     assert broker.llen("gpu") == 0
-    assert sorted(json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]
-                  for m in broker.lrange("gpu\x06\x169", 0, -1)
-                  if json.loads(m)["headers"]["task"] == "workers.tasks.run_baseline_submission") == sorted(
-        s.pk for s in runs)
+
+    def runs_in(key: str) -> list[int]:
+        return sorted(json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in broker.lrange(key, 0, -1)
+                      if json.loads(m)["headers"]["task"] == "workers.tasks.run_baseline_submission")
+
+    assert COSTLY_METHODS == {"eureka", "direct-16"}
+    assert runs_in("gpu\x06\x163") == sorted(s.pk for s in runs if s.method_name not in COSTLY_METHODS)
+    assert runs_in("gpu\x06\x169") == sorted(s.pk for s in runs if s.method_name in COSTLY_METHODS)
 
     call_command("seed_reference_rows")
     assert llm_runs(loaded).count() == len(runs)  # nothing new

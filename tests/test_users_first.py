@@ -70,6 +70,17 @@ def test_a_queued_job_counts_the_users_jobs_first_and_the_status_estimates_from_
     page = client.get("/status/").content.decode()
     assert "about 11 min left" in page and "no rate measured yet" in page
 
+    # The platform's costliest runs wait behind its others on gpu, however early they were queued.
+    def baseline(method: str, minute: int) -> Submission:
+        return Submission.objects.create(dataset=loaded, split="test", target="q", filename="f", state="queued",
+                                         queued_at=t0 + timedelta(minutes=minute), kind="baseline", source="baseline",
+                                         method_name=method, backbone_name="smollm2-135m")
+
+    costly, cheap = baseline("direct-16", -5), baseline("verifier", 5)
+    assert (position(lifecycle.JOB, cheap).queue, position(lifecycle.JOB, costly).queue) == ("gpu", "gpu")
+    assert position(lifecycle.JOB, cheap).ahead == 2  # the two training runs queued before it
+    assert position(lifecycle.JOB, costly).ahead == 3  # and the verifier row queued after it
+
 
 @pytest.mark.worker
 def test_a_scoring_worker_takes_a_users_file_before_the_reference_rows_queued_before_it(  # type: ignore[no-untyped-def]
