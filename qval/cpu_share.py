@@ -18,9 +18,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ThreadGovernor", "others_busy", "threads_for"]
+__all__ = ["ThreadGovernor", "others_busy", "quota_cores", "threads_for"]
 
 PROC_STAT = Path("/proc/stat")
+CGROUP = Path("/sys/fs/cgroup")
 # another process using more than this share of a core gets a core of its own
 _YIELD_AT = 0.3
 
@@ -49,6 +50,21 @@ def _busy_seconds(stat_text: str, cores: Collection[int]) -> float:
     return busy / tick
 
 
+def quota_cores(root: Path = CGROUP) -> float | None:
+    """The CPU cores this process's control group may use (a container's ``--cpus``), from cgroup v2's ``cpu.max``
+    or v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` under ``root``; ``None`` when no quota is set or none
+    can be read.  A container may see every core of its host and be allowed two."""
+    try:
+        if (root / "cpu.max").is_file():
+            quota, _, period = (root / "cpu.max").read_text().strip().partition(" ")
+            return None if quota == "max" else int(quota) / int(period or 100_000)
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None
+
+
 def others_busy(before: Sample, after: Sample) -> float:
     """Cores' worth of CPU the other processes used between two samples (0 when no time passed)."""
     wall = after.wall - before.wall
@@ -71,13 +87,14 @@ class ThreadGovernor:
 
     Call :meth:`tick` often (each decoding step): at most every ``interval_s`` seconds it reads the
     counters, and calls ``set_threads`` when the count should change.  ``limit``: at most this many threads
-    (default: this process's cores).
+    (default: this process's cores, or fewer where its control group's quota allows fewer: :func:`quota_cores`).
     """
 
     def __init__(self, set_threads: Callable[[int], None], threads: int, *, limit: int | None = None,
                  interval_s: float = 1.0) -> None:
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        self.limit = limit or max(1, len(self.cores))
+        quota = quota_cores(CGROUP)
+        self.limit = limit or max(1, min(len(self.cores), math.floor(quota) if quota else len(self.cores)))
         self.interval_s = interval_s
         self.threads = threads
         self._set = set_threads

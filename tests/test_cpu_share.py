@@ -135,3 +135,25 @@ def test_an_auto_model_gives_a_busy_process_beside_a_core_while_it_decodes(tiny_
         spinner.wait()
     assert seen[0] == cores and seen[-1] <= cores - 1
     assert torch.get_num_threads() == own
+
+
+def test_a_control_groups_quota_caps_the_threads(tmp_path: Path) -> None:
+    """A container may see every core of its host and be allowed two: the quota is the limit."""
+    (tmp_path / "cpu.max").write_text("250000 100000\n")
+    assert cpu_share.quota_cores(tmp_path) == pytest.approx(2.5)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cpu_share.quota_cores(tmp_path) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_share.quota_cores(v1) is None
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+    assert cpu_share.quota_cores(v1) == pytest.approx(1.5)
+    assert cpu_share.quota_cores(tmp_path / "none") is None
+
+
+def test_the_governor_keeps_within_the_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    monkeypatch.setattr(cpu_share, "CGROUP", tmp_path)
+    assert ThreadGovernor(lambda n: None, 1).limit == 1
