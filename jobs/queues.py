@@ -5,8 +5,8 @@ status page.
 A worker takes the messages on its queue by priority, then in the order they were queued: every user's job before
 any of the platform's own runs (reference rows, training and Best-of-N runs, dataset builds:
 :data:`jobs.services.PLATFORM_PRIORITY`), and those before its costliest ones (:data:`jobs.services.COSTLY_PRIORITY`);
-so the jobs ahead of a queued one are those of a higher priority and those of its own queued before it. The broker's own count of messages is
-the status page's other column (:func:`workers.selectors.queue_depths`).
+so the jobs ahead of a queued one are those of a higher priority and those of its own queued before it. The
+broker's own count of messages is the status page's other column (:func:`workers.selectors.queue_depths`).
 """
 
 from __future__ import annotations

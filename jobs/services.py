@@ -55,7 +55,7 @@ every message of priority 0 on its queues before any of 3, and those before any 
 behind the platform's runs queued before it.  (Redis counts 0 as the first; RabbitMQ would count the other way.
 kombu rounds a priority down to its steps 0, 3, 6 and 9.)"""
 COSTLY_PRIORITY = 9
-"""The message priority of the platform's costliest runs (:data:`submissions.costs.COSTLY_METHODS`): behind its
+"""The message priority of the platform's costliest runs (:data:`submissions.queue_order.COSTLY_METHODS`): behind its
 other runs, so that every board gets its cheap rows before any board gets its costly ones."""
 
 

@@ -222,7 +222,8 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     backbone :data:`REFERENCE_BACKBONE` on the dataset's text board (a dataset with text observations), one run
     per (method, target) with that backbone that did not fail; left out, logged, where ``QVAL_BACKBONES`` lacks the
     backbone (its package is not installed). They run on ``gpu``, behind every user's job, the costliest
-    (``eureka``, ``direct-16``) behind every other platform run too (:func:`submissions.queue_order.priority`), and a rerun answers every request from the response cache.
+    (``eureka``, ``direct-16``) behind every other platform run too (:func:`submissions.queue_order.priority`),
+    and a rerun answers every request from the response cache.
     """
     from qval.methods.reference import methods_for, modalities_for
 

@@ -180,7 +180,8 @@ def send_messages(pks: Sequence[int]) -> list[int]:
             elif job_queue(sub) == CAMPAIGN_QUEUE:
                 send_task(TASKS["remote_baseline"], [sub.pk, issue_token(sub)], queue=CAMPAIGN_QUEUE)
             else:
-                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub), priority=queue_order.priority(sub))
+                send_task(TASKS[sub.kind], [sub.pk, sub.attempt], queue=job_queue(sub),
+                          priority=queue_order.priority(sub))
             sent.append(sub.pk)
     except BrokerUnreachable as exc:
         unsent = sorted({s.pk for s in subs} - set(sent))
