@@ -39,6 +39,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from qval import metric_registry, ranks, sampling
+from qval.metrics import MIN_USABLE_POINTS
 from qval.metric_registry import MetricSpec
 
 from . import evaluations, ranking
@@ -140,9 +141,40 @@ class Row:
 
 
 @dataclass(frozen=True)
+class NotRanked:
+    """A run of a board's slice and tab without a value of its metric (fewer usable points than a value needs,
+    constant predictions, or not disclosed): shown under the board, so that a method that ran is never missing
+    without a word.  ``usable_points``: the points its predictions scored."""
+
+    submission_id: int
+    method: str
+    backbone: str
+    source: str
+    usable_points: int
+
+    @property
+    def reason(self) -> str:
+        """Why it has no value, in a few words."""
+        if self.usable_points < MIN_USABLE_POINTS:
+            return f"fewer than the {MIN_USABLE_POINTS} usable points a value needs"
+        return "constant predictions, or a value not disclosed"
+
+    @property
+    def source_label(self) -> str:
+        """The badge text of :attr:`source`."""
+        return SOURCES[self.source][0]
+
+    def as_dict(self) -> dict[str, Any]:
+        """As the board's JSON gives it."""
+        return {"submission_id": self.submission_id, "method": self.method, "backbone": self.backbone,
+                "source": self.source, "usable_points": self.usable_points, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Board:
     """A slice ranked by ``metric``: ``rows`` in order of the value (best first); ``unranked`` counts the
-    slice's evaluations without a value of the metric (too few points, constant, not disclosed)."""
+    slice's evaluations without a value of the metric (too few points, constant, not disclosed), and
+    ``not_ranked`` names them, the newest per submitter, method and backbone that has no ranked row."""
 
     slice: Slice
     metric: MetricSpec
@@ -151,6 +183,7 @@ class Board:
     submissions: int
     unranked: int
     tab: str = VERIFIED
+    not_ranked: tuple[NotRanked, ...] = ()
     """Which rows it ranks: a key of :data:`TABS`, or :data:`ANY` (every source, for the tables that pick their own)."""
 
 
@@ -279,13 +312,31 @@ class _Index:
                  tab: str) -> tuple[list[Evaluation], int, int]:
         """The rows of a board in its order, with how many evaluations of the slice its tab holds and how many of
         them have a value of ``metric``."""
-        evs = [e for e in self.slices.get(slice_, [])
-               if tab == ANY or (source_of(e, self.platform_runs) == SELF_REPORTED) == (tab == SELF_REPORTED)]
+        evs = self._in_tab(slice_, tab)
         valued = [e for e in evs if e.value(metric.name) is not None]
         kept = valued if all_submissions else _best_per_entry(valued, metric)
         sign = 1 if metric.higher_is_better else -1
         kept.sort(key=lambda e: (-sign * e.scores[metric.name].value, -e.submission_id))  # type: ignore[operator]
         return kept, len(evs), len(valued)
+
+    def _in_tab(self, slice_: Slice, tab: str) -> list[Evaluation]:
+        """The evaluations of ``slice_`` that tab ``tab`` holds."""
+        return [e for e in self.slices.get(slice_, [])
+                if tab == ANY or (source_of(e, self.platform_runs) == SELF_REPORTED) == (tab == SELF_REPORTED)]
+
+    def _not_ranked(self, slice_: Slice, metric: MetricSpec, tab: str,
+                    ranked: Iterable[Evaluation]) -> tuple[NotRanked, ...]:
+        """:attr:`Board.not_ranked`: the newest unvalued evaluation per entry that ``ranked`` lacks, by method and
+        backbone."""
+        shown = {entry(e) for e in ranked}
+        newest: dict[tuple[str, str, str], Evaluation] = {}
+        for e in self._in_tab(slice_, tab):
+            if e.value(metric.name) is None and entry(e) not in shown:
+                if entry(e) not in newest or e.submission_id > newest[entry(e)].submission_id:
+                    newest[entry(e)] = e
+        return tuple(NotRanked(e.submission_id, e.method, e.backbone, source_of(e, self.platform_runs),
+                               e.scores[metric.name].num_points if metric.name in e.scores else 0)
+                     for e in sorted(newest.values(), key=lambda e: (e.method, e.backbone, e.submission_id)))
 
     def _tested(self) -> list[Evaluation]:
         """The rows any board of this version may run paired tests on: the first :data:`board.ranking.PAIRED_ROWS`
@@ -300,7 +351,7 @@ class _Index:
         rows = tuple(Row(r, e, s, source_of(e, self.platform_runs), submitter(e), metric)
                      for r, e, s in zip(ranked, kept, scores))
         return Board(slice_, metric, all_submissions, rows, submissions=submissions, unranked=submissions - valued,
-                     tab=tab)
+                     tab=tab, not_ranked=self._not_ranked(slice_, metric, tab, kept))
 
 
 def _index() -> _Index:
@@ -435,7 +486,8 @@ def board_detail(request: HttpRequest, key: str) -> HttpResponse:
         body = evaluations.derived(("board-json", slice_, metric, all_submissions, tab), lambda _: json.dumps(
             {"board": slice_.key, "dataset": slice_.dataset, "split": SPLIT, "target": slice_.target,
              "modality": slice_.modality, "metric": metric, "source": tab, "all_submissions": all_submissions,
-             "rows": [r.as_dict() for r in b.rows], "unranked": b.unranked}, cls=DjangoJSONEncoder).encode())
+             "rows": [r.as_dict() for r in b.rows], "unranked": b.unranked,
+             "not_ranked": [n.as_dict() for n in b.not_ranked]}, cls=DjangoJSONEncoder).encode())
         return HttpResponse(body, content_type="application/json")
     other = SELF_REPORTED if tab == VERIFIED else VERIFIED
     page = Paginator(b.rows, PAGE_ROWS).get_page(request.GET.get("page"))

@@ -141,9 +141,16 @@ def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> N
         rows = {r["method"]: r for r in board["rows"]}
         assert set(rows) == {"random", "step-index", "goal-distance"}  # constant: no ρ, counted unranked
         assert board["unranked"] == 1
+        # and named under the board, with why: a method that ran is never missing without a word
+        assert board["not_ranked"] == [{"submission_id": reference_runs(loaded).get(
+            method_name="constant", target=target, modality="text").pk, "method": "constant", "backbone": "",
+            "source": "verified", "usable_points": const.results.get(metric="spearman").num_points,
+            "reason": "constant predictions, or a value not disclosed"}]
         assert all(r["source"] == "verified" and r["baseline"] is True for r in rows.values())
         assert board["rows"][0]["method"] == "goal-distance" and rows["goal-distance"]["value"] > 0.9
         assert not math.isnan(rows["random"]["value"]) and abs(rows["random"]["value"]) < 0.5
+    page = client.get(f"/boards/{loaded.key}:q:text/").content.decode()
+    assert 'id="not-ranked-runs"' in page and "constant predictions, or a value not disclosed" in page
     page = client.get("/methods/goal-distance/").content.decode()
     assert 'id="builtin"' in page and "distance heuristic" in page and "open book" in page
 
