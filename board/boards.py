@@ -142,9 +142,9 @@ class Row:
 
 @dataclass(frozen=True)
 class NotRanked:
-    """A run of a board's slice and tab without a value of its metric (fewer usable points than a value needs,
-    constant predictions, or not disclosed): shown under the board, so that a method that ran is never missing
-    without a word.  ``usable_points``: the points its predictions scored."""
+    """A platform run or a user's file on a board's slice and tab without a value of its metric (fewer usable points
+    than a value needs, constant predictions, or not disclosed): shown under the board, so that a method that ran is
+    never missing without a word.  ``usable_points``: the points its predictions scored."""
 
     submission_id: int
     method: str
@@ -327,11 +327,13 @@ class _Index:
     def _not_ranked(self, slice_: Slice, metric: MetricSpec, tab: str,
                     ranked: Iterable[Evaluation]) -> tuple[NotRanked, ...]:
         """:attr:`Board.not_ranked`: the newest unvalued evaluation per entry that ``ranked`` lacks, by method and
-        backbone."""
+        backbone; the platform's runs and users' files only (a published row without a value is one its authors did
+        not report, or a ranking method's, which has none of the global metrics)."""
         shown = {entry(e) for e in ranked}
         newest: dict[tuple[str, str, str], Evaluation] = {}
         for e in self._in_tab(slice_, tab):
-            if e.value(metric.name) is None and entry(e) not in shown:
+            if (e.value(metric.name) is None and entry(e) not in shown
+                    and source_of(e, self.platform_runs) in (VERIFIED, SELF_REPORTED)):
                 if entry(e) not in newest or e.submission_id > newest[entry(e)].submission_id:
                     newest[entry(e)] = e
         return tuple(NotRanked(e.submission_id, e.method, e.backbone, source_of(e, self.platform_runs),

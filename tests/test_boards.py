@@ -176,6 +176,9 @@ def test_published_results_have_boards_per_environment(client) -> None:  # type:
     # One row per method and backbone: the re-scored one (with an interval) stands for its reported twin.
     entries = [(r["method"], r["backbone"]) for r in got["rows"]]
     assert len(entries) == len(set(entries))
+    # A published row without a ρ (not reported, or a ranking method's) is counted, not named as a run that failed.
+    terminal = board_json(client, "qval-v1.0-terminalbench@1.0:q:text")
+    assert terminal["unranked"] > 0 and terminal["not_ranked"] == []
     rescored = {(r["method"], r["backbone"]) for r in got["rows"] if r["source"] == "rescored"}
     with_value = Result.objects.filter(submission__source="rescored", submission__dataset__slug="qval-v1.0-frozenlake",
                                        submission__target="q", submission__modality="text", metric="spearman",
