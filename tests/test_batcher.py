@@ -101,7 +101,8 @@ def test_a_burst_after_a_sequential_caller_runs_as_one_batch() -> None:
 
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(late, range(10, 14))) == [x * x for x in range(10, 14)]
-    assert run.batches[2:] == [[10, 11, 12, 13]]
+    # one batch; the order within it is the order the threads got there, which a loaded machine may swap
+    assert [sorted(batch) for batch in run.batches[2:]] == [[10, 11, 12, 13]]
 
 
 def test_a_burst_that_arrives_over_longer_than_the_solo_wait_still_runs_as_one_batch() -> None:
@@ -118,4 +119,4 @@ def test_a_burst_that_arrives_over_longer_than_the_solo_wait_still_runs_as_one_b
 
     with ThreadPoolExecutor(5) as pool:
         assert list(pool.map(late, range(10, 15))) == [x * x for x in range(10, 15)]
-    assert run.batches[2:] == [[10, 11, 12, 13, 14]]
+    assert [sorted(batch) for batch in run.batches[2:]] == [[10, 11, 12, 13, 14]]  # one batch, as above
