@@ -18,10 +18,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ThreadGovernor", "others_busy", "quota_cores", "threads_for"]
+__all__ = ["ThreadGovernor", "others_busy", "own_group", "quota_cores", "threads_for"]
 
 PROC_STAT = Path("/proc/stat")
 CGROUP = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 # another process using more than this share of a core gets a core of its own
 _YIELD_AT = 0.3
 
@@ -50,19 +51,52 @@ def _busy_seconds(stat_text: str, cores: Collection[int]) -> float:
     return busy / tick
 
 
-def quota_cores(root: Path = CGROUP) -> float | None:
-    """The CPU cores this process's control group may use (a container's ``--cpus``), from cgroup v2's ``cpu.max``
-    or v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` under ``root``; ``None`` when no quota is set or none
-    can be read.  A container may see every core of its host and be allowed two."""
+def own_group(proc_cgroup: str, controller: str = "") -> str:
+    """This process's control group, as ``/proc/self/cgroup`` names it: the v2 entry (``0::/path``) when
+    ``controller`` is empty, else the v1 hierarchy that lists ``controller``; ``/`` when there is none."""
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if (controllers == "" if not controller else controller in controllers.split(",")) and path:
+            return path
+    return "/"
+
+
+def _quota_at(group: Path, v2: bool) -> float | None:
     try:
-        if (root / "cpu.max").is_file():
-            quota, _, period = (root / "cpu.max").read_text().strip().partition(" ")
+        if v2:
+            quota, _, period = (group / "cpu.max").read_text().strip().partition(" ")
             return None if quota == "max" else int(quota) / int(period or 100_000)
-        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-        return None if quota_us <= 0 else quota_us / period_us
+        quota_us = int((group / "cpu.cfs_quota_us").read_text())
+        return None if quota_us <= 0 else quota_us / int((group / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
+
+
+def quota_cores(root: Path = CGROUP, proc_cgroup: Path = PROC_CGROUP) -> float | None:
+    """The CPU cores this process's control group may use (a container's ``--cpus``): the smallest quota on
+    the way from its own group (``proc_cgroup``) up to ``root``, from cgroup v2's ``cpu.max`` or v1's
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``; ``None`` when no quota is set or none can be read.  A
+    container may see every core of its host and be allowed two; a process in a sub-group of a host (a
+    systemd slice) is held by its group's quota and every ancestor's."""
+    v2 = (root / "cgroup.controllers").is_file()
+    base = root if v2 else root / "cpu"
+    try:
+        path = own_group(proc_cgroup.read_text(), "" if v2 else "cpu")
+    except OSError:
+        path = "/"
+    group = base / path.lstrip("/")
+    # inside a container without a cgroup namespace the mount is already the own group
+    if not group.is_dir():
+        group = base
+    quotas = []
+    while True:
+        quota = _quota_at(group, v2)
+        if quota is not None:
+            quotas.append(quota)
+        if group == base or base not in group.parents:
+            break
+        group = group.parent
+    return min(quotas) if quotas else None
 
 
 def others_busy(before: Sample, after: Sample) -> float:
@@ -93,7 +127,7 @@ class ThreadGovernor:
     def __init__(self, set_threads: Callable[[int], None], threads: int, *, limit: int | None = None,
                  interval_s: float = 1.0) -> None:
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        quota = quota_cores(CGROUP)
+        quota = quota_cores(CGROUP, PROC_CGROUP)
         self.limit = limit or max(1, min(len(self.cores), math.floor(quota) if quota else len(self.cores)))
         self.interval_s = interval_s
         self.threads = threads

@@ -137,23 +137,70 @@ def test_an_auto_model_gives_a_busy_process_beside_a_core_while_it_decodes(tiny_
     assert torch.get_num_threads() == own
 
 
+def _v2(root: Path, quotas: dict[str, str], own: str) -> Path:
+    """A cgroup v2 tree under ``root`` with ``cpu.max`` at each of ``quotas``' groups, and a
+    ``/proc/self/cgroup`` naming ``own``."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    (root / own.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for group, text in quotas.items():
+        (root / group.lstrip("/") / "cpu.max").write_text(text)
+    (root / "self-cgroup").write_text(f"0::{own}\n")
+    return root / "self-cgroup"
+
+
 def test_a_control_groups_quota_caps_the_threads(tmp_path: Path) -> None:
     """A container may see every core of its host and be allowed two: the quota is the limit."""
-    (tmp_path / "cpu.max").write_text("250000 100000\n")
-    assert cpu_share.quota_cores(tmp_path) == pytest.approx(2.5)
+    proc = _v2(tmp_path, {"/": "250000 100000\n"}, "/")
+    assert cpu_share.quota_cores(tmp_path, proc) == pytest.approx(2.5)
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert cpu_share.quota_cores(tmp_path) is None
+    assert cpu_share.quota_cores(tmp_path, proc) is None
     v1 = tmp_path / "v1"
     (v1 / "cpu").mkdir(parents=True)
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert cpu_share.quota_cores(v1) is None
+    (v1 / "self-cgroup").write_text("4:memory:/x\n2:cpu,cpuacct:/\n0::/\n")
+    assert cpu_share.quota_cores(v1, v1 / "self-cgroup") is None
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
-    assert cpu_share.quota_cores(v1) == pytest.approx(1.5)
-    assert cpu_share.quota_cores(tmp_path / "none") is None
+    assert cpu_share.quota_cores(v1, v1 / "self-cgroup") == pytest.approx(1.5)
+    assert cpu_share.quota_cores(tmp_path / "none", tmp_path / "none" / "self-cgroup") is None
+
+
+def test_the_quota_is_read_from_the_own_group_and_its_ancestors(tmp_path: Path) -> None:
+    """On a host without a cgroup namespace the process sits in a sub-group (a systemd slice, a service): its
+    group's quota holds it, and so does every ancestor's, the tightest winning; the root's absence of one
+    says nothing."""
+    own = "/system.slice/qval.service"
+    proc = _v2(tmp_path, {"/system.slice": "300000 100000\n", own: "150000 100000\n"}, own)
+    assert cpu_share.quota_cores(tmp_path, proc) == pytest.approx(1.5)
+    (tmp_path / own.lstrip("/") / "cpu.max").write_text("max 100000\n")
+    assert cpu_share.quota_cores(tmp_path, proc) == pytest.approx(3.0)
+    (tmp_path / "system.slice" / "cpu.max").write_text("max 100000\n")
+    assert cpu_share.quota_cores(tmp_path, proc) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu" / "docker" / "abc").mkdir(parents=True)
+    for group, quota in (("docker", "-1"), ("docker/abc", "50000")):
+        (v1 / "cpu" / group / "cpu.cfs_quota_us").write_text(quota + "\n")
+        (v1 / "cpu" / group / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "self-cgroup").write_text("3:cpuset:/\n2:cpuacct,cpu:/docker/abc\n")
+    assert cpu_share.quota_cores(v1, v1 / "self-cgroup") == pytest.approx(0.5)
+    # a container without a namespace: its own group is the mount, and the path it is named by is not there
+    (v1 / "self-cgroup").write_text("2:cpu,cpuacct:/elsewhere/def\n")
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_share.quota_cores(v1, v1 / "self-cgroup") == pytest.approx(2.0)
+
+
+def test_own_group_reads_v2_and_v1_lines() -> None:
+    text = "12:cpu,cpuacct:/a/b\n1:name=systemd:/s\n0::/user.slice/x.scope\n"
+    assert cpu_share.own_group(text) == "/user.slice/x.scope"
+    assert cpu_share.own_group(text, "cpu") == "/a/b"
+    assert cpu_share.own_group(text, "memory") == "/"
+    assert cpu_share.own_group("") == "/"
 
 
 def test_the_governor_keeps_within_the_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    proc = _v2(tmp_path, {"/": "100000 100000\n"}, "/")
     monkeypatch.setattr(cpu_share, "CGROUP", tmp_path)
+    monkeypatch.setattr(cpu_share, "PROC_CGROUP", proc)
     assert ThreadGovernor(lambda n: None, 1).limit == 1
