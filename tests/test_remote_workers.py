@@ -232,7 +232,7 @@ def test_the_status_page_shows_queues_jobs_workers_and_platform_failures(client,
     now = timezone.now()
     running = Submission.objects.create(user=user, dataset=loaded, split="test", target="q", method_name="secret-m",
                                         filename="f.csv", state="scoring", scoring_at=now, heartbeat_at=now,
-                                        worker="remote:gpu-box-7", attempt=1)
+                                        worker="remote:gpu-box-7", attempt=1, deadline=now + timedelta(days=2))
     Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="m", filename="g.csv",
                               state="failed", failed_at=now, fault="system", error="timed out in the queue")
     Submission.objects.create(user=user, dataset=loaded, split="dev", target="q", method_name="m", filename="h.csv",
@@ -246,6 +246,8 @@ def test_the_status_page_shows_queues_jobs_workers_and_platform_failures(client,
     assert [f["reason"] for f in data["recent_failures"]] == ["timed out in the queue"]
     page = client.get("/status/").content.decode()
     assert "gpu-box-7" in page and f"#{running.pk}" in page and "timed out in the queue" in page
+    # a deadline two days off is dated, so it never reads as a time before the job started
+    assert timezone.localtime(running.deadline).strftime("<td>%Y-%m-%d %H:%M</td>") in page
     assert "secret-m" not in page and "row 3" not in page and "ada" not in page  # no user, method or user error
     WorkerHeartbeat.objects.update(last_seen=now - timedelta(minutes=10))
     assert client.get("/api/v1/status/").json()["workers"][0]["alive"] is False
