@@ -26,7 +26,8 @@ from .services import USER_PRIORITY, JobKind
 @dataclass(frozen=True)
 class Entry:
     """One queued or running job: its ``kind`` (:attr:`jobs.services.JobKind.name`), id, queue, message priority,
-    when it was queued, and (running) its progress."""
+    when it was queued, (running) its progress and since when, and its expected ``work``
+    (:meth:`jobs.services.JobKind.work`; ``None``: not known)."""
 
     kind: str
     pk: int
@@ -35,6 +36,7 @@ class Entry:
     queued_at: datetime
     progress: Progress | None = None
     running_since: datetime | None = None
+    work: float | None = None
 
     @property
     def platform(self) -> bool:
@@ -48,9 +50,10 @@ class Entry:
 
 
 def _entries(kind: JobKind, jobs: Iterable[Job]) -> list[Entry]:  # type: ignore[type-arg]
+    jobs = list(jobs)
     return [Entry(kind.name, job.pk, kind.queue_name(job), kind.priority(job), job.queued_at,
-                  job.job_progress if job.job_state == job.RUNNING else None, job.running_since)
-            for job in jobs]
+                  job.job_progress if job.job_state == job.RUNNING else None, job.running_since, work)
+            for job, work in zip(jobs, kind.work(jobs), strict=True)]
 
 
 def queued() -> list[Entry]:
@@ -130,13 +133,19 @@ class QueueSummary:
 def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSummary]:
     """A :class:`QueueSummary` of each queue of ``names`` (and of any other a job is on).
 
-    The estimate: the running jobs' time left at their measured rate (:func:`seconds_left`), plus each waiting job
-    at the mean length of a whole run among the running ones, shared among as many workers as run now; ``None``
-    when nothing runs with a measured rate and something waits."""
+    The estimate: the running jobs' time left at their measured rate (:func:`seconds_left`), plus the waiting
+    jobs' time shared among as many workers as run now.  A waiting job whose expected work is known
+    (:attr:`Entry.work`) takes that work at the seconds per unit of work the running jobs with known work measure
+    (their whole runs' seconds over their work): a queue of runs as unlike as a 2-minute ``verifier`` row and a
+    2-hour ``direct-16`` row is not estimated as so many copies of the one running.  Any other waiting job takes
+    the mean length of a whole run among the running ones.  ``None`` when something runs or waits without a rate
+    to measure it by."""
     now = now or timezone.now()
     by_name = {name: QueueSummary(name) for name in names}
     lengths: dict[str, list[float]] = {}
+    weighed: dict[str, list[tuple[float, float]]] = {}
     left: dict[str, list[float | None]] = {}
+    waiting: dict[str, list[Entry]] = {}
     for e in running():
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         rest, whole = seconds_left(e, now)
@@ -146,20 +155,32 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         left.setdefault(e.queue, []).append(rest)
         if whole is not None:
             lengths.setdefault(e.queue, []).append(whole)
+            if e.work:
+                weighed.setdefault(e.queue, []).append((whole, e.work))
     for e in queued():
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
+        waiting.setdefault(e.queue, []).append(e)
         if e.platform:
             summary.platform_waiting += 1
         else:
             summary.users_waiting += 1
     for summary in by_name.values():
-        waiting = summary.users_waiting + summary.platform_waiting
         rests = left.get(summary.name, [])
-        if not rests and not waiting:
-            continue  # idle: nothing to estimate
-        if any(r is None for r in rests) or (waiting and not lengths.get(summary.name)):
-            continue  # a part of it has no measured rate yet
-        workers = max(1, len(rests))
-        per_job = sum(lengths[summary.name]) / len(lengths[summary.name]) if waiting else 0.0
-        summary.seconds_left = max((r for r in rests if r is not None), default=0.0) + waiting * per_job / workers
+        if any(r is None for r in rests):
+            continue  # a running job has no measured rate yet
+        measured = weighed.get(summary.name, [])
+        per_work = sum(w for w, _ in measured) / sum(u for _, u in measured) if measured else None
+        whole_runs = lengths.get(summary.name, [])
+        per_job = sum(whole_runs) / len(whole_runs) if whole_runs else None
+        ahead = 0.0
+        for e in waiting.get(summary.name, []):
+            if e.work is not None and per_work is not None:
+                ahead += e.work * per_work
+            elif per_job is not None:
+                ahead += per_job
+            else:
+                break  # nothing measures this job
+        else:
+            if rests or ahead:
+                summary.seconds_left = max(rests, default=0.0) + ahead / max(1, len(rests))
     return list(by_name.values())

@@ -95,7 +95,9 @@ class JobKind(Generic[J]):
     ``queue_of``, the Celery queue a job's message goes to (default: the route of ``task`` in
     ``CELERY_TASK_ROUTES``); ``priority_of``, its message's priority (default: every job of the kind is the
     platform's own run, :data:`PLATFORM_PRIORITY`; a user's job is :data:`USER_PRIORITY`), by which
-    :mod:`jobs.queues` counts who waits ahead of it."""
+    :mod:`jobs.queues` counts who waits ahead of it; ``work_of``, given jobs, the work each is expected to take in
+    units comparable among the jobs of its queue (``None``: not known), by which the status page weighs a waiting
+    job against the rate a running one measures (default: none known)."""
 
     name: str
     model: type[J]
@@ -109,6 +111,7 @@ class JobKind(Generic[J]):
     related: tuple[str, ...] = ()
     queue_of: Callable[[J], str] | None = None
     priority_of: Callable[[J], int] | None = None
+    work_of: Callable[[Sequence[J]], list[float | None]] | None = None
 
     def queue_name(self, job: J) -> str:
         """The Celery queue ``job``'s message goes to (``queue_of``, else the route of ``task``)."""
@@ -119,6 +122,10 @@ class JobKind(Generic[J]):
     def priority(self, job: J) -> int:
         """``job``'s message priority (``priority_of``; default: :data:`PLATFORM_PRIORITY`)."""
         return PLATFORM_PRIORITY if self.priority_of is None else self.priority_of(job)
+
+    def work(self, jobs: Sequence[J]) -> list[float | None]:
+        """Each of ``jobs``' expected work (``work_of``; default: ``None`` for every one)."""
+        return [None] * len(jobs) if self.work_of is None or not jobs else self.work_of(jobs)
 
     # -- reading -------------------------------------------------------------------------------------
     @property

@@ -222,7 +222,7 @@ def queue_s(sub: Submission) -> float:
 JOB: JobKind[Submission] = JobKind(
     name="submission", model=Submission, send=send_messages, queue_s=queue_s, deadline_reason=deadline_reason,
     waiting=waiting, lost_note="; a platform fault, not counted towards your quota", related=("dataset",),
-    queue_of=job_queue, priority_of=queue_order.priority)
+    queue_of=job_queue, priority_of=queue_order.priority, work_of=queue_order.expected_work)
 """Submissions as a job kind (registered in :mod:`jobs.registry`)."""
 
 

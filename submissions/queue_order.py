@@ -1,4 +1,5 @@
-"""Where a submission's job waits: its message priority, from who runs it and what it costs.
+"""Where a submission's job waits and for how long: its message priority, from who runs it and what it costs,
+and the work it is expected to take (:func:`expected_work`), by which the status page estimates a queue's time.
 
 A user's job goes first (:data:`jobs.services.USER_PRIORITY`), the platform's own runs behind every user's job
 (:data:`jobs.services.PLATFORM_PRIORITY`), and the platform's costliest runs behind those
@@ -8,20 +9,33 @@ board's cheap LLM rows then come before any board's costly ones, whichever datas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from django.db.models import Count
+
 from jobs.services import COSTLY_PRIORITY, PLATFORM_PRIORITY, USER_PRIORITY
+from leaderboard.models import State
 
 from .models import Submission
 
 CHAT_REFERENCE_ORDER = ("verifier", "direct-batched", "codegen", "codegen-avg", "direct-single", "gvl", "ranking",
                         "Δbelief", "direct-sequential", "sdpo", "sdpo-gt", "eureka", "direct-16")
 """The order of a dataset's LLM reference rows in the queue: cheapest first, so that while one gpu worker fills a
-fresh site each board shows most of its rows soonest.  SmolLM2's CPU seconds per FrozenLake test state on one core
-(``benchmarks/smollm2_cost.py``; ``benchmarks/README.md``): 1.4 to 7.8 for the per-state methods in this order,
-``codegen`` 259 s a run (about 2.7 a state; ``codegen-avg`` then reads its functions from the response cache),
-``eureka`` 2,142 s a run (22.5 a state), ``direct-16`` 39.  A method not listed goes last."""
+fresh site each board shows most of its rows soonest (their costs: :data:`CPU_SECONDS`; ``codegen-avg`` reads
+``codegen``'s functions from the response cache).  A method not listed goes last."""
+CPU_SECONDS: dict[str, tuple[float, float]] = {
+    "verifier": (0, 1.4), "direct-batched": (0, 2.2), "codegen": (259, 0), "codegen-avg": (1, 0),
+    "direct-single": (0, 3.1), "gvl": (0, 4.6), "ranking": (0, 5.0), "Δbelief": (0, 5.2),
+    "direct-sequential": (0, 6.7), "sdpo": (0, 7.2), "sdpo-gt": (0, 7.8), "eureka": (2142, 0), "direct-16": (0, 38.8)}
+"""What each chat-model method's run costs: CPU seconds once per run and per test state, SmolLM2-135M-Instruct on
+one core of a 2-core machine on FrozenLake (``benchmarks/smollm2_cost.py``, its table in ``benchmarks/README.md``;
+``codegen-avg`` after ``codegen``, from the cache).  Another machine, backbone or environment changes the seconds
+more than their ratios (the same table on an H200: 7–11 times faster for every method), so the status page uses
+them as relative work, scaled by the rate a running run measures (:func:`expected_work`)."""
 COSTLY_METHODS = frozenset({"eureka", "direct-16"})
-"""The methods whose runs go behind the platform's other runs (:data:`jobs.services.COSTLY_PRIORITY`): each costs
-more than the other eleven of :data:`CHAT_REFERENCE_ORDER` together (61 of 104 CPU s per FrozenLake test state)."""
+"""The methods whose runs go behind the platform's other runs (:data:`jobs.services.COSTLY_PRIORITY`): the two cost
+more than the other eleven of :data:`CHAT_REFERENCE_ORDER` together (:data:`CPU_SECONDS`: 6,022 CPU s on
+FrozenLake's 100 test states against 4,580)."""
 
 
 def priority(sub: Submission) -> int:
@@ -29,3 +43,21 @@ def priority(sub: Submission) -> int:
     if sub.source != Submission.SOURCE_BASELINE:
         return USER_PRIORITY
     return COSTLY_PRIORITY if sub.method_name in COSTLY_METHODS else PLATFORM_PRIORITY
+
+
+def expected_work(subs: Sequence[Submission]) -> list[float | None]:
+    """Each of ``subs``' expected work, in :data:`CPU_SECONDS`' seconds: its method's cost once per run plus per
+    state times the states of its split; ``None`` for a job not tabled there (a user's job, a method that needs
+    no chat model).  One query for all of them."""
+    tabled = [s for s in subs if s.source == Submission.SOURCE_BASELINE and s.method_name in CPU_SECONDS]
+    counts = {(row["dataset_id"], row["split"]): row["n"] for row in (
+        State.objects.filter(dataset_id__in={s.dataset_id for s in tabled}, split__in={s.split for s in tabled})
+        .values("dataset_id", "split").annotate(n=Count("id")))} if tabled else {}
+    out: list[float | None] = []
+    for sub in subs:
+        if sub.source != Submission.SOURCE_BASELINE or sub.method_name not in CPU_SECONDS:
+            out.append(None)
+            continue
+        once, per_state = CPU_SECONDS[sub.method_name]
+        out.append(once + per_state * counts.get((sub.dataset_id, sub.split), 0))
+    return out

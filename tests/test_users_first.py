@@ -82,6 +82,39 @@ def test_a_queued_job_counts_the_users_jobs_first_and_the_status_estimates_from_
     assert position(lifecycle.JOB, costly).ahead == 3  # and the verifier row queued after it
 
 
+def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded, client) -> None:  # type: ignore[no-untyped-def]
+    """A fresh site's gpu queue holds runs minutes and hours long: each waiting LLM row is estimated at its own
+    method's cost, scaled by the rate the running row measures, not as another copy of the running one."""
+    from jobs.queues import summaries
+    from jobs.progress import time_left_words
+    from leaderboard.models import State
+    from submissions.queue_order import CPU_SECONDS
+
+    now = timezone.now()
+    states = State.objects.filter(dataset=loaded, split="test").count()
+    assert states > 0
+    common = {"dataset": loaded, "split": "test", "target": "q", "filename": "f", "kind": "baseline",
+              "source": "baseline", "backbone_name": "smollm2-135m"}
+    Submission.objects.create(state="scoring", method_name="verifier", scoring_at=now - timedelta(seconds=60),
+                              progress={"done": 25, "total": 100}, **common)
+    for minute, method in enumerate(["direct-16", "eureka", "direct-single"]):
+        Submission.objects.create(state="queued", method_name=method, queued_at=now - timedelta(minutes=5 - minute),
+                                  **common)
+    gpu = summaries(["gpu"], now)[0]
+    assert gpu.running[0]["seconds_left"] == pytest.approx(180)  # 60 s for a quarter
+    per_unit = 240 / (CPU_SECONDS["verifier"][1] * states)  # the verifier's whole run over its work
+    waiting = sum(once + per_state * states for once, per_state in
+                  (CPU_SECONDS["direct-16"], CPU_SECONDS["eureka"], CPU_SECONDS["direct-single"]))
+    assert gpu.seconds_left == pytest.approx(180 + per_unit * waiting)
+    assert gpu.seconds_left > 180 + 3 * 240 * 10  # far beyond three more verifier runs
+    assert time_left_words(gpu.seconds_left) in client.get("/status/").content.decode()
+
+    # A waiting run of unknown work (a training run) counts as a whole run of those running.
+    from learning.models import TrainingRun
+    TrainingRun.objects.create(method="qlass", dataset=loaded, queued_at=now)
+    assert summaries(["gpu"], now)[0].seconds_left == pytest.approx(180 + per_unit * waiting + 240)
+
+
 @pytest.mark.worker
 def test_a_scoring_worker_takes_a_users_file_before_the_reference_rows_queued_before_it(  # type: ignore[no-untyped-def]
         transactional_db, loaded, frozenlake, api, settings, data_dir: Path, tmp_path: Path) -> None:
