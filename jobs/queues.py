@@ -130,18 +130,40 @@ class QueueSummary:
         return time_left_words(self.seconds_left)
 
 
+RECENT_FINISHED = 200
+"""How many of a kind's newest finished jobs :func:`measured_rates` reads (those of known work among them count)."""
+
+
+def measured_rates() -> dict[str, float]:
+    """Seconds per unit of work on each queue, measured by its newest finished jobs of known work
+    (:meth:`jobs.services.JobKind.work`): their run times (started to finished) over their work, summed."""
+    measured: dict[str, tuple[float, float]] = {}
+    for kind in kinds():
+        if kind.work_of is None:
+            continue
+        jobs = list(kind.in_state(kind.model.FINISHED).order_by("-finished_at")[:RECENT_FINISHED])
+        for job, work in zip(jobs, kind.work(jobs), strict=True):
+            start, end = job.running_since, getattr(job, "finished_at", None)
+            if work and start and end and end > start:
+                seconds, units = measured.get(kind.queue_name(job), (0.0, 0.0))
+                measured[kind.queue_name(job)] = (seconds + (end - start).total_seconds(), units + work)
+    return {queue: seconds / units for queue, (seconds, units) in measured.items()}
+
+
 def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSummary]:
     """A :class:`QueueSummary` of each queue of ``names`` (and of any other a job is on).
 
     The estimate: the running jobs' time left at their measured rate (:func:`seconds_left`), plus the waiting
-    jobs' time shared among as many workers as run now.  A waiting job whose expected work is known
-    (:attr:`Entry.work`) takes that work at the seconds per unit of work the running jobs with known work measure
-    (their whole runs' seconds over their work): a queue of runs as unlike as a 2-minute ``verifier`` row and a
-    2-hour ``direct-16`` row is not estimated as so many copies of the one running.  Any other waiting job takes
-    the mean length of a whole run among the running ones.  ``None`` when something runs or waits without a rate
-    to measure it by."""
+    jobs' time shared among as many workers as run now.  A job whose expected work is known (:attr:`Entry.work`)
+    takes that work at the queue's seconds per unit of work: measured by its newest finished jobs of known work
+    (:func:`measured_rates`), else by its running ones (their whole runs' seconds over their work).  So a queue of
+    runs as unlike as a 2-minute ``verifier`` row and a 2-hour ``direct-16`` row is not estimated as so many copies
+    of the one running; and a running job of known work that has not yet reported progress counts its expected run
+    less the time it has run.  Any other waiting job takes the mean length of a whole run among the running ones.
+    ``None`` when something runs or waits without a rate to measure it by."""
     now = now or timezone.now()
     by_name = {name: QueueSummary(name) for name in names}
+    finished = measured_rates()
     lengths: dict[str, list[float]] = {}
     weighed: dict[str, list[tuple[float, float]]] = {}
     left: dict[str, list[float | None]] = {}
@@ -152,6 +174,9 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         summary.running.append({"kind": e.kind, "id": e.pk, "platform": e.platform,
                                 "progress": e.progress.as_dict() if e.progress else None,
                                 "seconds_left": rest, "time_left": time_left_words(rest)})
+        if rest is None and e.work and e.queue in finished and e.running_since is not None:
+            whole = e.work * finished[e.queue]
+            rest = max(0.0, whole - (now - e.running_since).total_seconds())
         left.setdefault(e.queue, []).append(rest)
         if whole is not None:
             lengths.setdefault(e.queue, []).append(whole)
@@ -169,7 +194,8 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         if any(r is None for r in rests):
             continue  # a running job has no measured rate yet
         measured = weighed.get(summary.name, [])
-        per_work = sum(w for w, _ in measured) / sum(u for _, u in measured) if measured else None
+        per_work = finished.get(summary.name) or (
+            sum(w for w, _ in measured) / sum(u for _, u in measured) if measured else None)
         whole_runs = lengths.get(summary.name, [])
         per_job = sum(whole_runs) / len(whole_runs) if whole_runs else None
         ahead = 0.0

@@ -86,7 +86,6 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
     """A fresh site's gpu queue holds runs minutes and hours long: each waiting LLM row is estimated at its own
     method's cost, scaled by the rate the running row measures, not as another copy of the running one."""
     from jobs.queues import summaries
-    from jobs.progress import time_left_words
     from leaderboard.models import State
     from submissions.queue_order import CPU_SECONDS
 
@@ -107,12 +106,28 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
                   (CPU_SECONDS["direct-16"], CPU_SECONDS["eureka"], CPU_SECONDS["direct-single"]))
     assert gpu.seconds_left == pytest.approx(180 + per_unit * waiting)
     assert gpu.seconds_left > 180 + 3 * 240 * 10  # far beyond three more verifier runs
-    assert time_left_words(gpu.seconds_left) in client.get("/status/").content.decode()
+    # the page and the API read it a moment later, at a rate measured over a moment more
+    [api_gpu] = [q for q in client.get("/api/v1/status/").json()["by_queue"] if q["name"] == "gpu"]
+    assert api_gpu["seconds_left"] == pytest.approx(gpu.seconds_left, rel=0.05)
+    assert api_gpu["time_left"].endswith(" h left") and " h left</td>" in client.get("/status/").content.decode()
 
     # A waiting run of unknown work (a training run) counts as a whole run of those running.
     from learning.models import TrainingRun
-    TrainingRun.objects.create(method="qlass", dataset=loaded, queued_at=now)
+    training = TrainingRun.objects.create(method="qlass", dataset=loaded, queued_at=now)
     assert summaries(["gpu"], now)[0].seconds_left == pytest.approx(180 + per_unit * waiting + 240)
+    training.delete()
+
+    # Once the verifier row has finished (300 s), its run measures the rate, and the next row counts its expected
+    # run less the 30 s it has run before it reports any progress: no blank estimate between two rows.
+    Submission.objects.filter(state="scoring").update(state="finished", scoring_at=now - timedelta(seconds=400),
+                                                      finished_at=now - timedelta(seconds=100))
+    Submission.objects.create(state="scoring", method_name="direct-single", scoring_at=now - timedelta(seconds=30),
+                              progress={"done": 0, "total": 100}, **common)
+    per_unit = 300 / (CPU_SECONDS["verifier"][1] * states)
+    gpu = summaries(["gpu"], now)[0]
+    assert gpu.running[0]["seconds_left"] is None  # its own rate is not measured yet
+    assert gpu.seconds_left == pytest.approx(per_unit * CPU_SECONDS["direct-single"][1] * states - 30
+                                             + per_unit * waiting)
 
 
 @pytest.mark.worker
