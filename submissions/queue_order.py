@@ -31,7 +31,8 @@ CPU_SECONDS: dict[str, tuple[float, float]] = {
 one core of a 2-core machine on FrozenLake (``benchmarks/smollm2_cost.py``, its table in ``benchmarks/README.md``;
 ``codegen-avg`` after ``codegen``, from the cache).  Another machine, backbone or environment changes the seconds
 more than their ratios (the same table on an H200: 7–11 times faster for every method), so the status page uses
-them as relative work, scaled by the rate a running run measures (:func:`expected_work`)."""
+them as relative work (:func:`expected_work`), scaled by the seconds per unit the finished and running runs measure
+(:func:`jobs.queues.summaries`)."""
 COSTLY_METHODS = frozenset({"eureka", "direct-16"})
 """The methods whose runs go behind the platform's other runs (:data:`jobs.services.COSTLY_PRIORITY`): the two cost
 more than the other eleven of :data:`CHAT_REFERENCE_ORDER` together (:data:`CPU_SECONDS`: 6,022 CPU s on
