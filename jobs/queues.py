@@ -132,6 +132,10 @@ class QueueSummary:
 
 RECENT_FINISHED = 200
 """How many of a kind's newest finished jobs :func:`measured_rates` reads (those of known work among them count)."""
+MEASURED_SHARE = 0.1
+"""Below this share done, a running job of known work is estimated by its expected work rather than by its own rate:
+a batched LLM row reports its first point or two minutes in and the rest together, and a rate read off 1 point of 94
+said 6 hours for a 10-minute row."""
 
 
 def measured_rates() -> dict[str, float]:
@@ -158,8 +162,8 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
     takes that work at the queue's seconds per unit of work: measured by its newest finished jobs of known work
     (:func:`measured_rates`), else by its running ones (their whole runs' seconds over their work).  So a queue of
     runs as unlike as a 2-minute ``verifier`` row and a 2-hour ``direct-16`` row is not estimated as so many copies
-    of the one running; and a running job of known work that has not yet reported progress counts its expected run
-    less the time it has run.  Any other waiting job takes the mean length of a whole run among the running ones.
+    of the one running; and a running job of known work with less than :data:`MEASURED_SHARE` done counts its
+    expected run less the time it has run.  Any other waiting job takes the mean length of a whole run among the running ones.
     ``None`` when something runs or waits without a rate to measure it by."""
     now = now or timezone.now()
     by_name = {name: QueueSummary(name) for name in names}
@@ -171,12 +175,13 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
     for e in running():
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         rest, whole = seconds_left(e, now)
+        share = e.progress.done / e.progress.total if e.progress and e.progress.total else 0.0
+        if share < MEASURED_SHARE and e.work and e.queue in finished and e.running_since is not None:
+            whole = e.work * finished[e.queue]
+            rest = max(0.0, whole - (now - e.running_since).total_seconds())
         summary.running.append({"kind": e.kind, "id": e.pk, "platform": e.platform,
                                 "progress": e.progress.as_dict() if e.progress else None,
                                 "seconds_left": rest, "time_left": time_left_words(rest)})
-        if rest is None and e.work and e.queue in finished and e.running_since is not None:
-            whole = e.work * finished[e.queue]
-            rest = max(0.0, whole - (now - e.running_since).total_seconds())
         left.setdefault(e.queue, []).append(rest)
         if whole is not None:
             lengths.setdefault(e.queue, []).append(whole)

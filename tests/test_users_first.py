@@ -118,16 +118,21 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
     training.delete()
 
     # Once the verifier row has finished (300 s), its run measures the rate, and the next row counts its expected
-    # run less the 30 s it has run before it reports any progress: no blank estimate between two rows.
+    # run less the 30 s it has run until it has done a tenth: no blank estimate between two rows.
     Submission.objects.filter(state="scoring").update(state="finished", scoring_at=now - timedelta(seconds=400),
                                                       finished_at=now - timedelta(seconds=100))
     Submission.objects.create(state="scoring", method_name="direct-single", scoring_at=now - timedelta(seconds=30),
                               progress={"done": 0, "total": 100}, **common)
     per_unit = 300 / (CPU_SECONDS["verifier"][1] * states)
     gpu = summaries(["gpu"], now)[0]
-    assert gpu.running[0]["seconds_left"] is None  # its own rate is not measured yet
-    assert gpu.seconds_left == pytest.approx(per_unit * CPU_SECONDS["direct-single"][1] * states - 30
-                                             + per_unit * waiting)
+    expected_rest = per_unit * CPU_SECONDS["direct-single"][1] * states - 30
+    assert gpu.running[0]["seconds_left"] == pytest.approx(expected_rest)  # its own rate is not measured yet
+    assert gpu.seconds_left == pytest.approx(expected_rest + per_unit * waiting)
+    # nor is it by 1 point of 100 done, reported early: a batch's points arrive together, near its end
+    Submission.objects.filter(state="scoring").update(progress={"done": 1, "total": 100})
+    assert summaries(["gpu"], now)[0].running[0]["seconds_left"] == pytest.approx(expected_rest)
+    Submission.objects.filter(state="scoring").update(progress={"done": 50, "total": 100})
+    assert summaries(["gpu"], now)[0].running[0]["seconds_left"] == pytest.approx(30)  # half in 30 s: its own rate
 
 
 @pytest.mark.worker
