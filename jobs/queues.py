@@ -116,42 +116,60 @@ def seconds_left(entry: Entry, now: datetime | None = None) -> tuple[float | Non
 @dataclass
 class QueueSummary:
     """One queue on the status page: what runs on it (with progress), how many users' jobs and platform runs wait,
-    and the estimate until it is empty (:attr:`seconds_left`)."""
+    the estimate until it is empty (:attr:`seconds_left`) and how many waiting jobs it leaves out, for want of any
+    measure of their length (:attr:`unmeasured`)."""
 
     name: str
     running: list[dict[str, object]] = field(default_factory=list)
     users_waiting: int = 0
     platform_waiting: int = 0
     seconds_left: float | None = None
+    unmeasured: int = 0
 
     @property
     def time_left(self) -> str:
-        """:attr:`seconds_left` in words."""
-        return time_left_words(self.seconds_left)
+        """:attr:`seconds_left` in words, with the jobs it leaves out."""
+        words = time_left_words(self.seconds_left)
+        if words and self.unmeasured:
+            words += f", and {self.unmeasured} waiting job{'s' if self.unmeasured != 1 else ''} of a kind not measured yet"
+        return words
 
 
 RECENT_FINISHED = 200
-"""How many of a kind's newest finished jobs :func:`measured_rates` reads (those of known work among them count)."""
+"""How many of a kind's newest finished jobs :func:`measured` reads."""
 MEASURED_SHARE = 0.1
 """Below this share done, a running job of known work is estimated by its expected work rather than by its own rate:
 a batched LLM row reports its first point or two minutes in and the rest together, and a rate read off 1 point of 94
 said 6 hours for a 10-minute row."""
 
 
-def measured_rates() -> dict[str, float]:
-    """Seconds per unit of work on each queue, measured by its newest finished jobs of known work
-    (:meth:`jobs.services.JobKind.work`): their run times (started to finished) over their work, summed."""
-    measured: dict[str, tuple[float, float]] = {}
+@dataclass(frozen=True)
+class Measures:
+    """What finished jobs measured: seconds per unit of work on each queue (``per_work``: the run times of its jobs
+    of known work over their work, summed), and the mean run time of each (queue, kind) (``length``)."""
+
+    per_work: dict[str, float]
+    length: dict[tuple[str, str], float]
+
+
+def measured() -> Measures:
+    """The :class:`Measures` of every kind's newest finished jobs (:data:`RECENT_FINISHED` of each; run time:
+    started to finished)."""
+    work_sums: dict[str, tuple[float, float]] = {}
+    times: dict[tuple[str, str], list[float]] = {}
     for kind in kinds():
-        if kind.work_of is None:
-            continue
         jobs = list(kind.in_state(kind.model.FINISHED).order_by("-finished_at")[:RECENT_FINISHED])
         for job, work in zip(jobs, kind.work(jobs), strict=True):
             start, end = job.running_since, getattr(job, "finished_at", None)
-            if work and start and end and end > start:
-                seconds, units = measured.get(kind.queue_name(job), (0.0, 0.0))
-                measured[kind.queue_name(job)] = (seconds + (end - start).total_seconds(), units + work)
-    return {queue: seconds / units for queue, (seconds, units) in measured.items()}
+            if not (start and end and end > start):
+                continue
+            queue, seconds = kind.queue_name(job), (end - start).total_seconds()
+            times.setdefault((queue, kind.name), []).append(seconds)
+            if work:
+                done, units = work_sums.get(queue, (0.0, 0.0))
+                work_sums[queue] = (done + seconds, units + work)
+    return Measures({queue: done / units for queue, (done, units) in work_sums.items()},
+                    {key: sum(v) / len(v) for key, v in times.items()})
 
 
 def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSummary]:
@@ -160,15 +178,17 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
     The estimate: the running jobs' time left at their measured rate (:func:`seconds_left`), plus the waiting
     jobs' time shared among as many workers as run now.  A job whose expected work is known (:attr:`Entry.work`)
     takes that work at the queue's seconds per unit of work: measured by its newest finished jobs of known work
-    (:func:`measured_rates`), else by its running ones (their whole runs' seconds over their work).  So a queue of
-    runs as unlike as a 2-minute ``verifier`` row and a 2-hour ``direct-16`` row is not estimated as so many copies
-    of the one running; and a running job of known work with less than :data:`MEASURED_SHARE` done counts its
-    expected run less the time it has run.  Any other waiting job takes the mean length of a whole run among the running ones.
-    ``None`` when something runs or waits without a rate to measure it by."""
+    (:func:`measured`), else by its running ones (their whole runs' seconds over their work).  So a queue of runs
+    as unlike as a 2-minute ``verifier`` row and a 2-hour ``direct-16`` row is not estimated as so many copies of
+    the one running; and a running job of known work with less than :data:`MEASURED_SHARE` done counts its
+    expected run less the time it has run.  Any other waiting job takes the mean whole run of the running jobs of
+    its kind on its queue, else of its kind's finished ones there; a job with neither is counted apart
+    (:attr:`QueueSummary.unmeasured`), not guessed from another kind.  ``None`` when a running job has no rate
+    yet, or nothing is measured."""
     now = now or timezone.now()
     by_name = {name: QueueSummary(name) for name in names}
-    finished = measured_rates()
-    lengths: dict[str, list[float]] = {}
+    finished = measured()
+    lengths: dict[tuple[str, str], list[float]] = {}
     weighed: dict[str, list[tuple[float, float]]] = {}
     left: dict[str, list[float | None]] = {}
     waiting: dict[str, list[Entry]] = {}
@@ -176,15 +196,16 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         rest, whole = seconds_left(e, now)
         share = e.progress.done / e.progress.total if e.progress and e.progress.total else 0.0
-        if share < MEASURED_SHARE and e.work and e.queue in finished and e.running_since is not None:
-            whole = e.work * finished[e.queue]
+        per_work = finished.per_work.get(e.queue)
+        if share < MEASURED_SHARE and e.work and per_work and e.running_since is not None:
+            whole = e.work * per_work
             rest = max(0.0, whole - (now - e.running_since).total_seconds())
         summary.running.append({"kind": e.kind, "id": e.pk, "platform": e.platform,
                                 "progress": e.progress.as_dict() if e.progress else None,
                                 "seconds_left": rest, "time_left": time_left_words(rest)})
         left.setdefault(e.queue, []).append(rest)
         if whole is not None:
-            lengths.setdefault(e.queue, []).append(whole)
+            lengths.setdefault((e.queue, e.kind), []).append(whole)
             if e.work:
                 weighed.setdefault(e.queue, []).append((whole, e.work))
     for e in queued():
@@ -198,20 +219,22 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         rests = left.get(summary.name, [])
         if any(r is None for r in rests):
             continue  # a running job has no measured rate yet
-        measured = weighed.get(summary.name, [])
-        per_work = finished.get(summary.name) or (
-            sum(w for w, _ in measured) / sum(u for _, u in measured) if measured else None)
-        whole_runs = lengths.get(summary.name, [])
-        per_job = sum(whole_runs) / len(whole_runs) if whole_runs else None
-        ahead = 0.0
+        runs = weighed.get(summary.name, [])
+        per_work = finished.per_work.get(summary.name) or (
+            sum(w for w, _ in runs) / sum(u for _, u in runs) if runs else None)
+        ahead, counted = 0.0, 0
         for e in waiting.get(summary.name, []):
+            same_kind = lengths.get((e.queue, e.kind))
             if e.work is not None and per_work is not None:
                 ahead += e.work * per_work
-            elif per_job is not None:
-                ahead += per_job
+            elif same_kind:
+                ahead += sum(same_kind) / len(same_kind)
+            elif (e.queue, e.kind) in finished.length:
+                ahead += finished.length[(e.queue, e.kind)]
             else:
-                break  # nothing measures this job
-        else:
-            if rests or ahead:
-                summary.seconds_left = max(rests, default=0.0) + ahead / max(1, len(rests))
+                summary.unmeasured += 1
+                continue
+            counted += 1
+        if rests or counted:
+            summary.seconds_left = max(rests, default=0.0) + ahead / max(1, len(rests))
     return list(by_name.values())

@@ -111,11 +111,18 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
     assert api_gpu["seconds_left"] == pytest.approx(gpu.seconds_left, rel=0.05)
     assert api_gpu["time_left"].endswith(" h left") and " h left</td>" in client.get("/status/").content.decode()
 
-    # A waiting run of unknown work (a training run) counts as a whole run of those running.
+    # A waiting job of unknown work and another kind (a training run) is not guessed from an LLM row's length:
+    # it is counted apart until a training run has run or runs there.
     from learning.models import TrainingRun
-    training = TrainingRun.objects.create(method="qlass", dataset=loaded, queued_at=now)
-    assert summaries(["gpu"], now)[0].seconds_left == pytest.approx(180 + per_unit * waiting + 240)
-    training.delete()
+    TrainingRun.objects.create(method="qlass", dataset=loaded, queued_at=now)
+    gpu = summaries(["gpu"], now)[0]
+    assert gpu.seconds_left == pytest.approx(180 + per_unit * waiting) and gpu.unmeasured == 1
+    assert gpu.time_left.endswith("h left, and 1 waiting job of a kind not measured yet")
+    TrainingRun.objects.create(method="qlass", dataset=loaded, status="finished", started_at=now - timedelta(seconds=90),
+                               finished_at=now - timedelta(seconds=20))
+    gpu = summaries(["gpu"], now)[0]
+    assert gpu.seconds_left == pytest.approx(180 + per_unit * waiting + 70) and gpu.unmeasured == 0
+    TrainingRun.objects.all().delete()
 
     # Once the verifier row has finished (300 s), its run measures the rate, and the next row counts its expected
     # run less the 30 s it has run until it has done a tenth: no blank estimate between two rows.

@@ -83,7 +83,7 @@ def status() -> dict[str, Any]:
         "queues": depths,
         "by_queue": [{"name": q.name, "messages": depths.get(q.name), "users_waiting": q.users_waiting,
                       "platform_waiting": q.platform_waiting, "running": q.running, "seconds_left": q.seconds_left,
-                      "time_left": q.time_left} for q in summaries(QUEUES, now)],
+                      "time_left": q.time_left, "unmeasured": q.unmeasured} for q in summaries(QUEUES, now)],
         "waiting": {state: counts.get(state, 0) for state in
                     (Submission.RECEIVED, Submission.VALIDATING, Submission.QUEUED, Submission.SCORING)},
         "running": running,
