@@ -49,26 +49,29 @@ class Entry:
         return (self.priority, self.queued_at, self.kind, self.pk)
 
 
-def _entries(kind: JobKind, jobs: Iterable[Job]) -> list[Entry]:  # type: ignore[type-arg]
+def _entries(kind: JobKind, jobs: Iterable[Job], weigh: bool = False) -> list[Entry]:  # type: ignore[type-arg]
     jobs = list(jobs)
+    works = kind.work(jobs) if weigh else [None] * len(jobs)
     return [Entry(kind.name, job.pk, kind.queue_name(job), kind.priority(job), job.queued_at,
                   job.job_progress if job.job_state == job.RUNNING else None, job.running_since, work)
-            for job, work in zip(jobs, kind.work(jobs), strict=True)]
+            for job, work in zip(jobs, works, strict=True)]
 
 
-def queued() -> list[Entry]:
-    """Every queued job of every kind, in the order its queue's workers take them."""
+def queued(weigh: bool = False) -> list[Entry]:
+    """Every queued job of every kind, in the order its queue's workers take them; with their expected work
+    (:attr:`Entry.work`) when ``weigh``, which costs a query of its own per kind that tells it."""
     out: list[Entry] = []
     for kind in kinds():
-        out += _entries(kind, kind.in_state(kind.model.QUEUED))
+        out += _entries(kind, kind.in_state(kind.model.QUEUED), weigh)
     return sorted(out, key=lambda e: e.order)
 
 
-def running() -> list[Entry]:
-    """Every running job of every kind, with its progress, oldest start first."""
+def running(weigh: bool = False) -> list[Entry]:
+    """Every running job of every kind, with its progress, oldest start first; with their expected work when
+    ``weigh``."""
     out: list[Entry] = []
     for kind in kinds():
-        out += _entries(kind, kind.in_state(kind.model.RUNNING))
+        out += _entries(kind, kind.in_state(kind.model.RUNNING), weigh)
     return sorted(out, key=lambda e: e.running_since or e.queued_at)
 
 
@@ -131,7 +134,8 @@ class QueueSummary:
         """:attr:`seconds_left` in words, with the jobs it leaves out."""
         words = time_left_words(self.seconds_left)
         if words and self.unmeasured:
-            words += f", and {self.unmeasured} waiting job{'s' if self.unmeasured != 1 else ''} of a kind not measured yet"
+            jobs = "job" if self.unmeasured == 1 else "jobs"
+            words += f", and {self.unmeasured} waiting {jobs} of a kind not measured yet"
         return words
 
 
@@ -192,7 +196,7 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
     weighed: dict[str, list[tuple[float, float]]] = {}
     left: dict[str, list[float | None]] = {}
     waiting: dict[str, list[Entry]] = {}
-    for e in running():
+    for e in running(weigh=True):
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         rest, whole = seconds_left(e, now)
         share = e.progress.done / e.progress.total if e.progress and e.progress.total else 0.0
@@ -208,7 +212,7 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
             lengths.setdefault((e.queue, e.kind), []).append(whole)
             if e.work:
                 weighed.setdefault(e.queue, []).append((whole, e.work))
-    for e in queued():
+    for e in queued(weigh=True):
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         waiting.setdefault(e.queue, []).append(e)
         if e.platform:

@@ -118,8 +118,8 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
     gpu = summaries(["gpu"], now)[0]
     assert gpu.seconds_left == pytest.approx(180 + per_unit * waiting) and gpu.unmeasured == 1
     assert gpu.time_left.endswith("h left, and 1 waiting job of a kind not measured yet")
-    TrainingRun.objects.create(method="qlass", dataset=loaded, status="finished", started_at=now - timedelta(seconds=90),
-                               finished_at=now - timedelta(seconds=20))
+    TrainingRun.objects.create(method="qlass", dataset=loaded, status="finished",
+                               started_at=now - timedelta(seconds=90), finished_at=now - timedelta(seconds=20))
     gpu = summaries(["gpu"], now)[0]
     assert gpu.seconds_left == pytest.approx(180 + per_unit * waiting + 70) and gpu.unmeasured == 0
     TrainingRun.objects.all().delete()
