@@ -50,15 +50,10 @@ def expected_work(subs: Sequence[Submission]) -> list[float | None]:
     """Each of ``subs``' expected work, in :data:`CPU_SECONDS`' seconds: its method's cost once per run plus per
     state times the states of its split; ``None`` for a job not tabled there (a user's job, a method that needs
     no chat model).  One query for all of them."""
-    tabled = [s for s in subs if s.source == Submission.SOURCE_BASELINE and s.method_name in CPU_SECONDS]
+    costs = [CPU_SECONDS.get(s.method_name) if s.source == Submission.SOURCE_BASELINE else None for s in subs]
+    tabled = [s for s, cost in zip(subs, costs, strict=True) if cost is not None]
     counts = {(row["dataset_id"], row["split"]): row["n"] for row in (
         State.objects.filter(dataset_id__in={s.dataset_id for s in tabled}, split__in={s.split for s in tabled})
         .values("dataset_id", "split").annotate(n=Count("id")))} if tabled else {}
-    out: list[float | None] = []
-    for sub in subs:
-        if sub.source != Submission.SOURCE_BASELINE or sub.method_name not in CPU_SECONDS:
-            out.append(None)
-            continue
-        once, per_state = CPU_SECONDS[sub.method_name]
-        out.append(once + per_state * counts.get((sub.dataset_id, sub.split), 0))
-    return out
+    return [None if cost is None else cost[0] + cost[1] * counts.get((sub.dataset_id, sub.split), 0)
+            for sub, cost in zip(subs, costs, strict=True)]
