@@ -20,13 +20,13 @@ from django.utils import timezone
 from .models import Job
 from .progress import Progress, time_left_words
 from .registry import kinds
-from .services import USER_PRIORITY, JobKind
+from .services import USER_PRIORITY, JobKind, Work
 
 
 @dataclass(frozen=True)
 class Entry:
     """One queued or running job: its ``kind`` (:attr:`jobs.services.JobKind.name`), id, queue, message priority,
-    when it was queued, (running) its progress and since when, and its expected ``work``
+    when it was queued, (running) its progress and since when, and its expected :class:`~jobs.services.Work`
     (:meth:`jobs.services.JobKind.work`; ``None``: not known)."""
 
     kind: str
@@ -36,7 +36,7 @@ class Entry:
     queued_at: datetime
     progress: Progress | None = None
     running_since: datetime | None = None
-    work: float | None = None
+    work: Work | None = None
 
     @property
     def platform(self) -> bool:
@@ -150,9 +150,11 @@ said 6 hours for a 10-minute row."""
 @dataclass(frozen=True)
 class Measures:
     """What finished jobs measured: seconds per unit of work on each queue (``per_work``: the run times of its jobs
-    of known work over their work, summed), and the mean run time of each (queue, kind) (``length``)."""
+    of known work over their work, summed) and of each (queue, :attr:`~jobs.services.Work.like`) (``alike``), and
+    the mean run time of each (queue, kind) (``length``)."""
 
     per_work: dict[str, float]
+    alike: dict[tuple[str, str], float]
     length: dict[tuple[str, str], float]
 
 
@@ -160,6 +162,7 @@ def measured() -> Measures:
     """The :class:`Measures` of every kind's newest finished jobs (:data:`RECENT_FINISHED` of each; run time:
     started to finished)."""
     work_sums: dict[str, tuple[float, float]] = {}
+    alike_sums: dict[tuple[str, str], tuple[float, float]] = {}
     times: dict[tuple[str, str], list[float]] = {}
     for kind in kinds():
         jobs = list(kind.in_state(kind.model.FINISHED).order_by("-finished_at")[:RECENT_FINISHED])
@@ -169,10 +172,14 @@ def measured() -> Measures:
                 continue
             queue, seconds = kind.queue_name(job), (end - start).total_seconds()
             times.setdefault((queue, kind.name), []).append(seconds)
-            if work:
+            if work and work.units > 0:
                 done, units = work_sums.get(queue, (0.0, 0.0))
-                work_sums[queue] = (done + seconds, units + work)
+                work_sums[queue] = (done + seconds, units + work.units)
+                if work.like:
+                    done, units = alike_sums.get((queue, work.like), (0.0, 0.0))
+                    alike_sums[(queue, work.like)] = (done + seconds, units + work.units)
     return Measures({queue: done / units for queue, (done, units) in work_sums.items()},
+                    {key: done / units for key, (done, units) in alike_sums.items()},
                     {key: sum(v) / len(v) for key, v in times.items()})
 
 
@@ -181,12 +188,14 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
 
     The estimate: the running jobs' time left at their measured rate (:func:`seconds_left`), plus the waiting
     jobs' time shared among as many workers as run now.  A job whose expected work is known (:attr:`Entry.work`)
-    takes that work at the queue's seconds per unit of work: measured by its newest finished jobs of known work
-    (:func:`measured`), else by its running ones (their whole runs' seconds over their work).  So a queue of runs
-    as unlike as a 2-minute ``verifier`` row and a 2-hour ``direct-16`` row is not estimated as so many copies of
-    the one running; and a running job of known work with less than :data:`MEASURED_SHARE` done counts its
-    expected run less the time it has run.  Any other waiting job takes the mean whole run of the running jobs of
-    its kind on its queue, else of its kind's finished ones there; a job with neither is counted apart
+    takes that work at the seconds per unit of its finished jobs alike (the same method on the same environment,
+    :attr:`Measures.alike`), else of its queue's newest finished jobs of known work (:func:`measured`), else of
+    its queue's running ones (their whole runs' seconds over their work).  So a queue of runs as unlike as a
+    2-minute ``verifier`` row and a 2-hour ``direct-16`` row is not estimated as so many copies of the one
+    running, and ALFWorld all types' rows are measured by pick & place's rather than by FrozenLake's short
+    prompts; a running job of known work with less than :data:`MEASURED_SHARE` done counts its expected run less
+    the time it has run.  Any other waiting job takes the mean whole run of the running jobs of its kind on its
+    queue, else of its kind's finished ones there; a job with neither is counted apart
     (:attr:`QueueSummary.unmeasured`), not guessed from another kind.  ``None`` when a running job has no rate
     yet, or nothing is measured."""
     now = now or timezone.now()
@@ -196,13 +205,18 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
     weighed: dict[str, list[tuple[float, float]]] = {}
     left: dict[str, list[float | None]] = {}
     waiting: dict[str, list[Entry]] = {}
+
+    def rate(queue: str, work: Work, fallback: float | None) -> float | None:
+        alike = finished.alike.get((queue, work.like))
+        return alike if alike is not None else fallback
+
     for e in running(weigh=True):
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         rest, whole = seconds_left(e, now)
         share = e.progress.done / e.progress.total if e.progress and e.progress.total else 0.0
-        per_work = finished.per_work.get(e.queue)
+        per_work = rate(e.queue, e.work, finished.per_work.get(e.queue)) if e.work else None
         if share < MEASURED_SHARE and e.work and per_work and e.running_since is not None:
-            whole = e.work * per_work
+            whole = e.work.units * per_work
             rest = max(0.0, whole - (now - e.running_since).total_seconds())
         summary.running.append({"kind": e.kind, "id": e.pk, "platform": e.platform,
                                 "progress": e.progress.as_dict() if e.progress else None,
@@ -210,8 +224,8 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         left.setdefault(e.queue, []).append(rest)
         if whole is not None:
             lengths.setdefault((e.queue, e.kind), []).append(whole)
-            if e.work:
-                weighed.setdefault(e.queue, []).append((whole, e.work))
+            if e.work and e.work.units > 0:
+                weighed.setdefault(e.queue, []).append((whole, e.work.units))
     for e in queued(weigh=True):
         summary = by_name.setdefault(e.queue, QueueSummary(e.queue))
         waiting.setdefault(e.queue, []).append(e)
@@ -229,8 +243,9 @@ def summaries(names: Iterable[str], now: datetime | None = None) -> list[QueueSu
         ahead, counted = 0.0, 0
         for e in waiting.get(summary.name, []):
             same_kind = lengths.get((e.queue, e.kind))
-            if e.work is not None and per_work is not None:
-                ahead += e.work * per_work
+            job_rate = rate(e.queue, e.work, per_work) if e.work is not None else None
+            if e.work is not None and job_rate is not None:
+                ahead += e.work.units * job_rate
             elif same_kind:
                 ahead += sum(same_kind) / len(same_kind)
             elif (e.queue, e.kind) in finished.length:

@@ -84,6 +84,18 @@ class Reaped:
     resent: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Work:
+    """A job's expected work (:meth:`JobKind.work`): ``units``, comparable among the jobs of its queue, and ``like``,
+    a name shared by the jobs whose runs measure each other's best (the same method on the same environment; ``""``:
+    none). The status page takes a job's seconds per unit from its finished jobs alike where there are any, else
+    from its queue's (:func:`jobs.queues.summaries`): one rate for a queue misjudges work whose cost grows unlike
+    the units, as a method reading ALFWorld's long prompts against FrozenLake's short ones."""
+
+    units: float
+    like: str = ""
+
+
 @dataclass(frozen=True, eq=False)
 class JobKind(Generic[J]):
     """One kind of job and what is its own: its ``model``; where its messages go -- ``task`` (a message holding
@@ -95,9 +107,9 @@ class JobKind(Generic[J]):
     ``queue_of``, the Celery queue a job's message goes to (default: the route of ``task`` in
     ``CELERY_TASK_ROUTES``); ``priority_of``, its message's priority (default: every job of the kind is the
     platform's own run, :data:`PLATFORM_PRIORITY`; a user's job is :data:`USER_PRIORITY`), by which
-    :mod:`jobs.queues` counts who waits ahead of it; ``work_of``, given jobs, the work each is expected to take in
-    units comparable among the jobs of its queue (``None``: not known), by which the status page weighs a waiting
-    job against the rate a running one measures (default: none known)."""
+    :mod:`jobs.queues` counts who waits ahead of it; ``work_of``, given jobs, the :class:`Work` each is expected to
+    take (``None``: not known), by which the status page weighs a waiting job against the rate finished and running
+    ones measure (default: none known)."""
 
     name: str
     model: type[J]
@@ -111,7 +123,7 @@ class JobKind(Generic[J]):
     related: tuple[str, ...] = ()
     queue_of: Callable[[J], str] | None = None
     priority_of: Callable[[J], int] | None = None
-    work_of: Callable[[Sequence[J]], list[float | None]] | None = None
+    work_of: Callable[[Sequence[J]], list[Work | None]] | None = None
 
     def queue_name(self, job: J) -> str:
         """The Celery queue ``job``'s message goes to (``queue_of``, else the route of ``task``)."""
@@ -123,7 +135,7 @@ class JobKind(Generic[J]):
         """``job``'s message priority (``priority_of``; default: :data:`PLATFORM_PRIORITY`)."""
         return PLATFORM_PRIORITY if self.priority_of is None else self.priority_of(job)
 
-    def work(self, jobs: Sequence[J]) -> list[float | None]:
+    def work(self, jobs: Sequence[J]) -> list[Work | None]:
         """Each of ``jobs``' expected work (``work_of``; default: ``None`` for every one)."""
         return [None] * len(jobs) if self.work_of is None or not jobs else self.work_of(jobs)
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from django.db.models import Count
 
-from jobs.services import COSTLY_PRIORITY, PLATFORM_PRIORITY, USER_PRIORITY
-from leaderboard.models import State
+from jobs.services import COSTLY_PRIORITY, PLATFORM_PRIORITY, USER_PRIORITY, Work
+from leaderboard.models import Dataset, State
 
 from .models import Submission
 
@@ -46,14 +46,21 @@ def priority(sub: Submission) -> int:
     return COSTLY_PRIORITY if sub.method_name in COSTLY_METHODS else PLATFORM_PRIORITY
 
 
-def expected_work(subs: Sequence[Submission]) -> list[float | None]:
-    """Each of ``subs``' expected work, in :data:`CPU_SECONDS`' seconds: its method's cost once per run plus per
-    state times the states of its split; ``None`` for a job not tabled there (a user's job, a method that needs
-    no chat model).  One query for all of them."""
+def expected_work(subs: Sequence[Submission]) -> list[Work | None]:
+    """Each of ``subs``' expected :class:`~jobs.services.Work`, in :data:`CPU_SECONDS`' seconds: its method's cost
+    once per run plus per state times the states of its split, alike the runs of its method on its dataset's
+    environment (ALFWorld's prompts cost a method more than FrozenLake's, and unlike for each method); ``None`` for a
+    job not tabled there (a user's job, a method that needs no chat model).  Two queries for all of them."""
     costs = [CPU_SECONDS.get(s.method_name) if s.source == Submission.SOURCE_BASELINE else None for s in subs]
     tabled = [s for s, cost in zip(subs, costs, strict=True) if cost is not None]
+    if not tabled:
+        return [None] * len(subs)
+    datasets = {s.dataset_id for s in tabled}
     counts = {(row["dataset_id"], row["split"]): row["n"] for row in (
-        State.objects.filter(dataset_id__in={s.dataset_id for s in tabled}, split__in={s.split for s in tabled})
-        .values("dataset_id", "split").annotate(n=Count("id")))} if tabled else {}
-    return [None if cost is None else cost[0] + cost[1] * counts.get((sub.dataset_id, sub.split), 0)
+        State.objects.filter(dataset_id__in=datasets, split__in={s.split for s in tabled})
+        .values("dataset_id", "split").annotate(n=Count("id")))}
+    environment = dict(Dataset.objects.filter(pk__in=datasets).values_list("pk", "environment__slug"))
+    return [None if cost is None else
+            Work(cost[0] + cost[1] * counts.get((sub.dataset_id, sub.split), 0),
+                 f"{sub.method_name}@{environment[sub.dataset_id]}")
             for sub, cost in zip(subs, costs, strict=True)]

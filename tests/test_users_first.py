@@ -142,6 +142,48 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
     assert summaries(["gpu"], now)[0].running[0]["seconds_left"] == pytest.approx(30)  # half in 30 s: its own rate
 
 
+def test_a_waiting_row_is_measured_by_its_method_on_the_same_environment(loaded) -> None:  # type: ignore[no-untyped-def]
+    """ALFWorld's long prompts cost each method unlike FrozenLake's (its ``verifier`` 11 times per state, a batched
+    row twice): once a method has run on an environment, its next row there takes that run's rate, and the
+    other methods' rows keep the queue's."""
+    from jobs.queues import summaries
+    from leaderboard.models import Dataset, Environment, State
+    from submissions.queue_order import CPU_SECONDS
+
+    now = timezone.now()
+    other = Dataset.objects.create(environment=loaded.environment, slug="frozenlake-other", version="1.0",
+                                   name="Another FrozenLake", fingerprint="0" * 64)
+    State.objects.bulk_create(State(dataset=other, external_id=f"s{i}", position=i, split="test", trajectory=i,
+                                    step=0, task="t", observation="o") for i in range(7))
+    states = State.objects.filter(dataset=loaded, split="test").count()
+    common = {"split": "test", "target": "q", "filename": "f", "kind": "baseline", "source": "baseline",
+              "backbone_name": "smollm2-135m", "state": "finished"}
+
+    def ran(method: str, seconds: float, minutes_ago: int) -> None:
+        end = now - timedelta(minutes=minutes_ago)
+        Submission.objects.create(dataset=loaded, method_name=method, scoring_at=end - timedelta(seconds=seconds),
+                                  finished_at=end, **common)
+
+    ran("direct-batched", CPU_SECONDS["direct-batched"][1] * states, 9)  # one second a unit
+    ran("verifier", 20 * CPU_SECONDS["verifier"][1] * states, 3)  # twenty seconds a unit
+    queue_rate = (  # the two runs' seconds over their units
+CPU_SECONDS["direct-batched"][1] * states + 20 * CPU_SECONDS["verifier"][1] * states) / (
+        (CPU_SECONDS["direct-batched"][1] + CPU_SECONDS["verifier"][1]) * states)
+    for minute, method in enumerate(["verifier", "direct-single"]):
+        Submission.objects.create(dataset=other, method_name=method, state="queued", split="test", target="q",
+                                  filename="f", kind="baseline", source="baseline", backbone_name="smollm2-135m",
+                                  queued_at=now - timedelta(minutes=2 - minute))
+    gpu = summaries(["gpu"], now)[0]
+    assert gpu.platform_waiting == 2 and gpu.unmeasured == 0
+    assert gpu.seconds_left == pytest.approx(20 * CPU_SECONDS["verifier"][1] * 7
+                                             + queue_rate * CPU_SECONDS["direct-single"][1] * 7)
+    # on another environment the verifier's own run says nothing: the queue's rate
+    Dataset.objects.filter(pk=other.pk).update(environment=Environment.objects.create(slug="elsewhere", name="E"))
+    gpu = summaries(["gpu"], now)[0]
+    assert gpu.seconds_left == pytest.approx(queue_rate * (CPU_SECONDS["verifier"][1]
+                                                           + CPU_SECONDS["direct-single"][1]) * 7)
+
+
 @pytest.mark.worker
 def test_a_scoring_worker_takes_a_users_file_before_the_reference_rows_queued_before_it(  # type: ignore[no-untyped-def]
         transactional_db, loaded, frozenlake, api, settings, data_dir: Path, tmp_path: Path) -> None:
