@@ -157,22 +157,20 @@ def test_a_waiting_row_is_measured_by_its_method_on_the_same_environment(loaded)
                                     step=0, task="t", observation="o") for i in range(7))
     states = State.objects.filter(dataset=loaded, split="test").count()
     common = {"split": "test", "target": "q", "filename": "f", "kind": "baseline", "source": "baseline",
-              "backbone_name": "smollm2-135m", "state": "finished"}
+              "backbone_name": "smollm2-135m"}
 
     def ran(method: str, seconds: float, minutes_ago: int) -> None:
         end = now - timedelta(minutes=minutes_ago)
-        Submission.objects.create(dataset=loaded, method_name=method, scoring_at=end - timedelta(seconds=seconds),
-                                  finished_at=end, **common)
+        Submission.objects.create(dataset=loaded, method_name=method, state="finished", finished_at=end,
+                                  scoring_at=end - timedelta(seconds=seconds), **common)
 
     ran("direct-batched", CPU_SECONDS["direct-batched"][1] * states, 9)  # one second a unit
     ran("verifier", 20 * CPU_SECONDS["verifier"][1] * states, 3)  # twenty seconds a unit
-    queue_rate = (  # the two runs' seconds over their units
-CPU_SECONDS["direct-batched"][1] * states + 20 * CPU_SECONDS["verifier"][1] * states) / (
-        (CPU_SECONDS["direct-batched"][1] + CPU_SECONDS["verifier"][1]) * states)
+    batched, verifier = CPU_SECONDS["direct-batched"][1], CPU_SECONDS["verifier"][1]
+    queue_rate = (batched + 20 * verifier) / (batched + verifier)  # the two runs' seconds over their units
     for minute, method in enumerate(["verifier", "direct-single"]):
-        Submission.objects.create(dataset=other, method_name=method, state="queued", split="test", target="q",
-                                  filename="f", kind="baseline", source="baseline", backbone_name="smollm2-135m",
-                                  queued_at=now - timedelta(minutes=2 - minute))
+        Submission.objects.create(dataset=other, method_name=method, state="queued",
+                                  queued_at=now - timedelta(minutes=2 - minute), **common)
     gpu = summaries(["gpu"], now)[0]
     assert gpu.platform_waiting == 2 and gpu.unmeasured == 0
     assert gpu.seconds_left == pytest.approx(20 * CPU_SECONDS["verifier"][1] * 7
