@@ -143,11 +143,13 @@ def test_the_status_estimate_weighs_each_waiting_run_by_its_methods_cost(loaded,
 
 
 def test_a_waiting_row_is_measured_by_its_method_on_the_same_environment(loaded) -> None:  # type: ignore[no-untyped-def]
-    """ALFWorld's long prompts cost each method unlike FrozenLake's (its ``verifier`` 11 times per state, a batched
-    row twice): once a method has run on an environment, its next row there takes that run's rate, and the
-    other methods' rows keep the queue's."""
+    """ALFWorld's long prompts cost each method unlike FrozenLake's (its ``verifier`` 31 times per state, a batched
+    row 4 times): once a method has run on an environment, its next row there takes that run's rate, and the
+    other methods' rows keep the queue's; a rerun answered from the response cache measures nothing; and before
+    anything has run on ALFWorld, its rows weigh what the methods cost on its prompts."""
     from jobs.queues import summaries
     from leaderboard.models import Dataset, Environment, State
+    from qval.envs import registry
     from submissions.queue_order import CPU_SECONDS
 
     now = timezone.now()
@@ -159,10 +161,10 @@ def test_a_waiting_row_is_measured_by_its_method_on_the_same_environment(loaded)
     common = {"split": "test", "target": "q", "filename": "f", "kind": "baseline", "source": "baseline",
               "backbone_name": "smollm2-135m"}
 
-    def ran(method: str, seconds: float, minutes_ago: int) -> None:
+    def ran(method: str, seconds: float, minutes_ago: int, **config: int) -> None:
         end = now - timedelta(minutes=minutes_ago)
         Submission.objects.create(dataset=loaded, method_name=method, state="finished", finished_at=end,
-                                  scoring_at=end - timedelta(seconds=seconds), **common)
+                                  scoring_at=end - timedelta(seconds=seconds), config=config, **common)
 
     ran("direct-batched", CPU_SECONDS["direct-batched"][1] * states, 9)  # one second a unit
     ran("verifier", 20 * CPU_SECONDS["verifier"][1] * states, 3)  # twenty seconds a unit
@@ -173,13 +175,27 @@ def test_a_waiting_row_is_measured_by_its_method_on_the_same_environment(loaded)
                                   queued_at=now - timedelta(minutes=2 - minute), **common)
     gpu = summaries(["gpu"], now)[0]
     assert gpu.platform_waiting == 2 and gpu.unmeasured == 0
-    assert gpu.seconds_left == pytest.approx(20 * CPU_SECONDS["verifier"][1] * 7
-                                             + queue_rate * CPU_SECONDS["direct-single"][1] * 7)
+    expected = 20 * CPU_SECONDS["verifier"][1] * 7 + queue_rate * CPU_SECONDS["direct-single"][1] * 7
+    assert gpu.seconds_left == pytest.approx(expected)
+    # a verifier rerun answered wholly from the cache in 2 s says nothing of the rate; a batched rerun that asked
+    # the model 1 answer in 40 did a fortieth of its work, here at one second a unit again
+    ran("verifier", 2, 1, requests=0, cache_hits=40)
+    ran("direct-batched", batched * states / 40, 1, requests=1, cache_hits=39)
+    queue_rate_after = (batched + 20 * verifier + batched / 40) / (batched + verifier + batched / 40)
+    assert summaries(["gpu"], now)[0].seconds_left == pytest.approx(
+        20 * CPU_SECONDS["verifier"][1] * 7 + queue_rate_after * CPU_SECONDS["direct-single"][1] * 7)
+    Submission.objects.filter(finished_at__gt=now - timedelta(minutes=2)).delete()
     # on another environment the verifier's own run says nothing: the queue's rate
     Dataset.objects.filter(pk=other.pk).update(environment=Environment.objects.create(slug="elsewhere", name="E"))
     gpu = summaries(["gpu"], now)[0]
     assert gpu.seconds_left == pytest.approx(queue_rate * (CPU_SECONDS["verifier"][1]
                                                            + CPU_SECONDS["direct-single"][1]) * 7)
+    # on ALFWorld, at the same rate, each row weighs its method's cost on ALFWorld's prompts
+    Environment.objects.filter(slug="elsewhere").update(slug="alfworld")
+    alfworld = registry.ENVIRONMENTS["alfworld"].method_cpu_seconds
+    assert alfworld["verifier"][1] > 10 * CPU_SECONDS["verifier"][1]
+    assert summaries(["gpu"], now)[0].seconds_left == pytest.approx(
+        queue_rate * (alfworld["verifier"][1] + alfworld["direct-single"][1]) * 7)
 
 
 @pytest.mark.worker

@@ -92,6 +92,10 @@ class EnvironmentEntry:
     """The builder (one of :attr:`builders`) whose environment the Best-of-N track plays; ``None``: not played."""
     methods: tuple[str, ...] = ()
     """Built-in methods that apply to this environment only."""
+    method_cpu_seconds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """Chat-model methods' CPU seconds once per run and per state, measured on this environment's prompts
+    (SmolLM2-135M on one core, ``benchmarks/smollm2_cost.py``): the relative work the status page weighs their
+    waiting runs by (:func:`submissions.queue_order.cpu_seconds`; a method not measured here takes FrozenLake's)."""
 
     def __post_init__(self) -> None:
         keys = [v.key for v in self.versions]
@@ -105,6 +109,7 @@ class EnvironmentEntry:
             raise ValueError(f"environment {self.name!r}: Best-of-N plays {self.best_of_n!r}, not one of its "
                              f"builders ({', '.join(self.builders)})")
         object.__setattr__(self, "builders", MappingProxyType(dict(self.builders)))
+        object.__setattr__(self, "method_cpu_seconds", MappingProxyType(dict(self.method_cpu_seconds)))
 
     def catalogue(self) -> dict[str, Any]:
         """The site's environment row: ``name`` (the title), ``description``, ``url`` and ``open_book``."""

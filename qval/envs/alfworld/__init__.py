@@ -17,4 +17,8 @@ ENVIRONMENT = EnvironmentEntry(
     versions=datasets.VERSIONS,
     builders={"alfworld": datasets.PICK_PLACE_V1_1, "alfworld-all-types": datasets.ALL_TYPES_V1_1},
     best_of_n="alfworld",
+    # pick & place's prompts, 2026-12-01 (benchmarks/README.md): 5.8 times FrozenLake's grid for these nine together
+    method_cpu_seconds={"verifier": (0, 43.2), "direct-batched": (0, 9.5), "direct-single": (0, 9.8),
+                        "gvl": (0, 17.7), "ranking": (0, 37.0), "Δbelief": (0, 49.8), "direct-sequential": (0, 15.7),
+                        "sdpo": (0, 33.5), "sdpo-gt": (0, 33.8)},
 )
