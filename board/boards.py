@@ -117,11 +117,6 @@ class Row:
         return ranking.rank_row(self.board_metric, self.score)
 
     @property
-    def source_label(self) -> str:
-        """The badge text of :attr:`source`."""
-        return SOURCES[self.source][0]
-
-    @property
     def baseline(self) -> bool:
         """Whether the row is one of the platform's baseline runs."""
         return self.evaluation.source == "baseline"
@@ -158,11 +153,6 @@ class NotRanked:
         if self.usable_points < MIN_USABLE_POINTS:
             return f"fewer than the {MIN_USABLE_POINTS} usable points a value needs"
         return "constant predictions, or a value not disclosed"
-
-    @property
-    def source_label(self) -> str:
-        """The badge text of :attr:`source`."""
-        return SOURCES[self.source][0]
 
     def as_dict(self) -> dict[str, Any]:
         """As the board's JSON gives it."""

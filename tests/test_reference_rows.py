@@ -150,7 +150,10 @@ def test_seeding_is_idempotent_and_the_rows_reach_the_board(loaded, client) -> N
         assert board["rows"][0]["method"] == "goal-distance" and rows["goal-distance"]["value"] > 0.9
         assert not math.isnan(rows["random"]["value"]) and abs(rows["random"]["value"]) < 0.5
     page = client.get(f"/boards/{loaded.key}:q:text/").content.decode()
-    assert 'id="not-ranked-runs"' in page and "constant predictions, or a value not disclosed" in page
+    assert 'id="not-ranked-runs"' in page
+    assert "<td>constant predictions, or a value not disclosed</td><td>verified</td>" in page  # with its source
+    assert page.count('title="run by the platform: a built-in method, a method container or a training run">'
+                      "verified</span>") == len(rows)  # each ranked row's badge
     page = client.get("/methods/goal-distance/").content.decode()
     assert 'id="builtin"' in page and "distance heuristic" in page and "open book" in page
 
