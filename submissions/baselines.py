@@ -57,7 +57,7 @@ from qval.methods.run import Progress, run_method, shared_cache_dir, write_predi
 from qval.scoring import MetricRow, score
 
 from . import lifecycle
-from .queue_order import CHAT_REFERENCE_ORDER
+from .queue_order import cheapest_first
 from .models import Submission
 from .services import SubmissionRejected, resolve_dataset
 
@@ -197,12 +197,12 @@ def campaign_methods() -> list[str]:
     return chat_methods()
 
 
-def chat_reference_methods() -> list[tuple[str, str]]:
+def chat_reference_methods(environment: str, states: int) -> list[tuple[str, str]]:
     """``(method, target)`` of every text method that needs a chat model, each on target Q (a ranking method runs
-    as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows, run with
-    :data:`REFERENCE_BACKBONE`, in :data:`submissions.queue_order.CHAT_REFERENCE_ORDER`."""
-    rank = {name: i for i, name in enumerate(CHAT_REFERENCE_ORDER)}
-    return [(name, "q") for name in sorted(campaign_methods(), key=lambda name: rank.get(name, len(rank)))
+    as target Q: :meth:`qval.methods.registry.MethodSpec.supports`): the LLM reference rows of a dataset of
+    ``environment`` with ``states`` test states, run with :data:`REFERENCE_BACKBONE`, cheapest first there
+    (:func:`submissions.queue_order.cheapest_first`)."""
+    return [(name, "q") for name in cheapest_first(campaign_methods(), environment, states)
             if get_method(name).supports("q")]
 
 
@@ -228,12 +228,13 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
     from qval.methods.reference import methods_for, modalities_for
 
     queued: list[Submission] = []
-    chat = chat_reference_methods() if REFERENCE_BACKBONE in settings.QVAL_BACKBONES else []
+    chat = REFERENCE_BACKBONE in settings.QVAL_BACKBONES
     if not chat:
         log.info("no LLM reference rows: backbone %s is not in QVAL_BACKBONES (%s)", REFERENCE_BACKBONE,
                  smollm2.INSTALL_HINT)
     for ds in datasets:
-        if not ds.hosted or not ds.states.filter(split=REFERENCE_SPLIT).exists():
+        states = ds.states.filter(split=REFERENCE_SPLIT).count() if ds.hosted else 0
+        if not states:
             continue
         runs = Submission.objects.filter(kind=Submission.KIND_BASELINE, dataset=ds, split=REFERENCE_SPLIT).exclude(
             state=Submission.FAILED)
@@ -245,7 +246,7 @@ def queue_reference_rows(datasets: Iterable[Dataset]) -> list[Submission]:
                                                                modality=key[2])))
         if chat and "text" in (ds.modalities or ["text"]):
             queued += queue_missing(
-                ds, chat, runs.filter(backbone_name=REFERENCE_BACKBONE, modality="text").values_list(
+                ds, chat_reference_methods(ds.environment.slug, states), runs.filter(backbone_name=REFERENCE_BACKBONE, modality="text").values_list(
                     "method_name", "target"),
                 lambda key, ds=ds: launch_baseline(BaselineRequest(key[0], REFERENCE_BACKBONE, ds.key,
                                                                    REFERENCE_SPLIT, key[1], modality="text")))

@@ -9,6 +9,7 @@ board's cheap LLM rows then come before any board's costly ones, whichever datas
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from django.db.models import Count
@@ -19,11 +20,9 @@ from qval.envs import registry
 
 from .models import Submission
 
-CHAT_REFERENCE_ORDER = ("verifier", "direct-batched", "codegen", "codegen-avg", "direct-single", "gvl", "ranking",
-                        "Δbelief", "direct-sequential", "sdpo", "sdpo-gt", "eureka", "direct-16")
-"""The order of a dataset's LLM reference rows in the queue: cheapest first, so that while one gpu worker fills a
-fresh site each board shows most of its rows soonest (their costs: :data:`CPU_SECONDS`; ``codegen-avg`` reads
-``codegen``'s functions from the response cache).  A method not listed goes last."""
+READS_AFTER = {"codegen-avg": "codegen"}
+"""A method whose run asks the same requests as another's, so that it reads that one's answers from the response
+cache: its reference row is queued right after the other's (:func:`cheapest_first`)."""
 CPU_SECONDS: dict[str, tuple[float, float]] = {
     "verifier": (0, 1.4), "direct-batched": (0, 2.2), "codegen": (259, 0), "codegen-avg": (1, 0),
     "direct-single": (0, 3.1), "gvl": (0, 4.6), "ranking": (0, 5.0), "Δbelief": (0, 5.2),
@@ -38,7 +37,7 @@ page uses them as relative work (:func:`expected_work`), scaled by the seconds p
 measure (:func:`jobs.queues.summaries`)."""
 COSTLY_METHODS = frozenset({"eureka", "direct-16"})
 """The methods whose runs go behind the platform's other runs (:data:`jobs.services.COSTLY_PRIORITY`): the two cost
-more than the other eleven of :data:`CHAT_REFERENCE_ORDER` together (:data:`CPU_SECONDS`: 6,022 CPU s on
+more than the other eleven chat-model methods together (:data:`CPU_SECONDS`: 6,022 CPU s on
 FrozenLake's 100 test states against 4,580)."""
 
 
@@ -56,6 +55,23 @@ def cpu_seconds(method: str, environment: str) -> tuple[float, float] | None:
     they will cost."""
     entry = registry.ENVIRONMENTS.get(environment)
     return (entry.method_cpu_seconds.get(method) if entry else None) or CPU_SECONDS.get(method)
+
+
+def cheapest_first(methods: Sequence[str], environment: str, states: int) -> list[str]:
+    """``methods`` in the order a dataset's LLM reference rows are queued: cheapest first on its ``states`` test
+    states of ``environment`` (:func:`cpu_seconds`), so that while one gpu worker fills a fresh site each board
+    shows most of its rows soonest (on FrozenLake's 100 states ``verifier`` first; on ALFWorld, where it costs 31
+    times as much, ``direct-batched``); a method of :data:`READS_AFTER` right after the one it reads; a method not
+    tabled last, in the order given."""
+    def cost(name: str) -> float:
+        found = cpu_seconds(name, environment)
+        return math.inf if found is None else found[0] + found[1] * states
+
+    def key(name: str) -> tuple[float, int]:
+        first = READS_AFTER.get(name)
+        return (cost(first), 1) if first in methods else (cost(name), 0)
+
+    return sorted(methods, key=key)
 
 
 def _sent_share(sub: Submission) -> float:

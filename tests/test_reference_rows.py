@@ -333,7 +333,7 @@ def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type
     from qval.methods.registry import all_methods
     from submissions.baselines import chat_reference_methods
     from submissions.models import Submission
-    from submissions.queue_order import CHAT_REFERENCE_ORDER, COSTLY_METHODS
+    from submissions.queue_order import COSTLY_METHODS, cpu_seconds
     from .conftest import TEST_BROKER_URL  # noqa: I001
 
     backbones = settings.QVAL_BACKBONES
@@ -348,10 +348,21 @@ def test_seeding_queues_every_chat_method_with_smollm2_behind_the_users(  # type
     chat = [s.name for s in all_methods() if s.modality == "text" and s.needs in ("chat-llm", "chat-llm-logprobs")]
     assert len(chat) == 13
     runs = list(llm_runs(loaded))
-    assert sorted((s.method_name, s.target) for s in runs) == sorted(chat_reference_methods())
+    states = loaded.states.filter(split="test").count()
+    assert sorted((s.method_name, s.target) for s in runs) == sorted(chat_reference_methods("frozenlake", states))
     assert {s.method_name for s in runs} == set(chat)
-    # cheapest first, so a board shows most of its rows soonest; every chat method has its place in the order
-    assert [s.method_name for s in sorted(runs, key=lambda s: s.pk)] == list(CHAT_REFERENCE_ORDER)
+    # cheapest first on this board, so it shows most of its rows soonest; codegen-avg, which reads codegen's
+    # answers from the response cache, right after it
+    order = [s.method_name for s in sorted(runs, key=lambda s: s.pk)]
+    costs = [cpu_seconds(m, "frozenlake") for m in order if m != "codegen-avg"]
+    assert all(c is not None for c in costs)
+    totals = [once + per_state * states for once, per_state in costs]  # type: ignore[misc]
+    assert totals == sorted(totals) and order[order.index("codegen") + 1] == "codegen-avg"
+    # on ALFWorld's 60 test states codegen's one request batch costs least, and verifier, FrozenLake's cheapest,
+    # more than ranking
+    alfworld = [m for m, _ in chat_reference_methods("alfworld", 60)]
+    assert alfworld[:4] == ["codegen", "codegen-avg", "direct-batched", "direct-single"]
+    assert alfworld.index("verifier") > alfworld.index("ranking") > alfworld.index("gvl")
     assert {(s.split, s.modality, s.source, s.state, s.user) for s in runs} == {
         ("test", "text", "baseline", "queued", None)}
     assert {s.target for s in runs} == {"q"}  # the ranking methods too: their rows are on the Q board
