@@ -546,13 +546,28 @@ def _prompt_entry(entry: dict[str, Any] | None) -> TokenLogprob:
     return TokenLogprob(info.get("decoded_token") or "", float(info["logprob"]), (), int(token_id))
 
 
+SERVING_KEYS = ("device", "max_batch", "prefixes", "threads")
+"""The keys of a ``transformers`` entry that say how its model is served (:func:`serving_options`)."""
+
+
+def serving_options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`TransformersBackend`'s keyword arguments from a ``transformers`` entry's :data:`SERVING_KEYS`:
+    ``device``, ``max_batch`` and ``prefixes`` where given, and ``threads``, by default the
+    ``QVAL_GPU_WORKER_THREADS`` environment variable's, else ``"auto"``.  The worker's model server for
+    containers (:func:`backend_from_spec`) and the one a run serves itself (:func:`qval.methods.llm.open_backbone`)
+    read the entry alike."""
+    options: dict[str, Any] = {key: int(spec[key]) for key in ("max_batch", "prefixes") if key in spec}
+    return options | {"device": spec.get("device"),
+                      "threads": spec.get("threads", os.environ.get("QVAL_GPU_WORKER_THREADS", "auto"))}
+
+
 def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | None = None) -> Backend:
     """A backend from a ``QVAL_BACKBONES`` entry: the one place that dispatches on its ``kind``.
 
-    ``{"kind": "transformers", "path": DIR}`` (optional ``device``; ``max_batch``, the most requests decoded
-    together, wider on a GPU; ``gguf_file``: a GGUF file in ``DIR``, with optional ``sha256``, its digest checked
-    before loading: :func:`qval.smollm2.backbone_spec`; ``threads``: torch's CPU threads, a number or ``"auto"``,
-    by default the ``QVAL_GPU_WORKER_THREADS`` environment variable's, else ``"auto"``),
+    ``{"kind": "transformers", "path": DIR}`` (optional ``gguf_file``: a GGUF file in ``DIR``, with optional
+    ``sha256``, its digest checked before loading: :func:`qval.smollm2.backbone_spec`; and how it is served,
+    :func:`serving_options`: ``device``; ``max_batch``, the most requests decoded together, wider on a GPU;
+    ``prefixes``, the prompt blocks kept; ``threads``, torch's CPU threads, a number or ``"auto"``),
     ``{"kind": "upstream", "url": "http://127.0.0.1:8001", "model": NAME}``, or
     ``{"kind": "vllm", "path": DIR, ...}`` (:meth:`qval.vllm.ServeSpec.from_setting`): the ``vllm serve``
     process of the worker's manager ``vllm``, started (or restarted) now if it is not healthy, and
@@ -560,10 +575,8 @@ def backend_from_spec(name: str, spec: Mapping[str, Any], vllm: VLLMManager | No
     """
     kind = spec.get("kind")
     if kind == "transformers":
-        wider = {"max_batch": int(spec["max_batch"])} if "max_batch" in spec else {}
-        threads = spec.get("threads", os.environ.get("QVAL_GPU_WORKER_THREADS", "auto"))
-        return TransformersBackend(spec["path"], name=name, device=spec.get("device"), gguf_file=spec.get("gguf_file"),
-                                   sha256=spec.get("sha256"), threads=threads, **wider)
+        return TransformersBackend(spec["path"], name=name, gguf_file=spec.get("gguf_file"), sha256=spec.get("sha256"),
+                                   **serving_options(spec))
     if kind == "upstream":
         return UpstreamBackend(spec["url"], spec["model"], name=name)
     if kind == "vllm":

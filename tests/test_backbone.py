@@ -305,10 +305,13 @@ def test_upstream_backend_forwards_to_an_openai_server(backend: bb.TransformersB
 
 def test_every_kind_of_backbone_entry_is_dispatched_in_one_place(tiny_model: Path, tmp_path: Path) -> None:
     """backend_from_spec knows the three kinds; a vllm entry needs the worker's manager, an unknown kind is named;
-    a transformers entry's ``max_batch`` is how many requests its server decodes together (32 when not given)."""
+    a transformers entry's ``max_batch`` is how many requests its server decodes together (32 when not given), its
+    ``prefixes`` how many prompt blocks it keeps (64 when not given)."""
     local = {"kind": "transformers", "path": str(tiny_model), "device": "cpu"}
-    assert bb.backend_from_spec("tiny", local).batcher.max_batch == 32
-    assert bb.backend_from_spec("tiny", {**local, "max_batch": 128}).batcher.max_batch == 128
+    default = bb.backend_from_spec("tiny", local)
+    assert default.batcher.max_batch == 32 and default.prefixes.size == 64
+    wider = bb.backend_from_spec("tiny", {**local, "max_batch": 128, "prefixes": 256})
+    assert wider.batcher.max_batch == 128 and wider.prefixes.size == 256
     upstream = bb.backend_from_spec("up", {"kind": "upstream", "url": "http://127.0.0.1:9", "model": "m"})
     assert isinstance(upstream, bb.UpstreamBackend) and upstream.model == "m"
     with pytest.raises(ValueError, match="kind 'vllm' is served by a worker that manages vllm servers"):
@@ -365,6 +368,35 @@ def test_a_checkpoint_is_loaded_once_per_process_until_its_files_change(tiny_mod
         pass
     assert loaded_checkpoint.cache_info().misses == 2
     loaded_checkpoint.cache_clear()
+
+
+def test_a_checkpoint_a_run_serves_is_served_as_its_entry_says_and_never_timed_out(tiny_model: Path,
+                                                                                  monkeypatch) -> None:
+    """A baseline run on a ``transformers`` entry serves the checkpoint itself (method_backbone, open_backbone): the
+    entry's ``max_batch`` and ``prefixes`` reach that server, and a request there waits as long as the requests
+    ahead of it take, where one to a remote server is retried after REMOTE_TIMEOUT_S (on a CPU, 32 ALFWorld
+    ``ranking`` prompts took over its 600 s, and each retry made the busy server read them again)."""
+    from qval.methods import llm
+
+    entry = {"kind": "transformers", "path": str(tiny_model), "device": "cpu", "max_batch": 4, "prefixes": 3}
+    spec, options, _ = llm.method_backbone("tiny", entry, None)
+    assert options["serving"] == {"device": "cpu", "max_batch": 4, "prefixes": 3}
+    monkeypatch.setattr(llm, "REMOTE_TIMEOUT_S", 0.001)  # shorter than any request takes
+    llm.loaded_checkpoint.cache_clear()
+    chat = [{"role": "user", "content": "count"}]
+    with llm.open_backbone(spec, cache_dir=None, serving=options["serving"]) as client:
+        backend = llm.loaded_checkpoint(Path(spec).resolve(), options["backbone_identity"],
+                                        json.dumps(options["serving"], sort_keys=True))
+        assert llm.loaded_checkpoint.cache_info().misses == 1  # the same backend the run is served by
+        assert backend.batcher.max_batch == 4 and backend.prefixes.size == 3
+        replies = client.map(lambda seed: client.chat(chat, max_tokens=12, seed=seed), list(range(6)))
+        assert len(replies) == 6 and backend.batcher.items == 6  # each request read once, none retried
+        with bb.BackboneServer(backend, 10**6, address=("127.0.0.1", 0)) as remote:
+            host, port = remote.address
+            with llm.open_backbone(f"http://{host}:{port}", cache_dir=None) as far:
+                with pytest.raises(llm.LLMError, match="timed out"):
+                    far.chat(chat, max_tokens=12, seed=99)
+    llm.loaded_checkpoint.cache_clear()
 
 
 def test_upstream_down_is_a_clear_error(tmp_path: Path) -> None:

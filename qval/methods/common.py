@@ -15,12 +15,14 @@ def llm_for(ctx: MethodContext) -> Iterator[LLMClient]:
     """The run's client: ``ctx.backbone`` with the run's cache (``ctx.cache_dir/llm``) and concurrency.
 
     ``ctx.options``: ``concurrency`` (requests at once), ``model`` (the served model's name,
-    default: the first the server lists) and ``backbone_identity`` (the model's name in cache keys,
-    e.g. ``NAME@checkpoint-hash`` when a caller serves a checkpoint itself).
+    default: the first the server lists), ``backbone_identity`` (the model's name in cache keys,
+    e.g. ``NAME@checkpoint-hash`` when a caller serves a checkpoint itself) and ``serving`` (how a checkpoint
+    served here is served: :func:`qval.methods.llm.method_backbone`).
     """
     cache = ctx.cache_dir / "llm" if ctx.cache_dir else None
     with open_backbone(ctx.backbone, cache_dir=cache, concurrency=int(ctx.options.get("concurrency", DEFAULT_CONCURRENCY)),
-                       model=ctx.options.get("model"), identity=ctx.options.get("backbone_identity")) as client:
+                       model=ctx.options.get("model"), identity=ctx.options.get("backbone_identity"),
+                       serving=ctx.options.get("serving")) as client:
         ctx.meter = client
         yield client
 

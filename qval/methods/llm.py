@@ -11,7 +11,12 @@ in tests -- over HTTP or a Unix socket.
 * **Concurrency.**  :meth:`LLMClient.map` sends up to ``concurrency`` requests at once (the
   server batches them); results keep the input order.
 * **Retries.**  The SDK retries connection errors, 408/409/429 and 5xx with back-off
-  (``retries`` times).
+  (``retries`` times), and a request to a remote server that has not answered in ``timeout_s``
+  (:data:`REMOTE_TIMEOUT_S`).  A server on this machine (a Unix socket, or a checkpoint served in
+  this process) is given no such limit: a request there waits only behind the requests ahead of it,
+  and on a CPU 32 prompts of one batch can take longer than any fixed limit (ALFWorld's ``ranking``
+  prompts, about 2,800 tokens each, took over 600 s), so a retry would only ask the busy server to read
+  the same prompts again.
 * **Logprob readout.**  :meth:`LLMClient.continuation_logprobs` scores a given assistant reply
   (``Yes``/``No``, a candidate action) under a chat: vLLM's ``continue_final_message`` and
   ``prompt_logprobs=0`` extensions, which our server implements too.
@@ -33,12 +38,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
-from qval.backbone import DEFAULT_MAX_BATCH
+from qval.backbone import DEFAULT_MAX_BATCH, SERVING_KEYS
 
 if TYPE_CHECKING:
     from qval.backbone import TransformersBackend
+
+REMOTE_TIMEOUT_S = 600.0
+"""How long a request to a remote (``http(s)://``) server may go unanswered before it is retried."""
 
 #: Requests a run sends at once: as many as our server decodes together.  On one CPU core SmolLM2 decodes a token
 #: for 32 sequences in 8.2 ms a sequence, against 9.8 for 16, 13.7 for 8 and 44.8 alone
@@ -78,7 +86,7 @@ class LLMClient:
 
     def __init__(self, base_url: str, *, model: str | None = None, socket_path: str | Path | None = None,
                  cache_dir: str | Path | None = None, concurrency: int = DEFAULT_CONCURRENCY, retries: int = 3,
-                 timeout_s: float = 600.0, identity: str | None = None) -> None:
+                 timeout_s: float | None = REMOTE_TIMEOUT_S, identity: str | None = None) -> None:
         import httpx2  # the openai SDK's own HTTP client package
         import openai
 
@@ -258,7 +266,8 @@ def method_backbone(name: str, entry: dict[str, Any], vllm: Any) -> tuple[str, d
     for a built-in method that needs a served model (a site's gpu worker and a remote worker alike).
 
     ``kind: vllm``: the ``vllm serve`` process of ``vllm`` (a :class:`qval.vllm.VLLMManager`), started now when not
-    healthy; ``kind: transformers``: the checkpoint (a GGUF file's digest checked first), served in this process;
+    healthy; ``kind: transformers``: the checkpoint (a GGUF file's digest checked first), served in this process
+    as the entry says (``serving``, :data:`qval.backbone.SERVING_KEYS`);
     ``kind: upstream``: a running server. ``config`` records the backbone's kind and checkpoint identity.
     :class:`~qval.methods.registry.MethodError` for a malformed entry or a file that is not the one its digest says.
     """
@@ -285,7 +294,8 @@ def method_backbone(name: str, entry: dict[str, Any], vllm: Any) -> tuple[str, d
                 except (ModelFileError, OSError) as exc:
                     raise MethodError(f"backbone {name!r}: {exc}") from exc
         identity = checkpoint_identity(checkpoint)
-        return str(checkpoint), {"backbone_identity": identity}, {
+        serving = {key: entry[key] for key in SERVING_KEYS if key in entry}
+        return str(checkpoint), {"backbone_identity": identity, "serving": serving}, {
             "backbone": name, "backbone_kind": "transformers", "checkpoint": identity}
     if kind == "upstream":
         model = str(entry.get("model") or name)
@@ -295,19 +305,21 @@ def method_backbone(name: str, entry: dict[str, Any], vllm: Any) -> tuple[str, d
 
 
 @functools.lru_cache(maxsize=1)
-def loaded_checkpoint(path: Path, identity: str) -> TransformersBackend:
+def loaded_checkpoint(path: Path, identity: str, serving: str = "{}") -> TransformersBackend:
     """The model of local checkpoint ``path`` (a directory or a ``.gguf`` file), loaded once per process and kept
     until another checkpoint is asked for: a worker's runs of every method on one backbone share one load (SmolLM2
     takes about a minute to load on two cores).  ``identity`` (:func:`checkpoint_identity`) is part of the key, so a
-    file replaced at the same path is loaded again."""
-    from qval.backbone import TransformersBackend
+    file replaced at the same path is loaded again.  ``serving``: how it is served, a JSON object of the backbone
+    entry's :data:`qval.backbone.SERVING_KEYS` (:func:`qval.backbone.serving_options`)."""
+    from qval.backbone import TransformersBackend, serving_options
 
-    return TransformersBackend(path)
+    return TransformersBackend(path, **serving_options(json.loads(serving)))
 
 
 @contextlib.contextmanager
 def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency: int = DEFAULT_CONCURRENCY,
-                  model: str | None = None, identity: str | None = None) -> Iterator[LLMClient]:
+                  model: str | None = None, identity: str | None = None,
+                  serving: Mapping[str, Any] | None = None) -> Iterator[LLMClient]:
     """A client for ``spec``: an ``http(s)://`` URL of an OpenAI-compatible server (``/v1`` added when
     missing), ``unix:PATH`` of a socket, or a local checkpoint directory or ``.gguf`` file (e.g.
     :func:`qval.smollm2.verified_file`), served here by :class:`qval.backbone.BackboneServer` on a
@@ -316,15 +328,18 @@ def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency
     ``identity`` names the model in cache keys (default: the served model's name, or for a
     checkpoint directory :func:`checkpoint_identity`); a caller serving a checkpoint elsewhere
     (a vLLM server it manages) passes that checkpoint's identity, so responses of two different
-    checkpoints served under one name never share cache entries.
+    checkpoints served under one name never share cache entries.  ``serving``: how a checkpoint served here is
+    served (its backbone entry's :data:`qval.backbone.SERVING_KEYS`: :func:`method_backbone`).
+
+    Only a remote server's requests are retried after :data:`REMOTE_TIMEOUT_S` (module docstring).
     """
     if spec.startswith(("http://", "https://")):
         base = spec.rstrip("/")
         client = LLMClient(base if base.endswith("/v1") else base + "/v1", model=model, cache_dir=cache_dir,
-                           concurrency=concurrency, identity=identity)
+                           concurrency=concurrency, identity=identity, timeout_s=REMOTE_TIMEOUT_S)
     elif spec.startswith("unix:"):
         client = LLMClient("http://localhost/v1", socket_path=spec[len("unix:"):], model=model, cache_dir=cache_dir,
-                           concurrency=concurrency, identity=identity)
+                           concurrency=concurrency, identity=identity, timeout_s=None)
     else:
         path = Path(spec)
         if not (path / "config.json").is_file() and not (path.suffix == ".gguf" and path.is_file()):
@@ -333,13 +348,13 @@ def open_backbone(spec: str, *, cache_dir: str | Path | None = None, concurrency
         from qval.backbone import BackboneServer
 
         checkpoint = checkpoint_identity(path)
-        backend = loaded_checkpoint(path.resolve(), checkpoint)
+        backend = loaded_checkpoint(path.resolve(), checkpoint, json.dumps(dict(serving or {}), sort_keys=True))
         with tempfile.TemporaryDirectory(prefix="qval-llm-") as tmp:
             with BackboneServer(backend, budget=2**62, socket_path=Path(tmp) / "llm.sock") as server:
                 assert server.socket_path is not None
                 client = LLMClient("http://localhost/v1", socket_path=server.socket_path, model=backend.name,
                                    cache_dir=cache_dir, concurrency=concurrency,
-                                   identity=identity or checkpoint)
+                                   identity=identity or checkpoint, timeout_s=None)
                 try:
                     yield client
                 finally:
