@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=None,
                         help="requests each method sends at once and the server decodes together (default: the "
                         "methods' and the server's own, 32)")
+    parser.add_argument("--prefixes", type=int, default=None,
+                        help="prompt blocks the server keeps (default: SmolLM2's entry, qval.smollm2.PREFIXES)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                         help="what a run costs: process CPU seconds (default) or wall seconds (on a GPU)")
     args = parser.parse_args(argv)
@@ -120,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         spec = smollm2.backbone_spec() | {"threads": args.torch_threads}
         spec |= {"max_batch": args.batch} if args.batch else {}
+        spec |= {"prefixes": args.prefixes} if args.prefixes is not None else {}
         backend = backend_from_spec(smollm2.BACKBONE_NAME, spec)
         print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f} s on {backend.device}; torch threads "
               f"{args.torch_threads}; {os.cpu_count()} CPUs; clock {args.clock}; batch "
-              f"{backend.batcher.max_batch}", flush=True)
+              f"{backend.batcher.max_batch}; prompt blocks kept {backend.prefixes.size}", flush=True)
         socket_path = work / "llm.sock"
         totals: dict[str, float] = {}
         print(f"| dataset | method | pairs | ids | {args.clock} s/pair | tokens/pair | rerun ratio | rerun tokens | scale | "

@@ -122,9 +122,17 @@ def verified_file() -> Path:
     return check_digest(model_file(), SHA256)
 
 
+PREFIXES = 256
+"""The prompt blocks SmolLM2's server keeps (``prefixes`` of :class:`qval.backbone.TransformersBackend`: 128 tokens
+each, 5.9 MB, so 1.5 GB): 32 ALFWorld prompts in flight (a scene and its admissible commands, about 300 tokens
+each) pushed each other's blocks out of the default 64 before their next readout, and ``verifier`` took 1.4 to 1.8
+times the CPU it takes with 256 (``benchmarks/README.md``, "Prompt blocks kept")."""
+
+
 def backbone_spec() -> dict[str, Any]:
     """The ``QVAL_BACKBONES`` entry of the installed model (its digest is checked when the backend loads it)."""
-    return {"kind": "transformers", "path": str(model_dir()), "gguf_file": FILE_NAME, "sha256": SHA256}
+    return {"kind": "transformers", "path": str(model_dir()), "gguf_file": FILE_NAME, "sha256": SHA256,
+            "prefixes": PREFIXES}
 
 
 def default_backbones() -> dict[str, dict[str, Any]]:

@@ -28,7 +28,7 @@ def test_the_installed_wheel_holds_the_file_of_the_known_digest() -> None:
     assert path.name == smollm2.FILE_NAME and path.stat().st_size == smollm2.FILE_BYTES
     spec = smollm2.backbone_spec()
     assert spec == {"kind": "transformers", "path": str(path.parent), "gguf_file": smollm2.FILE_NAME,
-                    "sha256": smollm2.SHA256}
+                    "sha256": smollm2.SHA256, "prefixes": smollm2.PREFIXES}
     assert smollm2.default_backbones() == {"smollm2-135m": spec}
 
 
@@ -67,6 +67,7 @@ def test_a_baseline_serves_the_checked_gguf_file(settings, tmp_path: Path) -> No
         assert spec == str(smollm2.model_file()) and config["backbone_kind"] == "transformers"
         assert options["backbone_identity"] == config["checkpoint"] and config["checkpoint"].startswith(
             smollm2.FILE_NAME + "@")
+        assert options["serving"] == {"prefixes": smollm2.PREFIXES}  # served in the run's process as its entry says
     (tmp_path / smollm2.FILE_NAME).write_bytes(b"tampered")
     settings.QVAL_BACKBONES = {"smollm2-135m": {**smollm2.backbone_spec(), "path": str(tmp_path)}}
     with pytest.raises(MethodError, match="not the expected"):
@@ -112,6 +113,7 @@ def test_the_served_model_is_the_gguf_files_as_transformers_reads_it(smollm2) ->
     folder = converted(smol.model_dir(), smol.FILE_NAME, smol.SHA256)
     record = (folder / RECORD).read_text()
     assert smol.SHA256 in record and backend.model.name_or_path == str(folder)
+    assert backend.prefixes.size == smol.PREFIXES  # its entry's prompt blocks kept
     load = {"gguf_file": smol.FILE_NAME, "local_files_only": True}
     direct = AutoModelForCausalLM.from_pretrained(smol.model_dir(), **load, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(smol.model_dir(), **load)
